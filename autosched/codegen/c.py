@@ -1,0 +1,354 @@
+"""C99 (GNU dialect) code generation for CPU targets.
+
+Vectorized loops become GCC vector-extension code (one `vector_size` type per dtype and lane
+count) rather than a hint the compiler may ignore: contiguous accesses are vector loads and
+stores, loop-invariant values broadcast, other strides gathered lane by lane. A vectorized loop
+whose body cannot be expressed that way (a guard that depends on the lane) falls back to a
+scalar loop under `#pragma omp simd`. Unrolled loops carry `#pragma GCC unroll`, parallel loops
+OpenMP. Local accumulators are plain arrays indexed by constants after unrolling, which GCC
+promotes to registers.
+"""
+from __future__ import annotations
+
+import math
+
+from autosched.codegen.errors import CodegenError
+from autosched.lower import arith
+from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
+from autosched.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, is_float, substitute, walk
+
+C_TYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "int32": "int32_t",
+           "int64": "int64_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t"}
+DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "int8": 1, "uint8": 1, "bool": 1}
+SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "int32": "i32", "int64": "i64",
+         "int8": "i8", "uint8": "u8", "bool": "b8"}
+_BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&&", "or": "||"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+#: intrinsic -> C for float32 (libm "f" functions); float64 drops the suffix
+_MATH = {"exp": "expf({})", "log": "logf({})", "tanh": "tanhf({})", "erf": "erff({})", "sqrt": "sqrtf({})",
+         "rsqrt": "(1.0f / sqrtf({}))", "sigmoid": "(1.0f / (1.0f + expf(-({}))))", "abs": "fabsf({})",
+         "floor": "floorf({})", "ceil": "ceilf({})", "round": "nearbyintf({})", "neg": "(-({}))",
+         "not": "(!({}))", "pow": "powf({}, {})"}
+#: heap-allocate local buffers above this size: thread stacks are small
+STACK_LIMIT_BYTES = 256 * 1024
+VECTOR_LANES = (2, 4, 8, 16, 32, 64)
+
+
+class CRenderer:
+    """Renders one PrimFunc as a self-contained C translation unit."""
+
+    capabilities = {"threads": False, "shared_memory": False, "vector_bytes": 64}
+
+    def render(self, func: PrimFunc) -> str:
+        self._names: dict[int, str] = {}
+        self._used: set[str] = set()
+        self._ranges: dict = {}
+        self._helpers: dict[str, str] = {}
+        self._check(func)
+        written = {id(s.buffer) for s in walk_stmts(func.body) if isinstance(s, Store)}
+        params = []
+        for b in func.params:
+            const = "" if id(b) in written else "const "
+            params.append(f"{const}{C_TYPES[b.dtype]}* restrict {self._name(b)}")
+        body = self._stmt(func.body, 1)
+        fname = _ident(func.name)
+        head = ["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <omp.h>", ""]
+        lines = head + list(self._helpers.values()) + [
+            "",
+            "/* Returns 0, or 1 when a temporary buffer could not be allocated. */",
+            f"int32_t {fname}({', '.join(params)}) {{",
+            "  int32_t status = 0;",
+            body.rstrip("\n"),
+            "  return status;",
+            "}",
+            "",
+            "void autosched_set_num_threads(int32_t n) { omp_set_num_threads(n); }",
+            "",
+        ]
+        return "\n".join(lines)
+
+    # --- checks -------------------------------------------------------------------------------
+    def _check(self, func: PrimFunc) -> None:
+        for s in walk_stmts(func.body):
+            if isinstance(s, For) and s.kind == "thread":
+                raise CodegenError(f"{func.name}: loop {s.var.name} is bound to {s.thread}; "
+                                   "the C back end has no GPU threads (use target cuda)")
+            if isinstance(s, Allocate) and s.buffer.scope == "shared":
+                raise CodegenError(f"{func.name}: buffer {s.buffer.name} is in shared memory; "
+                                   "the C back end has none (use target cuda)")
+            if isinstance(s, Barrier):
+                raise CodegenError(f"{func.name}: barriers need GPU threads; the C back end has none")
+
+    # --- names ----------------------------------------------------------------------------------
+    def _name(self, obj) -> str:
+        n = self._names.get(id(obj))
+        if n is None:
+            base = _ident(obj.name)
+            n, k = base, 1
+            while n in self._used:
+                n, k = f"{base}_{k}", k + 1
+            self._used.add(n)
+            self._names[id(obj)] = n
+        return n
+
+    # --- statements -------------------------------------------------------------------------------
+    def _stmt(self, s: Stmt, d: int) -> str:
+        pad = "  " * d
+        if isinstance(s, Seq):
+            return "".join(self._stmt(x, d) for x in s.stmts)
+        if isinstance(s, For):
+            return self._for(s, d)
+        if isinstance(s, Store):
+            return f"{pad}{self._name(s.buffer)}[{self._expr(s.index)}] = {self._expr(s.value)};\n"
+        if isinstance(s, IfThenElse):
+            out = f"{pad}if ({self._expr(s.cond)}) {{\n{self._stmt(s.then, d + 1)}{pad}}}"
+            if s.orelse is not None:
+                out += f" else {{\n{self._stmt(s.orelse, d + 1)}{pad}}}"
+            return out + "\n"
+        if isinstance(s, Let):
+            b = arith.int_bound(s.value, self._ranges)
+            if b is not None:
+                self._ranges[s.var] = b
+            return f"{pad}const {C_TYPES[s.var.dtype]} {self._name(s.var)} = {self._expr(s.value)};\n" + self._stmt(s.body, d)
+        if isinstance(s, Allocate):
+            return self._allocate(s, d)
+        raise CodegenError(f"the C back end cannot print {type(s).__name__}")
+
+    def _allocate(self, s: Allocate, d: int) -> str:
+        pad, b = "  " * d, s.buffer
+        t, name = C_TYPES[b.dtype], self._name(b)
+        nbytes = b.size * DTYPE_BYTES[b.dtype]
+        if b.scope == "local" and nbytes <= STACK_LIMIT_BYTES:
+            return f"{pad}{t} {name}[{b.size}] __attribute__((aligned(64)));\n" + self._stmt(s.body, d)
+        rounded = -(-nbytes // 64) * 64
+        return (f"{pad}{{\n{pad}  {t}* restrict {name} = ({t}*)aligned_alloc(64, {rounded});\n"
+                f"{pad}  if ({name} == NULL) {{ status = 1; }} else {{\n"
+                f"{self._stmt(s.body, d + 2)}{pad}  free({name});\n{pad}  }}\n{pad}}}\n")
+
+    def _for(self, s: For, d: int) -> str:
+        pad = "  " * d
+        v = self._name(s.var)
+        self._ranges[s.var] = (0, s.extent - 1)
+        if s.kind == "vectorize":
+            vec = self._vector_loop(s, d)
+            if vec is not None:
+                return vec
+        head = {"parallel": f"{pad}#pragma omp parallel for\n", "unroll": f"{pad}#pragma GCC unroll {s.extent}\n",
+                "vectorize": f"{pad}#pragma omp simd\n"}.get(s.kind, "")
+        return (f"{head}{pad}for (int32_t {v} = 0; {v} < {s.extent}; ++{v}) {{\n"
+                f"{self._stmt(s.body, d + 1)}{pad}}}\n")
+
+    # --- vectorized loops -----------------------------------------------------------------------
+    def _vector_loop(self, s: For, d: int) -> str | None:
+        stores = list(_flatten_stores(s.body, s.var))
+        if s.extent not in VECTOR_LANES or stores is None or any(x is None for x in stores):
+            return None
+        out = []
+        for cond, st in stores:
+            dt = st.buffer.dtype
+            if s.extent * DTYPE_BYTES[dt] > 256:
+                return None
+            idx = arith.linear(st.index)
+            if _has_var_in_atoms(idx, s.var):
+                return None
+            c = idx.coeff(s.var)
+            base = self._expr(arith.simplify(_without(st.index, s.var)))
+            val = self._vexpr(st.value, s.var, s.extent)
+            if val is None:
+                return None
+            code, is_vec = val
+            vt = self._vtype(dt, s.extent)
+            name = self._name(st.buffer)
+            if c == 1:
+                if not is_vec:
+                    code = f"(({vt}){{0}} + ({code}))"
+                line = f"*({vt}*)&{name}[{base}] = {code};"
+            elif c != 0 and is_vec:
+                lanes = " ".join(f"{name}[{base} + {c * k}] = _v[{k}];" for k in range(s.extent))
+                line = f"{{ {vt} _v = {code}; {lanes} }}"
+            else:
+                return None
+            out.append(f"if ({self._expr(cond)}) {line}" if cond is not None else line)
+        pad = "  " * d
+        self._ranges.pop(s.var, None)
+        return f"{pad}/* {s.var.name}: {s.extent} lanes */\n" + "".join(f"{pad}{x}\n" for x in out)
+
+    def _vtype(self, dtype: str, lanes: int) -> str:
+        name = f"{SHORT[dtype]}x{lanes}"
+        if name not in self._helpers:
+            self._helpers[name] = (f"typedef {C_TYPES[dtype]} {name} __attribute__((vector_size({lanes * DTYPE_BYTES[dtype]}), "
+                                   f"aligned({DTYPE_BYTES[dtype]})));")
+        return name
+
+    def _lanewise(self, key: str, vt: str, n_args: int, lanes: int, scalar_fmt: str, ret: str | None = None) -> str:
+        """A helper applying a scalar C expression lane by lane (GCC vectorizes the loop)."""
+        fn = f"{key}_{vt}"
+        if fn not in self._helpers:
+            rt = ret or vt
+            params = ", ".join(f"{vt} a{k}" for k in range(n_args))
+            expr = scalar_fmt.format(*[f"a{k}[l]" for k in range(n_args)])
+            self._helpers[fn] = (f"static inline {rt} {fn}({params}) {{ {rt} r; "
+                                 f"for (int l = 0; l < {lanes}; ++l) r[l] = {expr}; return r; }}")
+        return fn
+
+    def _vexpr(self, e: Expr, v: Var, lanes: int) -> tuple[str, bool] | None:
+        """C for `e` over all lanes of `v`: (code, is_vector), or None when not vectorizable."""
+        if v not in _free(e):
+            return (self._expr(e), False)
+        vt = self._vtype(e.dtype, lanes)
+        if isinstance(e, Load):
+            idx = arith.linear(e.indices[0])
+            if _has_var_in_atoms(idx, v):
+                return None
+            c, name = idx.coeff(v), self._name(e.source)
+            base = self._expr(arith.simplify(_without(e.indices[0], v)))
+            if c == 1:
+                return (f"(*({vt}*)&{name}[{base}])", True)
+            return ("((" + vt + "){" + ", ".join(f"{name}[{base} + {c * k}]" for k in range(lanes)) + "})", True)
+        kids = [self._vexpr(k, v, lanes) for k in _operands(e)]
+        if any(k is None for k in kids):
+            return None
+        if isinstance(e, BinOp) and e.op in ("add", "sub", "mul", "div"):
+            (a, _), (b, _) = kids
+            return (f"({a} {_BIN[e.op]} {b})", True)
+        bc = [code if is_vec else f"(({vt}){{0}} + ({code}))" for code, is_vec in kids]
+        if isinstance(e, BinOp) and e.op in ("min", "max"):
+            fn = self._lanewise(e.op, vt, 2, lanes, "({0} " + ("<" if e.op == "min" else ">") + " {1} ? {0} : {1})")
+            return (f"{fn}({bc[0]}, {bc[1]})", True)
+        if isinstance(e, Call) and is_float(e.dtype) and e.name in _MATH:
+            fmt = _math_fmt(e.name, e.dtype)
+            fn = self._lanewise(e.name, vt, len(bc), lanes, fmt)
+            return (f"{fn}({', '.join(bc)})", True)
+        if isinstance(e, Select) and e.cond.dtype == "bool" and isinstance(e.cond, Cmp):
+            ca, cb = e.cond.a, e.cond.b
+            ct = self._vtype(ca.dtype, lanes)
+            operands = [self._vexpr(x, v, lanes) for x in (ca, cb)]
+            if any(o is None for o in operands):
+                return None
+            cops = [code if is_vec else f"(({ct}){{0}} + ({code}))" for code, is_vec in operands]
+            key = f"sel_{e.cond.op}_{SHORT[ca.dtype]}"
+            fn = f"{key}_{vt}"
+            if fn not in self._helpers:
+                self._helpers[fn] = (f"static inline {vt} {fn}({ct} x, {ct} y, {vt} t, {vt} f) {{ {vt} r; "
+                                     f"for (int l = 0; l < {lanes}; ++l) r[l] = x[l] {_CMP[e.cond.op]} y[l] ? t[l] : f[l]; "
+                                     "return r; }")
+            return (f"{fn}({cops[0]}, {cops[1]}, {bc[1]}, {bc[2]})", True)
+        if isinstance(e, Cast) and e.value.dtype in SHORT:
+            return (f"__builtin_convertvector({bc[0]}, {vt})", True)
+        return None
+
+    # --- scalar expressions ------------------------------------------------------------------------
+    def _expr(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return _const(e)
+        if isinstance(e, Var):
+            return self._name(e)
+        if isinstance(e, Load):
+            return f"{self._name(e.source)}[{self._expr(e.indices[0])}]"
+        if isinstance(e, BinOp):
+            a, b = self._expr(e.a), self._expr(e.b)
+            if e.op in _BIN:
+                return f"({a} {_BIN[e.op]} {b})"
+            if e.op in ("min", "max"):
+                fn = f"as_{e.op}_{SHORT[e.dtype]}"
+                if fn not in self._helpers:
+                    t = C_TYPES[e.dtype]
+                    cmp = "<" if e.op == "min" else ">"
+                    self._helpers[fn] = f"static inline {t} {fn}({t} a, {t} b) {{ return a {cmp} b ? a : b; }}"
+                return f"{fn}({a}, {b})"
+            return self._divmod(e, a, b)
+        if isinstance(e, Cmp):
+            return f"({self._expr(e.a)} {_CMP[e.op]} {self._expr(e.b)})"
+        if isinstance(e, Select):
+            return f"({self._expr(e.cond)} ? {self._expr(e.t)} : {self._expr(e.f)})"
+        if isinstance(e, Call):
+            if e.name in ("neg", "not"):
+                return _MATH[e.name].format(self._expr(e.args[0]))
+            return _math_fmt(e.name, e.args[0].dtype).format(*[self._expr(a) for a in e.args])
+        if isinstance(e, Cast):
+            return f"(({C_TYPES[e.dtype]})({self._expr(e.value)}))"
+        raise CodegenError(f"the C back end cannot print {type(e).__name__}")
+
+    def _divmod(self, e: BinOp, a: str, b: str) -> str:
+        """Floor division and modulo; plain C `/` and `%` where both sides are known non-negative."""
+        if is_float(e.dtype):
+            return f"floorf({a} / {b})" if e.op == "floordiv" else f"fmodf({a}, {b})"
+        ba, bb = arith.int_bound(e.a, self._ranges), arith.int_bound(e.b, self._ranges)
+        if ba is not None and bb is not None and ba[0] >= 0 and bb[0] > 0:
+            return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
+        t, s = C_TYPES[e.dtype], SHORT[e.dtype]
+        fn = f"as_{e.op}_{s}"
+        if fn not in self._helpers:
+            body = ("{ T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }" if e.op == "floordiv"
+                    else "{ T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }")
+            self._helpers[fn] = f"static inline {t} {fn}({t} a, {t} b) " + body.replace("T ", f"{t} ")
+        return f"{fn}({a}, {b})"
+
+
+def _math_fmt(name: str, dtype: str) -> str:
+    fmt = _MATH[name]
+    if dtype == "float64":
+        fmt = fmt.replace("f(", "(").replace("1.0f", "1.0")
+    return fmt
+
+
+def _const(e: Const) -> str:
+    v = e.value
+    if e.dtype == "bool":
+        return "1" if v else "0"
+    if is_float(e.dtype):
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        if math.isnan(v):
+            return "NAN"
+        text = repr(float(v))
+        return text + ("f" if e.dtype != "float64" else "")
+    if e.dtype == "int64":
+        return f"INT64_C({int(v)})"
+    return str(int(v))
+
+
+def _ident(name: str) -> str:
+    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    return out if out and not out[0].isdigit() else "_" + out
+
+
+def _free(e: Expr) -> set:
+    return {x for x in walk(e) if isinstance(x, Var)}
+
+
+def _operands(e: Expr) -> tuple:
+    if isinstance(e, (BinOp, Cmp)):
+        return (e.a, e.b)
+    if isinstance(e, Select):
+        return (e.cond, e.t, e.f)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Cast):
+        return (e.value,)
+    return ()
+
+
+def _without(index: Expr, v: Var) -> Expr:
+    """The index with the lane variable set to 0: the address of lane 0."""
+    return substitute(index, {v: Const(0, v.dtype)})
+
+
+def _has_var_in_atoms(lin: arith.Linear, v: Var) -> bool:
+    return any(v in _free(atom) and atom is not v for _, atom in lin.terms.values())
+
+
+def _flatten_stores(s: Stmt, v: Var):
+    """(condition or None, Store) pairs of a vector loop body; None marks a shape we cannot vectorize."""
+    if isinstance(s, Store):
+        yield (None, s)
+    elif isinstance(s, Seq):
+        for x in s.stmts:
+            yield from _flatten_stores(x, v)
+    elif isinstance(s, IfThenElse) and s.orelse is None and isinstance(s.then, Store) and v not in _free(s.cond):
+        yield (s.cond, s.then)
+    else:
+        yield None
+
+
+__all__ = ["CRenderer", "C_TYPES"]

@@ -1,0 +1,70 @@
+"""Compiling generated C with gcc into shared libraries, cached by a hash of source and flags.
+
+Tuning compiles thousands of candidates and many are identical (different configs, same code);
+the cache makes the second build free. Writes are atomic so parallel builders can share it.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from autosched.codegen.errors import CompileError
+
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-shared", "-fPIC")
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "autosched" / "kernels"
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(cc: str = "gcc") -> str:
+    try:
+        return subprocess.run([cc, "-dumpfullversion"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise CompileError(f"the C compiler {cc!r} is not usable: {e}") from None
+
+
+def compile_c(source: str, flags: Sequence[str] = DEFAULT_FLAGS, cache_dir: Path | None = None,
+              timeout: float = 120.0, cc: str = "gcc") -> Path:
+    """The path of a shared library built from `source` (from the cache when already built)."""
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256("\0".join([source, *flags, cc, compiler_version(cc)]).encode()).hexdigest()[:32]
+    out = cache / f"{key}.so"
+    if out.exists():
+        return out
+    with tempfile.TemporaryDirectory(prefix="autosched-cc-") as tmp:
+        src = Path(tmp) / "kernel.c"
+        src.write_text(source)
+        obj = Path(tmp) / "kernel.so"
+        try:
+            proc = subprocess.run([cc, *flags, str(src), "-o", str(obj), "-lm"], capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"{cc} did not finish within {timeout:.0f} s") from None
+        if proc.returncode != 0:
+            raise CompileError(format_diagnostics(proc.stderr, source, str(src)))
+        staged = cache / f".{key}.{os.getpid()}.tmp"
+        os.replace(obj, staged) if os.stat(obj).st_dev == os.stat(cache).st_dev else staged.write_bytes(obj.read_bytes())
+        os.replace(staged, out)
+    return out
+
+
+def format_diagnostics(stderr: str, source: str, src_path: str) -> str:
+    """gcc's errors, each followed by the offending line of the generated source."""
+    lines = source.splitlines()
+    out = ["gcc failed to compile the generated code:"]
+    for diag in stderr.splitlines():
+        out.append(diag.replace(src_path, "kernel.c"))
+        m = re.match(rf"{re.escape(src_path)}:(\d+):(\d+): (?:fatal )?error", diag)
+        if m and 0 < int(m.group(1)) <= len(lines):
+            out.append(f"    line {m.group(1)}: {lines[int(m.group(1)) - 1].strip()}")
+    return "\n".join(out)

@@ -1,0 +1,124 @@
+"""The loop-nest IR that lowering produces and every code generator consumes.
+
+Buffers are flat (one index per access) so back ends only print; all index arithmetic was
+decided and simplified during lowering. GPU concepts (thread loops, shared scope, barriers)
+live here too: the C back end refuses them, the CUDA back end prints them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from autosched.te.expr import Expr, Var
+
+LOOP_KINDS = ("serial", "parallel", "unroll", "vectorize", "thread")
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    name: str
+    dtype: str
+    shape: tuple
+    scope: str = "global"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class Stmt:
+    def __repr__(self) -> str:
+        from autosched.lower.printer import stmt_str
+        return stmt_str(self)
+
+
+@dataclass(eq=False, repr=False)
+class For(Stmt):
+    """for (var = 0; var < extent; ++var); `thread` loops carry the axis they are bound to."""
+    var: Var
+    extent: int
+    kind: str
+    body: Stmt
+    thread: str = ""
+    pragmas: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False, repr=False)
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False, repr=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(eq=False, repr=False)
+class Let(Stmt):
+    """Binds `var` to `value` for `body`; keeps region offsets readable in generated code."""
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(eq=False, repr=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(eq=False, repr=False)
+class Seq(Stmt):
+    stmts: tuple
+
+
+@dataclass(eq=False, repr=False)
+class Barrier(Stmt):
+    """Every thread of a block waits here (CUDA __syncthreads)."""
+    scope: str = "shared"
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    """One kernel: parameters in call order, then the body."""
+    name: str
+    params: list
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        from autosched.lower.printer import stmt_str
+        args = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in self.params)
+        return f"def {self.name}({args}):\n" + stmt_str(self.body, 1)
+
+
+def seq(*stmts: Stmt | None) -> Stmt:
+    flat: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        flat.extend(s.stmts if isinstance(s, Seq) else (s,))
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def stmt_children(s: Stmt) -> tuple:
+    if isinstance(s, (For, Allocate, Let)):
+        return (s.body,)
+    if isinstance(s, IfThenElse):
+        return (s.then,) if s.orelse is None else (s.then, s.orelse)
+    if isinstance(s, Seq):
+        return s.stmts
+    return ()
+
+
+def walk_stmts(s: Stmt):
+    """Every statement, pre-order."""
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(stmt_children(x)))

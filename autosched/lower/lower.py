@@ -1,0 +1,350 @@
+"""Lowering: a Schedule becomes one PrimFunc, a loop nest over flat buffers.
+
+Per stage: leaf extents follow the split/fuse relations forward from the root extents (which,
+for a stage computed at another's loop, are the region that consumer needs: bound
+inference); root indices follow them backward from the loop variables. Non-divisible splits
+and regions that overhang the tensor get guards; index arithmetic is simplified with the loop
+ranges in hand.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from autosched.lower import arith
+from autosched.lower.ir import (
+    Allocate, Barrier, Buffer, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, seq,
+)
+from autosched.schedule import Fuse, Schedule, ScheduleError, Split, Stage
+from autosched.te.expr import (
+    BinOp, Const, Expr, Load, Reduce, Var, substitute, transform, walk,
+)
+from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tensor, post_order
+
+_COMBINE = {"sum": "add", "max": "max", "min": "min"}
+
+
+def lower(sched: Schedule, args: Sequence[Tensor], name: str = "kernel") -> PrimFunc:
+    """The loop nest of `sched`, as a function taking `args` (inputs and outputs) in order."""
+    return _Lowerer(sched, list(args), name).run()
+
+
+class _Lowerer:
+    def __init__(self, sched: Schedule, args: list[Tensor], name: str):
+        self.sched, self.args, self.name = sched, args, name
+        self.buffers: dict[int, Buffer] = {}   # id(stage) or id(placeholder op) -> Buffer
+        self.mins: dict[int, list] = {}        # id(stage) -> region minimum per dimension
+        self.ranges: dict = {}                 # Var -> (lo, hi) of every loop in scope
+        self.attached: dict[int, list[Stage]] = {}  # id(IterVar) -> stages computed at it
+
+    # --- entry -------------------------------------------------------------------------------
+    def run(self) -> PrimFunc:
+        params = self._params()
+        for st in self.sched.stages:
+            if st.attach[0] == "at":
+                self.attached.setdefault(id(st.attach[2]), []).append(st)
+        roots = [st for st in self.sched.stages if st.attach == ("root",)]
+        temps: list[Buffer] = []
+        for st in roots:
+            if id(st) not in self.buffers:
+                self.buffers[id(st)] = Buffer(st.name, st.op.dtype, st.op.shape, st.scope)
+                temps.append(self.buffers[id(st)])
+            self.mins[id(st)] = [Const(0, "int32")] * len(st.op.shape)
+        body = seq(*[self._stage(st, list(st.op.shape)) for st in roots])
+        for buf in reversed(temps):
+            body = Allocate(buf, body)
+        return PrimFunc(self.name, params, _drop_unit_loops(body))
+
+    def _params(self) -> list[Buffer]:
+        params: list[Buffer] = []
+        for t in self.args:
+            st = self.sched.stage_of(t)
+            if st is not None and st.attach != ("root",):
+                raise ScheduleError(f"stage {st.name}: an argument of the function must be computed at root, "
+                                    f"not {st.attach[0]}")
+            key = id(st) if st is not None else id(t.op)
+            if key in self.buffers:
+                raise ScheduleError(f"tensor {t.name} is passed twice")
+            self.buffers[key] = Buffer(t.name, t.dtype, t.shape)
+            params.append(self.buffers[key])
+        for o in self.sched.outputs:
+            if id(self.sched.stage_of(o)) not in self.buffers:
+                raise ScheduleError(f"output {o.name} is not among the function's arguments")
+        for t in post_order(self.sched.outputs):
+            if isinstance(t.op, PlaceholderOp) and id(t.op) not in self.buffers:
+                raise ScheduleError(f"input {t.name} is read but not among the function's arguments")
+        return params
+
+    # --- one stage -----------------------------------------------------------------------------
+    def _stage(self, st: Stage, region_ext: list[int]) -> Stmt:
+        op: ComputeOp = st.op
+        ext = {id(a): e for a, e in zip(op.axes, region_ext)}
+        ext.update({id(r): r.extent for r in op.reduce_axes})
+        for rel in st.relations:
+            if isinstance(rel, Split):
+                pe = ext[id(rel.parent)]
+                f = rel.factor if rel.factor is not None else -(-pe // rel.nparts)
+                ext[id(rel.inner)] = min(f, pe)
+                ext[id(rel.outer)] = -(-pe // ext[id(rel.inner)])
+            else:
+                ext[id(rel.fused)] = ext[id(rel.outer)] * ext[id(rel.inner)]
+        leaves = st.leaf_axes
+        for iv in leaves:
+            self.ranges[iv.var] = (0, ext[id(iv)] - 1)
+
+        value: dict[int, Expr] = {id(iv): iv.var for iv in leaves}
+        lets: dict[int, list] = {}  # id(leaf) -> [(var, expr)] bound right inside that loop
+        guards: list[Expr] = []
+        for rel in reversed(st.relations):
+            if isinstance(rel, Split):
+                value[id(rel.parent)] = value[id(rel.outer)] * ext[id(rel.inner)] + value[id(rel.inner)]
+                if ext[id(rel.parent)] % ext[id(rel.inner)]:
+                    guards.append(value[id(rel.parent)] < ext[id(rel.parent)])
+            else:
+                fv, k = value[id(rel.fused)], ext[id(rel.inner)]
+                outer_v, inner_v = fv // k, fv % k
+                if any(fv is iv.var for iv in leaves):
+                    leaf = next(iv for iv in leaves if iv.var is fv)
+                    for iv, e in ((rel.outer, outer_v), (rel.inner, inner_v)):
+                        lets.setdefault(id(leaf), []).append((iv.var, e))
+                        self.ranges[iv.var] = (0, ext[id(iv)] - 1)
+                        value[id(iv)] = iv.var
+                else:
+                    value[id(rel.outer)], value[id(rel.inner)] = outer_v, inner_v
+
+        mins = self.mins[id(st)]
+        absolute = {a.var: mins[d] + value[id(a)] for d, a in enumerate(op.axes)}
+        absolute.update({r.var: value[id(r)] for r in op.reduce_axes})
+        for d, a in enumerate(op.axes):
+            if region_ext[d] < a.extent or not isinstance(mins[d], Const):
+                guards.append(absolute[a.var] < a.extent)
+        local_idx = [value[id(a)] for a in op.axes]
+
+        body_te = self._expand_inline(substitute(_body_source(op), absolute))
+        pre: dict[int, Stmt] = {}
+        for k, iv in enumerate(leaves):
+            if id(iv) in self.attached:
+                inner = {}
+                for lv in leaves[k + 1:]:
+                    inner[lv.var] = self.ranges[lv.var]
+                    inner.update({v: self.ranges[v] for v, _ in lets.get(id(lv), [])})
+                pre[id(iv)] = seq(*[self._attached(a, body_te, inner) for a in self.attached[id(iv)]])
+
+        buf = self.buffers[id(st)]
+        idx = self._flat(local_idx, region_ext)
+        value_expr = self._resolve(body_te)
+        if isinstance(op.body, Reduce):
+            old = Load(buf, (idx,), buf.dtype)
+            main: Stmt = Store(buf, idx, BinOp(_COMBINE[op.body.combiner], old, value_expr))
+        else:
+            main = Store(buf, idx, value_expr)
+        main = self._guard(main, guards)
+
+        kinds = [self._kind(st, iv) for iv in leaves]
+        p = next((k for k, iv in enumerate(leaves) if st.axis_kind(iv) == REDUCE), None)
+        for k, iv in enumerate(leaves):
+            if kinds[k][0] == "vectorize" and (k != len(leaves) - 1 or id(iv) in pre):
+                raise ScheduleError(f"stage {st.name}, axis {iv.name}: only the innermost loop can be vectorized")
+        init = self._init_nest(st, leaves[p:], kinds[p:], idx, guards, ext) if p is not None else None
+
+        body = main
+        for k in range(len(leaves) - 1, -1, -1):
+            iv = leaves[k]
+            if k + 1 == p:
+                body = seq(init, body)
+            body = seq(pre.get(id(iv)), body)
+            for var, e in reversed(lets.get(id(iv), [])):
+                body = Let(var, arith.simplify(e, self.ranges), body)
+            kind, thread = kinds[k]
+            body = For(iv.var, ext[id(iv)], kind, body, thread, dict(st.pragmas.get(iv, {})))
+            if "auto_unroll_max_step" in body.pragmas:
+                body.body = _auto_unroll(body.body, int(body.pragmas["auto_unroll_max_step"]))
+        if p == 0:
+            body = seq(init, body)
+        return body
+
+    def _kind(self, st: Stage, iv: IterVar) -> tuple[str, str]:
+        a = st.annotations.get(iv)
+        if a is None:
+            return ("serial", "")
+        if a in ("unroll", "vectorize", "parallel"):
+            return (a, "")
+        return ("thread", a)
+
+    def _init_nest(self, st: Stage, leaves: list, kinds: list, idx: Expr, guards: list[Expr], ext: dict) -> Stmt:
+        """Stores the reduction's identity over the spatial loops inside the first reduction loop."""
+        spatial = [(iv, kd) for iv, kd in zip(leaves, kinds) if st.axis_kind(iv) != REDUCE]
+        fresh = {iv.var: Var(iv.name + ".init") for iv, _ in spatial}
+        for iv, _ in spatial:
+            self.ranges[fresh[iv.var]] = self.ranges[iv.var]
+        reduce_vars = {iv.var for iv in leaves if st.axis_kind(iv) == REDUCE}
+        conds = [substitute(g, fresh) for g in guards if not (_vars(g) & reduce_vars)]
+        buf = self.buffers[id(st)]
+        stmt = self._guard(Store(buf, substitute(idx, fresh), st.op.body.identity()), conds)
+        for iv, (kind, thread) in reversed(spatial):
+            stmt = For(fresh[iv.var], ext[id(iv)], kind, stmt, thread)
+        return stmt
+
+    def _guard(self, stmt: Stmt, conds: list[Expr]) -> Stmt:
+        live = []
+        for c in conds:
+            c = arith.simplify(c, self.ranges)
+            if not (isinstance(c, Const) and c.value):
+                live.append(c)
+        if not live:
+            return stmt
+        cond = live[0]
+        for c in live[1:]:
+            cond = BinOp("and", cond, c)
+        return IfThenElse(cond, stmt)
+
+    # --- compute_at ----------------------------------------------------------------------------
+    def _attached(self, st: Stage, consumer_body: Expr, inner: dict) -> Stmt:
+        """Bound inference for `st` from the consumer's reads, then its nest in that region."""
+        op = st.op
+        lo_hi: list[list] = [[] for _ in op.axes]
+        for x in walk(consumer_body):
+            if isinstance(x, Load) and isinstance(x.source, Tensor) and self.sched.stage_of(x.source) is st:
+                for d, i in enumerate(x.indices):
+                    lo_hi[d].append(arith.symbolic_interval(i, inner))
+        mins, exts = [], []
+        for d, a in enumerate(op.axes):
+            lo, e = self._cover(lo_hi[d], a.extent)
+            mins.append(lo)
+            exts.append(e)
+        self.mins[id(st)] = mins
+        buf = Buffer(st.name, op.dtype, tuple(exts), st.scope if st.scope != "global" else "local")
+        self.buffers[id(st)] = buf
+        nest = self._stage(st, exts)
+        if st.scope == "shared":
+            nest = seq(Barrier(), nest, Barrier())
+        return Allocate(buf, nest)
+
+    def _cover(self, intervals: list, full: int) -> tuple[Expr, int]:
+        """One region [lo, lo + extent) covering every access; extent a constant."""
+        if not intervals or any(iv is None for iv in intervals):
+            return Const(0, "int32"), full
+        lows = [arith.simplify(lo, self.ranges) for lo, _ in intervals]
+        highs = [arith.simplify(hi, self.ranges) for _, hi in intervals]
+        lo = lows[0]
+        for other in lows[1:]:
+            d = arith.linear(other).plus(arith.linear(lo), -1)
+            if d.is_const():
+                lo = other if d.const < 0 else lo
+            else:
+                return Const(0, "int32"), full
+        extent = 0
+        for hi in highs:
+            e = arith.simplify(hi - lo + 1, self.ranges)
+            n = arith.as_int(e)
+            if n is None:
+                b = arith.int_bound(e, self.ranges)
+                if b is None:
+                    return Const(0, "int32"), full
+                n = b[1]
+            extent = max(extent, n)
+        return lo, max(1, min(extent, full))
+
+    # --- expressions -----------------------------------------------------------------------------
+    def _expand_inline(self, e: Expr) -> Expr:
+        def expand(x):
+            if isinstance(x, Load) and isinstance(x.source, Tensor):
+                st = self.sched.stage_of(x.source)
+                if st is not None and st.attach == ("inline",):
+                    body = substitute(st.op.body, {a.var: i for a, i in zip(st.op.axes, x.indices)})
+                    return self._expand_inline(body)
+            return None
+        return transform(e, expand)
+
+    def _resolve(self, e: Expr) -> Expr:
+        """te loads become flat buffer loads; indices simplified."""
+        def res(x):
+            if isinstance(x, Load) and isinstance(x.source, Tensor):
+                st = self.sched.stage_of(x.source)
+                key = id(st) if st is not None else id(x.source.op)
+                buf = self.buffers.get(key)
+                if buf is None:
+                    raise ScheduleError(f"tensor {x.source.name} is read before it is computed "
+                                        "(compute_at into a loop that does not enclose its reader?)")
+                mins = self.mins.get(key, [Const(0, "int32")] * len(buf.shape))
+                rel = [i - m for i, m in zip(x.indices, mins)]
+                return Load(buf, (self._flat(rel, list(buf.shape)),), x.dtype)
+            return None
+        return arith.simplify(transform(e, res), self.ranges)
+
+    def _flat(self, idx: list[Expr], shape: list[int]) -> Expr:
+        flat: Expr = Const(0, "int32")
+        for i, n in zip(idx, shape):
+            flat = flat * n + i
+        return arith.simplify(flat, self.ranges)
+
+
+def _body_source(op: ComputeOp) -> Expr:
+    return op.body.source if isinstance(op.body, Reduce) else op.body
+
+
+def _vars(e: Expr) -> set:
+    return {x for x in walk(e) if isinstance(x, Var)}
+
+
+def _trip_count(s: Stmt) -> int:
+    if isinstance(s, For):
+        return s.extent * _trip_count(s.body)
+    if isinstance(s, Seq):
+        return sum(_trip_count(x) for x in s.stmts)
+    if isinstance(s, (Allocate, Let, IfThenElse)):
+        return _trip_count(s.body if not isinstance(s, IfThenElse) else s.then)
+    return 1
+
+
+def _auto_unroll(s: Stmt, max_step: int) -> Stmt:
+    """Unroll every serial loop whose whole nest runs at most `max_step` iterations."""
+    if isinstance(s, For):
+        s.body = _auto_unroll(s.body, max_step)
+        if s.kind == "serial" and _trip_count(s) <= max_step:
+            s.kind = "unroll"
+        return s
+    if isinstance(s, Seq):
+        return Seq(tuple(_auto_unroll(x, max_step) for x in s.stmts))
+    if isinstance(s, (Allocate, Let)):
+        s.body = _auto_unroll(s.body, max_step)
+    elif isinstance(s, IfThenElse):
+        s.then = _auto_unroll(s.then, max_step)
+    return s
+
+
+def _drop_unit_loops(s: Stmt) -> Stmt:
+    """A loop of one iteration is its body with the variable set to 0."""
+    if isinstance(s, For):
+        body = _drop_unit_loops(s.body)
+        if s.extent == 1 and s.kind != "thread":
+            return _subst_stmt(body, {s.var: Const(0, "int32")})
+        s.body = body
+        return s
+    if isinstance(s, Seq):
+        return seq(*[_drop_unit_loops(x) for x in s.stmts])
+    if isinstance(s, (Allocate, Let)):
+        s.body = _drop_unit_loops(s.body)
+    elif isinstance(s, IfThenElse):
+        s.then = _drop_unit_loops(s.then)
+    return s
+
+
+def _subst_stmt(s: Stmt, m: dict) -> Stmt:
+    def ex(e: Expr) -> Expr:
+        return arith.simplify(substitute(e, m))
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _subst_stmt(s.body, m), s.thread, s.pragmas)
+    if isinstance(s, Store):
+        return Store(s.buffer, ex(s.index), ex(s.value))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(ex(s.cond), _subst_stmt(s.then, m), s.orelse and _subst_stmt(s.orelse, m))
+    if isinstance(s, Let):
+        return Let(s.var, ex(s.value), _subst_stmt(s.body, m))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _subst_stmt(s.body, m))
+    if isinstance(s, Seq):
+        return Seq(tuple(_subst_stmt(x, m) for x in s.stmts))
+    return s
+
+
+__all__ = ["lower"]

@@ -1,0 +1,326 @@
+"""Schedules: how the loops of each compute stage run.
+
+A Schedule holds one Stage per compute operation. Primitives (split, fuse, reorder, tile,
+annotations, compute_at/inline, cache_read/cache_write, bind) record *relations* between loop
+axes; nothing is lowered until `autosched.lower.lower` walks them. Misuse raises ScheduleError
+naming the stage and axis, because a schedule usually comes from a template and a config, and
+the user needs to know which knob produced it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from autosched.te.expr import Load, Reduce, Var, substitute, transform
+from autosched.te.tensor import REDUCE, SPATIAL, ComputeOp, IterVar, PlaceholderOp, Tensor, post_order
+
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
+SCOPES = ("global", "shared", "local")
+ANNOTATIONS = ("unroll", "vectorize", "parallel")
+
+
+class ScheduleError(ValueError):
+    """A schedule primitive was used in a way that would change the computation or cannot be lowered."""
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """parent = outer * factor + inner; `factor` or `nparts` is fixed, the other derived at lowering."""
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: int | None
+    nparts: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class Fuse:
+    """fused = outer * extent(inner) + inner."""
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+@dataclass(eq=False)
+class Stage:
+    op: ComputeOp
+    scope: str = "global"
+    leaf_axes: list = field(default_factory=list)
+    relations: list = field(default_factory=list)
+    annotations: dict = field(default_factory=dict)  # IterVar -> "unroll" | "vectorize" | "parallel" | thread tag
+    pragmas: dict = field(default_factory=dict)      # IterVar -> {name: value}
+    attach: tuple = ("root",)                         # ("root",) | ("inline",) | ("at", Stage, IterVar)
+
+    def __post_init__(self):
+        self.leaf_axes = list(self.op.axes) + list(self.op.reduce_axes)
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def root_axes(self) -> list:
+        return list(self.op.axes) + list(self.op.reduce_axes)
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name})"
+
+    # --- helpers -------------------------------------------------------------------------
+    def _err(self, msg: str, axis: IterVar | None = None) -> ScheduleError:
+        where = f"stage {self.name}" + (f", axis {axis.name}" if axis is not None else "")
+        return ScheduleError(f"{where}: {msg}")
+
+    def _leaf(self, iv: IterVar) -> int:
+        if not isinstance(iv, IterVar):
+            raise self._err(f"expected an IterVar, got {type(iv).__name__}")
+        for k, a in enumerate(self.leaf_axes):
+            if a is iv:
+                return k
+        if any(iv is a for s in self.relations for a in _rel_axes(s)):
+            raise self._err("the axis was already split or fused away; use the axes that replaced it", iv)
+        raise self._err("the axis does not belong to this stage", iv)
+
+    def axis_kind(self, iv: IterVar) -> str:
+        """Spatial or reduce, following the relations back to the root."""
+        for rel in reversed(self.relations):
+            if isinstance(rel, Split) and iv in (rel.outer, rel.inner):
+                return self.axis_kind(rel.parent)
+            if isinstance(rel, Fuse) and iv is rel.fused:
+                return self.axis_kind(rel.outer)
+        return iv.kind
+
+    # --- loop structure --------------------------------------------------------------------
+    def split(self, iv: IterVar, factor: int | None = None, nparts: int | None = None) -> tuple[IterVar, IterVar]:
+        k = self._leaf(iv)
+        if (factor is None) == (nparts is None):
+            raise self._err("split takes exactly one of factor= or nparts=", iv)
+        n = int(factor if factor is not None else nparts)
+        if n < 1:
+            raise self._err(f"split {'factor' if factor is not None else 'nparts'} must be >= 1, got {n}", iv)
+        f = n if factor is not None else -(-iv.extent // n)
+        outer = IterVar(Var(iv.name + ".o"), -(-iv.extent // f), iv.kind)
+        inner = IterVar(Var(iv.name + ".i"), f, iv.kind)
+        self.relations.append(Split(iv, outer, inner, int(factor) if factor is not None else None,
+                                    int(nparts) if nparts is not None else None))
+        self.leaf_axes[k:k + 1] = [outer, inner]
+        return outer, inner
+
+    def fuse(self, *ivs: IterVar) -> IterVar:
+        if len(ivs) < 2:
+            if len(ivs) == 1:
+                self._leaf(ivs[0])
+                return ivs[0]
+            raise self._err("fuse needs at least one axis")
+        pos = [self._leaf(iv) for iv in ivs]
+        if pos != list(range(pos[0], pos[0] + len(ivs))):
+            raise self._err("fuse needs adjacent axes, outermost first: " + ", ".join(i.name for i in ivs))
+        kinds = {self.axis_kind(iv) for iv in ivs}
+        if len(kinds) > 1:
+            raise self._err("cannot fuse a spatial axis with a reduction axis", ivs[0])
+        fused = ivs[0]
+        for iv in ivs[1:]:
+            new = IterVar(Var(f"{fused.name}.{iv.name}.f"), fused.extent * iv.extent, iv.kind)
+            self.relations.append(Fuse(fused, iv, new))
+            fused = new
+        self.leaf_axes[pos[0]:pos[-1] + 1] = [fused]
+        return fused
+
+    def reorder(self, *ivs: IterVar) -> None:
+        pos = [self._leaf(iv) for iv in ivs]
+        if len(set(pos)) != len(pos):
+            raise self._err("reorder names an axis twice")
+        for p, iv in zip(sorted(pos), ivs):
+            self.leaf_axes[p] = iv
+
+    def tile(self, x: IterVar, y: IterVar, x_factor: int, y_factor: int) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+        xo, xi = self.split(x, x_factor)
+        yo, yi = self.split(y, y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    # --- annotations -------------------------------------------------------------------------
+    def _annotate(self, iv: IterVar, what: str) -> None:
+        self._leaf(iv)
+        if what in ("vectorize", "parallel") and self.axis_kind(iv) == REDUCE:
+            reason = "loop-carried dependency" if what == "vectorize" else "race on the accumulator"
+            raise self._err(f"cannot {what} a reduction axis ({reason})", iv)
+        if iv in self.annotations and self.annotations[iv] != what:
+            raise self._err(f"axis is already marked {self.annotations[iv]}, cannot also {what} it", iv)
+        self.annotations[iv] = what
+
+    def unroll(self, iv: IterVar) -> None:
+        self._annotate(iv, "unroll")
+
+    def vectorize(self, iv: IterVar) -> None:
+        self._annotate(iv, "vectorize")
+
+    def parallel(self, iv: IterVar) -> None:
+        self._annotate(iv, "parallel")
+
+    def bind(self, iv: IterVar, thread: str) -> None:
+        if thread not in THREAD_TAGS:
+            raise self._err(f"unknown thread axis {thread!r}; one of {', '.join(THREAD_TAGS)}", iv)
+        if self.axis_kind(iv) == REDUCE and thread.startswith("blockIdx"):
+            raise self._err("cannot bind a reduction axis to blocks", iv)
+        self._annotate(iv, thread)
+
+    def pragma(self, iv: IterVar, name: str, value: int | str) -> None:
+        if name not in ("auto_unroll_max_step",):
+            raise self._err(f"unknown pragma {name!r}", iv)
+        self._leaf(iv)
+        self.pragmas.setdefault(iv, {})[name] = value
+
+    def set_scope(self, scope: str) -> None:
+        if scope not in SCOPES:
+            raise self._err(f"unknown memory scope {scope!r}; one of {', '.join(SCOPES)}")
+        self.scope = scope
+
+
+def _rel_axes(rel) -> tuple:
+    return (rel.parent, rel.outer, rel.inner) if isinstance(rel, Split) else (rel.outer, rel.inner, rel.fused)
+
+
+class Schedule:
+    """The stages of a computation, producers first, with the primitives that move them."""
+
+    def __init__(self, outputs: Sequence[Tensor]):
+        self.outputs = list(outputs)
+        self.stages: list[Stage] = []
+        self._by_op: dict[int, Stage] = {}
+        for t in post_order(self.outputs):
+            if isinstance(t.op, ComputeOp):
+                st = Stage(t.op)
+                self.stages.append(st)
+                self._by_op[id(t.op)] = st
+
+    def __getitem__(self, t: Tensor) -> Stage:
+        st = self._by_op.get(id(t.op))
+        if st is None:
+            kind = "an input (placeholder)" if isinstance(t.op, PlaceholderOp) else "not part of this schedule"
+            raise ScheduleError(f"tensor {t.name} is {kind}; it has no stage")
+        return st
+
+    def stage_of(self, t: Tensor) -> Stage | None:
+        """The stage that produces `t` now (after cache_write moved it), or None for an input."""
+        return self._by_op.get(id(t.op))
+
+    def readers(self, st: Stage) -> list[Stage]:
+        return [s for s in self.stages if any(self.stage_of(t) is st for t in s.op.inputs())]
+
+    # --- placement ---------------------------------------------------------------------------
+    def compute_at(self, st: Stage | Tensor, parent: Stage | Tensor, iv: IterVar) -> None:
+        st, parent = self._st(st), self._st(parent)
+        parent._leaf(iv)
+        if not isinstance(st.op, ComputeOp) or st is parent:
+            raise st._err(f"cannot compute_at into itself ({parent.name})")
+        if st not in self._consumed_by(parent):
+            raise st._err(f"compute_at target {parent.name} does not read this stage's tensor", iv)
+        others = [r for r in self.readers(st) if r is not parent and r.attach != ("inline",)]
+        if others:
+            raise st._err(f"compute_at {parent.name}: the tensor is also read by {others[0].name}, "
+                          "which could not see a buffer local to that loop", iv)
+        st.attach = ("at", parent, iv)
+
+    def compute_inline(self, st: Stage | Tensor) -> None:
+        st = self._st(st)
+        if st.op.reduce_axes:
+            raise st._err("a reduction cannot be inlined into its consumers")
+        if any(o.op is st.op or self.stage_of(o) is st for o in self.outputs):
+            raise st._err("an output of the computation cannot be inlined")
+        st.attach = ("inline",)
+
+    def compute_root(self, st: Stage | Tensor) -> None:
+        self._st(st).attach = ("root",)
+
+    def _consumed_by(self, parent: Stage) -> list[Stage]:
+        """Stages whose tensors `parent` reads, looking through inlined stages."""
+        out: list[Stage] = []
+        todo = list(parent.op.inputs())
+        while todo:
+            st = self.stage_of(todo.pop())
+            if st is None or st in out:
+                continue
+            out.append(st)
+            if st.attach == ("inline",):
+                todo.extend(st.op.inputs())
+        return out
+
+    def _st(self, x: Stage | Tensor) -> Stage:
+        return x if isinstance(x, Stage) else self[x]
+
+    # --- caching -------------------------------------------------------------------------------
+    def cache_write(self, t: Tensor, scope: str) -> Tensor:
+        """Compute `t` into a new buffer of `scope`; `t`'s stage becomes a copy out of it.
+
+        The usual use: a register-tiled accumulator (scope local) computed at a tile loop.
+        """
+        st = self[t]
+        if st.relations or st.annotations or st.attach != ("root",):
+            raise st._err("cache_write must come before any other primitive on the stage")
+        if scope not in SCOPES:
+            raise st._err(f"unknown memory scope {scope!r}")
+        op = st.op
+        axes = tuple(IterVar(Var(a.name), a.extent, SPATIAL) for a in op.axes)
+        raxes = tuple(IterVar(Var(a.name), a.extent, REDUCE) for a in op.reduce_axes)
+        mapping = {a.var: b.var for a, b in zip(op.axes + op.reduce_axes, axes + raxes)}
+        ax_map = dict(zip(op.reduce_axes, raxes))
+
+        def fresh(x):
+            if isinstance(x, Reduce):
+                return Reduce(x.combiner, x.source, tuple(ax_map.get(a, a) for a in x.axes), x.dtype)
+            return None
+
+        body = transform(substitute(op.body, mapping), fresh)
+        cache_op = ComputeOp(f"{op.name}_{scope}", axes, body, op.tag, dict(op.attrs))
+        cache = Tensor(cache_op)
+        copy_axes = tuple(IterVar(Var(a.name), a.extent, SPATIAL) for a in op.axes)
+        copy_op = ComputeOp(op.name, copy_axes, cache[tuple(a.var for a in copy_axes)], op.tag, dict(op.attrs))
+        cache_stage = Stage(cache_op, scope=scope)
+        st.op = copy_op
+        st.leaf_axes = list(copy_axes)
+        self._by_op[id(copy_op)] = st
+        self._by_op[id(cache_op)] = cache_stage
+        self.stages.insert(self.stages.index(st), cache_stage)
+        return cache
+
+    def cache_read(self, t: Tensor, scope: str, readers: Iterable[Stage | Tensor]) -> Tensor:
+        """Copy `t` into a buffer of `scope` that the given readers load from instead."""
+        readers = [self._st(r) for r in readers]
+        if scope not in SCOPES:
+            raise ScheduleError(f"cache_read of {t.name}: unknown memory scope {scope!r}")
+        src = self.stage_of(t)
+        cache_op_t = _copy_compute(t, f"{t.name}_{scope}")
+        cache_stage = Stage(cache_op_t.op, scope=scope)
+        self._by_op[id(cache_op_t.op)] = cache_stage
+        for r in readers:
+            if not any(self.stage_of(i) is src and (src is not None or i.op is t.op) for i in r.op.inputs()):
+                raise r._err(f"cache_read: this stage does not read {t.name}")
+            r.op = _redirect(r.op, t, cache_op_t, self)
+            self._by_op[id(r.op)] = r
+        first = min(self.stages.index(r) for r in readers)
+        self.stages.insert(first, cache_stage)
+        return cache_op_t
+
+
+def _copy_compute(t: Tensor, name: str) -> Tensor:
+    axes = tuple(IterVar(Var(f"ax{k}"), n, SPATIAL) for k, n in enumerate(t.shape))
+    return Tensor(ComputeOp(name, axes, t[tuple(a.var for a in axes)], "copy"))
+
+
+def _redirect(op: ComputeOp, old: Tensor, new: Tensor, sched: Schedule) -> ComputeOp:
+    """`op` with reads of `old` (or of whatever now produces it) turned into reads of `new`."""
+    target = sched.stage_of(old)
+
+    def swap(x):
+        if isinstance(x, Load) and (x.source.op is old.op or (target is not None and sched.stage_of(x.source) is target)):
+            return Load(new, x.indices, x.dtype)
+        return None
+
+    return ComputeOp(op.name, op.axes, transform(op.body, swap), op.tag, op.attrs)
+
+
+def create_schedule(outputs: Tensor | Sequence[Tensor]) -> Schedule:
+    return Schedule([outputs] if isinstance(outputs, Tensor) else list(outputs))
+
+
+__all__ = ["Schedule", "Stage", "ScheduleError", "Split", "Fuse", "create_schedule", "THREAD_TAGS", "SCOPES"]
