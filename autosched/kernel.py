@@ -20,6 +20,7 @@ def source(sched: Schedule, args: Sequence[Tensor], name: str = "kernel", target
 def build_kernel(sched: Schedule, args: Sequence[Tensor], name: str = "kernel", target: str = "llvm",
                  cache_dir: Path | None = None) -> Kernel:
     func = lower(sched, args, name)
-    code = renderer_for(target.split()[0]).render(func)
+    renderer = renderer_for(target.split()[0])
+    code = renderer.render(func)
     path = compile_c(code, cache_dir=cache_dir)
-    return Kernel(path, func.name if func.name.isidentifier() else name, func.params, code)
+    return Kernel(path, renderer.symbol(func), func.params, code)

@@ -39,6 +39,11 @@ class CRenderer:
 
     capabilities = {"threads": False, "shared_memory": False, "vector_bytes": 64}
 
+    @staticmethod
+    def symbol(func: PrimFunc) -> str:
+        """The exported name of the rendered function."""
+        return _ident(func.name)
+
     def render(self, func: PrimFunc) -> str:
         self._names: dict[int, str] = {}
         self._used: set[str] = set()
@@ -51,7 +56,7 @@ class CRenderer:
             const = "" if id(b) in written else "const "
             params.append(f"{const}{C_TYPES[b.dtype]}* restrict {self._name(b)}")
         body = self._stmt(func.body, 1)
-        fname = _ident(func.name)
+        fname = self.symbol(func)
         head = ["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <omp.h>", ""]
         lines = head + list(self._helpers.values()) + [
             "",
@@ -219,6 +224,10 @@ class CRenderer:
             fmt = _math_fmt(e.name, e.dtype)
             fn = self._lanewise(e.name, vt, len(bc), lanes, fmt)
             return (f"{fn}({', '.join(bc)})", True)
+        if isinstance(e, Select) and v not in _free(e.cond):
+            # one condition for all lanes: a C conditional evaluates only the taken branch, whose
+            # loads may be out of bounds when it is not taken (padding, concatenation)
+            return (f"({self._expr(e.cond)} ? {bc[1]} : {bc[2]})", True)
         if isinstance(e, Select) and e.cond.dtype == "bool" and isinstance(e.cond, Cmp):
             ca, cb = e.cond.a, e.cond.b
             ct = self._vtype(ca.dtype, lanes)
@@ -308,9 +317,16 @@ def _const(e: Const) -> str:
     return str(int(v))
 
 
+_C_RESERVED = set("""auto break case char const continue default do double else enum extern float for goto if inline
+int long register restrict return short signed sizeof static struct switch typedef union unsigned void volatile
+while status l r""".split())
+
+
 def _ident(name: str) -> str:
+    """A C identifier for a user's name: keywords and the function's own locals get a suffix."""
     out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    return out if out and not out[0].isdigit() else "_" + out
+    out = out if out and not out[0].isdigit() else "_" + out
+    return out + "_" if out in _C_RESERVED else out
 
 
 def _free(e: Expr) -> set:

@@ -68,3 +68,18 @@ def format_diagnostics(stderr: str, source: str, src_path: str) -> str:
         if m and 0 < int(m.group(1)) <= len(lines):
             out.append(f"    line {m.group(1)}: {lines[int(m.group(1)) - 1].strip()}")
     return "\n".join(out)
+
+
+def optimization_report(source: str, flags: Sequence[str] = DEFAULT_FLAGS, cc: str = "gcc") -> str:
+    """gcc's own account of which loops it vectorized and unrolled, lines naming `kernel.c`.
+
+    For a user checking that a schedule's annotations reached the machine code.
+    """
+    with tempfile.TemporaryDirectory(prefix="autosched-cc-") as tmp:
+        src = Path(tmp) / "kernel.c"
+        src.write_text(source)
+        proc = subprocess.run([cc, *flags, "-fopt-info-vec-optimized", "-fopt-info-loop-optimized", str(src),
+                               "-o", str(Path(tmp) / "kernel.so"), "-lm"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(format_diagnostics(proc.stderr, source, str(src)))
+        return proc.stderr.replace(str(src), "kernel.c")

@@ -87,7 +87,7 @@ def linear(e: Expr, ranges: Ranges | None = None) -> Linear:
         return Linear({}, int(e.value), e.dtype)
     if isinstance(e, BinOp) and _is_int(e):
         if e.op in ("add", "sub"):
-            return linear(e.a, ranges).plus(linear(e.b, ranges), 1 if e.op == "add" else -1)
+            return _merge_divmod(linear(e.a, ranges).plus(linear(e.b, ranges), 1 if e.op == "add" else -1), ranges)
         if e.op == "mul":
             la, lb = linear(e.a, ranges), linear(e.b, ranges)
             if lb.is_const():
@@ -116,6 +116,23 @@ def linear(e: Expr, ranges: Ranges | None = None) -> Linear:
     if isinstance(e, Var):
         return Linear.atom(e)
     return Linear.atom(_simplify_node(e, ranges))
+
+
+def _merge_divmod(lin: Linear, ranges: Ranges) -> Linear:
+    """c·k·(x // k) + c·(x % k) is c·x: un-fusing a fused axis leaves these pairs in flat indices,
+    and only once they cancel is the index affine in the loop variables again (vectorizable)."""
+    while True:
+        for key, (c, atom) in lin.terms.items():
+            if not (isinstance(atom, BinOp) and atom.op == "floormod" and isinstance(atom.b, Const)):
+                continue
+            div_key = ("floordiv", atom.a.key(), atom.b.key())
+            d = lin.terms.get(div_key)
+            if d is not None and d[0] == c * atom.b.value:
+                rest = Linear({k: v for k, v in lin.terms.items() if k not in (key, div_key)}, lin.const, lin.dtype)
+                lin = rest.plus(linear(atom.a, ranges).scaled(c))
+                break
+        else:
+            return lin
 
 
 def _divmod(op: str, la: Linear, c: int, ranges: Ranges) -> Linear:

@@ -137,6 +137,8 @@ class _Lowerer:
             main: Stmt = Store(buf, idx, BinOp(_COMBINE[op.body.combiner], old, value_expr))
         else:
             main = Store(buf, idx, value_expr)
+        if st.attach[0] == "at" and self._in_bounds(main):
+            guards = []  # the overhang lands in scratch rows of a local buffer that no one reads
         main = self._guard(main, guards)
 
         kinds = [self._kind(st, iv) for iv in leaves]
@@ -144,7 +146,7 @@ class _Lowerer:
         for k, iv in enumerate(leaves):
             if kinds[k][0] == "vectorize" and (k != len(leaves) - 1 or id(iv) in pre):
                 raise ScheduleError(f"stage {st.name}, axis {iv.name}: only the innermost loop can be vectorized")
-        init = self._init_nest(st, leaves[p:], kinds[p:], idx, guards, ext) if p is not None else None
+        init = self._init_nest(st, leaves[p:], kinds[p:], idx, guards, ext, lets) if p is not None else None
 
         body = main
         for k in range(len(leaves) - 1, -1, -1):
@@ -170,19 +172,34 @@ class _Lowerer:
             return (a, "")
         return ("thread", a)
 
-    def _init_nest(self, st: Stage, leaves: list, kinds: list, idx: Expr, guards: list[Expr], ext: dict) -> Stmt:
+    def _init_nest(self, st: Stage, leaves: list, kinds: list, idx: Expr, guards: list[Expr], ext: dict,
+                   lets: dict) -> Stmt:
         """Stores the reduction's identity over the spatial loops inside the first reduction loop."""
         spatial = [(iv, kd) for iv, kd in zip(leaves, kinds) if st.axis_kind(iv) != REDUCE]
-        fresh = {iv.var: Var(iv.name + ".init") for iv, _ in spatial}
+        fresh: dict = {}
         for iv, _ in spatial:
-            self.ranges[fresh[iv.var]] = self.ranges[iv.var]
+            for var in [iv.var] + [v for v, _ in lets.get(id(iv), [])]:
+                fresh[var] = Var(var.name + ".init")
+                self.ranges[fresh[var]] = self.ranges[var]
         reduce_vars = {iv.var for iv in leaves if st.axis_kind(iv) == REDUCE}
         conds = [substitute(g, fresh) for g in guards if not (_vars(g) & reduce_vars)]
         buf = self.buffers[id(st)]
         stmt = self._guard(Store(buf, substitute(idx, fresh), st.op.body.identity()), conds)
         for iv, (kind, thread) in reversed(spatial):
+            for var, e in reversed(lets.get(id(iv), [])):
+                stmt = Let(fresh[var], arith.simplify(substitute(e, fresh), self.ranges), stmt)
             stmt = For(fresh[iv.var], ext[id(iv)], kind, stmt, thread)
         return stmt
+
+    def _in_bounds(self, store: Store) -> bool:
+        """Whether every access of `store` stays inside its buffer for every loop value."""
+        accesses = [(store.buffer, store.index)]
+        accesses += [(x.source, x.indices[0]) for x in walk(store.value) if isinstance(x, Load)]
+        for buf, index in accesses:
+            b = arith.int_bound(index, self.ranges)
+            if b is None or b[0] < 0 or b[1] >= buf.size:
+                return False
+        return True
 
     def _guard(self, stmt: Stmt, conds: list[Expr]) -> Stmt:
         live = []

@@ -1,6 +1,9 @@
 """Calling compiled kernels through cffi in ABI mode (dlopen): no second compile per kernel."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 from pathlib import Path
 from typing import Sequence
 
@@ -14,6 +17,17 @@ _NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int
        "int64": np.int64, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
 
 
+@functools.lru_cache(maxsize=None)
+def _pin_openmp():
+    """Keep the OpenMP runtime loaded for the life of the process.
+
+    A kernel library pulls in libgomp; when the last kernel is unloaded libgomp would be
+    unloaded with it while its idle worker threads still run its code, and the process dies.
+    """
+    name = ctypes.util.find_library("gomp") or "libgomp.so.1"
+    return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+
+
 class Kernel:
     """One compiled function: checks its arguments, then calls straight into C."""
 
@@ -24,6 +38,7 @@ class Kernel:
         self._ffi = FFI()
         self._ffi.cdef(f"int32_t {name}({', '.join(t + '*' for t in ctypes)});\n"
                        "void autosched_set_num_threads(int32_t);")
+        _pin_openmp()
         self._lib = self._ffi.dlopen(str(self.path))
         self._fn = getattr(self._lib, name)
         self._ptr_types = [f"{t}*" for t in ctypes]

@@ -124,23 +124,13 @@ class Tensor:
         return f"Tensor({self.name}, {self.shape}, {self.dtype})"
 
 
-_names: dict[str, int] = {}
-
-
-def _unique(name: str) -> str:
-    """Distinct names keep generated C readable; uniqueness is per process, not semantic."""
-    n = _names.get(name, 0)
-    _names[name] = n + 1
-    return name if n == 0 else f"{name}_{n}"
-
-
 def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "placeholder") -> Tensor:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}")
     shape = tuple(int(s) for s in shape)
     if any(s <= 0 for s in shape):
         raise ValueError(f"placeholder {name}: every dimension must be positive, got {shape}")
-    return Tensor(PlaceholderOp(_unique(name), shape, dtype))
+    return Tensor(PlaceholderOp(name, shape, dtype))
 
 
 def compute(shape: Sequence[int], fn: Callable[..., Any], name: str = "compute", tag: str = "",
@@ -159,7 +149,7 @@ def compute(shape: Sequence[int], fn: Callable[..., Any], name: str = "compute",
     body = as_expr(fn(*[a.var for a in axes]))
     if isinstance(body, Reduce) is False and any(isinstance(x, Reduce) for x in walk(body)):
         raise ValueError(f"compute {name}: a reduction must be the whole body, not part of it")
-    return Tensor(ComputeOp(_unique(name), axes, body, tag, dict(attrs or {})))
+    return Tensor(ComputeOp(name, axes, body, tag, dict(attrs or {})))
 
 
 def _reducer(combiner: str):

@@ -1,0 +1,165 @@
+"""Matrix multiplication in its forms: MatMul (numpy semantics), Dense, Gemm, batched MatMul.
+
+The compute definition takes an optional packing (mr, nr): A is repacked into mr-row panels and
+B into nr-column panels, each contiguous along k, so the micro-kernel streams both operands
+with unit stride and no 4 KiB aliasing between rows. Padding the panels with zeros lets the
+micro-kernel run full tiles at the edges; only the final store is guarded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from autosched import te
+from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue, bias_add, scale, add
+from autosched.schedule import Schedule, create_schedule
+from autosched.te import Tensor
+
+MATMUL_TAG = "matmul"
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Panel sizes of the packed layout: mr rows of A, nr columns of B per panel."""
+    mr: int
+    nr: int
+
+
+def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False,
+           epilogue: Sequence[EpilogueFn] = (), packing: Packing | None = None, name: str = "matmul") -> Tensor:
+    """C[..., m, n] = sum_k A[..., m, k] · B[..., k, n]; leading (batch) dims broadcast like numpy.
+
+    A 1-D or 2-D operand on either side is the plain matrix case; 3-D operands are batched.
+    """
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"{name}: operands must have at least 2 dimensions, got {a.shape} and {b.shape}")
+    m, ka = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
+    n, kb = (b.shape[-2], b.shape[-1]) if trans_b else (b.shape[-1], b.shape[-2])
+    if ka != kb:
+        raise ValueError(f"{name}: inner dimensions differ: A{list(a.shape)} (k={ka}) and B{list(b.shape)} (k={kb})")
+    batch = _broadcast(a.shape[:-2], b.shape[:-2], name)
+    nb = len(batch)
+    k = te.reduce_axis(ka, "k")
+
+    def bidx(t: Tensor, i: tuple) -> tuple:
+        off = nb - (t.ndim - 2)
+        return tuple(0 if t.shape[d] == 1 else i[off + d] for d in range(t.ndim - 2))
+
+    if packing is None:
+        def a_at(i, m_, k_):
+            return a[bidx(a, i) + ((k_, m_) if trans_a else (m_, k_))]
+
+        def b_at(i, k_, n_):
+            return b[bidx(b, i) + ((n_, k_) if trans_b else (k_, n_))]
+    else:
+        mr, nr = packing.mr, packing.nr
+        ap = te.compute(a.shape[:-2] + (-(-m // mr), ka, mr),
+                        lambda *i: _panel(a, i[:-3], i[-3] * mr + i[-1], i[-2], m, mr, trans_a),
+                        name=f"{a.name}_packed", tag="pack")
+        bp = te.compute(b.shape[:-2] + (-(-n // nr), ka, nr),
+                        lambda *i: _panel(b, i[:-3], i[-3] * nr + i[-1], i[-2], n, nr, not trans_b),
+                        name=f"{b.name}_packed", tag="pack")
+
+        def a_at(i, m_, k_):
+            return ap[bidx(a, i) + (m_ // mr, k_, m_ % mr)]
+
+        def b_at(i, k_, n_):
+            return bp[bidx(b, i) + (n_ // nr, k_, n_ % nr)]
+
+    c = te.compute(batch + (m, n), lambda *i: te.sum(a_at(i[:-2], i[-2], k) * b_at(i[:-2], k, i[-1]), k),
+                   name=name, tag=MATMUL_TAG, attrs={"packing": packing})
+    return apply_epilogue(c, epilogue)
+
+
+def _panel(t: Tensor, batch_idx: tuple, row, k, extent: int, width: int, transposed: bool):
+    """t's element at (row, k) — or (k, row) when `transposed` — and 0 in the padding of the last panel."""
+    idx = tuple(batch_idx) + ((k, row) if transposed else (row, k))
+    if extent % width:
+        return te.select(row < extent, t[idx], te.const(0, t.dtype))
+    return t[idx]
+
+
+def _broadcast(sa: tuple, sb: tuple, name: str) -> tuple:
+    out = []
+    for k in range(max(len(sa), len(sb))):
+        x = sa[len(sa) - 1 - k] if k < len(sa) else 1
+        y = sb[len(sb) - 1 - k] if k < len(sb) else 1
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"{name}: batch dimensions {sa} and {sb} do not broadcast")
+        out.append(max(x, y))
+    return tuple(reversed(out))
+
+
+def dense(x: Tensor, w: Tensor, bias: Tensor | None = None, epilogue: Sequence[EpilogueFn] = (),
+          packing: Packing | None = None) -> Tensor:
+    """y = x · wᵀ (+ bias): the fully connected layer, weights stored [out, in]."""
+    pre = (bias_add(bias, 1),) if bias is not None else ()
+    return matmul(x, w, trans_b=True, epilogue=pre + tuple(epilogue), packing=packing, name="dense")
+
+
+def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0,
+         trans_a: bool = False, trans_b: bool = False, epilogue: Sequence[EpilogueFn] = (),
+         packing: Packing | None = None) -> Tensor:
+    """ONNX Gemm: alpha · A' · B' + beta · C, with C broadcast to the output."""
+    pre: list[EpilogueFn] = []
+    if alpha != 1.0:
+        pre.append(scale(alpha))
+    if c is not None and beta != 0.0:
+        cc = c if beta == 1.0 else te.compute(c.shape, lambda *i: c[i] * te.const(beta, c.dtype), name="gemm_beta_c")
+        pre.append(add(cc))
+    return matmul(a, b, trans_a, trans_b, tuple(pre) + tuple(epilogue), packing, name="gemm")
+
+
+def default_packing(m: int, n: int, vector_lanes: int = 16) -> Packing:
+    """6 rows × two vectors: twelve accumulators fill half the register file, leaving room for loads."""
+    nr = 2 * vector_lanes if n >= 2 * vector_lanes else max(1, min(n, vector_lanes))
+    return Packing(mr=min(6, m), nr=nr)
+
+
+def schedule_matmul(out: Tensor, vector_lanes: int = 16) -> Schedule:
+    """A register-tiled, vectorized, parallel schedule for a packed matmul and its epilogue.
+
+    Output tiles of mr × nr are computed in a local accumulator (k outermost, rows and vector
+    columns unrolled), panels are packed in parallel, tiles are distributed over threads with
+    the column panel outermost so consecutive tiles reuse the packed B panel from cache.
+    """
+    s = create_schedule(out)
+    anchor = next(t for t in te.post_order([out]) if getattr(t.op, "tag", "") == MATMUL_TAG)
+    packing: Packing | None = anchor.op.attrs.get("packing")
+    mr, nr = (packing.mr, packing.nr) if packing else (1, min(anchor.shape[-1], vector_lanes))
+    for st in s.stages:
+        if st.op.tag == EPILOGUE_TAG and st.op is not out.op:
+            s.compute_inline(st)
+        elif st.op.tag == "pack" or st.op.name == "gemm_beta_c":
+            _schedule_copy(st)
+    if out.op is anchor.op:
+        acc = s.cache_write(anchor, "local")
+        acc_stage = s[acc]
+    else:
+        acc_stage = s[anchor]
+        acc_stage.set_scope("local")
+    o = s[out]
+    axes = list(o.op.axes)
+    io, ii = o.split(axes[-2], mr)
+    jo, ji = o.split(axes[-1], nr)
+    o.reorder(*axes[:-2], jo, io, ii, ji)
+    fused = o.fuse(*axes[:-2], jo, io)
+    o.parallel(fused)
+    o.vectorize(ji)
+    s.compute_at(acc_stage, o, fused)
+    ci, cj = acc_stage.op.axes[-2:]
+    (ck,) = acc_stage.op.reduce_axes
+    lanes = vector_lanes if nr % vector_lanes == 0 else nr
+    cjo, cjv = acc_stage.split(cj, lanes)
+    acc_stage.reorder(*acc_stage.op.axes[:-2], ck, ci, cjo, cjv)
+    acc_stage.unroll(ci)
+    acc_stage.unroll(cjo)
+    acc_stage.vectorize(cjv)
+    return s
+
+
+def _schedule_copy(st) -> None:
+    """Layout copies run at root with their outer loops fused and parallel."""
+    axes = list(st.op.axes)
+    if len(axes) > 1:
+        st.parallel(st.fuse(*axes[:-1]))

@@ -1,0 +1,250 @@
+"""Schedule primitives preserve semantics, and misuse is reported with the stage and axis.
+
+The property tests draw random schedules (splits that do and don't divide, reorders, fuses,
+annotations, local accumulators computed at random loops) of a matmul and a convolution,
+build each with gcc, and compare with numpy.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from autosched import te
+from autosched.kernel import build_kernel
+from autosched.lower import lower
+from autosched.schedule import ScheduleError, create_schedule
+
+RNG = np.random.default_rng(0)
+
+
+def _matmul(m, n, k):
+    a = te.placeholder((m, k), name="A")
+    b = te.placeholder((k, n), name="B")
+    r = te.reduce_axis(k, "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], r), name="C")
+    return a, b, c
+
+
+def _conv(n, ci, h, w, co, kh, kw, stride, pad):
+    x = te.placeholder((n, ci, h, w), name="X")
+    wt = te.placeholder((co, ci, kh, kw), name="W")
+    ph, pw = h + 2 * pad, w + 2 * pad
+    xp = te.compute((n, ci, ph, pw), lambda b, c, y, z: te.select(
+        (y >= pad) & (y < h + pad) & (z >= pad) & (z < w + pad), x[b, c, y - pad, z - pad], 0.0), name="Xpad")
+    oh, ow = (ph - kh) // stride + 1, (pw - kw) // stride + 1
+    rc, ry, rx = te.reduce_axis(ci, "rc"), te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    y = te.compute((n, co, oh, ow), lambda b, f, i, j: te.sum(
+        xp[b, rc, i * stride + ry, j * stride + rx] * wt[f, rc, ry, rx], [rc, ry, rx]), name="Y")
+    return x, wt, xp, y
+
+
+def _conv_ref(x, w, stride, pad):
+    n, ci, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, co, oh, ow), np.float64)
+    for dy in range(kh):
+        for dx in range(kw):
+            patch = xp[:, :, dy:dy + stride * oh:stride, dx:dx + stride * ow:stride]
+            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, dy, dx])
+    return out
+
+
+@st.composite
+def matmul_schedules(draw):
+    m, n, k = draw(st.sampled_from([(7, 13, 5), (16, 32, 8), (33, 17, 9), (1, 19, 3)]))
+    return (m, n, k), draw(st.fixed_dictionaries({
+        "fi": st.integers(1, 9), "fj": st.integers(1, 20), "fk": st.integers(1, 6),
+        "order": st.permutations(range(4)), "fuse": st.booleans(), "parallel": st.booleans(),
+        "cache": st.booleans(), "vec": st.booleans(), "unroll": st.booleans(), "nparts": st.booleans(),
+    }))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(matmul_schedules())
+def test_random_matmul_schedules_match_numpy(case):
+    (m, n, k), p = case
+    a, b, c = _matmul(m, n, k)
+    s = create_schedule(c)
+    cl = s.cache_write(c, "local") if p["cache"] else None
+    stage = s[c]
+    i, j = stage.op.axes
+    io, ii = stage.split(i, nparts=p["fi"]) if p["nparts"] else stage.split(i, p["fi"])
+    jo, ji = stage.split(j, p["fj"])
+    if cl is None:
+        (kk,) = stage.op.reduce_axes
+        ko, ki = stage.split(kk, p["fk"])
+        loops = [io, jo, ko, ii]
+        stage.reorder(*[loops[x] for x in p["order"]], ki, ji)
+        if p["vec"]:
+            stage.vectorize(ji)
+        if p["unroll"]:
+            stage.unroll(ki)
+        if p["fuse"] and stage.leaf_axes.index(io) + 1 == stage.leaf_axes.index(jo):
+            f = stage.fuse(io, jo)
+            if p["parallel"]:
+                stage.parallel(f)
+    else:
+        stage.reorder(io, jo, ii, ji)
+        outer = stage.fuse(io, jo) if p["fuse"] else jo
+        if p["parallel"]:
+            stage.parallel(outer)
+        if p["vec"]:
+            stage.vectorize(ji)
+        s.compute_at(s[cl], stage, outer)
+        ci, cj = s[cl].op.axes
+        (ck,) = s[cl].op.reduce_axes
+        ko, ki = s[cl].split(ck, p["fk"])
+        s[cl].reorder(ko, ci, ki, cj)
+        if p["unroll"]:
+            s[cl].unroll(ki)
+        if p["vec"]:
+            s[cl].vectorize(cj)
+    kern = build_kernel(s, [a, b, c], "mm")
+    av = RNG.standard_normal((m, k)).astype(np.float32)
+    bv = RNG.standard_normal((k, n)).astype(np.float32)
+    cv = np.full((m, n), np.nan, np.float32)
+    kern(av, bv, cv)
+    np.testing.assert_allclose(cv, av @ bv, rtol=1e-4, atol=1e-4)
+
+
+@st.composite
+def conv_schedules(draw):
+    shape = draw(st.sampled_from([(1, 3, 7, 7, 4, 3, 3, 1, 1), (1, 4, 9, 6, 5, 3, 3, 2, 1), (2, 2, 5, 5, 3, 1, 1, 1, 0)]))
+    return shape, draw(st.fixed_dictionaries({
+        "fco": st.integers(1, 5), "fw": st.integers(1, 8), "inline_pad": st.booleans(), "cache": st.booleans(),
+        "at": st.sampled_from(["b", "fo", "i"]), "vec": st.booleans(), "unroll_rx": st.booleans(),
+    }))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv_schedules())
+def test_random_conv_schedules_match_numpy(case):
+    (n, ci, h, w, co, kh, kw, stride, pad), p = case
+    x, wt, xp, y = _conv(n, ci, h, w, co, kh, kw, stride, pad)
+    s = create_schedule(y)
+    if p["inline_pad"]:
+        s.compute_inline(xp)
+    yl = s.cache_write(y, "local") if p["cache"] else None
+    stage = s[y]
+    b, f, i, j = stage.op.axes
+    fo, fi = stage.split(f, p["fco"])
+    jo, ji = stage.split(j, p["fw"])
+    stage.reorder(b, fo, i, jo, fi, ji)
+    if p["vec"] and yl is not None:  # without a cache stage the reduction loops stay innermost
+        stage.vectorize(ji)
+    target_axis = {"b": b, "fo": fo, "i": i}[p["at"]]
+    if yl is not None:
+        s.compute_at(s[yl], stage, target_axis)
+        rc, ry, rx = s[yl].op.reduce_axes
+        if p["unroll_rx"]:
+            s[yl].unroll(rx)
+    elif not p["inline_pad"]:
+        s.compute_at(s[xp], stage, target_axis)
+    kern = build_kernel(s, [x, wt, y], "conv")
+    xv = RNG.standard_normal(x.shape).astype(np.float32)
+    wv = RNG.standard_normal(wt.shape).astype(np.float32)
+    yv = np.full(y.shape, np.nan, np.float32)
+    kern(xv, wv, yv)
+    np.testing.assert_allclose(yv, _conv_ref(xv, wv, stride, pad), rtol=1e-4, atol=1e-4)
+
+
+# --- misuse ------------------------------------------------------------------------------
+
+def test_split_axis_of_another_stage():
+    a, b, c = _matmul(4, 4, 4)
+    d = te.compute((4, 4), lambda i, j: c[i, j] + 1.0, name="D")
+    s = create_schedule(d)
+    with pytest.raises(ScheduleError, match=r"stage D, axis i: the axis does not belong"):
+        s[d].split(s[c].op.axes[0], 2)
+
+
+def test_reorder_axis_fused_away():
+    a, b, c = _matmul(4, 4, 4)
+    s = create_schedule(c)
+    i, j = s[c].op.axes
+    s[c].fuse(i, j)
+    with pytest.raises(ScheduleError, match=r"stage C, axis j: the axis was already split or fused away"):
+        s[c].reorder(j, i)
+
+
+def test_vectorize_reduction_axis():
+    a, b, c = _matmul(4, 4, 4)
+    s = create_schedule(c)
+    with pytest.raises(ScheduleError, match=r"stage C, axis k: cannot vectorize a reduction axis"):
+        s[c].vectorize(s[c].op.reduce_axes[0])
+
+
+def test_vectorize_split_of_reduction_axis():
+    a, b, c = _matmul(4, 4, 8)
+    s = create_schedule(c)
+    _, ki = s[c].split(s[c].op.reduce_axes[0], 4)
+    with pytest.raises(ScheduleError, match="loop-carried"):
+        s[c].vectorize(ki)
+
+
+def test_compute_at_stage_that_does_not_consume():
+    x = te.placeholder((8,), name="x")
+    p = te.compute((8,), lambda i: x[i] * 2.0, name="P")
+    q = te.compute((8,), lambda i: x[i] + 1.0, name="Q")
+    r = te.compute((8,), lambda i: p[i] + q[i], name="R")
+    s = create_schedule(r)
+    with pytest.raises(ScheduleError, match=r"stage P, axis i: compute_at target Q does not read"):
+        s.compute_at(s[p], s[q], s[q].op.axes[0])
+
+
+def test_vectorize_non_innermost_fails_at_lowering():
+    a, b, c = _matmul(4, 8, 4)
+    s = create_schedule(c)
+    i, j = s[c].op.axes
+    s[c].vectorize(i)
+    with pytest.raises(ScheduleError, match=r"stage C, axis i: only the innermost loop"):
+        lower(s, [a, b, c])
+
+
+def test_fuse_needs_adjacent_axes_and_cache_write_first():
+    x = te.placeholder((4, 4, 4), name="x")
+    y = te.compute((4, 4, 4), lambda i, j, k: x[i, j, k] + 1.0, name="Y")
+    s = create_schedule(y)
+    i, j, k = s[y].op.axes
+    with pytest.raises(ScheduleError, match="adjacent"):
+        s[y].fuse(i, k)
+    s[y].split(i, 2)
+    with pytest.raises(ScheduleError, match="cache_write must come before"):
+        s.cache_write(y, "local")
+
+
+def test_missing_argument_is_named():
+    a, b, c = _matmul(4, 4, 4)
+    s = create_schedule(c)
+    with pytest.raises(ScheduleError, match="input B is read but not among"):
+        lower(s, [a, c])
+
+
+def test_cache_read_into_local_copy():
+    a, b, c = _matmul(8, 8, 8)
+    s = create_schedule(c)
+    bl = s.cache_read(b, "local", [s[c]])
+    i, j = s[c].op.axes
+    s.compute_at(s[bl], s[c], i)
+    kern = build_kernel(s, [a, b, c], "mm_cache_read")
+    av, bv = RNG.standard_normal((8, 8)).astype(np.float32), RNG.standard_normal((8, 8)).astype(np.float32)
+    cv = np.zeros((8, 8), np.float32)
+    kern(av, bv, cv)
+    np.testing.assert_allclose(cv, av @ bv, rtol=1e-4, atol=1e-4)
+
+
+def test_inline_and_pragma_auto_unroll():
+    x = te.placeholder((6, 5), name="x")
+    t = te.compute((6, 5), lambda i, j: te.exp(x[i, j]), name="T")
+    u = te.compute((6, 5), lambda i, j: t[i, j] * 2.0 + 1.0, name="U")
+    s = create_schedule(u)
+    s.compute_inline(t)
+    s[u].pragma(s[u].op.axes[0], "auto_unroll_max_step", 8)
+    func = lower(s, [x, u])
+    assert "# unroll" in repr(func) and "exp(" in repr(func)
+    kern = build_kernel(s, [x, u], "inline")
+    xv = RNG.standard_normal((6, 5)).astype(np.float32)
+    uv = np.zeros((6, 5), np.float32)
+    kern(xv, uv)
+    np.testing.assert_allclose(uv, np.exp(xv) * 2 + 1, rtol=1e-5)
