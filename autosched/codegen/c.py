@@ -57,7 +57,8 @@ class CRenderer:
             params.append(f"{const}{C_TYPES[b.dtype]}* restrict {self._name(b)}")
         body = self._stmt(func.body, 1)
         fname = self.symbol(func)
-        head = ["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <omp.h>", ""]
+        head = ["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <time.h>",
+                "#include <omp.h>", ""]
         lines = head + list(self._helpers.values()) + [
             "",
             "/* Returns 0, or 1 when a temporary buffer could not be allocated. */",
@@ -69,6 +70,8 @@ class CRenderer:
             "",
             "void autosched_set_num_threads(int32_t n) { omp_set_num_threads(n); }",
             "",
+            _timer(fname, [f"{'' if id(b) in written else 'const '}{C_TYPES[b.dtype]}* restrict p{k}"
+                           for k, b in enumerate(func.params)]),
         ]
         return "\n".join(lines)
 
@@ -292,6 +295,48 @@ class CRenderer:
                     else "{ T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }")
             self._helpers[fn] = f"static inline {t} {fn}({t} a, {t} b) " + body.replace("T ", f"{t} ")
         return f"{fn}({a}, {b})"
+
+
+def _timer(fname: str, params: list[str]) -> str:
+    """`<fname>_time`: times the kernel inside C, so no Python call overhead lands in the costs.
+
+    One calibration finds how many calls make a repeat last `min_repeat_ms`; each repeat may
+    first evict the caches by writing `flush_bytes`; timing stops early once a repeat costs more
+    than `stop_above` seconds per call (a candidate far slower than the best so far). Returns
+    the number of repeats written to `costs`, or -1 when the kernel failed.
+    """
+    args = ", ".join(f"p{k}" for k in range(len(params)))
+    sig = ", ".join(params + ["int32_t repeat", "double min_repeat_ms", "int64_t flush_bytes",
+                              "double stop_above", "double* costs"])
+    return f"""static double autosched_now(void) {{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}}
+
+int32_t {fname}_time({sig}) {{
+  if ({fname}({args}) != 0) return -1;
+  int64_t number = 1;
+  for (;;) {{
+    double t0 = autosched_now();
+    for (int64_t i = 0; i < number; ++i) {fname}({args});
+    double elapsed = autosched_now() - t0;
+    if (elapsed * 1e3 >= min_repeat_ms || number >= (INT64_C(1) << 40)) break;
+    number = elapsed > 0 ? (int64_t)(number * fmin(10.0, 1.2 * min_repeat_ms / (elapsed * 1e3))) + 1 : number * 10;
+  }}
+  volatile char* flush = flush_bytes > 0 ? (volatile char*)malloc((size_t)flush_bytes) : NULL;
+  int32_t done = 0;
+  for (; done < repeat; ++done) {{
+    if (flush != NULL) for (int64_t i = 0; i < flush_bytes; i += 64) flush[i] += 1;
+    double t0 = autosched_now();
+    for (int64_t i = 0; i < number; ++i) {fname}({args});
+    costs[done] = (autosched_now() - t0) / (double)number;
+    if (stop_above > 0 && costs[done] > stop_above) {{ ++done; break; }}
+  }}
+  free((void*)flush);
+  return done;
+}}
+"""
 
 
 def _math_fmt(name: str, dtype: str) -> str:

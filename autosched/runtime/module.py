@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -36,18 +37,24 @@ class Kernel:
         ctypes = tuple(C_TYPES[b.dtype] for b in self.params)
         # one FFI per kernel: kernels of the same name may differ in signature
         self._ffi = FFI()
-        self._ffi.cdef(f"int32_t {name}({', '.join(t + '*' for t in ctypes)});\n"
+        ptrs = ", ".join(t + "*" for t in ctypes)
+        self._ffi.cdef(f"int32_t {name}({ptrs});\n"
+                       f"int32_t {name}_time({ptrs}, int32_t, double, int64_t, double, double*);\n"
                        "void autosched_set_num_threads(int32_t);")
         _pin_openmp()
         self._lib = self._ffi.dlopen(str(self.path))
         self._fn = getattr(self._lib, name)
+        self._time = getattr(self._lib, name + "_time")
         self._ptr_types = [f"{t}*" for t in ctypes]
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        self.run(self.pointers(arrays))
+        self.run(self.bind(arrays))
 
-    def pointers(self, arrays: Sequence[np.ndarray]) -> list:
-        """cffi pointers for `arrays` after checking each against its parameter."""
+    def bind(self, arrays: Sequence[np.ndarray]) -> "BoundArgs":
+        """Checked arguments as C pointers, for calling many times (what timing loops use)."""
+        return BoundArgs(tuple(arrays), self._pointers(arrays))
+
+    def _pointers(self, arrays: Sequence[np.ndarray]) -> list:
         if len(arrays) != len(self.params):
             raise TypeError(f"{self.name} takes {len(self.params)} arrays "
                             f"({', '.join(b.name for b in self.params)}), got {len(arrays)}")
@@ -61,16 +68,31 @@ class Kernel:
             out.append(self._ffi.cast(pt, a.ctypes.data))
         return out
 
-    def run(self, pointers: list) -> None:
-        """Call with pre-checked pointers (what timing loops use)."""
-        if self._fn(*pointers) != 0:
+    def run(self, args: "BoundArgs") -> None:
+        if self._fn(*args.pointers) != 0:
             raise MemoryError(f"{self.name}: a temporary buffer could not be allocated")
+
+    def time(self, args: "BoundArgs", repeat: int = 3, min_repeat_ms: float = 50.0, flush_bytes: int = 0,
+             stop_above: float = 0.0) -> list[float]:
+        """Seconds per call, one figure per repeat, timed in C (see the generated `_time` function)."""
+        costs = self._ffi.new("double[]", max(1, repeat))
+        done = self._time(*args.pointers, int(repeat), float(min_repeat_ms), int(flush_bytes), float(stop_above), costs)
+        if done < 0:
+            raise MemoryError(f"{self.name}: a temporary buffer could not be allocated")
+        return [costs[i] for i in range(done)]
 
     def set_num_threads(self, n: int) -> None:
         self._lib.autosched_set_num_threads(int(n))
 
     def empty_args(self) -> list[np.ndarray]:
         return [np.zeros(b.shape, dtype=_NP[b.dtype]) for b in self.params]
+
+
+@dataclass(frozen=True)
+class BoundArgs:
+    """Pointers into arrays, holding the arrays so the memory outlives every call."""
+    arrays: tuple
+    pointers: list
 
 
 def load_kernel(path: Path, name: str, params: Sequence[Buffer], source: str = "") -> Kernel:
