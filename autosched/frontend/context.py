@@ -1,0 +1,155 @@
+"""The state an ONNX import builds up, and the view of one ONNX node.
+
+Converters (in `converters.py`) read an `OnnxNode` and call the `Importer`
+to add IR nodes or constants.  Everything a converter reports goes through
+`OnnxNode.error`, so each message names the model file and the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from autosched.errors import FrontendError, GraphError
+from autosched.graph.ir import DTYPES, Node, Op, Value
+from autosched.graph.reference import eval_node
+from autosched.graph.shapes import infer
+
+
+def numpy_dtype(elem_type: int) -> str | None:
+    """Numpy name of an ONNX element type, or None if the IR cannot carry it."""
+    try:
+        name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        return None
+    return name if name in DTYPES else None
+
+
+def type_name(elem_type: int) -> str:
+    """ONNX's name for an element type, for messages."""
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return str(elem_type)
+
+
+def _shortest_float(value: float) -> float:
+    """The float32 attribute as its author wrote it: 1e-12, not 9.99999996e-13.
+
+    Keeps workload keys readable; the difference is below float32 precision.
+    """
+    return float(str(np.float32(value)))
+
+
+@dataclass(frozen=True)
+class OnnxNode:
+    """One ONNX node as converters see it.
+
+    `inputs`/`outputs` keep ONNX's empty strings for omitted optional operands.
+    `constants` holds the already-evaluated values of the operands the op's
+    converter declares constant, by input position.
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    source: str
+    constants: Mapping[int, np.ndarray] = field(default_factory=dict)
+
+    @staticmethod
+    def from_proto(proto: onnx.NodeProto, index: int, source: str) -> OnnxNode:
+        attrs = {}
+        for attr in proto.attribute:
+            value = helper.get_attribute_value(attr)
+            if attr.type == onnx.AttributeProto.FLOAT:
+                value = _shortest_float(value)
+            elif attr.type == onnx.AttributeProto.FLOATS:
+                value = [_shortest_float(v) for v in value]
+            elif isinstance(value, bytes):
+                value = value.decode()
+            elif isinstance(value, list) and value and isinstance(value[0], bytes):
+                value = [v.decode() for v in value]
+            attrs[attr.name] = value
+        return OnnxNode(
+            name=proto.name or f"{proto.op_type}_{index}",
+            op_type=proto.op_type,
+            domain=proto.domain,
+            inputs=tuple(proto.input),
+            outputs=tuple(proto.output),
+            attrs=attrs,
+            source=source,
+        )
+
+    def error(self, message: str) -> FrontendError:
+        return FrontendError(f"{self.source}: node '{self.name}' ({self.op_type}): {message}")
+
+    def has_input(self, index: int) -> bool:
+        return index < len(self.inputs) and self.inputs[index] != ""
+
+    def const(self, index: int) -> np.ndarray | None:
+        """Value of a declared-constant operand, None if omitted."""
+        return self.constants.get(index)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def used_outputs(self) -> list[int]:
+        return [i for i, name in enumerate(self.outputs) if name]
+
+
+class Importer:
+    """Values, constants and IR nodes of a graph under import."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.values: dict[str, Value] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.nodes: list[Node] = []
+
+    def value(self, name: str) -> Value:
+        return self.values[name]
+
+    def add_input(self, value: Value) -> None:
+        self.values[value.name] = value
+
+    def add_constant(self, name: str, array: np.ndarray) -> None:
+        array = np.asarray(array)
+        array = array if array.flags.c_contiguous else array.copy()
+        self.constants[name] = array
+        self.values[name] = Value(name, tuple(int(d) for d in array.shape), array.dtype.name)
+
+    def emit(self, onnx_node: OnnxNode, op: Op, inputs: Sequence[str], outputs: Sequence[str], attrs: Mapping[str, Any]) -> None:
+        """Add one IR node for `onnx_node`, inferring its output values."""
+        node = Node(onnx_node.name, op, tuple(inputs), tuple(outputs), dict(attrs))
+        try:
+            results = infer(node, [self.values[name] for name in inputs])
+        except GraphError as exc:
+            raise onnx_node.error(str(exc).split(": ", 1)[-1]) from exc
+        for value in results:
+            self.values[value.name] = value
+        self.nodes.append(node)
+
+    def constant_value(self, name: str, reader: OnnxNode) -> np.ndarray:
+        """The value of `name`, folding the constant subgraph behind it if needed.
+
+        Static shapes need the values of shape operands; in exported models
+        these are often computed (Shape → Gather → Concat) rather than stored,
+        so the producing IR nodes are evaluated here and replaced by constants.
+        """
+        if name in self.constants:
+            return self.constants[name]
+        producer = next((node for node in self.nodes if name in node.outputs), None)
+        if producer is None:
+            raise reader.error(f"operand '{name}' must be a constant (autosched compiles static shapes only)")
+        args = [self.constant_value(arg, reader) for arg in producer.inputs]
+        self.nodes.remove(producer)
+        for out, result in zip(producer.outputs, eval_node(producer, args)):
+            self.add_constant(out, result)
+        return self.constants[name]

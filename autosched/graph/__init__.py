@@ -1,0 +1,1 @@
+"""The graph IR, its numpy reference evaluator, and the passes over it."""

@@ -1,0 +1,301 @@
+"""The graph IR that every stage after the frontend reads.
+
+A `Graph` is a static-shape dataflow graph: every value has a known shape and
+dtype, every node's attributes are normalized (explicit pads, non-negative
+axes, constant operands folded into attributes), and nodes are stored in
+topological order.  Operators come from one closed vocabulary, `Op`, and
+`OP_KIND` sorts them into the few families that fusion and task extraction
+reason about.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Protocol, Sequence, TypeVar
+
+import numpy as np
+
+from autosched.errors import GraphError
+
+
+class Op(str, enum.Enum):
+    """Operators of the IR; the value is the ONNX op type they come from."""
+
+    CONV = "Conv"
+    GEMM = "Gemm"
+    MATMUL = "MatMul"
+    ADD = "Add"
+    SUB = "Sub"
+    MUL = "Mul"
+    DIV = "Div"
+    POW = "Pow"
+    SQRT = "Sqrt"
+    ERF = "Erf"
+    EXP = "Exp"
+    LOG = "Log"
+    TANH = "Tanh"
+    SIGMOID = "Sigmoid"
+    RELU = "Relu"
+    LEAKY_RELU = "LeakyRelu"
+    CLIP = "Clip"
+    HARD_SIGMOID = "HardSigmoid"
+    HARD_SWISH = "HardSwish"
+    GELU = "Gelu"
+    CAST = "Cast"
+    IDENTITY = "Identity"
+    DROPOUT = "Dropout"
+    BATCH_NORM = "BatchNormalization"
+    MAX_POOL = "MaxPool"
+    AVERAGE_POOL = "AveragePool"
+    SOFTMAX = "Softmax"
+    LAYER_NORM = "LayerNormalization"
+    REDUCE_MEAN = "ReduceMean"
+    REDUCE_SUM = "ReduceSum"
+    REDUCE_MAX = "ReduceMax"
+    RESHAPE = "Reshape"
+    TRANSPOSE = "Transpose"
+    CONCAT = "Concat"
+    SPLIT = "Split"
+    SLICE = "Slice"
+    GATHER = "Gather"
+    PAD = "Pad"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class OpKind(str, enum.Enum):
+    """Families of operators, as fusion sees them."""
+
+    ANCHOR = "anchor"  # compute-heavy: absorbs elementwise consumers
+    ELEMWISE = "elemwise"  # one output element from the same element of each input
+    REDUCE = "reduce"  # reduces along axes; its own fused group
+    POOL = "pool"  # windowed reduction; its own fused group
+    INJECTIVE = "injective"  # moves data (reshape, transpose, ...); its own group
+
+
+OP_KIND: Mapping[Op, OpKind] = {
+    Op.CONV: OpKind.ANCHOR,
+    Op.GEMM: OpKind.ANCHOR,
+    Op.MATMUL: OpKind.ANCHOR,
+    **{
+        op: OpKind.ELEMWISE
+        for op in (
+            Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.SQRT, Op.ERF, Op.EXP,
+            Op.LOG, Op.TANH, Op.SIGMOID, Op.RELU, Op.LEAKY_RELU, Op.CLIP,
+            Op.HARD_SIGMOID, Op.HARD_SWISH, Op.GELU, Op.CAST, Op.IDENTITY,
+            Op.DROPOUT, Op.BATCH_NORM,
+        )
+    },
+    Op.SOFTMAX: OpKind.REDUCE,
+    Op.LAYER_NORM: OpKind.REDUCE,
+    Op.REDUCE_MEAN: OpKind.REDUCE,
+    Op.REDUCE_SUM: OpKind.REDUCE,
+    Op.REDUCE_MAX: OpKind.REDUCE,
+    Op.MAX_POOL: OpKind.POOL,
+    Op.AVERAGE_POOL: OpKind.POOL,
+    **{
+        op: OpKind.INJECTIVE
+        for op in (Op.RESHAPE, Op.TRANSPOSE, Op.CONCAT, Op.SPLIT, Op.SLICE, Op.GATHER, Op.PAD)
+    },
+}
+
+# Dtypes the IR can carry, by numpy name.
+DTYPES: frozenset[str] = frozenset(
+    {
+        "float16", "float32", "float64", "bool",
+        "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor flowing through the graph: its static shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One operator application.
+
+    `name` is the ONNX node name (or a generated one) so errors and reports
+    point at what the user wrote.  `attrs` holds plain Python values (ints,
+    floats, strings, tuples) only, so they can enter workload keys as is.
+    """
+
+    name: str
+    op: Op
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> OpKind:
+        return OP_KIND[self.op]
+
+
+class Operation(Protocol):
+    """Anything with a name and named inputs and outputs: IR nodes, ONNX nodes."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def inputs(self) -> Sequence[str]: ...
+
+    @property
+    def outputs(self) -> Sequence[str]: ...
+
+
+N = TypeVar("N", bound=Operation)
+
+
+def toposort(nodes: Iterable[N], available: Iterable[str]) -> list[N]:
+    """Order `nodes` so each comes after the producers of its inputs.
+
+    Ties keep the given order, so an already sorted list comes back unchanged.
+    Raises GraphError naming the reader of a value nobody produces, the nodes
+    of a cycle, or the two producers of one value.
+    """
+    nodes = list(nodes)
+    ready_values = set(available)
+    producer: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for out in node.outputs:
+            if out in producer or out in ready_values:
+                first = nodes[producer[out]].name if out in producer else "a graph input or constant"
+                raise GraphError(f"value '{out}' is produced twice: by '{first}' and by node '{node.name}'")
+            producer[out] = i
+    for node in nodes:
+        for name in node.inputs:
+            if name not in producer and name not in ready_values:
+                raise GraphError(
+                    f"node '{node.name}' reads '{name}', which is neither produced by a node "
+                    "nor a graph input or constant"
+                )
+    waiting = [sum(1 for name in node.inputs if name in producer) for node in nodes]
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.inputs:
+            if name in producer:
+                readers.setdefault(name, []).append(i)
+    heap = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(heap)
+    order: list[N] = []
+    while heap:
+        i = heapq.heappop(heap)
+        order.append(nodes[i])
+        for out in nodes[i].outputs:
+            for reader in readers.get(out, ()):
+                waiting[reader] -= 1
+                if waiting[reader] == 0:
+                    heapq.heappush(heap, reader)
+    if len(order) < len(nodes):
+        raise GraphError(f"cycle through nodes {_find_cycle(nodes, producer, waiting)}")
+    return order
+
+
+def _find_cycle(nodes: Sequence[Operation], producer: dict[str, int], waiting: list[int]) -> list[str]:
+    """Names of the nodes on one cycle among the nodes Kahn's algorithm left over."""
+    stuck = {i for i, count in enumerate(waiting) if count > 0}
+    path: list[int] = []
+    seen: dict[int, int] = {}
+    i = min(stuck)
+    while i not in seen:
+        seen[i] = len(path)
+        path.append(i)
+        i = next(producer[name] for name in nodes[i].inputs if producer.get(name) in stuck)
+    cycle = path[seen[i]:]
+    return [nodes[j].name for j in reversed(cycle)]
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """A validated static-shape graph.
+
+    Construction checks every value has a `Value` record, constants agree with
+    theirs, and sorts `nodes` topologically, so any Graph a pass receives is
+    well formed.  `values` holds the record of every value: inputs,
+    constants, intermediates and outputs.
+    """
+
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    nodes: tuple[Node, ...]
+    constants: Mapping[str, np.ndarray]
+    values: Mapping[str, Value]
+    name: str = "graph"
+
+    def __post_init__(self) -> None:
+        input_names = [v.name for v in self.inputs]
+        clash = set(input_names) & set(self.constants)
+        if clash:
+            raise GraphError(f"values {sorted(clash)} are both graph inputs and constants")
+        for value in self.inputs:
+            if self._record(value.name, "graph input") != value:
+                raise GraphError(f"graph input '{value.name}' disagrees with its value record")
+        for name, array in self.constants.items():
+            record = self._record(name, "constant")
+            if tuple(array.shape) != record.shape or array.dtype.name != record.dtype:
+                raise GraphError(
+                    f"constant '{name}' holds {array.dtype.name}{list(array.shape)} "
+                    f"but is declared {record.dtype}{list(record.shape)}"
+                )
+        for node in self.nodes:
+            for name in (*node.inputs, *node.outputs):
+                self._record(name, f"node '{node.name}'")
+        ordered = toposort(self.nodes, [*input_names, *self.constants])
+        object.__setattr__(self, "nodes", tuple(ordered))
+        produced = {out for node in self.nodes for out in node.outputs}
+        for value in self.outputs:
+            if value.name not in produced and value.name not in self.constants and value.name not in input_names:
+                raise GraphError(f"graph output '{value.name}' is never produced")
+            if self.values[value.name] != value:
+                raise GraphError(f"graph output '{value.name}' disagrees with its value record")
+
+    def _record(self, name: str, where: str) -> Value:
+        record = self.values.get(name)
+        if record is None:
+            raise GraphError(f"{where} uses value '{name}', which has no shape or dtype record")
+        if record.dtype not in DTYPES:
+            raise GraphError(f"value '{name}' has dtype {record.dtype}, which the IR does not carry")
+        return record
+
+    def producers(self) -> dict[str, Node]:
+        """Value name → the node that writes it."""
+        return {out: node for node in self.nodes for out in node.outputs}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        """Value name → the nodes that read it, in graph order."""
+        readers: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in dict.fromkeys(node.inputs):
+                readers.setdefault(name, []).append(node)
+        return readers
+
+    def replace(self, **changes: Any) -> Graph:
+        """A copy with some fields changed (validated again)."""
+        fields = {
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "nodes": self.nodes,
+            "constants": self.constants,
+            "values": self.values,
+            "name": self.name,
+        }
+        fields.update(changes)
+        return Graph(**fields)

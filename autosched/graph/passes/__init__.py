@@ -1,0 +1,46 @@
+"""Graph passes, one module each, and the standard pipeline that chains them.
+
+Each rewriting pass is a function Graph → Graph that preserves the graph's
+results; `fuse` and `plan_memory` then describe the optimized graph as
+kernels and buffers.
+"""
+
+from __future__ import annotations
+
+from autosched.graph.ir import Graph
+from autosched.graph.passes.cse import eliminate_common_subexpressions
+from autosched.graph.passes.dce import eliminate_dead_code
+from autosched.graph.passes.fold_batchnorm import fold_batchnorm
+from autosched.graph.passes.fold_constants import fold_constants
+from autosched.graph.passes.fuse import FusedGroup, fuse
+from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
+from autosched.graph.passes.remove_identity import remove_identity
+
+__all__ = [
+    "Buffer",
+    "FusedGroup",
+    "MemoryPlan",
+    "eliminate_common_subexpressions",
+    "eliminate_dead_code",
+    "fold_batchnorm",
+    "fold_constants",
+    "fuse",
+    "optimize",
+    "plan_memory",
+    "remove_identity",
+]
+
+
+def optimize(graph: Graph) -> Graph:
+    """The standard rewrite pipeline, in an order where each pass feeds the next.
+
+    Identity removal first exposes Conv→BN pairs an Identity sat between;
+    constant folding before BN folding turns computed BN parameters into
+    constants; CSE after folding sees the final constants; DCE last drops
+    whatever the others orphaned.
+    """
+    graph = remove_identity(graph)
+    graph = fold_constants(graph)
+    graph = fold_batchnorm(graph)
+    graph = eliminate_common_subexpressions(graph)
+    return eliminate_dead_code(graph)

@@ -1,0 +1,41 @@
+"""Remove Identity and inference-mode Dropout: both pass their input through."""
+
+from __future__ import annotations
+
+from autosched.graph.ir import Graph, Node, Op
+from autosched.graph.passes.rewrite import rebuild, rename_inputs
+
+_PASS_THROUGH = (Op.IDENTITY, Op.DROPOUT)
+
+
+def remove_identity(graph: Graph) -> Graph:
+    """`graph` with pass-through nodes bypassed.
+
+    An Identity whose output is a graph output stays only where its input is
+    a graph input, a constant or another graph output: there the copy is the
+    only thing that produces the output under its own name.
+    """
+    outputs = {value.name for value in graph.outputs}
+    producers = graph.producers()
+    readers_of: dict[str, str] = {}  # consumers of key read value instead
+    writers_of: dict[str, str] = {}  # producer of key writes value instead
+    kept: list[Node] = []
+    for node in graph.nodes:
+        if node.op not in _PASS_THROUGH:
+            kept.append(node)
+            continue
+        source, target = readers_of.get(node.inputs[0], node.inputs[0]), node.outputs[0]
+        if target not in outputs:
+            readers_of[target] = source
+        elif source in producers and source not in outputs and source not in writers_of:
+            writers_of[source] = target
+            readers_of[source] = target
+        else:
+            kept.append(rename_inputs(node, readers_of))
+    rewritten = []
+    for node in kept:
+        node = rename_inputs(node, readers_of)
+        if any(out in writers_of for out in node.outputs):
+            node = Node(node.name, node.op, node.inputs, tuple(writers_of.get(o, o) for o in node.outputs), node.attrs)
+        rewritten.append(node)
+    return rebuild(graph, rewritten)

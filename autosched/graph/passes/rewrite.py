@@ -1,0 +1,45 @@
+"""Small helpers the passes share for building a rewritten graph."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from autosched.graph.ir import Graph, Node, Value
+
+
+def rebuild(
+    graph: Graph,
+    nodes: Iterable[Node],
+    constants: Mapping[str, np.ndarray] | None = None,
+    new_values: Iterable[Value] = (),
+) -> Graph:
+    """`graph` with new nodes/constants; value records of vanished values dropped."""
+    nodes = tuple(nodes)
+    constants = dict(graph.constants if constants is None else constants)
+    values = {**graph.values, **{v.name: v for v in new_values}}
+    used = {v.name for v in (*graph.inputs, *graph.outputs)}
+    used.update(name for node in nodes for name in (*node.inputs, *node.outputs))
+    return graph.replace(
+        nodes=nodes,
+        constants={name: array for name, array in constants.items() if name in used},
+        values={name: value for name, value in values.items() if name in used},
+    )
+
+
+def rename_inputs(node: Node, mapping: Mapping[str, str]) -> Node:
+    """`node` reading `mapping[name]` wherever it read `name`."""
+    if not any(name in mapping for name in node.inputs):
+        return node
+    return Node(node.name, node.op, tuple(mapping.get(n, n) for n in node.inputs), node.outputs, node.attrs)
+
+
+def fresh_name(base: str, taken: Mapping[str, object] | set[str]) -> str:
+    """`base`, or `base` with the smallest numeric suffix not in `taken`."""
+    if base not in taken:
+        return base
+    i = 1
+    while f"{base}_{i}" in taken:
+        i += 1
+    return f"{base}_{i}"

@@ -1,0 +1,181 @@
+"""Tasks: the distinct workloads of a model, each tuned once.
+
+A `Task` describes one fused group structurally — op, attributes, operand
+shapes and dtypes, the fused epilogue — and nothing about where it sits in
+a model: no node or value names.  Its `key` is a canonical JSON rendering of
+that description, so the same subgraph in any model, or twice in one model,
+gets the same key, and tuning records found under a key apply to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from autosched.graph.ir import Graph, Node, Op, OpKind
+from autosched.graph.passes.fuse import FusedGroup, fuse
+
+Shape = tuple[int, ...]
+Attrs = tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand of an epilogue op.
+
+    Either `step`, a value the group computed: 0 is the anchor's result,
+    k ≥ 1 the result of epilogue op k; or an extra tensor the kernel reads,
+    described by `shape` and `dtype` (and passed after the anchor's inputs,
+    in order of appearance).
+    """
+
+    step: int | None = None
+    shape: Shape | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class EpilogueOp:
+    """An elementwise op applied to the chain, in group order."""
+
+    op: str
+    attrs: Attrs
+    operands: tuple[Operand, ...]
+    dtype: str  # result dtype; the shape is always the anchor's output shape
+
+
+@dataclass(frozen=True)
+class Task:
+    """A workload to tune: everything needed to rebuild its computation.
+
+    `op`, `attrs`, `shapes` and `dtypes` describe the anchor and its inputs
+    (attributes as sorted (name, value) pairs); `epilogue` the fused ops
+    after it; `out_shapes`/`out_dtypes` what the group writes.  `flops`
+    counts one occurrence; `weight` is how many groups of the model share
+    this task.
+    """
+
+    key: str
+    op: str
+    shapes: tuple[Shape, ...]
+    dtypes: tuple[str, ...]
+    attrs: Attrs
+    epilogue: tuple[EpilogueOp, ...]
+    out_shapes: tuple[Shape, ...]
+    out_dtypes: tuple[str, ...]
+    flops: int
+    weight: int = 1
+
+    @property
+    def extra_inputs(self) -> tuple[Operand, ...]:
+        """The epilogue's extra tensors, in the order the kernel takes them."""
+        return tuple(o for e in self.epilogue for o in e.operands if o.step is None)
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """A model's tasks, its fused groups, and which task runs each group."""
+
+    tasks: tuple[Task, ...]
+    groups: tuple[FusedGroup, ...]
+    group_tasks: tuple[int, ...]  # index into `tasks`, one per group
+
+    def task_of(self, group_index: int) -> Task:
+        return self.tasks[self.group_tasks[group_index]]
+
+    @property
+    def total_flops(self) -> int:
+        return sum(t.flops * t.weight for t in self.tasks)
+
+
+def extract_tasks(graph: Graph, groups: Sequence[FusedGroup] | None = None) -> TaskSet:
+    """Deduplicated tasks of `graph` (fused with `fuse` unless groups are given)."""
+    groups = tuple(fuse(graph) if groups is None else groups)
+    by_key: dict[str, Task] = {}
+    group_keys = []
+    for group in groups:
+        task = task_for_group(graph, group)
+        earlier = by_key.get(task.key)
+        by_key[task.key] = task if earlier is None else dataclasses.replace(earlier, weight=earlier.weight + 1)
+        group_keys.append(task.key)
+    order = {key: i for i, key in enumerate(by_key)}
+    return TaskSet(tuple(by_key.values()), groups, tuple(order[key] for key in group_keys))
+
+
+def task_for_group(graph: Graph, group: FusedGroup) -> Task:
+    """The Task (weight 1) of one fused group."""
+    anchor = group.anchor
+    values = graph.values
+    steps = {anchor.outputs[0]: 0}
+    epilogue = []
+    for k, node in enumerate(group.epilogue, start=1):
+        operands = tuple(
+            Operand(step=steps[name]) if name in steps else Operand(shape=values[name].shape, dtype=values[name].dtype)
+            for name in node.inputs
+        )
+        epilogue.append(EpilogueOp(node.op.value, _attrs(node.attrs), operands, values[node.outputs[0]].dtype))
+        steps[node.outputs[0]] = k
+    fields = {
+        "op": anchor.op.value,
+        "shapes": tuple(values[name].shape for name in anchor.inputs),
+        "dtypes": tuple(values[name].dtype for name in anchor.inputs),
+        "attrs": _attrs(anchor.attrs),
+        "epilogue": tuple(epilogue),
+        "out_shapes": tuple(values[name].shape for name in group.outputs),
+        "out_dtypes": tuple(values[name].dtype for name in group.outputs),
+    }
+    flops = _anchor_flops(graph, anchor) + sum(_elementwise_flops(graph, node) for node in group.epilogue)
+    return Task(key=_key(fields), flops=flops, **fields)
+
+
+def _attrs(attrs: Mapping[str, Any]) -> Attrs:
+    return tuple(sorted((name, tuple(v) if isinstance(v, list) else v) for name, v in attrs.items()))
+
+
+def _key(fields: Mapping[str, Any]) -> str:
+    """Canonical JSON of a task's structure: compact, key-sorted, names excluded."""
+    epilogue = [
+        [e.op, dict(e.attrs), [o.step if o.step is not None else [list(o.shape), o.dtype] for o in e.operands], e.dtype]
+        for e in fields["epilogue"]
+    ]
+    body = {
+        "op": fields["op"],
+        "in": [[list(s), d] for s, d in zip(fields["shapes"], fields["dtypes"])],
+        "attrs": dict(fields["attrs"]),
+        "epilogue": epilogue,
+        "out": [[list(s), d] for s, d in zip(fields["out_shapes"], fields["out_dtypes"])],
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _anchor_flops(graph: Graph, node: Node) -> int:
+    """Floating-point operations of the anchor, multiply-add counted as two."""
+    shape = {name: graph.values[name].shape for name in (*node.inputs, *node.outputs)}
+    out = shape[node.outputs[0]]
+    out_size = math.prod(out)
+    if node.op is Op.CONV:
+        weight = shape[node.inputs[1]]
+        macs = out_size * math.prod(weight[1:])
+        return 2 * macs + (out_size if len(node.inputs) == 3 else 0)
+    if node.op in (Op.MATMUL, Op.GEMM):
+        a = shape[node.inputs[0]]
+        k = a[0] if node.op is Op.GEMM and node.attrs["transA"] else a[-1]
+        return 2 * out_size * k + (out_size if len(node.inputs) == 3 else 0)
+    if node.op in (Op.MAX_POOL, Op.AVERAGE_POOL):
+        return out_size * math.prod(node.attrs["kernel_shape"])
+    if node.kind is OpKind.REDUCE:
+        size = math.prod(shape[node.inputs[0]])
+        return {Op.SOFTMAX: 4 * size, Op.LAYER_NORM: 7 * size}.get(node.op, size)
+    if node.kind is OpKind.ELEMWISE:
+        return _elementwise_flops(graph, node)
+    return 0
+
+
+def _elementwise_flops(graph: Graph, node: Node) -> int:
+    size = math.prod(graph.values[node.outputs[0]].shape)
+    if node.op in (Op.IDENTITY, Op.DROPOUT, Op.CAST):
+        return 0
+    return 2 * size if node.op is Op.BATCH_NORM else size

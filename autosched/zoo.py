@@ -1,0 +1,242 @@
+"""Benchmark models built in code: ResNet-18, MobileNetV2, a BERT-base layer, an MLP.
+
+Tests and benchmarks need real architectures without downloads, so each
+model is written out with onnx.helper in the shape PyTorch exports it
+(BatchNormalization after every Conv, Clip with constant bounds for ReLU6,
+a shape computed by Shape→Slice→Concat, an Erf-based GELU) and filled with
+seeded weights scaled so activations stay near unit size.
+
+    python -m autosched.zoo OUTDIR      # writes one .onnx file per model
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8  # onnxruntime 1.31 refuses the IR version onnx 1.23 writes by default
+
+
+class _Builder:
+    """Accumulates nodes and initializers; names every node and value after its layer."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def constant(self, name: str, array: np.ndarray) -> str:
+        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def normal(self, name: str, shape: Sequence[int], std: float) -> str:
+        return self.constant(name, (self.rng.standard_normal(shape) * std).astype(np.float32))
+
+    def node(self, op: str, inputs: Sequence[str], name: str, outputs: int = 1, **attrs: object) -> str:
+        names = [name] if outputs == 1 else [f"{name}:{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(op, list(inputs), names, name=name, **attrs))
+        return names[0]
+
+    def model(self, name: str, inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[onnx.ValueInfoProto]) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, list(inputs), list(outputs), self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="autosched.zoo")
+        model.ir_version = IR_VERSION
+        return model
+
+    # Layers -----------------------------------------------------------------
+
+    def conv_bn(self, x: str, name: str, cin: int, cout: int, kernel: int, stride: int = 1, group: int = 1,
+                gamma: tuple[float, float] = (0.5, 1.0)) -> str:
+        """Conv without bias followed by BatchNormalization, as PyTorch exports it."""
+        fan_in = cin // group * kernel * kernel
+        weight = self.normal(f"{name}.weight", (cout, cin // group, kernel, kernel), math.sqrt(2.0 / fan_in))
+        y = self.node("Conv", [x, weight], f"{name}/Conv", kernel_shape=[kernel, kernel],
+                      strides=[stride, stride], pads=[kernel // 2] * 4, group=group, dilations=[1, 1])
+        return self.batch_norm(y, f"{name}.bn", cout, gamma)
+
+    def batch_norm(self, x: str, name: str, channels: int, gamma: tuple[float, float]) -> str:
+        params = [
+            self.constant(f"{name}.weight", self.rng.uniform(*gamma, channels).astype(np.float32)),
+            self.constant(f"{name}.bias", (self.rng.standard_normal(channels) * 0.1).astype(np.float32)),
+            self.constant(f"{name}.running_mean", (self.rng.standard_normal(channels) * 0.1).astype(np.float32)),
+            self.constant(f"{name}.running_var", self.rng.uniform(0.5, 1.5, channels).astype(np.float32)),
+        ]
+        return self.node("BatchNormalization", [x, *params], f"{name}/BatchNormalization", epsilon=1e-5)
+
+    def relu6(self, x: str, name: str) -> str:
+        """ReLU6 as Clip with its own bound constants, duplicated per use like exporters do."""
+        low = self.constant(f"{name}.min", np.array(0.0, np.float32))
+        high = self.constant(f"{name}.max", np.array(6.0, np.float32))
+        return self.node("Clip", [x, low, high], f"{name}/Clip")
+
+    def linear(self, x: str, name: str, cin: int, cout: int, std: float | None = None) -> str:
+        """A PyTorch Linear on a matrix: Gemm with transposed weight."""
+        weight = self.normal(f"{name}.weight", (cout, cin), std if std is not None else math.sqrt(2.0 / cin))
+        bias = self.normal(f"{name}.bias", (cout,), 0.01)
+        return self.node("Gemm", [x, weight, bias], f"{name}/Gemm", transB=1)
+
+    def dense(self, x: str, name: str, cin: int, cout: int, std: float) -> str:
+        """A Linear on a 3-D activation: MatMul then bias Add."""
+        weight = self.normal(f"{name}.weight", (cin, cout), std)
+        bias = self.normal(f"{name}.bias", (cout,), 0.02)
+        return self.node("Add", [self.node("MatMul", [x, weight], f"{name}/MatMul"), bias], f"{name}/Add")
+
+    def classifier_head(self, x: str, channels: int, classes: int) -> str:
+        pooled = self.node("GlobalAveragePool", [x], "avgpool/GlobalAveragePool")
+        flat = self.node("Flatten", [pooled], "flatten/Flatten", axis=1)
+        return self.linear(flat, "fc", channels, classes, std=math.sqrt(1.0 / channels))
+
+
+def _tensor(name: str, shape: Sequence[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def resnet18(seed: int = 0) -> onnx.ModelProto:
+    """ResNet-18 for 1×3×224×224 images, torchvision layout."""
+    b = _Builder(seed)
+    x = b.conv_bn("input", "conv1", 3, 64, 7, stride=2)
+    x = b.node("Relu", [x], "relu/Relu")
+    x = b.node("MaxPool", [x], "maxpool/MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, cout in enumerate((64, 128, 256, 512), start=1):
+        for block in range(2):
+            stride = 2 if stage > 1 and block == 0 else 1
+            name = f"layer{stage}.{block}"
+            y = b.node("Relu", [b.conv_bn(x, f"{name}.conv1", cin, cout, 3, stride)], f"{name}/relu1/Relu")
+            y = b.conv_bn(y, f"{name}.conv2", cout, cout, 3, gamma=(0.2, 0.5))
+            shortcut = b.conv_bn(x, f"{name}.downsample", cin, cout, 1, stride) if stride != 1 or cin != cout else x
+            x = b.node("Relu", [b.node("Add", [y, shortcut], f"{name}/Add")], f"{name}/relu2/Relu")
+            cin = cout
+    logits = b.classifier_head(x, 512, 1000)
+    return b.model("resnet18", [_tensor("input", (1, 3, 224, 224))], [_tensor(logits, (1, 1000))])
+
+
+_MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+def mobilenet_v2(seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV2 (width 1.0) for 1×3×224×224 images, torchvision layout."""
+    b = _Builder(seed)
+    x = b.relu6(b.conv_bn("input", "features.0", 3, 32, 3, stride=2), "features.0.act")
+    cin, index = 32, 1
+    for expand, cout, repeats, first_stride in _MOBILENET_V2_STAGES:
+        for r in range(repeats):
+            stride = first_stride if r == 0 else 1
+            name = f"features.{index}"
+            hidden = cin * expand
+            y = x
+            if expand != 1:
+                y = b.relu6(b.conv_bn(y, f"{name}.expand", cin, hidden, 1), f"{name}.expand.act")
+            y = b.relu6(b.conv_bn(y, f"{name}.depthwise", hidden, hidden, 3, stride, group=hidden), f"{name}.depthwise.act")
+            y = b.conv_bn(y, f"{name}.project", hidden, cout, 1, gamma=(0.2, 0.5))
+            x = b.node("Add", [x, y], f"{name}/Add") if stride == 1 and cin == cout else y
+            cin, index = cout, index + 1
+    x = b.relu6(b.conv_bn(x, f"features.{index}", cin, 1280, 1), f"features.{index}.act")
+    pooled = b.node("GlobalAveragePool", [x], "avgpool/GlobalAveragePool")
+    flat = b.node("Flatten", [pooled], "flatten/Flatten", axis=1)
+    dropped = b.node("Dropout", [flat], "classifier.0/Dropout")
+    logits = b.linear(dropped, "classifier.1", 1280, 1000, std=math.sqrt(1.0 / 1280))
+    return b.model("mobilenet_v2", [_tensor("input", (1, 3, 224, 224))], [_tensor(logits, (1, 1000))])
+
+
+def bert_layer(seed: int = 0, seq: int = 128, hidden: int = 768, heads: int = 12) -> onnx.ModelProto:
+    """One BERT-base encoder layer (batch 1), post-LayerNorm, Erf-based GELU."""
+    b = _Builder(seed)
+    head = hidden // heads
+    x, mask = "hidden_states", "attention_mask"
+    split_heads = b.constant("split_heads_shape", np.array([1, seq, heads, head], np.int64))
+
+    def projection(name: str, perm: list[int]) -> str:
+        y = b.dense(x, f"attention.self.{name}", hidden, hidden, 0.02)
+        y = b.node("Reshape", [y, split_heads], f"attention.self.{name}/Reshape")
+        return b.node("Transpose", [y], f"attention.self.{name}/Transpose", perm=perm)
+
+    q, k, v = projection("query", [0, 2, 1, 3]), projection("key", [0, 2, 3, 1]), projection("value", [0, 2, 1, 3])
+    scores = b.node("MatMul", [q, k], "attention.self/MatMul")
+    scores = b.node("Div", [scores, b.constant("attention.scale", np.array(math.sqrt(head), np.float32))], "attention.self/Div")
+    scores = b.node("Add", [scores, mask], "attention.self/Add")
+    probs = b.node("Softmax", [scores], "attention.self/Softmax", axis=-1)
+    context = b.node("MatMul", [probs, v], "attention.self/MatMul_1")
+    context = b.node("Transpose", [context], "attention.self/Transpose", perm=[0, 2, 1, 3])
+    # The merged shape is computed from the input's shape, as exporters write it.
+    batch_seq = b.node("Slice", [b.node("Shape", [x], "attention.self/Shape"),
+                                 b.constant("slice_starts", np.array([0], np.int64)),
+                                 b.constant("slice_ends", np.array([2], np.int64))], "attention.self/Slice")
+    merged = b.node("Concat", [batch_seq, b.constant("hidden_size", np.array([hidden], np.int64))],
+                    "attention.self/Concat", axis=0)
+    context = b.node("Reshape", [context, merged], "attention.self/Reshape")
+    attended = b.dense(context, "attention.output.dense", hidden, hidden, 0.02)
+    x = layer_norm(b, b.node("Add", [attended, x], "attention.output/Add"), "attention.output.LayerNorm", hidden)
+    inner = b.dense(x, "intermediate.dense", hidden, 4 * hidden, 0.02)
+    inner = gelu(b, inner, "intermediate.gelu")
+    out = b.dense(inner, "output.dense", 4 * hidden, hidden, 0.02)
+    out = layer_norm(b, b.node("Add", [out, x], "output/Add"), "output.LayerNorm", hidden)
+    return b.model(
+        "bert_layer",
+        [_tensor("hidden_states", (1, seq, hidden)), _tensor("attention_mask", (1, 1, 1, seq))],
+        [_tensor(out, (1, seq, hidden))],
+    )
+
+
+def layer_norm(b: _Builder, x: str, name: str, hidden: int) -> str:
+    scale = b.constant(f"{name}.weight", (1.0 + b.rng.standard_normal(hidden) * 0.05).astype(np.float32))
+    bias = b.constant(f"{name}.bias", (b.rng.standard_normal(hidden) * 0.05).astype(np.float32))
+    return b.node("LayerNormalization", [x, scale, bias], f"{name}/LayerNormalization", axis=-1, epsilon=1e-12)
+
+
+def gelu(b: _Builder, x: str, name: str) -> str:
+    """GELU as x·½·(1 + erf(x/√2)), the chain PyTorch exports below opset 20."""
+    scaled = b.node("Div", [x, b.constant(f"{name}.sqrt2", np.array(math.sqrt(2.0), np.float32))], f"{name}/Div")
+    shifted = b.node("Add", [b.node("Erf", [scaled], f"{name}/Erf"), b.constant(f"{name}.one", np.array(1.0, np.float32))], f"{name}/Add")
+    product = b.node("Mul", [x, shifted], f"{name}/Mul")
+    return b.node("Mul", [product, b.constant(f"{name}.half", np.array(0.5, np.float32))], f"{name}/Mul_1")
+
+
+def mlp(seed: int = 0, batch: int = 64, sizes: Sequence[int] = (784, 1024, 1024, 10)) -> onnx.ModelProto:
+    """A 784-1024-1024-10 perceptron with ReLU, batch 64."""
+    b = _Builder(seed)
+    x = "input"
+    for i, (cin, cout) in enumerate(zip(sizes, sizes[1:])):
+        x = b.linear(x, f"fc{i + 1}", cin, cout)
+        if i < len(sizes) - 2:
+            x = b.node("Relu", [x], f"relu{i + 1}/Relu")
+    return b.model("mlp", [_tensor("input", (batch, sizes[0]))], [_tensor(x, (batch, sizes[-1]))])
+
+
+MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "resnet18": resnet18,
+    "mobilenet_v2": mobilenet_v2,
+    "bert_layer": bert_layer,
+    "mlp": mlp,
+}
+
+
+def save_zoo(directory: str | os.PathLike[str]) -> list[Path]:
+    """Write every zoo model as DIRECTORY/NAME.onnx; returns the paths."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, build in MODELS.items():
+        path = root / f"{name}.onnx"
+        onnx.save(build(), path)
+        paths.append(path)
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m autosched.zoo", description="Write the model zoo as ONNX files.")
+    parser.add_argument("outdir", help="directory to write NAME.onnx files into")
+    for path in save_zoo(parser.parse_args(argv).outdir):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

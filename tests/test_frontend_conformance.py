@@ -1,0 +1,109 @@
+"""ONNX's own node tests, for every op the frontend supports.
+
+The cases (model, inputs, expected outputs) are generated at collection time
+by onnx's test-case generators; nothing is committed.  Each case whose nodes
+are all supported runs through `load_onnx` and the numpy reference
+evaluator, before and after the graph passes.  Operands that autosched requires to be constants (Reshape's
+shape, Slice's bounds, Clip's limits, ...) are graph inputs in many cases;
+they are baked into the model as initializers with the case's data, as a
+deployment with static shapes would.  A case that cannot pass is listed in
+EXPECTED_FAILURES with the reason, and must fail with a FrontendError.
+"""
+
+import re
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from onnx.backend.test.case.node import collect_testcases
+
+from autosched.errors import FrontendError
+from autosched.frontend.converters import CONVERTERS
+from autosched.frontend.onnx import load_onnx
+from autosched.graph.passes import optimize
+from autosched.graph.reference import run_graph
+from autosched.task import extract_tasks
+
+EXPECTED_FAILURES = {
+    r"^test_cast(like)?_.*(BFLOAT16|FLOAT8|INT4|UINT4|INT2|UINT2|FLOAT4E2M1)": "element type outside the IR's dtypes",
+    r"^test_range_bfloat16_": "bfloat16 is outside the IR's dtypes",
+    r"^test_batchnorm_.*_training_mode$": "training-mode BatchNormalization (running statistics outputs)",
+    r"^test_training_dropout": "training-mode Dropout",
+    r"^test_dropout_.*_old$": "opset 11 model, below the supported opset 13",
+    r"^test_identity_(sequence|opt)$": "sequence and optional types are not tensors",
+    r"^test_maxpool_with_argmax_": "MaxPool's Indices output",
+}
+
+
+def _supported_cases():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases()
+    return [c for c in cases if c.model.graph.node and all(n.op_type in CONVERTERS and not n.domain for n in c.model.graph.node)]
+
+
+CASES = _supported_cases()
+
+
+def _expected_failure(name):
+    return next((reason for pattern, reason in EXPECTED_FAILURES.items() if re.search(pattern, name)), None)
+
+
+def _params():
+    for case in CASES:
+        reason = _expected_failure(case.name)
+        marks = [pytest.mark.xfail(raises=FrontendError, strict=True, reason=reason)] if reason else []
+        yield pytest.param(case, id=case.name, marks=marks)
+
+
+def _array(value):
+    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
+
+
+def _freeze_constant_operands(model, feeds):
+    """Move the graph inputs that feed constant-only operands into initializers."""
+    frozen = {
+        node.input[i]
+        for node in model.graph.node
+        for i in CONVERTERS[node.op_type].constant_inputs
+        if i < len(node.input) and node.input[i] in feeds
+    }
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    kept = [value for value in result.graph.input if value.name not in frozen]
+    del result.graph.input[:]
+    result.graph.input.extend(kept)
+    result.graph.initializer.extend(numpy_helper.from_array(feeds[name], name) for name in sorted(frozen))
+    return result, {name: array for name, array in feeds.items() if name not in frozen}
+
+
+@pytest.mark.parametrize("case", _params())
+def test_node_case(case, tmp_path):
+    for index, (inputs, outputs) in enumerate(case.data_sets):
+        feeds = {value.name: _array(data) for value, data in zip(case.model.graph.input, inputs)}
+        model, runtime_inputs = _freeze_constant_operands(case.model, feeds)
+        path = tmp_path / f"{case.name}_{index}.onnx"
+        onnx.save(model, path)
+        graph = load_onnx(path)
+        optimized = optimize(graph)
+        for candidate in (graph, optimized):
+            got = run_graph(candidate, runtime_inputs)
+            for value, expected in zip(case.model.graph.output, outputs):
+                expected = _array(expected)
+                assert got[value.name].dtype == expected.dtype
+                np.testing.assert_allclose(got[value.name], expected, rtol=case.rtol, atol=case.atol, err_msg=value.name)
+        tasks = extract_tasks(optimized)
+        assert sum(task.weight for task in tasks.tasks) == len(tasks.groups)
+
+
+def test_expected_failures_are_all_used():
+    names = [case.name for case in CASES]
+    for pattern in EXPECTED_FAILURES:
+        assert any(re.search(pattern, name) for name in names), f"stale expected failure {pattern!r}"
+
+
+def test_every_supported_op_has_conformance_cases():
+    covered = {node.op_type for case in CASES if not _expected_failure(case.name) for node in case.model.graph.node}
+    assert set(CONVERTERS) - covered == set()

@@ -1,0 +1,256 @@
+"""ONNX import: attribute normalization across opsets, constant folding, and bad input."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autosched.errors import FrontendError
+from autosched.frontend.onnx import import_model, load_onnx
+from autosched.graph.ir import Op
+from autosched.graph.reference import random_inputs, run_graph
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _tensor(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _matches_onnxruntime(model, **import_args):
+    graph = import_model(model, **import_args)
+    inputs = random_inputs(graph.inputs, seed=0)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, inputs)
+    got = run_graph(graph, inputs)
+    for value, expected in zip(graph.outputs, want):
+        np.testing.assert_allclose(got[value.name], expected, rtol=1e-5, atol=1e-6)
+    return graph
+
+
+# Normalization --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_conv_auto_pad_becomes_explicit_pads(auto_pad):
+    w = np.random.default_rng(0).standard_normal((4, 3, 4, 4)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad=auto_pad, strides=[2, 2])
+    model = _model([node], [_tensor("x", [1, 3, 9, 9])], [_tensor("y", None)], [_init("w", w)])
+    graph = _matches_onnxruntime(model)
+    (conv,) = graph.nodes
+    expected = {"SAME_UPPER": (1, 1, 2, 2), "SAME_LOWER": (2, 2, 1, 1), "VALID": (0, 0, 0, 0)}[auto_pad]
+    assert conv.attrs["pads"] == expected and "auto_pad" not in conv.attrs
+
+
+def test_clip_bounds_become_attributes():
+    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["a"], name="both"),
+             helper.make_node("Clip", ["a", "", "hi"], ["y"], name="max_only")]
+    model = _model(nodes, [_tensor("x", [8])], [_tensor("y", [8])],
+                   [_init("lo", np.float32(-0.5)), _init("hi", np.float32(0.5))], opset=13)
+    graph = _matches_onnxruntime(model)
+    assert [(n.attrs["min"], n.attrs["max"]) for n in graph.nodes] == [(-0.5, 0.5), (None, 0.5)]
+    assert all(len(n.inputs) == 1 for n in graph.nodes)
+
+
+def test_pad_operands_become_attributes():
+    node = helper.make_node("Pad", ["x", "pads", "value", "axes"], ["y"], name="pad", mode="constant")
+    model = _model([node], [_tensor("x", [2, 3, 4])], [_tensor("y", None)],
+                   [_init("pads", np.array([1, 2, 0, 3], np.int64)), _init("value", np.float32(7)),
+                    _init("axes", np.array([0, -1], np.int64))], opset=18)
+    graph = _matches_onnxruntime(model)
+    assert graph.nodes[0].attrs == {"pads": (1, 0, 2, 0, 0, 3), "mode": "constant", "value": 7.0}
+
+
+def test_reduce_axes_as_attribute_and_as_input_agree():
+    before = _model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[-1, 1], keepdims=0)],
+                    [_tensor("x", [2, 3, 4])], [_tensor("y", None)], opset=13)
+    after = _model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)],
+                   [_tensor("x", [2, 3, 4])], [_tensor("y", None)], [_init("axes", np.array([-1, 1]))], opset=18)
+    attrs = [_matches_onnxruntime(m).nodes[0].attrs for m in (before, after)]
+    assert attrs[0] == attrs[1] == {"axes": (1, 2), "keepdims": 0}
+
+
+def test_split_forms_across_opsets():
+    v13 = _model([helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=1)], [_tensor("x", [2, 5])],
+                 [_tensor("a", None), _tensor("b", None)], [_init("sizes", np.array([2, 3]))], opset=13)
+    v18 = _model([helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3)], [_tensor("x", [2, 5])],
+                 [_tensor(n, None) for n in "abc"], opset=18)
+    assert _matches_onnxruntime(v13).nodes[0].attrs == {"axis": 1, "split": (2, 3)}
+    assert _matches_onnxruntime(v18).nodes[0].attrs == {"axis": 1, "split": (2, 2, 1)}
+
+
+def test_shape_ops_become_reshape_and_global_pools_reductions():
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["g"]),
+        helper.make_node("Squeeze", ["g", "axes"], ["s"]),
+        helper.make_node("Unsqueeze", ["s", "axes0"], ["u"]),
+        helper.make_node("Flatten", ["u"], ["y"], axis=-1),
+    ]
+    model = _model(nodes, [_tensor("x", [2, 3, 4, 4])], [_tensor("y", None)],
+                   [_init("axes", np.array([2, 3])), _init("axes0", np.array([0]))])
+    graph = _matches_onnxruntime(model)
+    assert [n.op for n in graph.nodes] == [Op.REDUCE_MEAN, Op.RESHAPE, Op.RESHAPE, Op.RESHAPE]
+    assert graph.outputs[0].shape == (2, 3)
+
+
+def test_computed_shapes_fold_to_constants():
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "zero_axis"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+        helper.make_node("ConstantOfShape", ["target_len"], ["ones"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+        helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+        helper.make_node("Constant", [], ["c"], value_floats=[0.5, 0.25]),
+    ]
+    model = _model(nodes, [_tensor("x", [2, 3, 4])], [_tensor("y", [2, 12]), _tensor("ones", None), _tensor("r", None, TensorProto.INT64), _tensor("c", None)],
+                   [_init("zero", np.int64(0)), _init("zero_axis", np.array([0])), _init("minus_one", np.array([-1])),
+                    _init("target_len", np.array([3])), _init("start", np.int64(1)), _init("limit", np.int64(7)),
+                    _init("delta", np.int64(2))])
+    graph = _matches_onnxruntime(model)
+    assert [n.op for n in graph.nodes] == [Op.RESHAPE]
+    np.testing.assert_array_equal(graph.constants["r"], [1, 3, 5])
+    assert "shape" not in graph.values and "target" not in graph.values
+
+
+def test_dropout_mask_is_a_constant_and_initializer_inputs_are_constants():
+    node = helper.make_node("Dropout", ["x", "ratio"], ["y", "mask"])
+    model = _model([node], [_tensor("x", [3]), _tensor("ratio", [])], [_tensor("y", [3]), _tensor("mask", [3], TensorProto.BOOL)],
+                   [_init("ratio", np.float32(0.3))])
+    graph = import_model(model)
+    assert [v.name for v in graph.inputs] == ["x"]
+    assert graph.constants["mask"].all() and graph.nodes[0].op is Op.DROPOUT
+
+
+def test_dynamic_dimension_must_be_bound():
+    relu = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    model = _model([relu], [_tensor("x", ["batch", 3])], [_tensor("y", ["batch", 3])])
+    with pytest.raises(FrontendError, match=r"dyn.onnx: input 'x' has dynamic dimension 0 \('batch'\)"):
+        import_model(model, source="dyn.onnx")
+    assert import_model(model, {"x": (5, 3)}).outputs[0].shape == (5, 3)
+    with pytest.raises(FrontendError, match="contradicts"):
+        import_model(model, {"x": (5, 4)})
+    with pytest.raises(FrontendError, match="not model inputs"):
+        import_model(model, {"y": (5, 3)})
+
+
+def test_shape_operand_must_be_constant():
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape_me")
+    model = _model([node], [_tensor("x", [2, 3]), _tensor("shape", [2], TensorProto.INT64)], [_tensor("y", None)])
+    with pytest.raises(FrontendError, match=r"m.onnx: node 'reshape_me' \(Reshape\): operand 'shape' must be a constant"):
+        import_model(model, source="m.onnx")
+
+
+def test_declared_shapes_are_checked():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", [2, 3])], [_tensor("y", [3, 2])])
+    with pytest.raises(FrontendError, match=r"value 'y' has shape \[2, 3\] but the model declares \[3, 2\]"):
+        import_model(model)
+
+
+def test_opset_range():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", [2])], [_tensor("y", [2])], opset=11)
+    with pytest.raises(FrontendError, match="opset 11 is outside the supported range 13-28"):
+        import_model(model, source="old.onnx")
+
+
+# Bad input ------------------------------------------------------------------
+
+
+def test_unsupported_ops_are_listed_in_one_error():
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="fine"),
+        helper.make_node("NonZero", ["a"], ["b"], name="nz_1"),
+        helper.make_node("NonZero", ["a"], ["c"], name="nz_2"),
+        helper.make_node("TopK", ["a", "k"], ["d", "e"], name="top"),
+        helper.make_node("FusedConv", ["a"], ["f"], name="vendor", domain="com.microsoft"),
+    ]
+    model = _model(nodes, [_tensor("x", [4]), _tensor("k", [1], TensorProto.INT64)], [_tensor("b", None)])
+    with pytest.raises(FrontendError) as info:
+        import_model(model, source="ops.onnx")
+    message = str(info.value)
+    assert message.startswith("ops.onnx: unsupported operators:")
+    for expected in ("NonZero (nodes 'nz_1', 'nz_2')", "TopK (node 'top')", "com.microsoft.FusedConv (node 'vendor')"):
+        assert expected in message
+    assert "Relu" not in message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FrontendError, match=r"missing.onnx: cannot read model"):
+        load_onnx(tmp_path / "missing.onnx")
+
+
+def test_not_onnx(tmp_path):
+    path = tmp_path / "notes.onnx"
+    path.write_text("this is not a protobuf \x00\xff")
+    with pytest.raises(FrontendError, match=r"notes.onnx: not a readable ONNX model"):
+        load_onnx(path)
+    path.write_bytes(b"")
+    with pytest.raises(FrontendError, match=r"notes.onnx: not an ONNX model"):
+        load_onnx(path)
+
+
+def test_truncated_model(tmp_path):
+    full = _model([helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", [64])], [_tensor("y", [64])],
+                  [_init("unused", np.zeros(256, np.float32))])
+    path = tmp_path / "cut.onnx"
+    data = full.SerializeToString()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FrontendError, match=r"cut.onnx: not a readable ONNX model, truncated"):
+        load_onnx(path)
+
+
+def test_cycle_names_file_and_nodes(tmp_path):
+    nodes = [helper.make_node("Add", ["x", "c"], ["a"], name="add_a"), helper.make_node("Relu", ["a"], ["c"], name="relu_c")]
+    path = tmp_path / "cycle.onnx"
+    onnx.save(_model(nodes, [_tensor("x", [2])], [_tensor("a", [2])]), path)
+    with pytest.raises(FrontendError, match=r"cycle.onnx: cycle through nodes") as info:
+        load_onnx(path)
+    assert "add_a" in str(info.value) and "relu_c" in str(info.value)
+
+
+def test_dangling_input_names_file_node_and_value(tmp_path):
+    path = tmp_path / "dangling.onnx"
+    onnx.save(_model([helper.make_node("Add", ["x", "nowhere"], ["y"], name="adder")], [_tensor("x", [2])], [_tensor("y", [2])]), path)
+    with pytest.raises(FrontendError, match=r"dangling.onnx: node 'adder' reads 'nowhere'"):
+        load_onnx(path)
+
+
+def test_initializer_with_wrong_raw_size(tmp_path):
+    weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 4], raw_data=np.zeros(15, np.float32).tobytes())
+    path = tmp_path / "short.onnx"
+    onnx.save(_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [_tensor("x", [2, 4])], [_tensor("y", [2, 4])], [weight]), path)
+    with pytest.raises(FrontendError, match=r"short.onnx: initializer 'w' holds 60 bytes of raw data, .* needs 64"):
+        load_onnx(path)
+
+
+def test_operands_are_checked_against_the_schema():
+    one_input = _model([helper.make_node("Gemm", ["x"], ["y"], name="g1")], [_tensor("x", [2, 2])], [_tensor("y", None)])
+    with pytest.raises(FrontendError, match=r"m.onnx: node 'g1' \(Gemm\): has 1 inputs, expected 2 to 3"):
+        import_model(one_input, source="m.onnx")
+    empty = _model([helper.make_node("Gemm", ["x", ""], ["y"], name="g2")], [_tensor("x", [2, 2])], [_tensor("y", None)])
+    with pytest.raises(FrontendError, match=r"node 'g2' \(Gemm\): required input 'B' is empty"):
+        import_model(empty)
+
+
+def test_float_attributes_read_as_written():
+    node = helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.01)
+    graph = import_model(_model([node], [_tensor("x", [3])], [_tensor("y", [3])]))
+    assert graph.nodes[0].attrs["alpha"] == 0.01
+
+
+def test_operator_errors_name_the_node():
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="bad_conv")
+    model = _model([node], [_tensor("x", [1, 3, 8, 8])], [_tensor("y", None)], [_init("w", np.zeros((4, 2, 3, 3), np.float32))])
+    with pytest.raises(FrontendError, match=r"bad.onnx: node 'bad_conv' \(Conv\): input channels 3 do not match"):
+        import_model(model, source="bad.onnx")

@@ -1,0 +1,176 @@
+"""Each rewriting pass alone, on small hand-built graphs."""
+
+import numpy as np
+
+from autosched.graph.builder import GraphBuilder
+from autosched.graph.ir import Op
+from autosched.graph.passes import (
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+    fold_batchnorm,
+    fold_constants,
+    optimize,
+    remove_identity,
+)
+from autosched.graph.reference import random_inputs, run_graph
+
+RNG = np.random.default_rng(0)
+
+
+def _f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _ops(graph):
+    return [node.op for node in graph.nodes]
+
+
+def _same_results(before, after, seed=0):
+    inputs = random_inputs(before.inputs, seed)
+    want, got = run_graph(before, inputs), run_graph(after, inputs)
+    assert want.keys() == got.keys()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+
+
+def _bn(b, x, channels, name="bn"):
+    params = [
+        b.constant(f"{name}.scale", RNG.uniform(0.5, 1.5, channels).astype(np.float32)),
+        b.constant(f"{name}.bias", _f32(channels)),
+        b.constant(f"{name}.mean", _f32(channels)),
+        b.constant(f"{name}.var", RNG.uniform(0.5, 1.5, channels).astype(np.float32)),
+    ]
+    return b.node(Op.BATCH_NORM, [x, *params], name=name, epsilon=1e-5)
+
+
+CONV = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+
+
+def test_fold_constants_evaluates_constant_subgraphs():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    w = b.node(Op.TRANSPOSE, [b.constant("w", _f32(3, 2))], perm=(1, 0))
+    scaled = b.node(Op.MUL, [w, b.constant("two", np.float32(2))])
+    b.output(b.node(Op.ADD, [x, scaled], name="out"))
+    g = b.build()
+    folded = fold_constants(g)
+    assert _ops(folded) == [Op.ADD]
+    assert folded.constants[scaled].shape == (2, 3) and "w" not in folded.constants
+    _same_results(g, folded)
+
+
+def test_fold_batchnorm_into_conv_with_and_without_bias():
+    for with_bias in (False, True):
+        b = GraphBuilder()
+        x = b.input("x", (1, 3, 6, 6))
+        inputs = [x, b.constant("w", _f32(4, 3, 3, 3))] + ([b.constant("b", _f32(4))] if with_bias else [])
+        y = _bn(b, b.node(Op.CONV, inputs, name="conv", **CONV), 4)
+        b.output(b.node(Op.RELU, [y]))
+        g = b.build()
+        folded = fold_batchnorm(g)
+        assert _ops(folded) == [Op.CONV, Op.RELU]
+        assert folded.nodes[0].name == "conv" and len(folded.nodes[0].inputs) == 3
+        _same_results(g, folded)
+
+
+def test_fold_batchnorm_into_gemm_respects_trans_b_and_beta():
+    for trans_b in (0, 1):
+        b = GraphBuilder()
+        x = b.input("x", (5, 3))
+        w = b.constant("w", _f32(4, 3) if trans_b else _f32(3, 4))
+        y = b.node(Op.GEMM, [x, w, b.constant("c", _f32(1, 4))], alpha=1.5, beta=0.5, transA=0, transB=trans_b)
+        b.output(_bn(b, y, 4))
+        g = b.build()
+        folded = fold_batchnorm(g)
+        assert _ops(folded) == [Op.GEMM]
+        _same_results(g, folded)
+
+
+def test_fold_batchnorm_into_matmul_and_its_bias():
+    for with_add in (False, True):
+        b = GraphBuilder()
+        x = b.input("x", (5, 3))
+        y = b.node(Op.MATMUL, [x, b.constant("w", _f32(3, 4))])
+        if with_add:
+            y = b.node(Op.ADD, [b.constant("bias", _f32(4)), y])
+        b.output(_bn(b, y, 4))
+        g = b.build()
+        folded = fold_batchnorm(g)
+        assert _ops(folded) == [Op.MATMUL, Op.ADD]
+        _same_results(g, folded)
+
+
+def test_fold_batchnorm_leaves_shared_or_unfoldable_producers():
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 6, 6))
+    conv = b.node(Op.CONV, [x, b.constant("w", _f32(3, 3, 3, 3))], **CONV)
+    y = _bn(b, conv, 3)
+    b.output(b.node(Op.ADD, [y, conv]))  # the conv output has a second reader
+    b.output(_bn(b, b.node(Op.RELU, [x]), 3, name="bn2"))  # a Relu is not linear
+    g = b.build()
+    assert _ops(fold_batchnorm(g)).count(Op.BATCH_NORM) == 2
+
+
+def test_remove_identity_bypasses_and_keeps_needed_copies():
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    y = b.node(Op.RELU, [x], name="relu")
+    hidden = b.node(Op.DROPOUT, [b.node(Op.IDENTITY, [y])])
+    out = b.node(Op.IDENTITY, [b.node(Op.EXP, [hidden], name="exp")], name="result")
+    passthrough = b.node(Op.IDENTITY, [x], name="copy_of_input")
+    b.output(out, passthrough)
+    g = b.build()
+    cleaned = remove_identity(g)
+    assert _ops(cleaned) == [Op.RELU, Op.EXP, Op.IDENTITY]
+    exp = next(n for n in cleaned.nodes if n.op is Op.EXP)
+    assert exp.inputs == (y,) and exp.outputs == ("result",)
+    assert [v.name for v in cleaned.outputs] == ["result", "copy_of_input"]
+    _same_results(g, cleaned)
+
+
+def test_dead_code_elimination_drops_unused_nodes_and_constants():
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    b.node(Op.ADD, [x, b.constant("unused", _f32(4))], name="dead")
+    b.output(b.node(Op.RELU, [x]))
+    g = b.build()
+    cleaned = eliminate_dead_code(g)
+    assert _ops(cleaned) == [Op.RELU] and not cleaned.constants and "dead" not in cleaned.values
+    assert [v.name for v in cleaned.inputs] == ["x"]
+
+
+def test_cse_merges_equal_constants_and_nodes():
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    six_a, six_b = b.constant("six_a", np.float32(6)), b.constant("six_b", np.float32(6))
+    first = b.node(Op.CLIP, [b.node(Op.ADD, [x, six_a], name="add_a")], min=0.0, max=6.0)
+    second = b.node(Op.CLIP, [b.node(Op.ADD, [x, six_b], name="add_b")], min=0.0, max=6.0)
+    other = b.node(Op.CLIP, [x], min=0.0, max=1.0)
+    b.output(b.node(Op.MUL, [first, second]), other)
+    g = b.build()
+    merged = eliminate_common_subexpressions(g)
+    assert _ops(merged) == [Op.ADD, Op.CLIP, Op.CLIP, Op.MUL]
+    assert list(merged.constants) == ["six_a"]
+    mul = merged.nodes[-1]
+    assert mul.inputs[0] == mul.inputs[1]
+    _same_results(g, merged)
+
+
+def test_cse_keeps_duplicates_that_are_graph_outputs():
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    b.output(b.node(Op.RELU, [x], name="a"), b.node(Op.RELU, [x], name="b"))
+    g = b.build()
+    assert len(eliminate_common_subexpressions(g).nodes) == 2
+
+
+def test_optimize_runs_all_passes_and_keeps_results():
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 6, 6))
+    w = b.node(Op.MUL, [b.constant("w", _f32(4, 3, 3, 3)), b.constant("s", np.float32(0.5))])
+    y = _bn(b, b.node(Op.IDENTITY, [b.node(Op.CONV, [x, w], **CONV)]), 4)
+    b.output(b.node(Op.RELU, [y]))
+    g = b.build()
+    optimized = optimize(g)
+    assert _ops(optimized) == [Op.CONV, Op.RELU]
+    _same_results(g, optimized)
