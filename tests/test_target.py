@@ -1,0 +1,101 @@
+import pytest
+
+from autosched.target import CpuCapabilities, CpuInfo, GpuCapabilities, Target, TargetError, read_cpuinfo
+
+ZEN5 = CpuInfo("AMD EPYC 9R45", frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "hypervisor"}))
+HASWELL = CpuInfo("Intel Core i7-4770", frozenset({"sse4_2", "avx", "avx2", "fma"}))
+OLD = CpuInfo("Intel Core 2", frozenset({"sse4_1"}))
+
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R45
+flags\t\t: fpu sse4_2 avx avx2 avx512f hypervisor
+
+processor\t: 1
+model name\t: AMD EPYC 9R45
+flags\t\t: fpu sse4_2 avx avx2 avx512f hypervisor
+"""
+ARM_CPUINFO = """processor\t: 0
+BogoMIPS\t: 50.00
+Features\t: fp asimd evtstrm aes
+CPU part\t: 0xd0c
+"""
+
+
+def test_llvm_vector_width_follows_cpu_flags():
+    assert Target.parse("llvm", host=ZEN5).capabilities == CpuCapabilities(vector_bytes=64)
+    assert Target.parse("llvm", host=HASWELL).capabilities == CpuCapabilities(vector_bytes=32)
+    assert Target.parse("llvm", host=OLD).capabilities == CpuCapabilities(vector_bytes=16)
+
+
+def test_mattr_overrides_host_flags():
+    assert Target.parse("llvm -mattr=-avx512f", host=ZEN5).capabilities.vector_bytes == 32
+    assert Target.parse("llvm -mattr=+avx512f", host=HASWELL).capabilities.vector_bytes == 64
+
+
+def test_llvm_fingerprint_names_cpu_and_isa_only():
+    t = Target.parse("llvm -mcpu=znver5", host=ZEN5)
+    assert t.kind == "llvm" and t.option("mcpu") == "znver5" and t.option("mattr") is None
+    assert "AMD EPYC 9R45" in t.fingerprint and "avx512f" in t.fingerprint and "mcpu=znver5" in t.fingerprint
+    assert "hypervisor" not in t.fingerprint
+    assert t.fingerprint != Target.parse("llvm", host=ZEN5).fingerprint
+    assert t.fingerprint != Target.parse("llvm -mcpu=znver5", host=HASWELL).fingerprint
+    assert t.ray_resource == "CPU"
+
+
+def test_canonical_string_round_trips():
+    t = Target.parse("llvm   -mcpu=znver5 -mattr=+avx2,-avx512f", host=ZEN5)
+    assert str(t) == "llvm -mattr=+avx2,-avx512f -mcpu=znver5"
+    assert Target.parse(str(t), host=ZEN5) == t
+
+
+def test_cuda_target():
+    t = Target.parse("cuda -arch=sm_90")
+    assert t.fingerprint == "cuda|sm_90"
+    assert t.ray_resource == "GPU"
+    assert t.capabilities == GpuCapabilities(arch="sm_90")
+    assert t.capabilities.max_threads_per_block == 1024
+    assert t.capabilities.max_shared_memory_per_block == 48 * 1024
+    assert t.capabilities.warp_size == 32
+    assert str(Target.parse("cuda -arch=sm_90a")) == "cuda -arch=sm_90a"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty target"),
+    ("   ", "empty target"),
+    ("opencl", "unknown target kind 'opencl'.*known kinds: llvm, cuda"),
+    ("LLVM", "unknown target kind"),
+    ("cuda", "needs -arch="),
+    ("cuda -arch=sm90", "bad value 'sm90' for -arch"),
+    ("cuda -mcpu=x", "unknown option -mcpu for 'cuda'"),
+    ("llvm -arch=sm_90", "unknown option -arch for 'llvm'"),
+    ("llvm mcpu=znver5", "not of the form -name=value"),
+    ("llvm -mcpu", "not of the form"),
+    ("llvm -mcpu=znver5 -mcpu=znver4", "given twice"),
+    ("llvm -mcpu=znver5;rm", "bad value"),
+    ("llvm -mcpu=$(id)", "bad value"),
+    ("llvm -mattr=avx2", "bad value 'avx2' for -mattr"),
+])
+def test_bad_target_strings(text, message):
+    with pytest.raises(TargetError, match=message):
+        Target.parse(text, host=ZEN5)
+
+
+def test_read_cpuinfo(tmp_path):
+    x86 = tmp_path / "x86"
+    x86.write_text(X86_CPUINFO)
+    info = read_cpuinfo(x86)
+    assert info.model == "AMD EPYC 9R45" and {"avx2", "avx512f"} <= info.flags
+    arm = tmp_path / "arm"
+    arm.write_text(ARM_CPUINFO)
+    info = read_cpuinfo(arm)
+    assert info.model == "0xd0c" and "asimd" in info.flags
+    assert Target.parse("llvm", host=info).capabilities.vector_bytes == 16
+    missing = read_cpuinfo(tmp_path / "nope")
+    assert missing.flags == frozenset() and missing.model
+
+
+def test_host_target_parses():
+    t = Target.parse("llvm")
+    assert t.capabilities.vector_bytes in (16, 32, 64)
+    assert t.fingerprint.startswith("llvm|")
