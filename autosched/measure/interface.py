@@ -1,0 +1,53 @@
+"""The seams between tuners and devices: a Builder compiles, a Runner times.
+
+Build is not run: builders may compile many candidates in parallel processes
+that never touch the device, runners time one candidate at a time. Tuners see
+neither; they call a `MeasureBatch`, which `measure_with` makes from a pair.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+from autosched.measure.record import BuildResult, MeasureInput, MeasureResult, RecordError
+
+MeasureBatch = Callable[[Sequence[MeasureInput]], list[MeasureResult]]
+
+
+class Builder(ABC):
+    @abstractmethod
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        """One BuildResult per input, in order; failures are results, not exceptions."""
+
+
+class Runner(ABC):
+    @abstractmethod
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        """One MeasureResult per input, in order. Only successful builds are passed."""
+
+
+def measure_with(builder: Builder, runner: Runner) -> MeasureBatch:
+    """Build every input, run those that built, and give build failures their
+    result directly, so runners never see a failed build."""
+
+    def measure(inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        builds = builder.build(inputs)
+        _check_count("builder", inputs, builds)
+        built = [i for i, b in enumerate(builds) if b.ok]
+        ran = runner.run([inputs[i] for i in built], [builds[i] for i in built])
+        _check_count("runner", built, ran)
+        ran_in_order = iter(ran)
+        return [
+            next(ran_in_order) if b.ok else MeasureResult.failure(b.error_kind, b.error_msg, b.build_s, time.time())
+            for b in builds
+        ]
+
+    return measure
+
+
+def _check_count(who: str, inputs: Sequence[object], outputs: Sequence[object]) -> None:
+    if len(outputs) != len(inputs):
+        raise RecordError(f"{who} returned {len(outputs)} results for {len(inputs)} inputs")
+

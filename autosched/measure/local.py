@@ -1,0 +1,187 @@
+"""Measurement on this machine: builds in parallel processes, runs one at a time in a child.
+
+Build is not run: the builder lowers and compiles candidates in a process pool (it never runs
+them); the runner hands each built kernel to a long-lived worker process that checks its output
+against the task's reference and times it in C. A crash or a hang kills only the worker, which
+is restarted for the next candidate.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from autosched.codegen import CodegenError, CompileError, renderer_for
+from autosched.codegen.gcc import compile_c
+from autosched.lower import lower
+from autosched.measure.interface import Builder, Runner
+from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
+from autosched.schedule import ScheduleError
+
+#: (MeasureInput) -> (Schedule, argument tensors: inputs first, then outputs)
+Instantiate = Callable[[MeasureInput], tuple]
+
+
+def instantiate_from_template(inp: MeasureInput) -> tuple:
+    """The registered template of the task's op and target, applied to the config."""
+    from search_spaces import get_template
+    template = get_template(inp.task.op, inp.target.kind)
+    return template.apply(inp.task, inp.config, inp.target)
+
+
+def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | None, compile_timeout: float) -> BuildResult:
+    start = time.perf_counter()
+    try:
+        sched, args = instantiate(inp)
+        func = lower(sched, args, "candidate")
+        renderer = renderer_for(inp.target.kind)
+        code = renderer.render(func)
+    except (ScheduleError, CodegenError, ValueError, KeyError, IndexError, TypeError) as e:
+        return BuildResult(None, ErrorKind.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
+    try:
+        lib = compile_c(code, cache_dir=Path(cache_dir) if cache_dir else None, timeout=compile_timeout)
+    except CompileError as e:
+        kind = ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR
+        return BuildResult(None, kind, str(e), time.perf_counter() - start)
+    manifest = lib.with_suffix(".json")
+    if not manifest.exists():
+        params = [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)} for b in func.params]
+        tmp = manifest.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"lib": str(lib), "symbol": renderer.symbol(func), "params": params}))
+        os.replace(tmp, manifest)
+    return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", time.perf_counter() - start)
+
+
+class LocalBuilder(Builder):
+    """Compiles candidates in `n_parallel` processes; each build may take `timeout` seconds."""
+
+    def __init__(self, n_parallel: int | None = None, timeout: float = 60.0, cache_dir: Path | None = None,
+                 instantiate: Instantiate = instantiate_from_template):
+        self.n_parallel = n_parallel or os.cpu_count() or 1
+        self.timeout, self.cache_dir, self.instantiate = timeout, cache_dir, instantiate
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        cache = str(self.cache_dir) if self.cache_dir else None
+        # fork: templates registered at run time (tests, plugins) exist in the children too
+        with ProcessPoolExecutor(self.n_parallel, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = [pool.submit(_build_one, inp, self.instantiate, cache, self.timeout) for inp in inputs]
+            out = []
+            for f in futures:
+                try:
+                    out.append(f.result(timeout=self.timeout + 30))
+                except FutureTimeout:
+                    out.append(BuildResult(None, ErrorKind.COMPILE_TIMEOUT,
+                                           f"building took longer than {self.timeout:.0f} s", self.timeout))
+                except Exception as e:  # noqa: BLE001 - a broken build process is one failed trial
+                    out.append(BuildResult(None, ErrorKind.COMPILE_ERROR, f"{type(e).__name__}: {e}", 0.0))
+        return out
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """How candidates are timed and checked."""
+    repeat: int = 3
+    min_repeat_ms: float = 40.0
+    flush_bytes: int = 0          # bytes written between repeats to evict the caches (0: warm caches)
+    timeout: float = 10.0         # seconds per candidate beyond its timing budget
+    threads: int = os.cpu_count() or 1
+    rtol: float = 1e-3
+    atol: float = 1e-4
+    stop_factor: float = 4.0      # stop timing a candidate once it is this much slower than the task's best
+
+
+class LocalRunner(Runner):
+    """Runs built candidates one at a time in a restartable worker process."""
+
+    def __init__(self, options: RunnerOptions = RunnerOptions()):
+        self.options = options
+        self._proc: subprocess.Popen | None = None
+        self._dir = tempfile.TemporaryDirectory(prefix="autosched-run-")
+        self._data: dict[str, str] = {}
+        self._best: dict[str, float] = {}
+
+    # --- task data ----------------------------------------------------------------------
+    def _data_file(self, task) -> str:
+        if task.key not in self._data:
+            inputs = task.random_inputs(0)
+            outputs = task.reference(inputs)
+            path = Path(self._dir.name) / f"task{len(self._data)}.npz"
+            arrays = {f"in{i}": np.ascontiguousarray(a) for i, a in enumerate(inputs)}
+            arrays.update({f"out{i}": np.ascontiguousarray(a) for i, a in enumerate(outputs)})
+            np.savez(path, n_inputs=len(inputs), n_outputs=len(outputs), **arrays)
+            self._data[task.key] = str(path)
+        return self._data[task.key]
+
+    # --- worker ---------------------------------------------------------------------------
+    def _worker(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen([sys.executable, "-m", "autosched.measure.worker"], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, text=True, start_new_session=True)
+        return self._proc
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+            self._proc = None
+
+    def close(self) -> None:
+        self._kill()
+        self._dir.cleanup()
+
+    def __enter__(self) -> "LocalRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- running ----------------------------------------------------------------------------
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
+
+    def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
+        o = self.options
+        best = self._best.get(inp.task.key)
+        req = {"manifest": build.artifact, "data": self._data_file(inp.task), "threads": o.threads,
+               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "flush_bytes": o.flush_bytes,
+               "stop_above": best * o.stop_factor if best and o.stop_factor else 0.0, "rtol": o.rtol, "atol": o.atol}
+        limit = o.timeout + 3 * o.repeat * o.min_repeat_ms / 1e3
+        proc = self._worker()
+        try:
+            proc.stdin.write(json.dumps(req) + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], limit)
+            line = proc.stdout.readline() if ready else None
+        except (BrokenPipeError, OSError):
+            line = ""
+        now = time.time()
+        if line is None:
+            self._kill()
+            return MeasureResult.failure(ErrorKind.RUN_TIMEOUT, f"no result within {limit:.1f} s; worker restarted",
+                                         build.build_s, now)
+        if not line:
+            code = proc.wait()
+            self._proc = None
+            why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            return MeasureResult.failure(ErrorKind.RUNTIME_ERROR, f"the kernel killed its worker ({why}); "
+                                         "worker restarted", build.build_s, now)
+        reply = json.loads(line)
+        if "error" in reply:
+            return MeasureResult.failure(ErrorKind[reply["error"]], reply["msg"], build.build_s, now)
+        costs = tuple(reply["costs"])
+        cost = float(np.median(costs))
+        self._best[inp.task.key] = min(cost, best or cost)
+        return MeasureResult(costs, ErrorKind.NO_ERROR, "", build.build_s, now)

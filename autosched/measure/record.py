@@ -1,0 +1,127 @@
+"""What flows through measurement: inputs, build results, measure results.
+
+Errors have their own fields (`error_kind`, `error_msg`) and never ride in
+`costs`, so a consumer reads a result without unpacking sentinel values.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from autosched.errors import AutoschedError
+from autosched.space import Config
+from autosched.target import Target
+
+
+class RecordError(AutoschedError):
+    """A measurement record that is malformed or inconsistent."""
+
+
+class ErrorKind(Enum):
+    """Why a candidate has no valid timing; stored by name in logs."""
+
+    NO_ERROR = 0
+    INSTANTIATION_ERROR = 1  # the template could not build a schedule from the config
+    COMPILE_ERROR = 2
+    COMPILE_TIMEOUT = 3
+    RUNTIME_ERROR = 4
+    RUN_TIMEOUT = 5
+    WRONG_ANSWER = 6  # ran, but its output differs from the reference
+
+
+class TaskLike(Protocol):
+    """All measurement needs from a task: a key stable across models and runs."""
+
+    @property
+    def key(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    task: TaskLike
+    target: Target
+    config: Config
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A compiled candidate: `artifact` is the built file (None if the build failed
+    or nothing needed building)."""
+
+    artifact: str | None
+    error_kind: ErrorKind
+    error_msg: str
+    build_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is ErrorKind.NO_ERROR
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Raw timings in seconds (all repeats, kept for later statistics), or an error."""
+
+    costs: tuple[float, ...]
+    error_kind: ErrorKind
+    error_msg: str
+    build_s: float
+    timestamp: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "costs", tuple(float(c) for c in self.costs))
+        if not isinstance(self.error_kind, ErrorKind):
+            raise RecordError(f"error_kind must be an ErrorKind, got {self.error_kind!r}")
+        if self.error_kind is ErrorKind.NO_ERROR:
+            if not self.costs or not all(math.isfinite(c) and c > 0 for c in self.costs):
+                raise RecordError(f"a successful result needs positive finite costs, got {self.costs!r}")
+        elif self.costs:
+            raise RecordError(f"a failed result ({self.error_kind.name}) must not carry costs")
+
+    @classmethod
+    def failure(cls, kind: ErrorKind, msg: str, build_s: float, timestamp: float) -> MeasureResult:
+        return cls(costs=(), error_kind=kind, error_msg=msg, build_s=build_s, timestamp=timestamp)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is ErrorKind.NO_ERROR
+
+    @property
+    def cost(self) -> float:
+        """The median repeat: robust to a repeat disturbed by another process
+        in either direction. Only for successful results."""
+        if not self.ok:
+            raise RecordError(f"a failed result ({self.error_kind.name}) has no cost")
+        return statistics.median(self.costs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"costs": list(self.costs), "error_kind": self.error_kind.name, "error_msg": self.error_msg,
+                "build_s": self.build_s, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> MeasureResult:
+        """Validate a result read from a log line or database row."""
+        try:
+            kind = ErrorKind[obj["error_kind"]]
+            costs = obj["costs"]
+            if not isinstance(costs, list) or any(type(c) not in (int, float) for c in costs):
+                raise RecordError(f"costs must be a list of numbers, got {costs!r}")
+            if not isinstance(obj["error_msg"], str):
+                raise RecordError(f"error_msg must be a string, got {obj['error_msg']!r}")
+            return cls(costs=tuple(costs), error_kind=kind, error_msg=obj["error_msg"],
+                       build_s=float(obj["build_s"]), timestamp=float(obj["timestamp"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"malformed measure result {obj!r}: {exc!r}") from None
+
+
+Record = tuple[MeasureInput, MeasureResult]
+
+
+def record_to_json(inp: MeasureInput, res: MeasureResult) -> dict[str, Any]:
+    """One log line's worth: enough to replay the result or rebuild the config."""
+    return {"task": inp.task.key, "target": str(inp.target), "config": inp.config.to_json(), **res.to_json()}

@@ -1,0 +1,64 @@
+"""The runner's child process: loads one built kernel at a time, checks it, times it.
+
+Kept in its own process so a kernel that crashes or never returns costs one trial and a
+restart, never the tuning run. Speaks JSON lines on stdin/stdout; arrays travel in .npz files
+that the parent writes once per task.
+
+    python -m autosched.measure.worker
+"""
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+import numpy as np
+
+from autosched.lower.ir import Buffer
+from autosched.runtime import Kernel
+
+_DATA: dict[str, tuple[list, list]] = {}
+
+
+def _load_data(path: str) -> tuple[list, list]:
+    if path not in _DATA:
+        with np.load(path) as z:
+            n_in, n_out = int(z["n_inputs"]), int(z["n_outputs"])
+            _DATA.clear()  # one task at a time: keep memory flat over a long run
+            _DATA[path] = ([z[f"in{i}"] for i in range(n_in)], [z[f"out{i}"] for i in range(n_out)])
+    return _DATA[path]
+
+
+def handle(req: dict) -> dict:
+    manifest = json.loads(open(req["manifest"]).read())
+    params = [Buffer(p["name"], p["dtype"], tuple(p["shape"])) for p in manifest["params"]]
+    kern = Kernel(manifest["lib"], manifest["symbol"], params, "")
+    kern.set_num_threads(int(req["threads"]))
+    inputs, expected = _load_data(req["data"])
+    outputs = [np.full(b.shape, np.nan, dtype=e.dtype) for b, e in zip(params[len(inputs):], expected)]
+    args = kern.bind(list(inputs) + outputs)
+    kern.run(args)
+    for k, (got, want) in enumerate(zip(outputs, expected)):
+        if not np.allclose(got, want, rtol=req["rtol"], atol=req["atol"], equal_nan=False):
+            err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            where = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))), err.shape)
+            return {"error": "WRONG_ANSWER",
+                    "msg": f"output {k} differs from the reference: at {tuple(int(i) for i in where)} got "
+                           f"{got[where]!r}, expected {want[where]!r}"}
+    costs = kern.time(args, repeat=int(req["repeat"]), min_repeat_ms=float(req["min_repeat_ms"]),
+                      flush_bytes=int(req["flush_bytes"]), stop_above=float(req["stop_above"]))
+    return {"costs": costs}
+
+
+def main() -> None:
+    for line in sys.stdin:
+        try:
+            reply = handle(json.loads(line))
+        except Exception as e:  # noqa: BLE001 - every failure becomes a result for the parent
+            reply = {"error": "RUNTIME_ERROR", "msg": f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The tuning loop shared by every strategy.
+
+`Tuner.tune` owns the budget in one place: it asks the strategy for candidate
+indices, drops any already measured, measures them, tracks the best and stops
+early. Strategies only propose (`_propose`) and learn (`_observe`).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from autosched.errors import AutoschedError
+from autosched.measure import MeasureBatch, MeasureInput, MeasureResult, RecordError, TaskLike
+from autosched.space import Config, ConfigSpace
+from autosched.target import Target
+from autosched.tuner.options import BaseOptions, parse_options
+
+Callback = Callable[[Sequence[MeasureInput], Sequence[MeasureResult]], None]
+
+
+class TunerError(AutoschedError):
+    """A tuning request that cannot be honoured: no budget, unknown strategy."""
+
+
+@dataclass(frozen=True)
+class TuneSummary:
+    """What one `tune` call did. `best` is over the tuner's whole life."""
+
+    trials: int  # measured in this call
+    best: Config | None
+    best_cost: float  # seconds; inf when nothing has succeeded
+    stopped_early: bool
+
+
+class Tuner(ABC):
+    """Searches one task's space. Stateful across `tune` calls: a second call
+    continues where the first stopped and never re-measures a config."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[BaseOptions]] = BaseOptions
+
+    def __init__(self, task: TaskLike, space: ConfigSpace, target: Target, *, seed: int = 0, **options: Any) -> None:
+        self.task = task
+        self.space = space
+        self.target = target
+        self.options = parse_options(self.Options, options, self.name)
+        self.rng = np.random.default_rng(seed)
+        self.visited: set[int] = set()
+        self.best: Config | None = None
+        self.best_cost = math.inf
+
+    @abstractmethod
+    def _propose(self, n: int) -> list[int]:
+        """Up to `n` unvisited indices to measure next; [] when the strategy is done."""
+
+    def _observe(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """Learn from a measured batch (visited and best are already updated)."""
+
+    def tune(self, n_trials: int, measure_batch: MeasureBatch, callbacks: Sequence[Callback] = (),
+             early_stopping: int | None = None) -> TuneSummary:
+        """Measure up to `n_trials` new configs; stop after `early_stopping` trials
+        of this call without a new best, or when the space is exhausted."""
+        if type(n_trials) is not int or n_trials <= 0:
+            raise TunerError(f"n_trials must be a positive int, got {n_trials!r}")
+        if early_stopping is not None and (type(early_stopping) is not int or early_stopping <= 0):
+            raise TunerError(f"early_stopping must be a positive int or None, got {early_stopping!r}")
+        done, last_gain = 0, 0
+        while done < n_trials:
+            if early_stopping is not None and done - last_gain >= early_stopping:
+                return TuneSummary(done, self.best, self.best_cost, stopped_early=True)
+            want = min(self.options.batch_size, n_trials - done)
+            indices = self._fresh(self._propose(want))[:want]
+            if not indices:
+                break
+            inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
+            results = measure_batch(inputs)
+            if len(results) != len(inputs):
+                raise RecordError(f"measure_batch returned {len(results)} results for {len(inputs)} inputs")
+            for inp, res in zip(inputs, results):
+                done += 1
+                self.visited.add(inp.config.index)
+                if res.ok and res.cost < self.best_cost:
+                    self.best, self.best_cost, last_gain = inp.config, res.cost, done
+            self._observe(inputs, results)
+            for callback in callbacks:
+                callback(inputs, results)
+        return TuneSummary(done, self.best, self.best_cost, stopped_early=False)
+
+    def _fresh(self, proposed: Sequence[int]) -> list[int]:
+        """Proposals minus anything measured or repeated: the loop, not each
+        strategy, guarantees that nothing is measured twice."""
+        out: dict[int, None] = {}
+        for i in proposed:
+            if i not in self.visited:
+                out.setdefault(int(i), None)
+        return list(out)
+

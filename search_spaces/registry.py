@@ -1,0 +1,48 @@
+"""Templates, registered once by (op, target kind) and looked up by the measure and tuning code.
+
+A template is a pair of pure functions: `space(task, target) -> ConfigSpace` says which
+schedules exist, `apply(task, config, target) -> (Schedule, tensors)` builds one of them, the
+tensors being the kernel's arguments (the task's inputs in order, then its output). No global
+dispatch context: callers pass the config they mean.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from autosched.errors import AutoschedError
+
+
+class TemplateError(AutoschedError):
+    """No template fits, or a template was registered twice."""
+
+
+class Template(Protocol):
+    name: str
+
+    def space(self, task, target): ...
+
+    def apply(self, task, config, target) -> tuple: ...
+
+
+_TEMPLATES: dict[tuple[str, str], Template] = {}
+
+
+def register(op: str, target_kind: str, template: Template, replace: bool = False) -> Template:
+    key = (op, target_kind)
+    if key in _TEMPLATES and not replace:
+        raise TemplateError(f"a template for op {op!r} on {target_kind!r} is already registered "
+                            f"({_TEMPLATES[key].name})")
+    _TEMPLATES[key] = template
+    return template
+
+
+def get_template(op: str, target_kind: str) -> Template:
+    try:
+        return _TEMPLATES[(op, target_kind)]
+    except KeyError:
+        known = ", ".join(f"{o}@{t}" for o, t in sorted(_TEMPLATES)) or "none"
+        raise TemplateError(f"no template for op {op!r} on target {target_kind!r}; registered: {known}") from None
+
+
+def templates() -> dict[tuple[str, str], Template]:
+    return dict(_TEMPLATES)
