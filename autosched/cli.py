@@ -10,9 +10,14 @@ with the traceback only under `--debug`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Sequence
+
+import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx
@@ -89,8 +94,95 @@ def format_task_table(task_set: TaskSet) -> str:
     return "\n".join(lines)
 
 
+def _build_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="the library to write; OUT's .json manifest and .weights go beside it")
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from autosched.build import build_model
+    files = build_model(load_onnx(args.model, dict(args.shape)), Path(args.output), Target.parse(args.target))
+    print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}")
+    return 0
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("library", metavar="OUT", help="a model built by 'autosched build'")
+    parser.add_argument("--inputs", required=True, metavar="X.npz", help="arrays named like the model's inputs")
+    parser.add_argument("--outputs", required=True, metavar="Y.npz", help="where to write the outputs")
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from autosched.runtime import load_model
+    model = load_model(args.library)
+    try:
+        with np.load(args.inputs) as z:
+            feeds = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise AutoschedError(f"{args.inputs}: cannot read the inputs: {e}") from None
+    np.savez(args.outputs, **model.run(feeds))
+    print(f"wrote {args.outputs}")
+    return 0
+
+
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
+    parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
+def _built(args: argparse.Namespace, tmp: str):
+    """The model imported, built into `tmp` and loaded, plus an onnxruntime session and the graph."""
+    from autosched.build import build_model
+    from autosched.evaluate import onnxruntime_session
+    from autosched.runtime import load_model
+    graph = load_onnx(args.model, dict(args.shape))
+    files = build_model(graph, Path(tmp) / "model.so", Target.parse(args.target))
+    threads = getattr(args, "threads", None) or os.cpu_count() or 1
+    model = load_model(files.library)
+    model.set_num_threads(threads)
+    return graph, model, onnxruntime_session(Path(args.model), threads)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from autosched.evaluate import compare, sample_inputs
+    with tempfile.TemporaryDirectory(prefix="autosched-check-") as tmp:
+        graph, model, session = _built(args, tmp)
+        diffs = compare(model, session, sample_inputs(graph, args.seed), args.rtol, args.atol)
+        model.close()
+    print(f"{'output':<32} {'max abs err':>12} {'max rel err':>12}  verdict (rtol {args.rtol:g}, atol {args.atol:g})")
+    for d in diffs:
+        print(f"{d.name:<32} {d.max_abs:12.3e} {d.max_rel:12.3e}  {'ok' if d.ok else 'MISMATCH'}")
+    return 0 if all(d.ok for d in diffs) else 1
+
+
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--threads", type=int, default=None, help="threads for both (default: all cores)")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs of each, alternating")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from autosched.evaluate import latency, sample_inputs
+    with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
+        graph, model, session = _built(args, tmp)
+        lat = latency(model, session, sample_inputs(graph, 0), runs=args.runs)
+        model.close()
+    print(f"model: {args.model}  threads: {args.threads or os.cpu_count()}  runs: {args.runs}")
+    print(f"autosched   {lat.autosched_ms:9.3f} ms (median)")
+    print(f"onnxruntime {lat.onnxruntime_ms:9.3f} ms (median)")
+    print(f"ratio       {lat.ratio:9.3f} (autosched / onnxruntime; below 1 is faster)")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "tasks": Command("list the tuning tasks of a model", _tasks_arguments, run_tasks),
+    "build": Command("compile a model into a shared library with its weights", _build_arguments, run_build),
+    "run": Command("run a built model on inputs from an .npz file", _run_arguments, run_run),
+    "check": Command("build a model and compare its outputs with onnxruntime", _check_arguments, run_check),
+    "bench": Command("median latency of a model against onnxruntime", _bench_arguments, run_bench),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from autosched.errors import AutoschedError
 from autosched.te.expr import Load, Reduce, Var, substitute, transform
 from autosched.te.tensor import REDUCE, SPATIAL, ComputeOp, IterVar, PlaceholderOp, Tensor, post_order
 
@@ -19,7 +20,7 @@ SCOPES = ("global", "shared", "local")
 ANNOTATIONS = ("unroll", "vectorize", "parallel")
 
 
-class ScheduleError(ValueError):
+class ScheduleError(AutoschedError, ValueError):
     """A schedule primitive was used in a way that would change the computation or cannot be lowered."""
 
 
@@ -97,7 +98,7 @@ class Stage:
         n = int(factor if factor is not None else nparts)
         if n < 1:
             raise self._err(f"split {'factor' if factor is not None else 'nparts'} must be >= 1, got {n}", iv)
-        f = n if factor is not None else -(-iv.extent // n)
+        f = n if factor is not None else max(1, -(-iv.extent // n))
         outer = IterVar(Var(iv.name + ".o"), -(-iv.extent // f), iv.kind)
         inner = IterVar(Var(iv.name + ".i"), f, iv.kind)
         self.relations.append(Split(iv, outer, inner, int(factor) if factor is not None else None,

@@ -15,7 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from autosched.graph.ir import Graph, Node, Op, OpKind
+import numpy as np
+
+from autosched.graph.ir import Graph, Node, Op, OpKind, Value
+from autosched.graph.reference import eval_node, random_inputs
 from autosched.graph.passes.fuse import FusedGroup, fuse
 
 Shape = tuple[int, ...]
@@ -73,6 +76,34 @@ class Task:
     def extra_inputs(self) -> tuple[Operand, ...]:
         """The epilogue's extra tensors, in the order the kernel takes them."""
         return tuple(o for e in self.epilogue for o in e.operands if o.step is None)
+
+    @property
+    def input_values(self) -> tuple[Value, ...]:
+        """Every tensor a kernel of this task reads, in argument order: anchor operands, then extras."""
+        anchor = [Value(f"in{k}", s, d) for k, (s, d) in enumerate(zip(self.shapes, self.dtypes))]
+        extra = [Value(f"extra{k}", o.shape, o.dtype) for k, o in enumerate(self.extra_inputs)]
+        return tuple(anchor + extra)
+
+    def random_inputs(self, seed: int) -> list[np.ndarray]:
+        """Seeded arguments for measuring and checking candidates."""
+        data = random_inputs(self.input_values, seed)
+        return [data[v.name] for v in self.input_values]
+
+    def reference(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """What every kernel of this task must compute, by the graph's numpy evaluator."""
+        n = len(self.shapes)
+        anchor = Node("anchor", Op(self.op), tuple(f"in{k}" for k in range(n)),
+                      tuple(f"out{k}" for k in range(len(self.out_shapes))), dict(self.attrs))
+        results = eval_node(anchor, inputs[:n])
+        if not self.epilogue:
+            return results
+        extras = iter(inputs[n:])
+        steps = [results[0]]
+        for e in self.epilogue:
+            args = [steps[o.step] if o.step is not None else next(extras) for o in e.operands]
+            node = Node("epilogue", Op(e.op), tuple(f"a{k}" for k in range(len(args))), ("y",), dict(e.attrs))
+            steps.append(eval_node(node, args)[0])
+        return [steps[-1]]
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ def test_reduction_must_be_whole_body():
 
 
 def test_bad_shapes_rejected():
-    with pytest.raises(ValueError, match="positive"):
-        te.placeholder((0, 3))
+    with pytest.raises(ValueError, match="negative"):
+        te.placeholder((-1, 3))
 
 
 def test_linear_form_cancels_split_terms():

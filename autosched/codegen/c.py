@@ -15,13 +15,17 @@ import math
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
 from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
-from autosched.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, is_float, substitute, walk
+import numpy as np
 
-C_TYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "int32": "int32_t",
-           "int64": "int64_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t"}
-DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "int8": 1, "uint8": 1, "bool": 1}
-SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "int32": "i32", "int64": "i64",
-         "int8": "i8", "uint8": "u8", "bool": "b8"}
+from autosched.te.expr import (
+    INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, is_float, substitute, walk,
+)
+
+C_TYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "bool": "uint8_t",
+           **{d: f"{d}_t" for d in INT_DTYPES}}
+DTYPE_BYTES = {d: np.dtype(d).itemsize for d in C_TYPES}
+SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "bool": "b8",
+         **{d: d[0] + d.lstrip("uint") for d in INT_DTYPES}}
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&&", "or": "||"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 #: intrinsic -> C for float32 (libm "f" functions); float64 drops the suffix
@@ -45,34 +49,37 @@ class CRenderer:
         return _ident(func.name)
 
     def render(self, func: PrimFunc) -> str:
+        """A translation unit for one kernel, with its timing entry point (what tuning builds)."""
+        return self.render_module([func], timers=True)
+
+    def render_module(self, funcs: list[PrimFunc], timers: bool = False, tail: str = "") -> str:
+        """One translation unit holding several kernels (what a whole-model build links).
+
+        `tail` is appended C that may call the kernels (the model's graph executor).
+        """
+        self._helpers: dict[str, str] = {}
+        bodies = [self._function(f, timers) for f in funcs]
+        head = ["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <time.h>",
+                "#include <omp.h>", ""]
+        return "\n".join(head + list(self._helpers.values()) + [""] + bodies + [
+            "void autosched_set_num_threads(int32_t n) { omp_set_num_threads(n); }", "", tail])
+
+    def signature(self, func: PrimFunc, param_names: list[str] | None = None) -> str:
+        """The C prototype of a rendered kernel."""
+        names = param_names or [self._name(b) for b in func.params]
+        return f"int32_t {self.symbol(func)}({', '.join(_param_decls(func, names))})"
+
+    def _function(self, func: PrimFunc, timer: bool) -> str:
         self._names: dict[int, str] = {}
         self._used: set[str] = set()
         self._ranges: dict = {}
-        self._helpers: dict[str, str] = {}
         self._check(func)
-        written = {id(s.buffer) for s in walk_stmts(func.body) if isinstance(s, Store)}
-        params = []
-        for b in func.params:
-            const = "" if id(b) in written else "const "
-            params.append(f"{const}{C_TYPES[b.dtype]}* restrict {self._name(b)}")
+        sig = self.signature(func)
         body = self._stmt(func.body, 1)
-        fname = self.symbol(func)
-        head = ["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <time.h>",
-                "#include <omp.h>", ""]
-        lines = head + list(self._helpers.values()) + [
-            "",
-            "/* Returns 0, or 1 when a temporary buffer could not be allocated. */",
-            f"int32_t {fname}({', '.join(params)}) {{",
-            "  int32_t status = 0;",
-            body.rstrip("\n"),
-            "  return status;",
-            "}",
-            "",
-            "void autosched_set_num_threads(int32_t n) { omp_set_num_threads(n); }",
-            "",
-            _timer(fname, [f"{'' if id(b) in written else 'const '}{C_TYPES[b.dtype]}* restrict p{k}"
-                           for k, b in enumerate(func.params)]),
-        ]
+        lines = ["/* Returns 0, or 1 when a temporary buffer could not be allocated. */", sig + " {",
+                 "  int32_t status = 0;", body.rstrip("\n"), "  return status;", "}", ""]
+        if timer:
+            lines.append(_timer(self.symbol(func), _param_decls(func, [f"p{k}" for k in range(len(func.params))])))
         return "\n".join(lines)
 
     # --- checks -------------------------------------------------------------------------------
@@ -128,7 +135,7 @@ class CRenderer:
         nbytes = b.size * DTYPE_BYTES[b.dtype]
         if b.scope == "local" and nbytes <= STACK_LIMIT_BYTES:
             return f"{pad}{t} {name}[{b.size}] __attribute__((aligned(64)));\n" + self._stmt(s.body, d)
-        rounded = -(-nbytes // 64) * 64
+        rounded = max(64, -(-nbytes // 64) * 64)
         return (f"{pad}{{\n{pad}  {t}* restrict {name} = ({t}*)aligned_alloc(64, {rounded});\n"
                 f"{pad}  if ({name} == NULL) {{ status = 1; }} else {{\n"
                 f"{self._stmt(s.body, d + 2)}{pad}  free({name});\n{pad}  }}\n{pad}}}\n")
@@ -297,6 +304,12 @@ class CRenderer:
         return f"{fn}({a}, {b})"
 
 
+def _param_decls(func: PrimFunc, names: list[str]) -> list[str]:
+    """Parameter declarations; inputs are const, since the kernel never writes them."""
+    written = {id(s.buffer) for s in walk_stmts(func.body) if isinstance(s, Store)}
+    return [f"{'' if id(b) in written else 'const '}{C_TYPES[b.dtype]}* restrict {n}" for b, n in zip(func.params, names)]
+
+
 def _timer(fname: str, params: list[str]) -> str:
     """`<fname>_time`: times the kernel inside C, so no Python call overhead lands in the costs.
 
@@ -365,6 +378,12 @@ def _const(e: Const) -> str:
 _C_RESERVED = set("""auto break case char const continue default do double else enum extern float for goto if inline
 int long register restrict return short signed sizeof static struct switch typedef union unsigned void volatile
 while status l r""".split())
+# functions of the included headers: a kernel named `abs` or `exp` would redeclare them, and a
+# buffer named `sqrt` would hide the function from a float64 kernel's body
+_LIBM = """exp exp2 expm1 log log2 log10 log1p pow sqrt cbrt hypot sin cos tan asin acos atan atan2 sinh cosh
+tanh asinh acosh atanh erf erfc lgamma tgamma fabs floor ceil round trunc nearbyint rint fmod fmin fmax fma""".split()
+_C_RESERVED |= set(_LIBM) | {f + "f" for f in _LIBM} | set("abs labs div free malloc calloc realloc aligned_alloc exit "
+                                                             "rand time clock".split())
 
 
 def _ident(name: str) -> str:

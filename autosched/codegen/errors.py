@@ -1,9 +1,10 @@
 """Errors of code generation and compilation."""
+from autosched.errors import AutoschedError
 
 
-class CodegenError(ValueError):
+class CodegenError(AutoschedError, ValueError):
     """The lowered program uses something this back end cannot express."""
 
 
-class CompileError(RuntimeError):
+class CompileError(AutoschedError, RuntimeError):
     """The system compiler rejected generated code; the message carries its diagnostics."""

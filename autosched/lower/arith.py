@@ -291,6 +291,10 @@ def symbolic_interval(e: Expr, ranges: Ranges) -> Optional[tuple[Expr, Expr]]:
             c = b[0].value
             lo, hi = simplify(a[0], ranges), simplify(a[1], ranges)
             d = linear(hi).plus(linear(lo), -1)
+            if d.is_const() and d.const == 0:
+                # one value (an outer loop's, left symbolic): the components of a fused axis
+                exact = BinOp("floormod", lo, b[0])
+                return (exact, exact)
             if d.is_const() and d.const < c and isinstance(lo, Const):
                 if lo.value // c == (lo.value + d.const) // c:
                     return (Const(lo.value % c, e.dtype), Const(lo.value % c + d.const, e.dtype))

@@ -82,8 +82,8 @@ class _Lowerer:
         for rel in st.relations:
             if isinstance(rel, Split):
                 pe = ext[id(rel.parent)]
-                f = rel.factor if rel.factor is not None else -(-pe // rel.nparts)
-                ext[id(rel.inner)] = min(f, pe)
+                f = rel.factor if rel.factor is not None else max(1, -(-pe // rel.nparts))
+                ext[id(rel.inner)] = max(1, min(f, pe))
                 ext[id(rel.outer)] = -(-pe // ext[id(rel.inner)])
             else:
                 ext[id(rel.fused)] = ext[id(rel.outer)] * ext[id(rel.inner)]

@@ -14,8 +14,7 @@ from cffi import FFI
 from autosched.codegen.c import C_TYPES
 from autosched.lower.ir import Buffer
 
-_NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
-       "int64": np.int64, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
+_NP = {d: np.dtype(d) for d in C_TYPES}
 
 
 @functools.lru_cache(maxsize=None)

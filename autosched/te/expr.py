@@ -11,8 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 FLOAT_DTYPES = ("float16", "float32", "float64")
-INT_DTYPES = ("int8", "int32", "int64", "uint8")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 
 ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max")
@@ -33,7 +35,8 @@ def promote(a: str, b: str) -> str:
     """The dtype of a binary op's result (float beats int, wider beats narrower)."""
     if a == b:
         return a
-    order = ("bool", "uint8", "int8", "int32", "int64", "float16", "float32", "float64")
+    order = ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32",
+             "float64")
     return a if order.index(a) >= order.index(b) else b
 
 
@@ -179,8 +182,12 @@ class Reduce(Expr):
     def identity(self) -> Const:
         if self.combiner == "sum":
             return Const(0.0 if is_float(self.dtype) else 0, self.dtype)
-        big = math.inf if is_float(self.dtype) else (2**31 - 1)
-        return Const(-big if self.combiner == "max" else big, self.dtype)
+        if self.dtype == "bool":
+            return Const(self.combiner == "min", "bool")
+        if is_float(self.dtype):
+            return Const(-math.inf if self.combiner == "max" else math.inf, self.dtype)
+        info = np.iinfo(self.dtype)
+        return Const(int(info.min if self.combiner == "max" else info.max), self.dtype)
 
 
 def as_expr(x: Any, dtype_hint: str | None = None) -> Expr:

@@ -128,8 +128,8 @@ def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "place
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}")
     shape = tuple(int(s) for s in shape)
-    if any(s <= 0 for s in shape):
-        raise ValueError(f"placeholder {name}: every dimension must be positive, got {shape}")
+    if any(s < 0 for s in shape):
+        raise ValueError(f"placeholder {name}: dimensions cannot be negative, got {shape}")
     return Tensor(PlaceholderOp(name, shape, dtype))
 
 
@@ -137,8 +137,8 @@ def compute(shape: Sequence[int], fn: Callable[..., Any], name: str = "compute",
             attrs: dict | None = None) -> Tensor:
     """A tensor whose element at index (i0, i1, …) is fn(i0, i1, …)."""
     shape = tuple(int(s) for s in shape)
-    if any(s <= 0 for s in shape):
-        raise ValueError(f"compute {name}: every dimension must be positive, got {shape}")
+    if any(s < 0 for s in shape):
+        raise ValueError(f"compute {name}: dimensions cannot be negative, got {shape}")
     try:
         params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):

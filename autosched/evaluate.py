@@ -1,0 +1,90 @@
+"""Checking and timing a built model against onnxruntime, the reference for correctness and speed.
+
+Both sides get the same seeded inputs and the same thread count; latencies are measured
+interleaved (one autosched run, one onnxruntime run, …) so that noise on a shared machine
+lands on both alike, and medians are compared.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autosched.errors import AutoschedError
+from autosched.graph.ir import Graph
+from autosched.graph.reference import random_inputs
+from autosched.runtime import Model
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Latency:
+    autosched_ms: float
+    onnxruntime_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """autosched's latency over onnxruntime's: below 1 is faster."""
+        return self.autosched_ms / self.onnxruntime_ms
+
+
+def onnxruntime_session(model_path: Path, threads: int):
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise AutoschedError(f"onnxruntime is needed to compare with it: {e}") from None
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise AutoschedError(f"{model_path}: onnxruntime cannot load the model: {e}") from None
+
+
+def sample_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    return random_inputs(graph.inputs, seed)
+
+
+def compare(model: Model, session, feeds: dict[str, np.ndarray], rtol: float, atol: float) -> list[OutputDiff]:
+    """Per output: max absolute and relative error, and whether |a-b| <= atol + rtol·|b| everywhere."""
+    ours = model.run(feeds)
+    names = [o.name for o in session.get_outputs()]
+    theirs = dict(zip(names, session.run(names, feeds)))
+    diffs = []
+    for name, got in ours.items():
+        want = np.asarray(theirs[name])
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        rel = err / np.maximum(np.abs(want.astype(np.float64)), np.finfo(np.float32).tiny)
+        ok = bool(np.all(err <= atol + rtol * np.abs(want))) and not np.isnan(got).any()
+        diffs.append(OutputDiff(name, float(err.max(initial=0)), float(rel.max(initial=0)), ok))
+    return diffs
+
+
+def latency(model: Model, session, feeds: dict[str, np.ndarray], runs: int = 30, warmup: int = 3) -> Latency:
+    """Median latency of each, measured alternately."""
+    ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
+    outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
+    names = [o.name for o in session.get_outputs()]
+    for _ in range(warmup):
+        model.run_into(ins, outs)
+        session.run(names, feeds)
+    ours, theirs = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        model.run_into(ins, outs)
+        t1 = time.perf_counter()
+        session.run(names, feeds)
+        t2 = time.perf_counter()
+        ours.append(t1 - t0)
+        theirs.append(t2 - t1)
+    return Latency(1e3 * float(np.median(ours)), 1e3 * float(np.median(theirs)))

@@ -1,0 +1,309 @@
+"""Neural-network layers that are not anchors: batch norm (inference), pooling, softmax, layer norm.
+
+Each follows the same shape: small per-channel or per-row stages, and a reduction computed
+inside the parallel tiles of the output so it lives in registers or a small local buffer.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from autosched import te
+from autosched.ops.reduce import reduce_max, reduce_mean
+from autosched.ops.transform import PAD_TAG, pad
+from autosched.ops.util import (
+    as_pads2d, as_pair, normalize_axis, tile_reduction, vector_width, vectorize_innermost,
+)
+from autosched.schedule import Schedule, Stage, create_schedule
+from autosched.te import Expr, Tensor
+
+BATCH_NORM_TAG = "batch_norm"
+POOL_TAG = "pool"
+SOFTMAX_TAG = "softmax"
+LAYER_NORM_TAG = "layer_norm"
+_INT_MIN = {"int8": -2 ** 7, "uint8": 0, "int32": -2 ** 31, "int64": -2 ** 63}
+
+
+# --- batch norm --------------------------------------------------------------------------------
+
+def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, mean: Tensor, var: Tensor, epsilon: float = 1e-5,
+               axis: int = 1) -> Tensor:
+    """(x - mean) / sqrt(var + ε) · γ + β with running statistics, per channel along `axis`.
+
+    Folded once per channel into scale and shift stages, so each element costs one FMA.
+    """
+    axis = normalize_axis(axis, x.ndim)
+    c = x.shape[axis]
+    for t in (gamma, beta, mean, var):
+        if t.shape != (c,):
+            raise ValueError(f"batch_norm: {t.name}{list(t.shape)} must have shape [{c}] (channels along axis {axis})")
+    scale = te.compute((c,), lambda k: gamma[k] * te.rsqrt(var[k] + te.const(epsilon, var.dtype)),
+                       name="batch_norm_scale", tag=BATCH_NORM_TAG)
+    shift = te.compute((c,), lambda k: beta[k] - mean[k] * scale[k], name="batch_norm_shift", tag=BATCH_NORM_TAG)
+    return te.compute(x.shape, lambda *i: x[i] * scale[i[axis]] + shift[i[axis]], name="batch_norm",
+                      tag=BATCH_NORM_TAG, attrs={"axis": axis})
+
+
+def schedule_batch_norm(out: Tensor, vector_lanes: int = 16) -> Schedule:
+    """Scale and shift at root (one value per channel); the axes after the channel fused into
+    the vector, along which both are constant."""
+    s = create_schedule(out)
+    axis = out.op.attrs["axis"]
+    vectorize_innermost(s[out], vector_lanes, fuse_from=min(axis + 1, out.ndim - 1))
+    return s
+
+
+# --- pooling ---------------------------------------------------------------------------------------
+
+def pool_out_size(size: int, kernel: int, stride: int, pad_before: int, pad_after: int, dilation: int,
+                  ceil_mode: bool) -> int:
+    """Window count; with ceil_mode a last partial window counts only if it starts inside the
+    input or the leading padding (PyTorch's and ONNX Runtime's rule)."""
+    span = size + pad_before + pad_after - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad_before:
+        out -= 1
+    return out
+
+
+def max_pool2d(x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int] = 1,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False) -> Tensor:
+    """Max over each window of an NCHW tensor; padding never wins (it is -inf)."""
+    fill = -math.inf if x.dtype.startswith("float") else _INT_MIN[x.dtype]
+    return _pool(x, "max", kernel, stride, padding, dilation, ceil_mode, fill)
+
+
+def avg_pool2d(x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int] = 1,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               count_include_pad: bool = False) -> Tensor:
+    """Mean over each window of an NCHW tensor.
+
+    The divisor counts the window's cells inside the input, plus those in the padding when
+    `count_include_pad`; cells past the padding (a ceil_mode overhang) never count.
+    """
+    window_sum = _pool(x, "sum", kernel, stride, padding, dilation, ceil_mode, 0.0)
+    n, c, oh, ow = window_sum.shape
+    a = window_sum.op.attrs
+    (kh, kw), (sh, sw), (dh, dw), (top, left, bottom, right) = a["kernel"], a["stride"], a["dilation"], a["padding"]
+    h, w = x.shape[2:]
+    lo_h, hi_h = (-top, h + bottom) if count_include_pad else (0, h)
+    lo_w, hi_w = (-left, w + right) if count_include_pad else (0, w)
+    rows = _window_counts(oh, kh, sh, dh, top, lo_h, hi_h)
+    cols = _window_counts(ow, kw, sw, dw, left, lo_w, hi_w)
+    attrs = dict(a, count_include_pad=count_include_pad)
+    if len(set(rows)) == 1 and len(set(cols)) == 1:
+        inv = te.const(1.0 / (rows[0] * cols[0]), x.dtype)
+        return te.compute((n, c, oh, ow), lambda *i: window_sum[i] * inv, name="avg_pool2d", tag=POOL_TAG + "_avg",
+                          attrs=attrs)
+    row_inv = _count_table(rows, "avg_pool2d_row_inv", x.dtype)
+    col_inv = _count_table(cols, "avg_pool2d_col_inv", x.dtype)
+    return te.compute((n, c, oh, ow), lambda n_, c_, y, z: window_sum[n_, c_, y, z] * row_inv[y] * col_inv[z],
+                      name="avg_pool2d", tag=POOL_TAG + "_avg", attrs=attrs)
+
+
+def _window_counts(out: int, kernel: int, stride: int, dilation: int, pad_before: int, lo: int, hi: int) -> list[int]:
+    """Per output position, how many window taps fall in [lo, hi) (input coordinates)."""
+    return [sum(lo <= o * stride - pad_before + k * dilation < hi for k in range(kernel)) for o in range(out)]
+
+
+def _count_table(counts: list[int], name: str, dtype: str) -> Tensor:
+    """1/count per position as a small stage: a chain of selects on the position, folded from
+    the Python list (pooling shapes are static)."""
+    def body(o: Expr) -> Expr:
+        out: Expr = te.const(1.0 / counts[-1], dtype)
+        for k in range(len(counts) - 2, -1, -1):
+            if counts[k] != counts[k + 1]:
+                out = te.select(o <= k, te.const(1.0 / counts[k], dtype), out)
+        return out
+    return te.compute((len(counts),), body, name=name, tag=POOL_TAG + "_count")
+
+
+def _pool(x: Tensor, combiner: str, kernel: int | Sequence[int], stride: int | Sequence[int],
+          padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool, fill: float) -> Tensor:
+    """The windowed max or sum (tag "pool"), reading a padded copy wherever a window leaves the input."""
+    if x.ndim != 4:
+        raise ValueError(f"pool2d expects an NCHW tensor, got {list(x.shape)}")
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = as_pair(kernel, "kernel"), as_pair(stride, "stride"), as_pair(dilation, "dilation")
+    top, left, bottom, right = as_pads2d(padding)
+    oh = pool_out_size(h, kh, sh, top, bottom, dh, ceil_mode)
+    ow = pool_out_size(w, kw, sw, left, right, dw, ceil_mode)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"pool2d: the {kh}x{kw} window does not fit the padded {h}x{w} input")
+    # how far past the input the windows reach: at most the stated padding, unless a ceil_mode
+    # window overhangs it
+    below = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - h - top)
+    beyond = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - w - left)
+    xp = x
+    if top or left or below or beyond:
+        xp = pad(x, ((0, 0), (0, 0), (top, below), (left, beyond)), fill, name=f"{combiner}_pool2d_pad")
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    reducer = te.max_reduce if combiner == "max" else te.sum
+    attrs = {"kernel": (kh, kw), "stride": (sh, sw), "padding": (top, left, bottom, right), "dilation": (dh, dw),
+             "ceil_mode": ceil_mode}
+    return te.compute((n, c, oh, ow),
+                      lambda n_, c_, y, z: reducer(xp[n_, c_, y * sh + ry * dh, z * sw + rx * dw], [ry, rx]),
+                      name="max_pool2d" if combiner == "max" else "avg_pool2d_sum", tag=POOL_TAG, attrs=attrs)
+
+
+def global_avg_pool2d(x: Tensor) -> Tensor:
+    """Mean over H and W, keeping them as 1 × 1 (ONNX GlobalAveragePool)."""
+    return reduce_mean(x, (2, 3), keepdims=True)
+
+
+def global_max_pool2d(x: Tensor) -> Tensor:
+    return reduce_max(x, (2, 3), keepdims=True)
+
+
+def schedule_pool2d(out: Tensor, vector_lanes: int = 16) -> Schedule:
+    """Padding and divisor tables at root; windows reduced per tile of output columns, the
+    window loops outside the vector of columns."""
+    s = create_schedule(out)
+    for st in s.stages:
+        if st.op.tag == PAD_TAG:
+            st.parallel(st.fuse(*st.op.axes[:3]))
+    anchor = next(t for t in te.post_order([out]) if getattr(t.op, "tag", "") == POOL_TAG)
+    acc = s[s.cache_write(anchor, "local")] if anchor.op is out.op else s[anchor]
+    acc.set_scope("local")
+    tile_reduction(s, s[out], acc, vector_lanes, vectorize=True)
+    return s
+
+
+# --- softmax ---------------------------------------------------------------------------------------
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """exp(x - max) / Σ exp(x - max) along `axis`: subtracting the max keeps exp from overflowing.
+
+    Four stages: the max, the exponentials (a full-size temporary, so exp runs once per
+    element), their sum, the quotient. Each reduction has exactly one reader, so a schedule
+    can compute it inside that reader's tiles.
+    """
+    axis = normalize_axis(axis, x.ndim)
+    k1, k2 = te.reduce_axis(x.shape[axis], "k"), te.reduce_axis(x.shape[axis], "k")
+    shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+
+    def along(i: tuple, k) -> tuple:
+        return i[:axis] + (k,) + i[axis + 1:]
+
+    def row(i: tuple) -> tuple:
+        return i[:axis] + (0,) + i[axis + 1:]
+
+    mx = te.compute(shape, lambda *i: te.max_reduce(x[along(i, k1)], k1), name="softmax_max", tag=SOFTMAX_TAG)
+    e = te.compute(x.shape, lambda *i: te.exp(x[i] - mx[row(i)]), name="softmax_exp", tag=SOFTMAX_TAG)
+    total = te.compute(shape, lambda *i: te.sum(e[along(i, k2)], k2), name="softmax_sum", tag=SOFTMAX_TAG)
+    return te.compute(x.shape, lambda *i: e[i] / total[row(i)], name="softmax", tag=SOFTMAX_TAG,
+                      attrs={"axis": axis})
+
+
+def schedule_softmax(out: Tensor, vector_lanes: int = 16) -> Schedule:
+    """Two parallel passes, each with its reduction computed per tile: max then exponentials,
+    sum then quotients."""
+    s = create_schedule(out)
+    axis = out.op.attrs["axis"]
+    for st in s.stages:
+        if not st.op.reduce_axes:  # the exponentials, the quotients
+            reduction = next(r for r in s.stages if r.op.reduce_axes and s.readers(r) == [st])
+            reduction.set_scope("local")
+            _tile_rows(s, st, axis, reduction, vector_lanes)
+    return s
+
+
+def _tile_rows(s: Schedule, st: Stage, axis: int, reduction: Stage, vector_lanes: int) -> None:
+    """Tiles of `st` that hold whole lines along `axis`, in parallel, `reduction` computed per tile.
+
+    Along the last axis a tile is one line, reduced in scalar order and written as vectors.
+    Along an inner axis a tile is one vector of the innermost axis; the reduction then runs
+    as vectors across the lines.
+    """
+    axes = list(st.op.axes)
+    outer, lanes = st.split(axes[-1], vector_width(axes[-1].extent, vector_lanes))
+    if axis == len(axes) - 1:
+        tile_axes = axes[:-1]
+    else:
+        st.reorder(*axes[:axis], *axes[axis + 1:-1], outer, axes[axis], lanes)
+        tile_axes = axes[:axis] + axes[axis + 1:-1] + [outer]
+    st.vectorize(lanes)
+    if not tile_axes:
+        return
+    tile = st.fuse(*tile_axes)
+    st.parallel(tile)
+    s.compute_at(reduction, st, tile)
+    if axis != len(axes) - 1:
+        spatial = list(reduction.op.axes)
+        reduction.reorder(*spatial[:-1], *reduction.op.reduce_axes, spatial[-1])
+        reduction.vectorize(spatial[-1])
+
+
+# --- layer norm ------------------------------------------------------------------------------------
+
+def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = None, axis: int = -1,
+               epsilon: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + ε) · γ + β over the axes from `axis` on (ONNX LayerNormalization).
+
+    Two passes (mean, then the mean of squared deviations) rather than E[x²] - E[x]², which
+    cancels catastrophically when the mean is large against the spread. The row sum is
+    computed twice, once for the variance and once for the output, so that each reduction
+    has one reader and the whole row stays in one parallel iteration: a second pass of
+    additions over a row in cache is cheaper than a full-size temporary.
+    """
+    axis = normalize_axis(axis, x.ndim)
+    inner = x.shape[axis:]
+    for t in (gamma, beta):
+        if t is not None and t.shape != inner:
+            raise ValueError(f"layer_norm: {t.name}{list(t.shape)} must have the normalized shape {list(inner)}")
+    inv_n = te.const(1.0 / math.prod(inner), x.dtype)
+    rows = x.shape[:axis]
+
+    def row_sum(name: str, fn) -> Tensor:
+        k = [te.reduce_axis(n, f"k{d}") for d, n in enumerate(inner)]
+        return te.compute(rows, lambda *r: te.sum(fn(tuple(r) + tuple(k)), k), name=name, tag=LAYER_NORM_TAG)
+
+    def centered(total: Tensor, i: tuple) -> Expr:
+        return x[i] - total[i[:axis]] * inv_n
+
+    total_var = row_sum("layer_norm_var_sum", lambda i: x[i])
+    sq = row_sum("layer_norm_sqsum", lambda i: _square(centered(total_var, i)))
+    total = row_sum("layer_norm_sum", lambda i: x[i])
+
+    def body(*i):
+        y = centered(total, i) * te.rsqrt(sq[i[:axis]] * inv_n + te.const(epsilon, x.dtype))
+        if gamma is not None:
+            y = y * gamma[i[axis:]]
+        return y + beta[i[axis:]] if beta is not None else y
+
+    return te.compute(x.shape, body, name="layer_norm", tag=LAYER_NORM_TAG, attrs={"axis": axis})
+
+
+def _square(v: Expr) -> Expr:
+    return v * v
+
+
+def schedule_layer_norm(out: Tensor, vector_lanes: int = 16) -> Schedule:
+    """One row per parallel iteration: its sums reduced first, then the normalized axes fused
+    and written as vectors."""
+    s = create_schedule(out)
+    o = s[out]
+    axis = out.op.attrs["axis"]
+    axes = list(o.op.axes)
+    inner = o.fuse(*axes[axis:])
+    outer, lanes = o.split(inner, vector_width(inner.extent, vector_lanes))
+    o.vectorize(lanes)
+    for st in s.stages:
+        if st is not o:
+            st.set_scope("local")
+    if axis == 0:
+        return s
+    tile = o.fuse(*axes[:axis])
+    o.parallel(tile)
+    for st in s.stages:
+        if st is not o:
+            reader = s.readers(st)[0]
+            s.compute_at(st, reader, tile if reader is o else reader.op.axes[-1])
+    return s
+
+
+__all__ = [
+    "batch_norm", "schedule_batch_norm", "max_pool2d", "avg_pool2d", "pool_out_size", "global_avg_pool2d",
+    "global_max_pool2d", "schedule_pool2d", "softmax", "schedule_softmax", "layer_norm", "schedule_layer_norm",
+    "BATCH_NORM_TAG", "POOL_TAG", "SOFTMAX_TAG", "LAYER_NORM_TAG",
+]

@@ -1,0 +1,166 @@
+"""Data movement as copy kernels: pad, transpose, reshape, concat, slice.
+
+Each output element reads one input element at an index computed from its own (gather
+form), so every op is a single elementwise-shaped stage that fuses and vectorizes like the
+others. Reshape goes through the flat (row-major) index with // and %; the simplifier folds
+that arithmetic back to plain offsets wherever the two layouts agree.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from autosched import te
+from autosched.ops.util import normalize_axis, vectorize_innermost
+from autosched.schedule import Schedule, create_schedule
+from autosched.te import Expr, Tensor
+
+PAD_TAG = "pad"
+INJECTIVE_TAG = "injective"
+
+
+def pad(x: Tensor, pad_width: Sequence[tuple[int, int]], value: float = 0.0, name: str = "pad") -> Tensor:
+    """x surrounded by `value`: pad_width holds (before, after) per dimension."""
+    pad_width = [(int(b), int(a)) for b, a in pad_width]
+    if len(pad_width) != x.ndim or any(b < 0 or a < 0 for b, a in pad_width):
+        raise ValueError(f"{name}: need a non-negative (before, after) pair for each of {x.ndim} dimensions, "
+                         f"got {pad_width}")
+    shape = tuple(n + b + a for n, (b, a) in zip(x.shape, pad_width))
+
+    def body(*i):
+        src, conds = [], []
+        for d, (n, (b, a)) in enumerate(zip(x.shape, pad_width)):
+            src.append(i[d] - b if b else i[d])
+            if b:
+                conds.append(i[d] >= b)
+            if a:
+                conds.append(i[d] < b + n)
+        v = x[tuple(src)]
+        if not conds:
+            return v
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = cond & c
+        return te.select(cond, v, te.const(value, x.dtype))
+
+    return te.compute(shape, body, name=name, tag=PAD_TAG)
+
+
+def transpose(x: Tensor, axes: Sequence[int] | None = None, name: str = "transpose") -> Tensor:
+    """out.shape[k] = x.shape[axes[k]]; no axes reverses them, as numpy does."""
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(normalize_axis(a, x.ndim) for a in axes)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ValueError(f"{name}: axes {axes} are not a permutation of {x.ndim} dimensions")
+
+    def body(*i):
+        src = [None] * x.ndim
+        for k, a in enumerate(perm):
+            src[a] = i[k]
+        return x[tuple(src)]
+
+    return te.compute(tuple(x.shape[a] for a in perm), body, name=name, tag=INJECTIVE_TAG)
+
+
+def reshape(x: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
+    """The same elements in row-major order under a new shape; one entry may be -1."""
+    shape = [int(s) for s in shape]
+    size = math.prod(x.shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"{name}: at most one dimension may be -1, got {shape}")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = size // known if known and size % known == 0 else -1
+    if math.prod(shape) != size or any(s < 1 for s in shape):
+        raise ValueError(f"{name}: cannot reshape {x.shape} ({size} elements) to {tuple(shape)}")
+
+    def body(*i):
+        return x[unflatten(flatten(i, shape), x.shape)]
+
+    return te.compute(shape, body, name=name, tag=INJECTIVE_TAG)
+
+
+def flatten(idx: Sequence[Expr], shape: Sequence[int]) -> Expr:
+    """The row-major offset of `idx` in `shape`."""
+    flat = idx[0]
+    for i, n in zip(idx[1:], shape[1:]):
+        flat = flat * n + i
+    return flat
+
+
+def unflatten(flat: Expr, shape: Sequence[int]) -> tuple:
+    """The index in `shape` of a row-major offset, innermost first so the divisions nest
+    (x // a) // b the way fused loops do: the simplifier then cancels them pairwise."""
+    out = []
+    for n in reversed(shape[1:]):
+        out.append(flat % n)
+        flat = flat // n
+    out.append(flat)
+    return tuple(reversed(out))
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0, name: str = "concat") -> Tensor:
+    """The tensors joined along `axis`; every other dimension must agree."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{name}: nothing to concatenate")
+    first = tensors[0]
+    axis = normalize_axis(axis, first.ndim)
+    for t in tensors[1:]:
+        if t.ndim != first.ndim or any(a != b for d, (a, b) in enumerate(zip(t.shape, first.shape)) if d != axis):
+            raise ValueError(f"{name}: {t.name}{list(t.shape)} does not match {first.name}{list(first.shape)} "
+                             f"outside axis {axis}")
+        if t.dtype != first.dtype:
+            raise ValueError(f"{name}: dtypes differ: {first.dtype} and {t.dtype}")
+    offsets = [0]
+    for t in tensors:
+        offsets.append(offsets[-1] + t.shape[axis])
+    shape = first.shape[:axis] + (offsets[-1],) + first.shape[axis + 1:]
+
+    def body(*i):
+        def part(k: int) -> Expr:
+            j = i[axis] - offsets[k] if offsets[k] else i[axis]
+            return tensors[k][i[:axis] + (j,) + i[axis + 1:]]
+
+        out = part(len(tensors) - 1)
+        for k in range(len(tensors) - 2, -1, -1):
+            out = te.select(i[axis] < offsets[k + 1], part(k), out)
+        return out
+
+    return te.compute(shape, body, name=name, tag=INJECTIVE_TAG)
+
+
+def strided_slice(x: Tensor, starts: Sequence[int], ends: Sequence[int], axes: Sequence[int] | None = None,
+                  steps: Sequence[int] | None = None, name: str = "slice") -> Tensor:
+    """x[start:end:step] along `axes` with Python's rules (negative indices, clamping, negative steps)."""
+    axes = list(range(len(starts))) if axes is None else [normalize_axis(a, x.ndim) for a in axes]
+    steps = [1] * len(axes) if steps is None else [int(s) for s in steps]
+    if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
+        raise ValueError(f"{name}: starts, ends, axes and steps must have one distinct entry per sliced axis")
+    if 0 in steps:
+        raise ValueError(f"{name}: a step cannot be 0")
+    ranges = [range(n) for n in x.shape]
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        ranges[a] = range(*slice(int(s), int(e), st).indices(x.shape[a]))
+    if any(len(r) == 0 for r in ranges):
+        raise ValueError(f"{name}: the slice of {x.name}{list(x.shape)} is empty")
+    return te.compute(tuple(len(r) for r in ranges), lambda *i: x[tuple(r.start + r.step * v for r, v in zip(ranges, i))],
+                      name=name, tag=INJECTIVE_TAG)
+
+
+def schedule_injective(out: Tensor, vector_lanes: int = 16) -> Schedule:
+    """Outer axes fused and parallel, the innermost split by the vector width and vectorized.
+
+    The innermost axis is kept whole because copies index their input through it: it stays
+    affine in the lane (contiguous or strided loads) where fusing every axis would bury it
+    under // and %.
+    """
+    s = create_schedule(out)
+    for st in s.stages:
+        if st.op is not out.op:
+            s.compute_inline(st)
+    vectorize_innermost(s[out], vector_lanes)
+    return s
+
+
+__all__ = ["pad", "transpose", "reshape", "concat", "strided_slice", "schedule_injective",
+           "flatten", "unflatten", "PAD_TAG", "INJECTIVE_TAG"]

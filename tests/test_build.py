@@ -1,0 +1,111 @@
+"""Whole-model build and run: real gcc builds of every kernel, the C executor, onnxruntime as reference."""
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from autosched import zoo
+from autosched.build import build_model, group_arguments
+from autosched.cli import main
+from autosched.evaluate import compare, onnxruntime_session, sample_inputs
+from autosched.frontend.onnx import import_model, load_onnx
+from autosched.graph.passes import fuse, optimize
+from autosched.runtime import ModelError, load_model
+
+
+@pytest.fixture(scope="module")
+def zoo_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("zoo")
+    zoo.save_zoo(d)
+    return d
+
+
+@pytest.mark.parametrize("name", ["mlp", "resnet18", "mobilenet_v2", "bert_layer"])
+def test_zoo_model_matches_onnxruntime(zoo_dir, tmp_path, name):
+    path = zoo_dir / f"{name}.onnx"
+    graph = load_onnx(path)
+    files = build_model(graph, tmp_path / f"{name}.so")
+    model = load_model(files.library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_identical_tasks_share_one_kernel(tmp_path):
+    graph = import_model(zoo.resnet18())
+    files = build_model(graph, tmp_path / "r18.so")
+    manifest = load_model(files.library).manifest
+    groups = fuse(optimize(graph))
+    assert len(manifest["tasks"]) < len(groups)
+    assert sum(t["weight"] for t in manifest["tasks"]) == len(groups)
+    source = files.library.with_suffix(".c").read_text()
+    assert source.count("int32_t autosched_model_run") == 1
+    assert source.count("if (task") == len(groups)  # one call per group, no Python in between
+
+
+def test_group_arguments_follow_task_order():
+    graph = optimize(import_model(zoo.bert_layer()))
+    for group in fuse(graph):
+        args = group_arguments(group)
+        assert args[:len(group.anchor.inputs)] == list(group.anchor.inputs)
+        assert args[-len(group.outputs):] == list(group.outputs)
+
+
+def test_cli_build_then_run(zoo_dir, tmp_path):
+    out = tmp_path / "mlp.so"
+    assert main(["build", str(zoo_dir / "mlp.onnx"), "--target", "llvm", "-o", str(out)]) == 0
+    x = np.random.default_rng(3).standard_normal((64, 784)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", input=x)
+    proc = subprocess.run([sys.executable, "-m", "autosched.cli", "run", str(out), "--inputs", str(tmp_path / "x.npz"),
+                           "--outputs", str(tmp_path / "y.npz")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(tmp_path / "y.npz") as y:
+        (name,) = y.files
+        sess = onnxruntime_session(zoo_dir / "mlp.onnx", 2)
+        np.testing.assert_allclose(y[name], sess.run(None, {"input": x})[0], rtol=1e-3, atol=1e-4)
+
+
+def test_cli_check_and_bench(zoo_dir, capsys):
+    assert main(["check", str(zoo_dir / "mlp.onnx")]) == 0
+    assert "ok" in capsys.readouterr().out
+    assert main(["bench", str(zoo_dir / "mlp.onnx"), "--runs", "3", "--threads", "1"]) == 0
+    assert "ratio" in capsys.readouterr().out
+
+
+def test_check_fails_beyond_tolerance(zoo_dir, capsys):
+    assert main(["check", str(zoo_dir / "mlp.onnx"), "--rtol", "0", "--atol", "0"]) == 1
+    assert "MISMATCH" in capsys.readouterr().out
+
+
+def test_bad_inputs_are_clear_errors(zoo_dir, tmp_path, capsys):
+    files = build_model(load_onnx(zoo_dir / "mlp.onnx"), tmp_path / "mlp.so")
+    model = load_model(files.library)
+    with pytest.raises(ModelError, match=r"input input must be float32\[64, 784\]"):
+        model.run({"input": np.zeros((2, 784), np.float32)})
+    with pytest.raises(ModelError, match="missing"):
+        model.run({})
+    model.close()
+    files.weights.write_bytes(files.weights.read_bytes()[:-4])
+    with pytest.raises(ModelError, match="not .* bytes"):
+        load_model(files.library)
+    assert main(["run", str(tmp_path / "nothing.so"), "--inputs", "x.npz", "--outputs", "y.npz"]) == 2
+    assert "not a built model" in capsys.readouterr().err
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    assert main(["build", str(bad), "-o", str(tmp_path / "bad.so")]) == 2
+    assert "bad.onnx" in capsys.readouterr().err
+
+
+def test_model_with_output_that_is_an_input(tmp_path):
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])
+    node = onnx.helper.make_node("Relu", ["x"], ["y"])
+    model = onnx.helper.make_model(onnx.helper.make_graph([node], "g", [x], [y, x]),
+                                   opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    files = build_model(import_model(model), tmp_path / "m.so")
+    out = load_model(files.library).run({"x": np.array([-1.0, 0.5, 2.0], np.float32)})
+    np.testing.assert_array_equal(out["y"], [0.0, 0.5, 2.0])
+    np.testing.assert_array_equal(out["x"], [-1.0, 0.5, 2.0])

@@ -1,0 +1,141 @@
+"""Elementwise operators against numpy: unary math, activations, broadcasting binary ops."""
+import math
+
+import numpy as np
+import pytest
+
+from autosched import ops, te
+from autosched.kernel import source
+from autosched.ops.elementwise import contiguous_suffix
+
+from ops_helpers import rand, run
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _hard_sigmoid(x, alpha=0.2, beta=0.5):
+    return np.clip(alpha * x + beta, 0.0, 1.0)
+
+
+UNARY = {
+    "relu": (ops.relu, lambda x: np.maximum(x, 0)),
+    "leaky_relu": (lambda x: ops.leaky_relu(x, 0.1), lambda x: np.where(x >= 0, x, 0.1 * x)),
+    "leaky_relu_steep": (lambda x: ops.leaky_relu(x, 3.0), lambda x: np.where(x >= 0, x, 3.0 * x)),
+    "clip": (lambda x: ops.clip(x, -0.25, 0.5), lambda x: np.clip(x, -0.25, 0.5)),
+    "clip_low_only": (lambda x: ops.clip(x, lo=0.0), lambda x: np.maximum(x, 0.0)),
+    "sigmoid": (ops.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
+    "tanh": (ops.tanh, np.tanh),
+    "exp": (ops.exp, np.exp),
+    "log": (ops.log, lambda x: np.log(x)),
+    "sqrt": (ops.sqrt, lambda x: np.sqrt(x)),
+    "erf": (ops.erf, _erf),
+    "gelu": (ops.gelu, lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2)))),
+    "gelu_tanh": (lambda x: ops.gelu(x, "tanh"),
+                  lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))),
+    "hard_sigmoid": (ops.hard_sigmoid, _hard_sigmoid),
+    "hard_swish": (ops.hard_swish, lambda x: x * _hard_sigmoid(x, 1 / 6, 0.5)),
+    "neg": (ops.neg, np.negative),
+    "abs": (ops.abs, np.abs),
+}
+POSITIVE_ONLY = {"log", "sqrt"}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("shape", [(1,), (7,), (127,), (2, 3, 5, 4)])
+def test_unary_matches_numpy(name, shape):
+    fn, ref = UNARY[name]
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape, low=0.05, high=4.0) if name in POSITIVE_ONLY else rand(*shape, low=-4.0, high=4.0)
+    got = run(fn(x), [x], [data], ops.schedule_elementwise)
+    np.testing.assert_allclose(got, ref(data.astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+def test_cast_truncates_toward_zero_like_numpy():
+    x = te.placeholder((3, 7), name="x")
+    data = rand(3, 7, low=-9.0, high=9.0)
+    got = run(ops.cast(x, "int32"), [x], [data], ops.schedule_elementwise)
+    np.testing.assert_array_equal(got, data.astype(np.int32))
+
+
+def test_cast_int_to_float():
+    x = te.placeholder((127,), dtype="int32", name="x")
+    data = np.arange(-60, 67, dtype=np.int32)
+    got = run(ops.cast(x, "float32"), [x], [data], ops.schedule_elementwise)
+    np.testing.assert_array_equal(got, data.astype(np.float32))
+
+
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "pow": np.power, "maximum": np.maximum, "minimum": np.minimum,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_with_broadcasting(name):
+    a = te.placeholder((3, 5, 7), name="a")
+    b = te.placeholder((5, 1), name="b")
+    da, db = rand(3, 5, 7, low=0.5, high=2.0), rand(5, 1, low=0.5, high=2.0)
+    got = run(ops.REGISTRY[name].compute(a, b), [a, b], [da, db], ops.schedule_elementwise)
+    np.testing.assert_allclose(got, BINARY[name](da, db), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("sa, sb", [
+    ((127,), (127,)),
+    ((1,), (7,)),
+    ((4, 1), (1, 6)),
+    ((2, 3, 4, 5), (3, 1, 1)),
+    ((2, 1, 4, 16), (3, 1, 16)),
+    ((6, 1), (6, 32)),
+    ((64, 32), (32,)),
+    ((), (3,)),
+    ((), ()),
+])
+def test_add_broadcast_shapes(sa, sb):
+    a, b = te.placeholder(sa, name="a"), te.placeholder(sb, name="b")
+    da, db = rand(*sa), rand(*sb)
+    got = run(ops.add(a, b), [a, b], [da, db], ops.schedule_elementwise)
+    np.testing.assert_allclose(got, da + db, rtol=1e-6)
+
+
+def test_python_number_operands():
+    x = te.placeholder((3, 7), name="x")
+    data = rand(3, 7)
+    np.testing.assert_allclose(run(ops.mul(x, 2.5), [x], [data], ops.schedule_elementwise), data * 2.5, rtol=1e-6)
+    np.testing.assert_allclose(run(ops.sub(1.0, x), [x], [data], ops.schedule_elementwise), 1.0 - data, rtol=1e-6)
+
+
+def test_integer_div_floors_like_numpy():
+    a = te.placeholder((2, 7), dtype="int32", name="a")
+    b = te.placeholder((7,), dtype="int32", name="b")
+    da = np.arange(-7, 7, dtype=np.int32).reshape(2, 7)
+    db = np.array([3, -2, 5, 1, -4, 2, 7], dtype=np.int32)
+    np.testing.assert_array_equal(run(ops.div(a, b), [a, b], [da, db], ops.schedule_elementwise), da // db)
+
+
+def test_binary_rejects_mismatched_operands():
+    with pytest.raises(ValueError, match="do not broadcast"):
+        ops.add(te.placeholder((3, 4)), te.placeholder((5,)))
+    with pytest.raises(TypeError, match="dtypes differ"):
+        ops.add(te.placeholder((3,)), te.placeholder((3,), dtype="int32"))
+
+
+def test_contiguous_suffix_groups_uniformly_broadcast_axes():
+    # every input full or broadcast over the whole suffix
+    assert contiguous_suffix((2, 3, 4, 5), [(2, 3, 4, 5), (3, 1, 1)]) == 2
+    assert contiguous_suffix((2, 3, 4, 5), [(2, 3, 4, 5), (2, 3, 4, 5)]) == 0
+    assert contiguous_suffix((4, 6), [(4, 1), (1, 6)]) == 1
+    assert contiguous_suffix((6, 1), [(6, 1)]) == 0
+
+
+def test_schedule_emits_simd_for_divisible_and_broadcast_shapes():
+    a, b = te.placeholder((8, 3, 32), name="a"), te.placeholder((3, 1), name="b")
+    out = ops.add(a, b)
+    code = source(ops.schedule_elementwise(out), [a, b, out], "add")
+    assert "f32x16" in code and "#pragma omp parallel for" in code
+
+
+def test_float64_ops_named_like_libm_functions_compile():
+    """The kernel and its output are both called `sqrt`; the body calls libm's sqrt."""
+    x = te.placeholder((7,), dtype="float64", name="x")
+    data = np.linspace(0.5, 4.0, 7)
+    np.testing.assert_allclose(run(ops.sqrt(x), [x], [data], ops.schedule_elementwise), np.sqrt(data), rtol=1e-12)

@@ -1,0 +1,180 @@
+"""Batch norm, pooling, softmax and layer norm against numpy formulas."""
+import numpy as np
+import pytest
+
+from autosched import ops, te
+from autosched.kernel import source
+
+from ops_helpers import rand, run
+
+
+# --- batch norm ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, axis", [((2, 3, 5, 7), 1), ((4, 16, 8, 8), 1), ((127, 3), 1), ((3,), 0)])
+def test_batch_norm(shape, axis):
+    c = shape[axis]
+    x = te.placeholder(shape, name="x")
+    stats = [te.placeholder((c,), name=n) for n in ("gamma", "beta", "mean", "var")]
+    data = rand(*shape)
+    gamma, beta, mean = rand(c), rand(c), rand(c)
+    var = rand(c, low=0.1, high=2.0)
+    got = run(ops.batch_norm(x, *stats, epsilon=1e-3, axis=axis), [x] + stats, [data, gamma, beta, mean, var],
+              ops.schedule_batch_norm)
+    bc = [1] * len(shape)
+    bc[axis] = c
+    want = (data - mean.reshape(bc)) / np.sqrt(var.reshape(bc) + 1e-3) * gamma.reshape(bc) + beta.reshape(bc)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_rejects_wrong_statistics_shape():
+    x = te.placeholder((2, 3, 4, 4))
+    good, bad = te.placeholder((3,)), te.placeholder((4,), name="bad")
+    with pytest.raises(ValueError, match="bad"):
+        ops.batch_norm(x, good, good, good, bad)
+
+
+# --- pooling -----------------------------------------------------------------------------------------
+
+def _pool_ref(x, kind, kernel, stride, pads, dilation, out_hw, count_include_pad=False):
+    """Window by window over the unpadded input; cells outside it are skipped, and for the
+    average counted in the divisor only when inside the stated padding and count_include_pad."""
+    n, c, h, w = x.shape
+    top, left, bottom, right = pads
+    out = np.zeros((n, c) + out_hw, np.float64)
+    for oy in range(out_hw[0]):
+        for ox in range(out_hw[1]):
+            ys = [oy * stride[0] - top + k * dilation[0] for k in range(kernel[0])]
+            xs = [ox * stride[1] - left + k * dilation[1] for k in range(kernel[1])]
+            vy = [y for y in ys if 0 <= y < h]
+            vx = [z for z in xs if 0 <= z < w]
+            cells = x[:, :, vy][:, :, :, vx]
+            if kind == "max":
+                out[:, :, oy, ox] = cells.max(axis=(2, 3))
+            else:
+                if count_include_pad:
+                    count = sum(-top <= y < h + bottom for y in ys) * sum(-left <= z < w + right for z in xs)
+                else:
+                    count = len(vy) * len(vx)
+                out[:, :, oy, ox] = cells.sum(axis=(2, 3)) / count
+    return out
+
+
+POOL_CASES = [
+    # shape, kernel, stride, padding (top, left, bottom, right), dilation, ceil_mode, output spatial shape
+    ((2, 3, 7, 7), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, (4, 4)),
+    ((1, 2, 7, 7), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True, (4, 4)),
+    ((1, 1, 5, 5), (2, 2), (2, 2), (1, 1, 1, 1), (1, 1), True, (3, 3)),
+    ((2, 3, 8, 9), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), True, (4, 5)),
+    ((1, 2, 7, 6), (3, 2), (2, 3), (1, 0, 0, 1), (1, 1), True, (4, 2)),
+    ((1, 2, 9, 9), (3, 3), (2, 2), (1, 1, 1, 1), (2, 2), True, (4, 4)),
+    ((1, 3, 6, 33), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, (6, 33)),
+    ((1, 1, 1, 127), (1, 3), (1, 2), (0, 0, 0, 0), (1, 1), False, (1, 63)),
+    ((1, 16, 16, 16), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False, (8, 8)),
+]
+
+
+@pytest.mark.parametrize("shape, kernel, stride, pads, dilation, ceil_mode, out_hw", POOL_CASES)
+def test_max_pool2d(shape, kernel, stride, pads, dilation, ceil_mode, out_hw):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape)
+    y = ops.max_pool2d(x, kernel, stride, pads, dilation, ceil_mode)
+    assert y.shape == shape[:2] + out_hw
+    got = run(y, [x], [data], ops.schedule_pool2d)
+    np.testing.assert_array_equal(got, _pool_ref(data, "max", kernel, stride, pads, dilation, out_hw).astype(np.float32))
+
+
+@pytest.mark.parametrize("count_include_pad", [False, True])
+@pytest.mark.parametrize("shape, kernel, stride, pads, dilation, ceil_mode, out_hw",
+                         [c for c in POOL_CASES if c[4] == (1, 1)])
+def test_avg_pool2d(shape, kernel, stride, pads, dilation, ceil_mode, out_hw, count_include_pad):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape)
+    y = ops.avg_pool2d(x, kernel, stride, pads, dilation, ceil_mode, count_include_pad)
+    assert y.shape == shape[:2] + out_hw
+    got = run(y, [x], [data], ops.schedule_pool2d)
+    want = _pool_ref(data, "avg", kernel, stride, pads, dilation, out_hw, count_include_pad)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_max_pool_vectorizes_output_columns():
+    x = te.placeholder((1, 4, 18, 34), name="x")
+    y = ops.max_pool2d(x, 3, 1, 0)
+    assert "f32x16" in source(ops.schedule_pool2d(y), [x, y], "pool")
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 7, 7), (2, 5, 1, 1), (1, 2, 3, 127)])
+def test_global_pools(shape):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape)
+    avg = run(ops.global_avg_pool2d(x), [x], [data], ops.schedule_reduce)
+    mx = run(ops.global_max_pool2d(x), [x], [data], ops.schedule_reduce)
+    np.testing.assert_allclose(avg, data.mean(axis=(2, 3), keepdims=True), rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(mx, data.max(axis=(2, 3), keepdims=True))
+
+
+def test_pool_rejects_window_larger_than_input():
+    with pytest.raises(ValueError, match="does not fit"):
+        ops.max_pool2d(te.placeholder((1, 1, 2, 2)), 3)
+
+
+# --- softmax -------------------------------------------------------------------------------------------
+
+def _softmax_ref(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("shape, axis", [
+    ((1,), 0), ((127,), -1), ((3, 7), 1), ((3, 7), 0), ((2, 3, 5, 7), 1), ((2, 3, 5, 7), 2), ((4, 1000), -1),
+    ((2, 16, 32), 1),
+])
+def test_softmax(shape, axis):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape, low=-10.0, high=10.0)
+    got = run(ops.softmax(x, axis), [x], [data], ops.schedule_softmax)
+    np.testing.assert_allclose(got, _softmax_ref(data.astype(np.float64), axis), rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_is_stable_for_large_inputs():
+    x = te.placeholder((2, 5), name="x")
+    data = np.array([[1000.0, 999.0, 998.0, -1000.0, 0.0], [88.0, 89.0, 90.0, 91.0, 92.0]], np.float32)
+    got = run(ops.softmax(x), [x], [data], ops.schedule_softmax)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, _softmax_ref(data.astype(np.float64), -1), rtol=1e-5, atol=1e-7)
+
+
+# --- layer norm ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, axis, affine", [
+    ((3, 7), -1, True),
+    ((2, 5, 127), -1, True),
+    ((2, 3, 4, 5), 2, True),
+    ((2, 3, 4), 0, False),
+    ((4, 768), 1, True),
+    ((1, 16), -1, False),
+])
+def test_layer_norm(shape, axis, affine):
+    x = te.placeholder(shape, name="x")
+    inner = shape[axis:]
+    gamma, beta = te.placeholder(inner, name="gamma"), te.placeholder(inner, name="beta")
+    data, g, b = rand(*shape, low=-3.0, high=5.0), rand(*inner), rand(*inner)
+    y = ops.layer_norm(x, gamma if affine else None, beta if affine else None, axis, epsilon=1e-5)
+    inputs, arrays = ([x, gamma, beta], [data, g, b]) if affine else ([x], [data])
+    got = run(y, inputs, arrays, ops.schedule_layer_norm)
+    axes = tuple(range(axis % len(shape), len(shape)))
+    d = data.astype(np.float64)
+    want = (d - d.mean(axis=axes, keepdims=True)) / np.sqrt(d.var(axis=axes, keepdims=True) + 1e-5)
+    if affine:
+        want = want * g + b
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm_keeps_precision_with_a_large_mean():
+    """Two-pass variance: with values 1024 + k/128 every step of it is exact in float32, while
+    E[x²] - E[x]² would lose every digit of the spread (E[x²] ≈ 1e6 has an ulp of 1/16)."""
+    x = te.placeholder((2, 64), name="x")
+    data = (1024.0 + np.random.default_rng(1).integers(-8, 9, size=(2, 64)) / 128.0).astype(np.float32)
+    got = run(ops.layer_norm(x), [x], [data], ops.schedule_layer_norm)
+    d = data.astype(np.float64)
+    want = (d - d.mean(axis=1, keepdims=True)) / np.sqrt(d.var(axis=1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,119 @@
+"""Copy kernels against numpy: pad, transpose, reshape, concat, strided slice."""
+import numpy as np
+import pytest
+
+from autosched import ops, te
+from autosched.kernel import source
+
+from ops_helpers import rand, run
+
+
+@pytest.mark.parametrize("shape, widths, value", [
+    ((7,), [(2, 3)], 0.0),
+    ((3, 5), [(0, 0), (1, 2)], -1.5),
+    ((2, 3, 4, 5), [(0, 0), (1, 0), (2, 1), (0, 3)], 7.0),
+    ((1, 1), [(0, 0), (0, 0)], 0.0),
+])
+def test_pad_constant(shape, widths, value):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape)
+    got = run(ops.pad(x, widths, value), [x], [data], ops.schedule_injective)
+    np.testing.assert_array_equal(got, np.pad(data, widths, constant_values=value))
+
+
+def test_pad_rejects_negative_widths():
+    with pytest.raises(ValueError, match="non-negative"):
+        ops.pad(te.placeholder((3,)), [(-1, 0)])
+
+
+@pytest.mark.parametrize("shape, axes", [
+    ((3, 5), None),
+    ((2, 3, 4), (0, 2, 1)),
+    ((2, 3, 4, 5), (0, 2, 3, 1)),
+    ((7, 1, 127), (2, 0, 1)),
+    ((16, 32), (1, 0)),
+])
+def test_transpose(shape, axes):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape)
+    got = run(ops.transpose(x, axes), [x], [data], ops.schedule_injective)
+    np.testing.assert_array_equal(got, np.transpose(data, axes))
+
+
+@pytest.mark.parametrize("shape, new", [
+    ((2, 3, 4), (6, 4)),
+    ((2, 3, 4), (4, -1)),
+    ((6, 5, 7), (210,)),
+    ((127,), (1, 127, 1)),
+    ((2, 8, 3, 3), (2, 72)),
+    ((4, 6), (3, 8)),
+])
+def test_reshape(shape, new):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape)
+    got = run(ops.reshape(x, new), [x], [data], ops.schedule_injective)
+    np.testing.assert_array_equal(got, data.reshape(new))
+
+
+def test_reshape_rejects_wrong_size():
+    with pytest.raises(ValueError, match="cannot reshape"):
+        ops.reshape(te.placeholder((2, 3)), (4, 2))
+
+
+def test_flatten_reshape_folds_to_plain_copy():
+    """The // and % of the row-major round trip cancel: the copy is one vector load per store."""
+    x = te.placeholder((2, 8, 4, 4), name="x")
+    y = ops.reshape(x, (2, 128))
+    code = source(ops.schedule_injective(y), [x, y], "flatten")
+    assert "(*(f32x16*)&x[" in code
+
+
+@pytest.mark.parametrize("shapes, axis", [
+    ([(2, 3), (2, 5)], 1),
+    ([(1, 4), (3, 4), (2, 4)], 0),
+    ([(2, 3, 16), (2, 1, 16), (2, 7, 16)], -2),
+    ([(3, 1, 5), (3, 1, 2)], 2),
+])
+def test_concat(shapes, axis):
+    xs = [te.placeholder(s, name=f"x{k}") for k, s in enumerate(shapes)]
+    data = [rand(*s) for s in shapes]
+    got = run(ops.concat(xs, axis), xs, data, ops.schedule_injective)
+    np.testing.assert_array_equal(got, np.concatenate(data, axis))
+
+
+def test_concat_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="does not match"):
+        ops.concat([te.placeholder((2, 3)), te.placeholder((3, 3))], axis=1)
+
+
+@pytest.mark.parametrize("shape, starts, ends, axes, steps", [
+    ((10,), [2], [9], None, [3]),
+    ((7, 9), [1, -4], [6, 100], [0, 1], [2, 1]),
+    ((5, 6, 7), [4], [-100], [2], [-2]),
+    ((4, 127), [-1, 0], [-5, 127], [0, 1], [-1, 2]),
+    ((3, 5), [0], [1], [1], None),
+])
+def test_strided_slice(shape, starts, ends, axes, steps):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape)
+    got = run(ops.strided_slice(x, starts, ends, axes, steps), [x], [data], ops.schedule_injective)
+    index = [slice(None)] * len(shape)
+    for k, a in enumerate(axes if axes is not None else range(len(starts))):
+        index[a] = slice(starts[k], ends[k], steps[k] if steps else 1)
+    np.testing.assert_array_equal(got, data[tuple(index)])
+
+
+def test_slice_rejects_empty_and_zero_step():
+    with pytest.raises(ValueError, match="empty"):
+        ops.strided_slice(te.placeholder((4,)), [3], [1])
+    with pytest.raises(ValueError, match="step"):
+        ops.strided_slice(te.placeholder((4,)), [0], [4], steps=[0])
+
+
+def test_concat_on_an_outer_axis_picks_whole_vectors():
+    """One condition for all lanes: a C conditional between vector loads, so the load of the
+    part not taken (out of its tensor's bounds) is never executed."""
+    xs = [te.placeholder((2, 3, 16), name="x0"), te.placeholder((2, 5, 16), name="x1")]
+    y = ops.concat(xs, axis=1)
+    code = source(ops.schedule_injective(y), xs + [y], "cat")
+    assert "? (*(f32x16*)&x0[" in code and "sel_" not in code
