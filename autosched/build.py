@@ -3,7 +3,9 @@
 Running the model makes no Python call per operator: `autosched_model_run` calls the kernels
 in order with pointers into the caller's inputs and outputs, the weights (loaded once from a
 file beside the library) and one arena whose offsets the memory planner chose. Identical tasks
-share one compiled kernel.
+share one compiled kernel. Stages that read only weights (a matmul's packed B panels, a
+convolution's blocked filters) are computed once here, at build time, and stored in the
+weights file in the layout the kernel reads, so inference never repacks a weight.
 """
 from __future__ import annotations
 
@@ -21,10 +23,15 @@ from autosched.codegen.gcc import compile_c
 from autosched.compute import default_schedule, task_compute
 from autosched.graph.ir import Graph
 from autosched.graph.passes import FusedGroup, fuse, optimize, plan_memory
-from autosched.lower import lower
-from autosched.schedule import Schedule
+from autosched.lower import PrimFunc, lower
+from autosched.lower.ir import Store, walk_stmts
+from autosched.runtime import Kernel
+from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.task import Task, extract_tasks
 from autosched.target import Target
+from autosched.te import Load, Tensor
+from autosched.te.expr import walk
+from autosched.te.tensor import PlaceholderOp
 
 WEIGHT_ALIGN = 64
 #: (task, target) -> (schedule, argument tensors); the tuning database supplies tuned ones
@@ -45,6 +52,14 @@ class ModelFiles:
     weights: Path
 
 
+@dataclass
+class _KernelPlan:
+    """One compiled kernel: for a task, given which of its inputs are weights."""
+    func: PrimFunc
+    folded: list  # (kernel computing one precomputed stage, positions of the weights it reads)
+    used: list    # per parameter: whether the kernel reads it at all
+
+
 def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
                 schedule_for: ScheduleFor = default_kernel) -> ModelFiles:
     """Compile `graph` into `out` (a .so) with its manifest (.json) and weights (.weights) beside it."""
@@ -52,30 +67,70 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     graph = optimize(graph)
     groups = fuse(graph)
     taskset = extract_tasks(graph, groups)
-    plan = plan_memory(graph, groups)
     renderer = renderer_for(target.kind)
-    funcs, symbols = [], []
-    for k, task in enumerate(taskset.tasks):
-        sched, args = schedule_for(task, target)
-        funcs.append(lower(sched, args, f"task{k}"))
-        symbols.append(renderer.symbol(funcs[-1]))
-    weights, offsets = _pack_weights(graph, groups)
-    executor = _executor(graph, groups, taskset.group_tasks, funcs, renderer, offsets, plan.buffers, plan.arena_size,
-                         len(weights))
+    weights = _Weights()
+    plans: dict[tuple, _KernelPlan] = {}
+    calls = []
+    for group, task_index in zip(groups, taskset.group_tasks):
+        names = group_arguments(group)
+        n_in = len(names) - len(group.outputs)
+        consts = tuple(i for i, n in enumerate(names[:n_in]) if n in graph.constants)
+        key = (task_index, consts)
+        if key not in plans:
+            plans[key] = _plan_kernel(*schedule_for(taskset.tasks[task_index], target), consts, f"task{len(plans)}")
+        plan = plans[key]
+        args = [_Arg(n) if used else _Arg(None) for n, used in zip(names, plan.used)]
+        for k, (pre, positions) in enumerate(plan.folded):
+            arrays = [graph.constants[names[p]] for p in positions]
+            args.append(_Arg(weights.add(f"{group.name}:folded{k}", _run_precompute(pre, arrays))))
+        calls.append((group, renderer.symbol(plan.func), args))
+    for name in dict.fromkeys(a.name for _, _, args in calls for a in args if a.name in graph.constants):
+        weights.add(name, graph.constants[name])
+    for v in graph.outputs:
+        if v.name in graph.constants:
+            weights.add(v.name, graph.constants[v.name])
+    memory = plan_memory(graph, groups)
+    funcs = [p.func for p in plans.values()]
+    executor = _executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
     source = renderer.render_module(funcs, tail=executor)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(compile_c(source), out)
     files = ModelFiles(out, out.with_suffix(".json"), out.with_suffix(".weights"))
-    files.weights.write_bytes(weights)
+    files.weights.write_bytes(weights.blob)
     files.manifest.write_text(json.dumps({
-        "format": 1, "library": out.name, "weights": files.weights.name, "weights_bytes": len(weights),
+        "format": 1, "library": out.name, "weights": files.weights.name, "weights_bytes": len(weights.blob),
         "target": str(target), "inputs": [_value_json(v) for v in graph.inputs],
         "outputs": [_value_json(v) for v in graph.outputs],
-        "tasks": [{"key": t.key, "symbol": s, "weight": t.weight} for t, s in zip(taskset.tasks, symbols)],
+        "tasks": [{"key": t.key, "weight": t.weight} for t in taskset.tasks],
+        "kernels": [{"symbol": renderer.symbol(p.func), "task": key[0], "precomputed_stages": len(p.folded)}
+                    for key, p in plans.items()],
     }, indent=1))
     out.with_suffix(".c").write_text(source)
     return files
+
+
+@dataclass(frozen=True)
+class _Arg:
+    """A kernel argument: a graph value by name, a stored array by name, or None (the kernel ignores it)."""
+    name: str | None
+
+
+class _Weights:
+    """The weights file: arrays at 64-byte aligned offsets, each stored once."""
+
+    def __init__(self):
+        self.blob = bytearray()
+        self.offsets: dict[str, int] = {}
+        self.dtypes: dict[str, str] = {}
+
+    def add(self, name: str, array: np.ndarray) -> str:
+        if name not in self.offsets:
+            self.blob.extend(b"\0" * (-len(self.blob) % WEIGHT_ALIGN))
+            self.offsets[name] = len(self.blob)
+            self.dtypes[name] = array.dtype.name
+            self.blob.extend(np.ascontiguousarray(array).tobytes())
+        return name
 
 
 def _value_json(v) -> dict:
@@ -92,42 +147,112 @@ def group_arguments(group: FusedGroup) -> list[str]:
     return list(group.anchor.inputs) + extras + list(group.outputs)
 
 
-def _pack_weights(graph: Graph, groups: list[FusedGroup]) -> tuple[bytes, dict[str, int]]:
-    used = [n for n in dict.fromkeys(a for g in groups for a in group_arguments(g)) if n in graph.constants]
-    used += [v.name for v in graph.outputs if v.name in graph.constants and v.name not in used]
-    blob, offsets = bytearray(), {}
-    for name in used:
-        blob.extend(b"\0" * (-len(blob) % WEIGHT_ALIGN))
-        offsets[name] = len(blob)
-        blob.extend(np.ascontiguousarray(graph.constants[name], dtype=graph.values[name].dtype).tobytes())
-    return bytes(blob), offsets
+# --- folding stages that read only weights ----------------------------------------------------
+
+def _plan_kernel(sched: Schedule, args: list[Tensor], consts: tuple[int, ...], name: str) -> _KernelPlan:
+    """Lower the kernel with its weight-only stages precomputed (extra arguments after the outputs)."""
+    const_ops = {id(args[i].op) for i in consts}
+    folded = []
+    for st in _weight_only_frontier(sched, const_ops):
+        sched.precompute(st)
+        t = Tensor(st.op)
+        sources = [i for i in consts if _reads(st, args[i])]
+        folded.append((t, sources))
+    func = lower(sched, list(args) + [t for t, _ in folded], name)
+    read = _params_read(func)
+    used = [id(b) in read for b in func.params[:len(args)]]
+    pre = [(_precompute_kernel(t, [args[i] for i in sources]), sources) for t, sources in folded]
+    return _KernelPlan(func, pre, used)
 
 
-def _executor(graph: Graph, groups, group_tasks, funcs, renderer, weight_offsets: dict, buffers, arena_size: int,
-              weights_bytes: int) -> str:
+def _weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
+    """Stages computed from weights alone whose values a weight-dependent stage (or output) reads."""
+    const: dict[int, bool] = {}
+    outputs = {id(sched.stage_of(o)) for o in sched.outputs}
+    for st in sched.stages:  # producers first
+        ins = st.op.inputs()
+        const[id(st)] = bool(ins) and id(st) not in outputs and all(
+            id(t.op) in const_ops if sched.stage_of(t) is None else const.get(id(sched.stage_of(t)), False) for t in ins)
+    frontier = []
+    for st in sched.stages:
+        if not const[id(st)]:
+            for t in st.op.inputs():
+                src = sched.stage_of(t)
+                if src is not None and const[id(src)] and src not in frontier:
+                    frontier.append(src)
+    return frontier
+
+
+def _reads(st: Stage, placeholder: Tensor) -> bool:
+    todo, seen = [st.op], set()
+    while todo:
+        op = todo.pop()
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        for t in op.inputs():
+            if t.op is placeholder.op:
+                return True
+            if not isinstance(t.op, PlaceholderOp):
+                todo.append(t.op)
+    return False
+
+
+def _params_read(func: PrimFunc) -> set[int]:
+    read = set()
+    for s in walk_stmts(func.body):
+        if isinstance(s, Store):
+            read.add(id(s.buffer))
+            read.update(id(x.source) for x in walk(s.value) if isinstance(x, Load))
+            read.update(id(x.source) for x in walk(s.index) if isinstance(x, Load))
+    return read
+
+
+def _precompute_kernel(t: Tensor, sources: list[Tensor]) -> Kernel:
+    from autosched.kernel import build_kernel
+    s = create_schedule(t)
+    for st in s.stages:
+        if st.op.axes and st.op.axes[0].extent > 1:
+            st.parallel(st.op.axes[0])
+    return build_kernel(s, sources + [t], "precompute")
+
+
+def _run_precompute(kernel: Kernel, arrays: list[np.ndarray]) -> np.ndarray:
+    args = [np.ascontiguousarray(a) for a in arrays] + [kernel.empty_args()[-1]]
+    kernel(*args)
+    return args[-1]
+
+
+# --- the executor ---------------------------------------------------------------------------------
+
+def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, buffers,
+              arena_size: int) -> str:
     inputs = {v.name: k for k, v in enumerate(graph.inputs)}
     outputs = {v.name: k for k, v in enumerate(graph.outputs)}
 
-    def ptr(name: str) -> str:
-        t = C_TYPES[graph.values[name].dtype]
+    def ptr(arg: _Arg) -> str:
+        name = arg.name
+        if name is None:
+            return "NULL"
         if name in inputs:  # before outputs: a graph input may also be an output
-            return f"({t}*)inputs[{inputs[name]}]"
+            return f"({C_TYPES[graph.values[name].dtype]}*)inputs[{inputs[name]}]"
+        if name in weights.offsets:
+            return f"({C_TYPES[weights.dtypes[name]]}*)(model_weights + {weights.offsets[name]})"
         if name in outputs:
-            return f"({t}*)outputs[{outputs[name]}]"
-        if name in weight_offsets:
-            return f"({t}*)(model_weights + {weight_offsets[name]})"
-        return f"({t}*)(model_arena + {buffers[name].offset})"
+            return f"({C_TYPES[graph.values[name].dtype]}*)outputs[{outputs[name]}]"
+        return f"({C_TYPES[graph.values[name].dtype]}*)(model_arena + {buffers[name].offset})"
 
-    calls = []
-    for g, t in zip(groups, group_tasks):
-        calls.append(f"  /* {g.anchor.op.value} {g.name} */")
-        calls.append(f"  if ({renderer.symbol(funcs[t])}({', '.join(ptr(n) for n in group_arguments(g))}) != 0) return 1;")
-    produced = {n for g in groups for n in g.outputs}
+    lines = []
+    for group, symbol, args in calls:
+        lines.append(f"  /* {group.anchor.op.value} {group.name} */")
+        lines.append(f"  if ({symbol}({', '.join(ptr(a) for a in args)}) != 0) return 1;")
+    produced = {n for group, _, _ in calls for n in group.outputs}
     for v in graph.outputs:
         if v.name not in produced:  # an output that is an input or a constant: copy it
-            src = f"inputs[{inputs[v.name]}]" if v.name in inputs else f"model_weights + {weight_offsets[v.name]}"
-            calls.append(f"  memcpy(outputs[{outputs[v.name]}], {src}, {v.nbytes});")
+            src = f"inputs[{inputs[v.name]}]" if v.name in inputs else f"model_weights + {weights.offsets[v.name]}"
+            lines.append(f"  memcpy(outputs[{outputs[v.name]}], {src}, {v.nbytes});")
     protos = "\n".join(renderer.signature(f, [f"p{k}" for k in range(len(f.params))]) + ";" for f in funcs)
+    n_weights = len(weights.blob)
     return f"""/* ---- graph executor ---------------------------------------------------------- */
 #include <stdio.h>
 #include <string.h>
@@ -138,15 +263,15 @@ static char* model_arena = NULL;
 
 /* Loads the weights file and allocates the arena: 0, or 1 (no memory), 2 (weights file unreadable or of the wrong size). */
 int32_t autosched_model_init(const char* weights_path) {{
-  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {max(WEIGHT_ALIGN, -(-weights_bytes // WEIGHT_ALIGN) * WEIGHT_ALIGN)});
-  model_arena = (char*)aligned_alloc({WEIGHT_ALIGN}, {max(WEIGHT_ALIGN, -(-arena_size // WEIGHT_ALIGN) * WEIGHT_ALIGN)});
+  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {_round(n_weights)});
+  model_arena = (char*)aligned_alloc({WEIGHT_ALIGN}, {_round(arena_size)});
   if (model_weights == NULL || model_arena == NULL) return 1;
   FILE* f = fopen(weights_path, "rb");
   if (f == NULL) return 2;
-  size_t got = fread(model_weights, 1, {weights_bytes}, f);
+  size_t got = fread(model_weights, 1, {n_weights}, f);
   int extra = fgetc(f);
   fclose(f);
-  return (got == {weights_bytes} && extra == EOF) ? 0 : 2;
+  return (got == {n_weights} && extra == EOF) ? 0 : 2;
 }}
 
 void autosched_model_free(void) {{
@@ -155,9 +280,13 @@ void autosched_model_free(void) {{
   model_weights = model_arena = NULL;
 }}
 
-/* Runs the model: {len(groups)} kernels over {len(funcs)} distinct tasks. 0 on success. */
+/* Runs the model: {len(calls)} kernel calls over {len(funcs)} distinct kernels. 0 on success. */
 int32_t autosched_model_run(void** inputs, void** outputs) {{
-{chr(10).join(calls)}
+{chr(10).join(lines)}
   return 0;
 }}
 """
+
+
+def _round(n: int) -> int:
+    return max(WEIGHT_ALIGN, -(-n // WEIGHT_ALIGN) * WEIGHT_ALIGN)

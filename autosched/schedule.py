@@ -50,7 +50,7 @@ class Stage:
     relations: list = field(default_factory=list)
     annotations: dict = field(default_factory=dict)  # IterVar -> "unroll" | "vectorize" | "parallel" | thread tag
     pragmas: dict = field(default_factory=dict)      # IterVar -> {name: value}
-    attach: tuple = ("root",)                         # ("root",) | ("inline",) | ("at", Stage, IterVar)
+    attach: tuple = ("root",)  # ("root",) | ("inline",) | ("at", Stage, IterVar) | ("precomputed",)
 
     def __post_init__(self):
         self.leaf_axes = list(self.op.axes) + list(self.op.reduce_axes)
@@ -232,6 +232,17 @@ class Schedule:
 
     def compute_root(self, st: Stage | Tensor) -> None:
         self._st(st).attach = ("root",)
+
+    def precompute(self, st: Stage | Tensor) -> None:
+        """The stage's values arrive as an argument, computed ahead of time.
+
+        For stages that read only constants (weights repacked into a kernel's layout): a model
+        build computes them once, and the kernel neither computes them nor needs their inputs.
+        """
+        st = self._st(st)
+        if any(self.stage_of(o) is st for o in self.outputs):
+            raise st._err("an output of the computation cannot be precomputed")
+        st.attach = ("precomputed",)
 
     def _consumed_by(self, parent: Stage) -> list[Stage]:
         """Stages whose tensors `parent` reads, looking through inlined stages."""

@@ -129,3 +129,23 @@ def test_timer_in_c_reports_per_call_seconds():
     assert len(costs) == 4 and all(0 < x < 1.0 for x in costs)
     assert np.all(args.arrays[2] == 32.0)
     assert len(kern.time(args, repeat=5, min_repeat_ms=1.0, stop_above=1e-12)) == 1  # gives up after one repeat
+
+
+def test_per_lane_select_vectorizes_only_when_loads_are_safe():
+    x = te.placeholder((64,), name="x")
+    leaky = te.compute((64,), lambda i: te.select(x[i] >= 0.0, x[i], x[i] * 0.1), name="leaky")
+    s = create_schedule(leaky)
+    _, inner = s[leaky].split(s[leaky].op.axes[0], 16)
+    s[leaky].vectorize(inner)
+    code = source(s, [x, leaky])
+    assert "sel_ge_f32_f32x16" in code and "#pragma omp simd" not in code
+    shifted = te.compute((64,), lambda i: te.select(i >= 1, x[i - 1], 0.0), name="shifted")
+    s2 = create_schedule(shifted)
+    _, inner2 = s2[shifted].split(s2[shifted].op.axes[0], 16)
+    s2[shifted].vectorize(inner2)
+    code2 = source(s2, [x, shifted])
+    assert "#pragma omp simd" in code2  # x[i - 1] at i = 0 must not be loaded: scalar fallback
+    kern = build_kernel(s2, [x, shifted], "shifted")
+    out = np.zeros(64, np.float32)
+    kern(np.arange(64, dtype=np.float32), out)
+    np.testing.assert_array_equal(out, np.concatenate([[0], np.arange(63)]))

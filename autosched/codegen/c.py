@@ -220,6 +220,8 @@ class CRenderer:
             if c == 1:
                 return (f"(*({vt}*)&{name}[{base}])", True)
             return ("((" + vt + "){" + ", ".join(f"{name}[{base} + {c * k}]" for k in range(lanes)) + "})", True)
+        if isinstance(e, Select):
+            return self._vselect(e, v, lanes, vt)
         kids = [self._vexpr(k, v, lanes) for k in _operands(e)]
         if any(k is None for k in kids):
             return None
@@ -234,27 +236,41 @@ class CRenderer:
             fmt = _math_fmt(e.name, e.dtype)
             fn = self._lanewise(e.name, vt, len(bc), lanes, fmt)
             return (f"{fn}({', '.join(bc)})", True)
-        if isinstance(e, Select) and v not in _free(e.cond):
-            # one condition for all lanes: a C conditional evaluates only the taken branch, whose
-            # loads may be out of bounds when it is not taken (padding, concatenation)
-            return (f"({self._expr(e.cond)} ? {bc[1]} : {bc[2]})", True)
-        if isinstance(e, Select) and e.cond.dtype == "bool" and isinstance(e.cond, Cmp):
-            ca, cb = e.cond.a, e.cond.b
-            ct = self._vtype(ca.dtype, lanes)
-            operands = [self._vexpr(x, v, lanes) for x in (ca, cb)]
-            if any(o is None for o in operands):
-                return None
-            cops = [code if is_vec else f"(({ct}){{0}} + ({code}))" for code, is_vec in operands]
-            key = f"sel_{e.cond.op}_{SHORT[ca.dtype]}"
-            fn = f"{key}_{vt}"
-            if fn not in self._helpers:
-                self._helpers[fn] = (f"static inline {vt} {fn}({ct} x, {ct} y, {vt} t, {vt} f) {{ {vt} r; "
-                                     f"for (int l = 0; l < {lanes}; ++l) r[l] = x[l] {_CMP[e.cond.op]} y[l] ? t[l] : f[l]; "
-                                     "return r; }")
-            return (f"{fn}({cops[0]}, {cops[1]}, {bc[1]}, {bc[2]})", True)
         if isinstance(e, Cast) and e.value.dtype in SHORT:
             return (f"__builtin_convertvector({bc[0]}, {vt})", True)
         return None
+
+    def _vselect(self, e: Select, v: Var, lanes: int, vt: str) -> tuple[str, bool] | None:
+        branches = [self._vexpr(x, v, lanes) for x in (e.t, e.f)]
+        if any(b is None for b in branches):
+            return None
+        t, f = [code if is_vec else f"(({vt}){{0}} + ({code}))" for code, is_vec in branches]
+        if v not in _free(e.cond):
+            # one condition for all lanes: a C conditional evaluates only the taken branch, whose
+            # loads may be out of bounds when it is not taken (padding, concatenation)
+            return (f"({self._expr(e.cond)} ? {t} : {f})", True)
+        # a per-lane condition evaluates both branches in every lane: only when no load can fault
+        if not isinstance(e.cond, Cmp) or not self._loads_in_bounds(e):
+            return None
+        operands = [self._vexpr(x, v, lanes) for x in (e.cond.a, e.cond.b)]
+        if any(o is None for o in operands):
+            return None
+        ct = self._vtype(e.cond.a.dtype, lanes)
+        x, y = [code if is_vec else f"(({ct}){{0}} + ({code}))" for code, is_vec in operands]
+        fn = f"sel_{e.cond.op}_{SHORT[e.cond.a.dtype]}_{vt}"
+        if fn not in self._helpers:
+            self._helpers[fn] = (f"static inline {vt} {fn}({ct} x, {ct} y, {vt} t, {vt} f) {{ {vt} r; "
+                                 f"for (int l = 0; l < {lanes}; ++l) r[l] = x[l] {_CMP[e.cond.op]} y[l] ? t[l] : f[l]; "
+                                 "return r; }")
+        return (f"{fn}({x}, {y}, {t}, {f})", True)
+
+    def _loads_in_bounds(self, e: Expr) -> bool:
+        for x in walk(e):
+            if isinstance(x, Load):
+                b = arith.int_bound(x.indices[0], self._ranges)
+                if b is None or b[0] < 0 or b[1] >= x.source.size:
+                    return False
+        return True
 
     # --- scalar expressions ------------------------------------------------------------------------
     def _expr(self, e: Expr) -> str:

@@ -18,7 +18,7 @@ from autosched.schedule import Fuse, Schedule, ScheduleError, Split, Stage
 from autosched.te.expr import (
     BinOp, Const, Expr, Load, Reduce, Var, substitute, transform, walk,
 )
-from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tensor, post_order
+from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tensor
 
 _COMBINE = {"sum": "add", "max": "max", "min": "min"}
 
@@ -42,7 +42,8 @@ class _Lowerer:
         for st in self.sched.stages:
             if st.attach[0] == "at":
                 self.attached.setdefault(id(st.attach[2]), []).append(st)
-        roots = [st for st in self.sched.stages if st.attach == ("root",)]
+        needed = self._needed()
+        roots = [st for st in self.sched.stages if st.attach == ("root",) and id(st) in needed]
         temps: list[Buffer] = []
         for st in roots:
             if id(st) not in self.buffers:
@@ -58,7 +59,7 @@ class _Lowerer:
         params: list[Buffer] = []
         for t in self.args:
             st = self.sched.stage_of(t)
-            if st is not None and st.attach != ("root",):
+            if st is not None and st.attach not in (("root",), ("precomputed",)):
                 raise ScheduleError(f"stage {st.name}: an argument of the function must be computed at root, "
                                     f"not {st.attach[0]}")
             key = id(st) if st is not None else id(t.op)
@@ -69,10 +70,32 @@ class _Lowerer:
         for o in self.sched.outputs:
             if id(self.sched.stage_of(o)) not in self.buffers:
                 raise ScheduleError(f"output {o.name} is not among the function's arguments")
-        for t in post_order(self.sched.outputs):
+        needed = self._needed()
+        for st in self.sched.stages:
+            if st.attach == ("precomputed",) and id(st) in needed and id(st) not in self.buffers:
+                raise ScheduleError(f"stage {st.name} is precomputed but not among the function's arguments")
+        for t in self._reads():
             if isinstance(t.op, PlaceholderOp) and id(t.op) not in self.buffers:
                 raise ScheduleError(f"input {t.name} is read but not among the function's arguments")
         return params
+
+    def _reads(self) -> list[Tensor]:
+        """Every tensor the function reads, not looking behind precomputed stages."""
+        out, seen, todo = [], set(), list(self.sched.outputs)
+        while todo:
+            t = todo.pop()
+            if id(t.op) in seen:
+                continue
+            seen.add(id(t.op))
+            out.append(t)
+            st = self.sched.stage_of(t)
+            if st is not None and st.attach != ("precomputed",):
+                todo.extend(st.op.inputs())
+        return out
+
+    def _needed(self) -> set[int]:
+        """ids of the stages this function computes or takes precomputed."""
+        return {id(st) for st in map(self.sched.stage_of, self._reads()) if st is not None}
 
     # --- one stage -----------------------------------------------------------------------------
     def _stage(self, st: Stage, region_ext: list[int]) -> Stmt:
