@@ -109,3 +109,11 @@ def test_model_with_output_that_is_an_input(tmp_path):
     out = load_model(files.library).run({"x": np.array([-1.0, 0.5, 2.0], np.float32)})
     np.testing.assert_array_equal(out["y"], [0.0, 0.5, 2.0])
     np.testing.assert_array_equal(out["x"], [-1.0, 0.5, 2.0])
+
+
+def test_weight_packing_happens_at_build_time(tmp_path):
+    files = build_model(import_model(zoo.mlp()), tmp_path / "mlp.so")
+    manifest = load_model(files.library).manifest
+    assert all(k["precomputed_stages"] == 1 for k in manifest["kernels"])  # each Gemm's packed weight panels
+    run_body = files.library.with_suffix(".c").read_text().split("int32_t autosched_model_run")[1]
+    assert "NULL" in run_body  # the unpacked weights are not even passed

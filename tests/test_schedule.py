@@ -248,3 +248,22 @@ def test_inline_and_pragma_auto_unroll():
     uv = np.zeros((6, 5), np.float32)
     kern(xv, uv)
     np.testing.assert_allclose(uv, np.exp(xv) * 2 + 1, rtol=1e-5)
+
+
+def test_precomputed_stage_becomes_an_argument():
+    x = te.placeholder((8,), name="x")
+    w = te.placeholder((8,), name="w")
+    w2 = te.compute((8,), lambda i: w[7 - i] * 2.0, name="w2")
+    y = te.compute((8,), lambda i: x[i] + w2[i], name="y")
+    s = create_schedule(y)
+    s.precompute(w2)
+    with pytest.raises(ScheduleError, match="w2 is precomputed but not among"):
+        lower(s, [x, y])
+    func = lower(s, [x, y, w2])  # w itself is no longer needed
+    assert "w2[" in repr(func) and "w[" not in repr(func)
+    kern = build_kernel(s, [x, y, w2], "uses_precomputed")
+    xv, w2v, yv = np.arange(8, dtype=np.float32), np.full(8, 10, np.float32), np.zeros(8, np.float32)
+    kern(xv, yv, w2v)
+    np.testing.assert_array_equal(yv, xv + 10)
+    with pytest.raises(ScheduleError, match="output"):
+        s.precompute(y)
