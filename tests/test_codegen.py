@@ -149,3 +149,16 @@ def test_per_lane_select_vectorizes_only_when_loads_are_safe():
     out = np.zeros(64, np.float32)
     kern(np.arange(64, dtype=np.float32), out)
     np.testing.assert_array_equal(out, np.concatenate([[0], np.arange(63)]))
+
+
+def test_edge_tiles_keep_vector_code_through_loop_versioning():
+    x = te.placeholder((37,), name="x")
+    y = te.compute((37,), lambda i: x[i] * 3.0, name="y")
+    s = create_schedule(y)
+    _, inner = s[y].split(s[y].op.axes[0], 16)
+    s[y].vectorize(inner)
+    kern = build_kernel(s, [x, y], "versioned")
+    assert "f32x16" in kern.source and "#pragma omp simd" in kern.source  # vector body, scalar edge
+    out = np.zeros(37, np.float32)
+    kern(np.arange(37, dtype=np.float32), out)
+    np.testing.assert_array_equal(out, np.arange(37) * 3.0)

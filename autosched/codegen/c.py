@@ -145,7 +145,7 @@ class CRenderer:
         v = self._name(s.var)
         self._ranges[s.var] = (0, s.extent - 1)
         if s.kind == "vectorize":
-            vec = self._vector_loop(s, d)
+            vec = self._vector_loop(s, d) or self._versioned_vector_loop(s, d)
             if vec is not None:
                 return vec
         head = {"parallel": f"{pad}#pragma omp parallel for\n", "unroll": f"{pad}#pragma GCC unroll {s.extent}\n",
@@ -154,6 +154,26 @@ class CRenderer:
                 f"{self._stmt(s.body, d + 1)}{pad}}}\n")
 
     # --- vectorized loops -----------------------------------------------------------------------
+    def _versioned_vector_loop(self, s: For, d: int) -> str | None:
+        """A loop whose guard depends on the lane (the edge tile of a split that does not divide)
+        runs as vector code when the guard holds for every lane, as a scalar loop otherwise.
+
+        The guard is a conjunction of linear inequalities in the lane, so it holds for every lane
+        exactly when it holds for the first and the last.
+        """
+        if not (isinstance(s.body, IfThenElse) and s.body.orelse is None and _linear_guard(s.body.cond, s.var)):
+            return None
+        vec = self._vector_loop(For(s.var, s.extent, "vectorize", s.body.then), d + 1)
+        if vec is None:
+            return None
+        ends = [arith.simplify(substitute(s.body.cond, {s.var: Const(k, s.var.dtype)}), self._ranges)
+                for k in (0, s.extent - 1)]
+        self._ranges[s.var] = (0, s.extent - 1)
+        scalar = self._for(For(s.var, s.extent, "serial", s.body), d + 1)
+        pad = "  " * d
+        return (f"{pad}if ({self._expr(ends[0])} && {self._expr(ends[1])}) {{\n{vec}{pad}}} else {{\n"
+                f"{pad}  #pragma omp simd\n{scalar}{pad}}}\n")
+
     def _vector_loop(self, s: For, d: int) -> str | None:
         stores = list(_flatten_stores(s.body, s.var))
         if s.extent not in VECTOR_LANES or stores is None or any(x is None for x in stores):
@@ -432,6 +452,16 @@ def _without(index: Expr, v: Var) -> Expr:
 
 def _has_var_in_atoms(lin: arith.Linear, v: Var) -> bool:
     return any(v in _free(atom) and atom is not v for _, atom in lin.terms.values())
+
+
+def _linear_guard(cond: Expr, v: Var) -> bool:
+    """Whether `cond` is a conjunction of inequalities linear in `v` (so convex along it)."""
+    if isinstance(cond, BinOp) and cond.op == "and":
+        return _linear_guard(cond.a, v) and _linear_guard(cond.b, v)
+    if isinstance(cond, Cmp) and cond.op in ("lt", "le", "gt", "ge"):
+        return not any(_has_var_in_atoms(arith.linear(x), v) for x in (cond.a, cond.b) if x.dtype in INT_DTYPES) \
+            and all(x.dtype in INT_DTYPES for x in (cond.a, cond.b))
+    return v not in _free(cond)
 
 
 def _flatten_stores(s: Stmt, v: Var):
