@@ -168,10 +168,11 @@ class CRenderer:
             return None
         ends = [arith.simplify(substitute(s.body.cond, {s.var: Const(k, s.var.dtype)}), self._ranges)
                 for k in (0, s.extent - 1)]
+        test = " && ".join(self._expr(e) for e in ends if not (isinstance(e, Const) and e.value)) or "1"
         self._ranges[s.var] = (0, s.extent - 1)
         scalar = self._for(For(s.var, s.extent, "serial", s.body), d + 1)
         pad = "  " * d
-        return (f"{pad}if ({self._expr(ends[0])} && {self._expr(ends[1])}) {{\n{vec}{pad}}} else {{\n"
+        return (f"{pad}if ({test}) {{\n{vec}{pad}}} else {{\n"
                 f"{pad}  #pragma omp simd\n{scalar}{pad}}}\n")
 
     def _vector_loop(self, s: For, d: int) -> str | None:
