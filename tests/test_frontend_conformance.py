@@ -91,13 +91,19 @@ def _freeze_constant_operands(model, feeds):
     return result, {name: array for name, array in feeds.items() if name not in frozen}
 
 
-@pytest.mark.parametrize("case", _params())
-def test_node_case(case, tmp_path):
+def _saved_data_sets(case, tmp_path):
+    """(model file, runtime inputs, expected outputs) for each of the case's data sets."""
     for index, (inputs, outputs) in enumerate(case.data_sets):
         feeds = {value.name: _array(data) for value, data in zip(case.model.graph.input, inputs)}
         model, runtime_inputs = _freeze_constant_operands(case.model, feeds)
         path = tmp_path / f"{case.name}_{index}.onnx"
         onnx.save(model, path)
+        yield path, runtime_inputs, outputs
+
+
+@pytest.mark.parametrize("case", _params())
+def test_node_case(case, tmp_path):
+    for path, runtime_inputs, outputs in _saved_data_sets(case, tmp_path):
         graph = load_onnx(path)
         optimized = optimize(graph)
         for candidate in (graph, optimized):
@@ -122,12 +128,8 @@ def _compiled_params():
 @pytest.mark.parametrize("case", _compiled_params())
 def test_node_case_compiled(case, tmp_path):
     """The same cases through the whole build: generated kernels, C graph executor, weights file."""
-    for index, (inputs, outputs) in enumerate(case.data_sets):
-        feeds = {value.name: _array(data) for value, data in zip(case.model.graph.input, inputs)}
-        model, runtime_inputs = _freeze_constant_operands(case.model, feeds)
-        path = tmp_path / f"{case.name}_{index}.onnx"
-        onnx.save(model, path)
-        built = load_model(build_model(load_onnx(path), tmp_path / f"{index}.so").library)
+    for path, runtime_inputs, outputs in _saved_data_sets(case, tmp_path):
+        built = load_model(build_model(load_onnx(path), path.with_suffix(".so")).library)
         got = built.run(runtime_inputs)
         built.close()
         for value, expected in zip(case.model.graph.output, outputs):

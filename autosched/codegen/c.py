@@ -18,7 +18,7 @@ from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, Let, PrimFunc
 import numpy as np
 
 from autosched.te.expr import (
-    INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, is_float, substitute, walk,
+    INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, children, is_float, substitute, walk,
 )
 
 C_TYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "bool": "uint8_t",
@@ -243,7 +243,7 @@ class CRenderer:
             return ("((" + vt + "){" + ", ".join(f"{name}[{base} + {c * k}]" for k in range(lanes)) + "})", True)
         if isinstance(e, Select):
             return self._vselect(e, v, lanes, vt)
-        kids = [self._vexpr(k, v, lanes) for k in _operands(e)]
+        kids = [self._vexpr(k, v, lanes) for k in children(e)]
         if any(k is None for k in kids):
             return None
         if isinstance(e, BinOp) and e.op in ("add", "sub", "mul", "div"):
@@ -432,18 +432,6 @@ def _ident(name: str) -> str:
 
 def _free(e: Expr) -> set:
     return {x for x in walk(e) if isinstance(x, Var)}
-
-
-def _operands(e: Expr) -> tuple:
-    if isinstance(e, (BinOp, Cmp)):
-        return (e.a, e.b)
-    if isinstance(e, Select):
-        return (e.cond, e.t, e.f)
-    if isinstance(e, Call):
-        return e.args
-    if isinstance(e, Cast):
-        return (e.value,)
-    return ()
 
 
 def _without(index: Expr, v: Var) -> Expr:
