@@ -162,3 +162,17 @@ def test_edge_tiles_keep_vector_code_through_loop_versioning():
     out = np.zeros(37, np.float32)
     kern(np.arange(37, dtype=np.float32), out)
     np.testing.assert_array_equal(out, np.arange(37) * 3.0)
+
+
+def test_padding_select_vectorizes_inside_and_stays_safe_at_the_border():
+    x = te.placeholder((4, 40), name="x")
+    xp = te.compute((4, 48), lambda i, j: te.select((j >= 4) & (j < 44), x[i, j - 4], 0.0), name="xp")
+    s = create_schedule(xp)
+    _, inner = s[xp].split(s[xp].op.axes[1], 16)
+    s[xp].vectorize(inner)
+    kern = build_kernel(s, [x, xp], "padded")
+    assert "f32x16" in kern.source
+    xv = np.random.default_rng(0).standard_normal((4, 40)).astype(np.float32)
+    out = np.zeros((4, 48), np.float32)
+    kern(xv, out)
+    np.testing.assert_array_equal(out, np.pad(xv, ((0, 0), (4, 4))))

@@ -18,7 +18,8 @@ from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, Let, PrimFunc
 import numpy as np
 
 from autosched.te.expr import (
-    INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, children, is_float, substitute, walk,
+    INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, children, is_float, substitute, transform,
+    walk,
 )
 
 C_TYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "bool": "uint8_t",
@@ -155,19 +156,31 @@ class CRenderer:
 
     # --- vectorized loops -----------------------------------------------------------------------
     def _versioned_vector_loop(self, s: For, d: int) -> str | None:
-        """A loop whose guard depends on the lane (the edge tile of a split that does not divide)
-        runs as vector code when the guard holds for every lane, as a scalar loop otherwise.
+        """Vector code for the lanes' common case, a scalar loop for the rest.
 
-        The guard is a conjunction of linear inequalities in the lane, so it holds for every lane
-        exactly when it holds for the first and the last.
+        A guard (the edge tile of a split that does not divide) or a select (padding, concatenation)
+        whose condition depends on the lane blocks plain vector code. When each such condition is
+        a conjunction of inequalities linear in the lane, it holds for every lane exactly when it
+        holds for the first and the last: then the guard is dropped and each select takes its
+        true branch, in vector code; other iterations run the scalar loop.
         """
-        if not (isinstance(s.body, IfThenElse) and s.body.orelse is None and _linear_guard(s.body.cond, s.var)):
+        body, conds = s.body, []
+        if isinstance(body, IfThenElse) and body.orelse is None:
+            conds.append(body.cond)
+            body = body.then
+        if not isinstance(body, Store):
             return None
-        vec = self._vector_loop(For(s.var, s.extent, "vectorize", s.body.then), d + 1)
+        selects = [x for x in walk(body.value) if isinstance(x, Select) and s.var in _free(x.cond)]
+        conds += [x.cond for x in selects]
+        if not conds or not all(_linear_guard(c, s.var) for c in conds):
+            return None
+        fast = Store(body.buffer, body.index, transform(body.value, lambda x: x.t if isinstance(x, Select) and
+                                                        s.var in _free(x.cond) else None))
+        vec = self._vector_loop(For(s.var, s.extent, "vectorize", fast), d + 1)
         if vec is None:
             return None
-        ends = [arith.simplify(substitute(s.body.cond, {s.var: Const(k, s.var.dtype)}), self._ranges)
-                for k in (0, s.extent - 1)]
+        ends = [arith.simplify(substitute(c, {s.var: Const(k, s.var.dtype)}), self._ranges)
+                for c in conds for k in (0, s.extent - 1)]
         test = " && ".join(self._expr(e) for e in ends if not (isinstance(e, Const) and e.value)) or "1"
         self._ranges[s.var] = (0, s.extent - 1)
         scalar = self._for(For(s.var, s.extent, "serial", s.body), d + 1)
