@@ -96,14 +96,67 @@ def format_task_table(task_set: TaskSet) -> str:
 
 def _build_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_log_argument(parser)
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="the library to write; OUT's .json manifest and .weights go beside it")
 
 
+def add_log_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log", action="append", default=[], metavar="LOG.jsonl",
+                        help="tuning log(s) whose best configs to use (repeatable; default: untuned schedules)")
+
+
+def _schedules(args: argparse.Namespace):
+    from autosched.build import default_kernel
+    from autosched.history import TunedSchedules
+    return TunedSchedules(args.log) if args.log else default_kernel
+
+
 def run_build(args: argparse.Namespace) -> int:
     from autosched.build import build_model
-    files = build_model(load_onnx(args.model, dict(args.shape)), Path(args.output), Target.parse(args.target))
-    print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}")
+    schedules = _schedules(args)
+    files = build_model(load_onnx(args.model, dict(args.shape)), Path(args.output), Target.parse(args.target),
+                        schedules)
+    tuned = f", {len(set(schedules.used))} tasks with tuned schedules" if args.log else ""
+    print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}{tuned}")
+    return 0
+
+
+def _tune_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--trials", type=int, required=True, help="measurements over all tasks")
+    parser.add_argument("--log", default="tuning.jsonl", metavar="LOG.jsonl",
+                        help="where every measurement is appended (default: tuning.jsonl)")
+    parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
+    parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from autosched.measure.local import LocalBuilder, LocalRunner
+    from autosched.task_scheduler import tune_tasks
+    from autosched.tuner.callbacks import JsonLinesLog
+    target = Target.parse(args.target)
+    tasks = extract_tasks(load_graph(args)).tasks
+
+    def progress(inputs, results) -> None:
+        ok = [r.cost for r in results if r.ok]
+        best = f"{min(ok) * 1e3:.4g} ms" if ok else "no success"
+        print(f"  {inputs[0].task.op:<10} {len(results):3d} trials, batch best {best}, "
+              f"{len(results) - len(ok)} failed", flush=True)
+
+    with LocalRunner() as runner:
+        summary = tune_tasks(tasks, target, args.trials, LocalBuilder(), runner, args.tuner, args.round,
+                             [JsonLinesLog(args.log), progress], args.seed)
+    print(f"{'op':<12} {'weight':>6} {'trials':>6} {'best ms':>9} {'GFLOP/s':>8}")
+    for p in summary.progress:
+        ms = p.best_cost * 1e3
+        gflops = p.task.flops / p.best_cost / 1e9 if p.best is not None else 0.0
+        print(f"{p.task.op:<12} {p.task.weight:>6} {p.trials:>6} {ms:>9.4g} {gflops:>8.1f}")
+    for task, why in summary.skipped:
+        print(f"{task.op:<12} not tuned: {why}")
+    print(f"{summary.trials} trials logged to {args.log}; build with: autosched build {args.model} "
+          f"--target '{target}' --log {args.log} -o model.so")
     return 0
 
 
@@ -128,6 +181,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_log_argument(parser)
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
@@ -139,7 +193,7 @@ def _built(args: argparse.Namespace, tmp: str):
     from autosched.evaluate import onnxruntime_session
     from autosched.runtime import load_model
     graph = load_onnx(args.model, dict(args.shape))
-    files = build_model(graph, Path(tmp) / "model.so", Target.parse(args.target))
+    files = build_model(graph, Path(tmp) / "model.so", Target.parse(args.target), _schedules(args))
     threads = getattr(args, "threads", None) or os.cpu_count() or 1
     model = load_model(files.library)
     model.set_num_threads(threads)
@@ -160,6 +214,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_log_argument(parser)
     parser.add_argument("--threads", type=int, default=None, help="threads for both (default: all cores)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs of each, alternating")
 
@@ -179,6 +234,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Command] = {
     "tasks": Command("list the tuning tasks of a model", _tasks_arguments, run_tasks),
+    "tune": Command("tune a model's tasks on this machine, logging every measurement", _tune_arguments, run_tune),
     "build": Command("compile a model into a shared library with its weights", _build_arguments, run_build),
     "run": Command("run a built model on inputs from an .npz file", _run_arguments, run_run),
     "check": Command("build a model and compare its outputs with onnxruntime", _check_arguments, run_check),

@@ -4,7 +4,7 @@ An extractor is a pure function of (task, space, config index), so rows can be
 cached by index. Columns are named so that rows from another task of the same
 template (other shapes, hence another space) line up by name for transfer
 learning; a column one task lacks reads as 0 for it. `KnobFeatures` reads only
-the knob values; an extractor over the lowered loop nest plugs in beside it.
+the knob values; `loop_features.LoopFeatures` reads the lowered loop nest.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import numpy as np
 
 from autosched.codegen import CodegenError, CompileError, renderer_for
 from autosched.codegen.gcc import compile_c
+from autosched.errors import AutoschedError
 from autosched.lower import lower
 from autosched.measure.interface import Builder, Runner
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
@@ -48,7 +49,7 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
         func = lower(sched, args, "candidate")
         renderer = renderer_for(inp.target.kind)
         code = renderer.render(func)
-    except (ScheduleError, CodegenError, ValueError, KeyError, IndexError, TypeError) as e:
+    except (AutoschedError, ScheduleError, CodegenError, ValueError, KeyError, IndexError, TypeError) as e:
         return BuildResult(None, ErrorKind.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
     try:
         lib = compile_c(code, cache_dir=Path(cache_dir) if cache_dir else None, timeout=compile_timeout)
@@ -98,7 +99,7 @@ class RunnerOptions:
     timeout: float = 10.0         # seconds per candidate beyond its timing budget
     threads: int = os.cpu_count() or 1
     rtol: float = 1e-3
-    atol: float = 1e-4
+    atol: float = 1e-4            # per unit of the reference output's largest magnitude (at least 1)
     stop_factor: float = 4.0      # stop timing a candidate once it is this much slower than the task's best
 
 
@@ -118,8 +119,8 @@ class LocalRunner(Runner):
             inputs = task.random_inputs(0)
             outputs = task.reference(inputs)
             path = Path(self._dir.name) / f"task{len(self._data)}.npz"
-            arrays = {f"in{i}": np.ascontiguousarray(a) for i, a in enumerate(inputs)}
-            arrays.update({f"out{i}": np.ascontiguousarray(a) for i, a in enumerate(outputs)})
+            arrays = {f"in{i}": np.asarray(a, order="C") for i, a in enumerate(inputs)}  # 0-d stays 0-d
+            arrays.update({f"out{i}": np.asarray(a, order="C") for i, a in enumerate(outputs)})
             np.savez(path, n_inputs=len(inputs), n_outputs=len(outputs), **arrays)
             self._data[task.key] = str(path)
         return self._data[task.key]

@@ -39,7 +39,11 @@ def handle(req: dict) -> dict:
     args = kern.bind(list(inputs) + outputs)
     kern.run(args)
     for k, (got, want) in enumerate(zip(outputs, expected)):
-        if not np.allclose(got, want, rtol=req["rtol"], atol=req["atol"], equal_nan=False):
+        # long float32 reductions summed in another order differ by up to ~sqrt(k)·eps of the
+        # terms' magnitude, which near a zero crossing dwarfs any fixed atol: scale it by the output's
+        finite = np.abs(want[np.isfinite(want)]) if want.dtype.kind == "f" else np.zeros(0)
+        scale = max(1.0, float(finite.max())) if finite.size else 1.0
+        if not np.allclose(got, want, rtol=req["rtol"], atol=req["atol"] * scale, equal_nan=False):
             err = np.abs(got.astype(np.float64) - want.astype(np.float64))
             where = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))), err.shape)
             return {"error": "WRONG_ANSWER",

@@ -1,5 +1,6 @@
 """Search strategies over config spaces and the loop that runs them."""
 
+from autosched.tuner.api import TuneResult, tune_task
 from autosched.tuner.base import Callback, Tuner, TunerError, TuneSummary
 from autosched.tuner.callbacks import JsonLinesLog, ProgressDisplay
 from autosched.tuner.genetic import GAOptions, GATuner
@@ -11,6 +12,6 @@ from autosched.tuner.registry import TUNERS, get_tuner
 
 __all__ = [
     "BaseOptions", "Callback", "GAOptions", "GATuner", "GridTuner", "JsonLinesLog", "ModelBasedOptions",
-    "ModelBasedTuner", "OptionError", "ProgressDisplay", "RandomTuner", "TUNERS", "TuneSummary", "Tuner",
-    "TunerError", "get_tuner",
+    "ModelBasedTuner", "OptionError", "ProgressDisplay", "RandomTuner", "TUNERS", "TuneResult", "TuneSummary", "Tuner",
+    "TunerError", "get_tuner", "tune_task",
 ]

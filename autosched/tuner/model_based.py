@@ -30,7 +30,7 @@ class ModelBasedOptions(BaseOptions):
     # trials, 20 seeds) that left 5 runs in a basin 1.4x off the optimum, 0.25 left 3.
     epsilon: float = 0.25
     model: str = "xgb-rank"  # a name in cost_models.COST_MODELS
-    features: str = "knob"  # a name in cost_models.FEATURES
+    features: str = "knob"  # a name in cost_models.FEATURES; "loop" ones lower every config (ms each)
     sa_chains: int = 128  # parallel annealing walks
     sa_iters: int = 500  # annealing steps per plan, at most
     sa_patience: int = 50  # steps without a new top candidate before annealing stops
@@ -54,7 +54,7 @@ class ModelBasedTuner(Tuner):
                  transfer: Sequence[Record] = (), **options: Any) -> None:
         super().__init__(task, space, target, seed=seed, **options)
         self.model: CostModel = create_cost_model(self.options.model, task, space, features=self.options.features,
-                                                  seed=seed)
+                                                  seed=seed, target=target)
         self._transfer = tuple(transfer)
         self._records: list[Record] = []
         self._new_results = 0  # since the last fit

@@ -1,0 +1,94 @@
+"""Splitting a model's trial budget across its tasks.
+
+Trials go in rounds. Every tunable task gets one round first (largest share of the model's
+FLOPs first), so each has a measured best; after that each round goes to the task that costs
+the model most time now, weight × best time: the one whose improvement cuts end-to-end latency
+most. A task whose space is exhausted, or whose candidates all fail, drops out. Each task keeps one tuner for the whole run,
+so its cost model keeps learning across rounds.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from autosched.measure import Builder, Runner, measure_with
+from autosched.space import Config
+from autosched.target import Target
+from autosched.task import Task
+from autosched.tuner.base import Callback, TunerError
+from autosched.tuner.registry import get_tuner
+
+
+@dataclass
+class TaskProgress:
+    task: Task
+    tuner: object
+    trials: int = 0
+    best: Config | None = None
+    best_cost: float = math.inf
+    exhausted: bool = False
+
+    @property
+    def model_seconds(self) -> float:
+        """This task's share of one inference at its best so far (weight × time)."""
+        return self.task.weight * self.best_cost
+
+
+@dataclass(frozen=True)
+class ScheduleSummary:
+    progress: tuple[TaskProgress, ...]
+    skipped: tuple[tuple[Task, str], ...] = field(default=())  # tasks not tuned, and why
+
+    @property
+    def trials(self) -> int:
+        return sum(p.trials for p in self.progress)
+
+
+def tunable(tasks: Sequence[Task], target: Target) -> tuple[list[Task], list[tuple[Task, str]]]:
+    """Tasks that have a template for the target and do arithmetic; the rest with the reason."""
+    from search_spaces import TemplateError, get_template
+    keep, skipped = [], []
+    for task in tasks:
+        try:
+            get_template(task.op, target.kind)
+        except TemplateError:
+            skipped.append((task, f"no template for {task.op} on {target.kind}: default schedule"))
+            continue
+        if task.flops == 0:
+            skipped.append((task, "no arithmetic: default schedule"))
+            continue
+        keep.append(task)
+    return keep, skipped
+
+
+def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder: Builder, runner: Runner,
+               tuner: str = "xgb", round_trials: int = 16, callbacks: Sequence[Callback] = (),
+               seed: int = 0) -> ScheduleSummary:
+    """Spend `trials` measurements over `tasks`, in rounds of `round_trials`."""
+    if type(trials) is not int or trials <= 0:
+        raise TunerError(f"trials must be a positive int, got {trials!r}")
+    target = Target.parse(target) if isinstance(target, str) else target
+    from search_spaces import get_template
+    chosen, skipped = tunable(tasks, target)
+    tuner_cls = get_tuner(tuner)
+    progress = [TaskProgress(t, tuner_cls(t, get_template(t.op, target.kind).space(t, target), target, seed=seed))
+                for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
+    measure = measure_with(builder, runner)
+    spent, first_round = 0, list(progress)
+    while spent < trials:
+        live = [p for p in progress if not p.exhausted]
+        if not live:
+            break
+        p = first_round.pop(0) if first_round else max(live, key=lambda q: q.model_seconds)
+        n = min(round_trials, trials - spent)
+        summary = p.tuner.tune(n, measure, list(callbacks))
+        spent += summary.trials
+        p.trials += summary.trials
+        p.best, p.best_cost = summary.best, summary.best_cost
+        # a space with nothing left, or one where nothing has worked after two rounds
+        p.exhausted = summary.trials == 0 or (p.best is None and p.trials >= 2 * round_trials)
+    return ScheduleSummary(tuple(progress), tuple(skipped))
+
+
+__all__ = ["TaskProgress", "ScheduleSummary", "tunable", "tune_tasks"]

@@ -1,0 +1,7 @@
+"""CPU templates (target kind "llvm"), registered by ONNX op name when this package is imported."""
+from search_spaces.llvm import conv2d, matmul
+from search_spaces.registry import register
+
+register("MatMul", "llvm", matmul.TEMPLATE)
+register("Gemm", "llvm", matmul.TEMPLATE)
+register("Conv", "llvm", conv2d.TEMPLATE)

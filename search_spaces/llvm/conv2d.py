@@ -1,0 +1,227 @@
+"""CPU templates for Conv (2-D, NCHW in and out, with bias and fused epilogue).
+
+Two schedules, chosen by the task's groups (one template is registered for Conv; its space
+is the variant's):
+
+- `blocked` (groups == 1: regular, 1×1, strided, dilated): output channels in blocks of
+  `oc_bn`, computed in the NCHW[oc_bn]c layout of `autosched.ops.conv_nchwc` so each register
+  tile is tile_oh × tile_ow pixels × oc_bn channels with the channels vectorized; the input is
+  broadcast from NCHW or, with `layout` "nchwc", packed to NCHW[ic_bn]c first. Knobs: the
+  blocks, the reduction order and whether kw is unrolled, the order of the output tile loops
+  and how many fuse into the parallel loop, padding at root or inline.
+- `grouped` (groups > 1, depthwise included): the NCHW compute of `autosched.ops.conv`,
+  vectorized along the output columns (the contiguous axis of a per-channel convolution),
+  with tile_oc channel rows unrolled; the same tile-order, padding and parallel knobs.
+
+Both refuse a register tile beyond `MAX_ACCUMULATORS` vectors (see `common`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.ops import conv as conv_ops
+from autosched.ops import conv_nchwc
+from autosched.ops.transform import PAD_TAG
+from autosched.ops.util import vector_width
+from autosched.schedule import Schedule, Stage, create_schedule
+from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob, SplitKnob
+from autosched.target import Target
+from autosched.task import Task
+from autosched.te import Tensor
+from search_spaces.llvm.common import (
+    CpuTemplate, check_register_tile, divisors, inline_epilogue, parallel_copy, task_tensors, vector_lanes,
+)
+from search_spaces.registry import TemplateError
+
+MAX_TILE_OW = 32
+TILE_OH = (1, 2, 4)
+OUTER_ORDERS = (("oc", "oh", "ow"), ("oh", "oc", "ow"), ("oh", "ow", "oc"))
+REDUCE_ORDERS = (("ico", "kh", "kw", "ici"), ("ico", "ici", "kh", "kw"), ("kh", "kw", "ico", "ici"))
+MAX_CHANNEL_BLOCKS = 4
+MAX_GROUPED_TILE_OC = 8
+
+
+@dataclass(frozen=True)
+class ConvDims:
+    n: int
+    c: int
+    h: int
+    w: int
+    oc: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    groups: int
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+
+
+def conv_dims(task: Task) -> ConvDims:
+    if task.op != "Conv":
+        raise TemplateError(f"the conv2d template does not handle op {task.op}")
+    if len(task.shapes[0]) != 4:
+        raise TemplateError(f"Conv over {len(task.shapes[0]) - 2} spatial dims: only 2-D convolution has a template")
+    attrs = dict(task.attrs)
+    (n, c, h, w), (oc, _, kh, kw) = task.shapes[0], task.shapes[1]
+    _, _, oh, ow = task.out_shapes[0]
+    pads = tuple(attrs.get("pads", (0, 0, 0, 0)))
+    return ConvDims(n, c, h, w, oc, kh, kw, oh, ow, int(attrs.get("group", 1)), tuple(attrs.get("strides", (1, 1))),
+                    pads, tuple(attrs.get("dilations", (1, 1))))
+
+
+def _channel_blocks(channels: int, lanes: int) -> tuple[int, ...]:
+    """Whole vectors of channels that divide the count; else its largest small divisors."""
+    whole = tuple(lanes * v for v in range(1, MAX_CHANNEL_BLOCKS + 1) if channels % (lanes * v) == 0)
+    return whole or divisors(channels, MAX_CHANNEL_BLOCKS * lanes)[-MAX_CHANNEL_BLOCKS:]
+
+
+def _common_knobs(d: ConvDims) -> list[Knob]:
+    padded = any(d.pads)
+    return [
+        SplitKnob("tile_ow", d.ow, 2, max_innermost=MAX_TILE_OW),
+        ChoiceKnob("tile_oh", tuple(v for v in TILE_OH if d.oh % v == 0)),
+        ChoiceKnob("pad", ("root", "inline") if padded else ("none",)),
+        ReorderKnob("outer_order", OUTER_ORDERS),
+        ChoiceKnob("parallel_depth", (1, 2, 3, 4)),
+    ]
+
+
+def _place_pad(s: Schedule, config: Config) -> None:
+    for st in s.stages:
+        if st.op.tag == PAD_TAG:
+            if config["pad"] == "inline":
+                s.compute_inline(st)
+            else:
+                parallel_copy(st)
+
+
+def _tile_output(s: Schedule, out: Tensor, acc: Stage, config: Config, oc_tile: int) -> None:
+    """Tiles of the NCHW output (oc_tile channels × tile_oh rows × tile_ow columns), outer tile
+    loops in the configured order with the first `parallel_depth` fused and parallel; the
+    accumulator `acc` is computed per tile."""
+    o = s[out]
+    n, oc, oh, ow = o.op.axes
+    oco, oci = o.split(oc, oc_tile)
+    oho, ohi = o.split(oh, config["tile_oh"])
+    owo, owi = o.split(ow, config["tile_ow"][1])
+    tiles = {"oc": oco, "oh": oho, "ow": owo}
+    outer = [n] + [tiles[a] for a in config["outer_order"]]
+    o.reorder(*outer, oci, ohi, owi)
+    depth = config["parallel_depth"]
+    o.parallel(o.fuse(*outer[:depth]))
+    o.vectorize(owi)
+    s.compute_at(acc, o, o.leaf_axes[len(outer) - depth])
+
+
+class _Blocked:
+    name = "conv2d_nchwc_llvm"
+
+    def space(self, d: ConvDims, lanes: int) -> ConfigSpace:
+        one_by_one = d.kh == d.kw == 1
+        return ConfigSpace(self.name, (
+            ChoiceKnob("oc_bn", _channel_blocks(d.oc, lanes)),
+            ChoiceKnob("layout", ("nchw", "nchwc")),
+            ChoiceKnob("ic_bn", divisors(d.c, MAX_CHANNEL_BLOCKS * lanes)),
+            ReorderKnob("reduce_order", REDUCE_ORDERS[:1] if one_by_one else REDUCE_ORDERS),
+            ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
+            *_common_knobs(d),
+        ))
+
+    def schedule(self, task: Task, d: ConvDims, config: Config, lanes: int) -> tuple[Schedule, list[Tensor]]:
+        oc_bn, ic_bn = config["oc_bn"], config["ic_bn"]
+        vec = lanes if oc_bn % lanes == 0 else oc_bn
+        check_register_tile(config["tile_oh"] * config["tile_ow"][1] * (oc_bn // vec), config)
+        tt = task_tensors(task)
+        packed = config["layout"] == "nchwc"
+        out = conv_nchwc.conv2d_nchwc(
+            tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None, stride=d.stride,
+            padding=d.pads, dilation=d.dilation, oc_bn=oc_bn, ic_bn=ic_bn if packed else None, epilogue=tt.epilogue)
+        s = create_schedule(out)
+        inline_epilogue(s, out, tags=(conv_nchwc.UNPACK_TAG,))
+        _place_pad(s, config)
+        for st in s.stages:
+            if st.op.tag == conv_nchwc.PACK_TAG:
+                parallel_copy(st)
+        acc = next(st for st in s.stages if st.op.tag == conv_nchwc.CONV2D_NCHWC_TAG)
+        acc.set_scope("local")
+        _tile_output(s, out, acc, config, oc_bn)
+
+        n, occ, oh, ow, ocb = acc.op.axes
+        if packed:
+            ico, kh, kw, ici = acc.op.reduce_axes
+        else:
+            ic, kh, kw = acc.op.reduce_axes
+            ico, ici = acc.split(ic, ic_bn)
+        loops = {"ico": ico, "ici": ici, "kh": kh, "kw": kw}
+        ocbo, ocbv = acc.split(ocb, vec)
+        acc.reorder(n, occ, *[loops[a] for a in config["reduce_order"]], oh, ow, ocbo, ocbv)
+        if config["unroll_kw"]:
+            acc.unroll(kw)
+        for axis in (oh, ow, ocbo):
+            acc.unroll(axis)
+        acc.vectorize(ocbv)
+        return s, list(tt.args) + [out]
+
+
+class _Grouped:
+    name = "conv2d_grouped_llvm"
+
+    def space(self, d: ConvDims, lanes: int) -> ConfigSpace:
+        return ConfigSpace(self.name, (
+            ChoiceKnob("tile_oc", divisors(d.oc, MAX_GROUPED_TILE_OC)),
+            ReorderKnob("reduce_order", (("ic", "kh", "kw"), ("kh", "kw", "ic"))),
+            ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
+            *_common_knobs(d),
+        ))
+
+    def schedule(self, task: Task, d: ConvDims, config: Config, lanes: int) -> tuple[Schedule, list[Tensor]]:
+        ow_tile = config["tile_ow"][1]
+        ow_vec = vector_width(ow_tile, lanes)
+        check_register_tile(config["tile_oc"] * config["tile_oh"] * -(-ow_tile // ow_vec), config)
+        tt = task_tensors(task)
+        out = conv_ops.conv2d(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None,
+                              stride=d.stride, padding=d.pads, dilation=d.dilation, groups=d.groups,
+                              epilogue=tt.epilogue)
+        s = create_schedule(out)
+        inline_epilogue(s, out)
+        _place_pad(s, config)
+        anchor = next(st for st in s.stages if st.op.tag == conv_ops.CONV2D_TAG)
+        acc = anchor if anchor.op is not out.op else s[s.cache_write(out, "local")]
+        acc.set_scope("local")
+        _tile_output(s, out, acc, config, config["tile_oc"])
+
+        n, oc, oh, ow = acc.op.axes
+        ic, kh, kw = acc.op.reduce_axes
+        loops = {"ic": ic, "kh": kh, "kw": kw}
+        owo, owv = acc.split(ow, ow_vec)
+        acc.reorder(n, *[loops[a] for a in config["reduce_order"]], oc, oh, owo, owv)
+        if config["unroll_kw"]:
+            acc.unroll(kw)
+        for axis in (oc, oh, owo):
+            acc.unroll(axis)
+        acc.vectorize(owv)
+        return s, list(tt.args) + [out]
+
+
+class Conv2dTemplate(CpuTemplate):
+    """Conv on CPUs: the blocked variant for groups == 1, the grouped one otherwise."""
+
+    name = "conv2d_llvm"
+
+    def _variant(self, d: ConvDims) -> _Blocked | _Grouped:
+        return _BLOCKED if d.groups == 1 else _GROUPED
+
+    def space(self, task: Task, target: Target) -> ConfigSpace:
+        d = conv_dims(task)
+        return self._variant(d).space(d, vector_lanes(target, task.dtypes[0]))
+
+    def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
+        d = conv_dims(task)
+        return self._variant(d).schedule(task, d, config, vector_lanes(target, task.dtypes[0]))
+
+
+_BLOCKED = _Blocked()
+_GROUPED = _Grouped()
+TEMPLATE = Conv2dTemplate()

@@ -1,0 +1,169 @@
+"""CPU template for MatMul and Gemm (batched, transposed, dense-like, with fused epilogue).
+
+The shape of the schedule is `autosched.ops.matmul.schedule_matmul`'s, with its constants as
+knobs: A and B are repacked into mr-row and nr-column panels (`Packing(mr, nr)`), output
+tiles are distributed over threads, and each tile accumulates in a local buffer whose
+mr × nr register block is unrolled with its columns vectorized. The knobs:
+
+- `mr`, `nr`: the register block (nr in whole vectors); mr · nr / lanes accumulators must
+  fit the register file, which the tuner learns rather than the space forbidding;
+- `mb`: register blocks per tile along the rows; with `tile_k` splitting the reduction into
+  (blocks, steps, unrolled steps) the tile runs block by block, so one kc × nr slice of the B
+  panel stays in L1 while the tile's mb row blocks stream past it;
+- `tile_order`: column panels outside row blocks (B panel reused from cache) or the reverse;
+- `parallel_depth`: how many outer tile loops (batch dims first) fuse into the parallel loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched import te
+from autosched.ops import matmul as mm
+from autosched.ops.epilogue import EpilogueFn, add, apply_epilogue, scale
+from autosched.ops.transform import PAD_TAG, pad
+from autosched.ops.util import broadcast_load
+from autosched.schedule import Schedule, create_schedule
+from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob, SplitKnob
+from autosched.target import Target
+from autosched.task import Task
+from autosched.te import Tensor
+from search_spaces.llvm.common import CpuTemplate, inline_epilogue, parallel_copy, task_tensors, vector_lanes
+from search_spaces.registry import TemplateError
+
+MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
+NR_VECTORS = (1, 2, 3, 4)
+MB_CHOICES = (1, 2, 4, 8)
+MAX_UNROLLED_K = 8
+TILE_ORDERS = (("j", "i"), ("i", "j"))
+ROWS_TAG = "matmul_rows"
+
+
+@dataclass(frozen=True)
+class MatmulDims:
+    """The problem sizes of a MatMul/Gemm task: output batch dims, m, n and the reduction k."""
+
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+
+
+def matmul_dims(task: Task) -> MatmulDims:
+    if task.op not in ("MatMul", "Gemm"):
+        raise TemplateError(f"the matmul template does not handle op {task.op}")
+    a, b = task.shapes[0], task.shapes[1]
+    if len(a) < 2 or len(b) < 2:
+        raise TemplateError(f"{task.op} with a 1-D operand ({list(a)}, {list(b)}) has no matmul template")
+    attrs = dict(task.attrs)
+    trans_a = task.op == "Gemm" and bool(attrs.get("transA", 0))
+    trans_b = task.op == "Gemm" and bool(attrs.get("transB", 0))
+    m, k = (a[-1], a[-2]) if trans_a else (a[-2], a[-1])
+    n = b[-2] if trans_b else b[-1]
+    out = task.out_shapes[0]
+    return MatmulDims(tuple(out[:-2]), m, n, k)
+
+
+def _nr_choices(n: int, lanes: int) -> tuple[int, ...]:
+    """Whole vectors up to the (rounded-up) width; a narrow output gets one exact panel."""
+    if n < lanes:
+        return (n,)
+    return tuple(lanes * v for v in NR_VECTORS if lanes * v <= -(-n // lanes) * lanes)
+
+
+def _gemm_epilogue(c: Tensor | None, alpha: float, beta: float) -> tuple[EpilogueFn, ...]:
+    """ONNX Gemm's alpha · (A·B) + beta · C as epilogue functions, applied to the output's rows."""
+    fns: list[EpilogueFn] = [scale(alpha)] if alpha != 1.0 else []
+    if c is not None and beta != 0.0:
+        fns.append(add(c) if beta == 1.0 else lambda v, i: v + te.const(beta, v.dtype) * broadcast_load(c, i))
+    return tuple(fns)
+
+
+def _compute(task: Task, packing: mm.Packing, tile_rows: int) -> tuple[list[Tensor], Tensor]:
+    """The task's computation with A's rows zero-padded to whole tiles of `tile_rows`.
+
+    A tile then never reads past the last packed panel, so its accumulator needs no guards
+    (only the copy to the output does); the padded rows are dropped by an inlined stage.
+    """
+    tt = task_tensors(task)
+    attrs = dict(task.attrs)
+    gemm = task.op == "Gemm"
+    trans_a, trans_b = gemm and bool(attrs.get("transA", 0)), gemm and bool(attrs.get("transB", 0))
+    a, b = tt.anchor[0], tt.anchor[1]
+    row_axis = a.ndim - 1 if trans_a else a.ndim - 2
+    m = a.shape[row_axis]
+    extra = -(-m // tile_rows) * tile_rows - m
+    if extra:
+        a = pad(a, [(0, extra if d == row_axis else 0) for d in range(a.ndim)], name=f"{a.name}_rows")
+    y = mm.matmul(a, b, trans_a, trans_b, packing=packing)
+    if extra:
+        core = y
+        y = te.compute(core.shape[:-2] + (m, core.shape[-1]), lambda *i: core[i], name="matmul_rows", tag=ROWS_TAG)
+    pre = _gemm_epilogue(tt.anchor[2] if len(tt.anchor) > 2 else None, attrs.get("alpha", 1.0),
+                         attrs.get("beta", 1.0)) if gemm else ()
+    return list(tt.args), apply_epilogue(y, pre + tt.epilogue)
+
+
+class MatmulTemplate(CpuTemplate):
+    name = "matmul_packed_llvm"
+
+    def space(self, task: Task, target: Target) -> ConfigSpace:
+        d = matmul_dims(task)
+        lanes = vector_lanes(target, task.dtypes[0])
+        outer = len(d.batch) + 2
+        return ConfigSpace(self.name, (
+            ChoiceKnob("mr", tuple(v for v in MR_CHOICES if v <= d.m)),
+            ChoiceKnob("nr", _nr_choices(d.n, lanes)),
+            ChoiceKnob("mb", tuple(v for v in MB_CHOICES if v == 1 or v <= -(-d.m // 2))),
+            SplitKnob("tile_k", d.k, 3, max_innermost=MAX_UNROLLED_K),
+            ReorderKnob("tile_order", TILE_ORDERS),
+            ChoiceKnob("parallel_depth", tuple(range(1, outer + 1))),
+        ))
+
+    def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
+        lanes = vector_lanes(target, task.dtypes[0])
+        mr, nr, mb = config["mr"], config["nr"], config["mb"]
+        _, k_mid, k_unroll = config["tile_k"]
+        args, out = _compute(task, mm.Packing(mr, nr), mr * mb)
+        s = create_schedule(out)
+        anchor = next(st for st in s.stages if st.op.tag == mm.MATMUL_TAG)
+        inline_epilogue(s, out, tags=(ROWS_TAG, PAD_TAG))
+        for st in s.stages:
+            if st.op.tag == "pack":
+                parallel_copy(st)
+        if out.op is anchor.op:
+            acc = s[s.cache_write(out, "local")]
+        else:
+            acc = anchor
+            acc.set_scope("local")
+
+        o = s[out]
+        axes = list(o.op.axes)
+        batch = axes[:-2]
+        io, ii = o.split(axes[-2], mr * mb)
+        jo, ji = o.split(axes[-1], nr)
+        tiles = {"i": io, "j": jo}
+        outer = batch + [tiles[a] for a in config["tile_order"]]
+        o.reorder(*outer, ii, ji)
+        depth = config["parallel_depth"]
+        o.parallel(o.fuse(*outer[:depth]))
+        jv = lanes if nr % lanes == 0 else nr
+        _, jiv = o.split(ji, jv)
+        o.vectorize(jiv)
+        s.compute_at(acc, o, o.leaf_axes[len(outer) - depth])
+
+        acc_axes = list(acc.op.axes)
+        ci, cj = acc_axes[-2:]
+        (ck,) = acc.op.reduce_axes
+        cib, cii = acc.split(ci, mr)
+        cjo, cjv = acc.split(cj, jv)
+        ko, kin = acc.split(ck, k_mid * k_unroll)
+        km, ku = acc.split(kin, k_unroll)
+        acc.reorder(*acc_axes[:-2], ko, cib, km, ku, cii, cjo, cjv)
+        acc.unroll(ku)
+        acc.unroll(cii)
+        acc.unroll(cjo)
+        acc.vectorize(cjv)
+        return s, args + [out]
+
+
+TEMPLATE = MatmulTemplate()

@@ -1,0 +1,65 @@
+"""Small tasks built from one-anchor graphs, for template, feature and tuning tests."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from autosched.graph.builder import GraphBuilder
+from autosched.graph.ir import Op
+from autosched.task import Task, extract_tasks
+
+_RNG = np.random.default_rng(0)
+
+
+def _const(b: GraphBuilder, name: str, shape: Sequence[int]) -> str:
+    return b.constant(name, _RNG.standard_normal(shape).astype(np.float32))
+
+
+def _task(b: GraphBuilder) -> Task:
+    (task,) = extract_tasks(b.build()).tasks
+    return task
+
+
+def matmul_task(a_shape: Sequence[int], b_shape: Sequence[int], relu: bool = False) -> Task:
+    b = GraphBuilder()
+    y = b.node(Op.MATMUL, [b.input("a", a_shape), _const(b, "w", b_shape)])
+    b.output(b.node(Op.RELU, [y]) if relu else y)
+    return _task(b)
+
+
+def attention_scores_task(batch: Sequence[int], m: int, k: int, n: int) -> Task:
+    """BERT's Q·Kᵀ / sqrt(d) + mask: a batched MatMul whose epilogue reads a 0-d and a broadcast tensor."""
+    b = GraphBuilder()
+    y = b.node(Op.MATMUL, [b.input("q", (*batch, m, k)), _const(b, "k", (*batch, k, n))])
+    y = b.node(Op.DIV, [y, b.constant("scale", np.array(np.sqrt(k), np.float32))])
+    b.output(b.node(Op.ADD, [y, b.input("mask", (1,) * len(batch) + (1, n))]))
+    return _task(b)
+
+
+def gemm_task(a_shape: Sequence[int], b_shape: Sequence[int], c_shape: Sequence[int] | None, trans_a: int = 0,
+              trans_b: int = 0, alpha: float = 1.0, beta: float = 1.0) -> Task:
+    b = GraphBuilder()
+    ins = [b.input("a", a_shape), _const(b, "w", b_shape)] + ([_const(b, "c", c_shape)] if c_shape else [])
+    b.output(b.node(Op.GEMM, ins, transA=trans_a, transB=trans_b, alpha=alpha, beta=beta))
+    return _task(b)
+
+
+def conv_task(x_shape: Sequence[int], w_shape: Sequence[int], stride: int = 1, pad: int = 0, group: int = 1,
+              bias: bool = False, epilogue: str = "") -> Task:
+    """Conv with optional bias; epilogue "relu" or "residual" (Add of a second input, then Relu)."""
+    b = GraphBuilder()
+    ins = [b.input("x", x_shape), _const(b, "w", w_shape)] + ([_const(b, "bias", (w_shape[0],))] if bias else [])
+    y = b.node(Op.CONV, ins, strides=(stride, stride), pads=(pad,) * 4, dilations=(1, 1), group=group)
+    if epilogue == "residual":
+        y = b.node(Op.ADD, [y, b.input("r", b.values[y].shape)])
+    if epilogue:
+        y = b.node(Op.RELU, [y])
+    b.output(y)
+    return _task(b)
+
+
+def softmax_task(shape: Sequence[int]) -> Task:
+    b = GraphBuilder()
+    b.output(b.node(Op.SOFTMAX, [b.input("x", shape)], axis=-1))
+    return _task(b)

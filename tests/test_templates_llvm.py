@@ -1,0 +1,156 @@
+"""CPU templates: every config a tuner may draw builds a kernel that matches the task's reference.
+
+Random configs go through the real pipeline (LocalBuilder compiles in parallel, LocalRunner
+checks each output against `task.reference` in its worker), so a wrong schedule shows up as
+WRONG_ANSWER and a schedule the lowering refuses as INSTANTIATION_ERROR.
+"""
+import zlib
+
+import numpy as np
+import pytest
+
+from autosched.codegen import renderer_for
+from autosched.lower import lower
+from autosched.measure import ErrorKind, MeasureInput, measure_with
+from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
+from autosched.space import ConfigError
+from autosched.target import Target
+from search_spaces import TemplateError, get_template, templates
+from search_spaces.llvm.common import MAX_ACCUMULATORS, InvalidConfigError
+
+from task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task
+
+TARGET = Target.parse("llvm")
+
+# name -> (task factory, template variant its space must come from)
+TASKS = {
+    "matmul_relu": (lambda: matmul_task((23, 37), (37, 45), relu=True), "matmul_packed_llvm"),
+    "batched_matmul": (lambda: matmul_task((2, 9, 20), (2, 20, 33)), "matmul_packed_llvm"),
+    "attention_scores": (lambda: attention_scores_task((1, 2), 9, 16, 20), "matmul_packed_llvm"),
+    "dense_bias": (lambda: gemm_task((7, 30), (19, 30), (19,), trans_b=1), "matmul_packed_llvm"),
+    "gemm_trans_a_alpha_beta": (lambda: gemm_task((26, 11), (26, 40), (11, 40), trans_a=1, alpha=0.5, beta=2.0),
+                                "matmul_packed_llvm"),
+    "conv3x3_bias_relu": (lambda: conv_task((1, 8, 9, 11), (32, 8, 3, 3), pad=1, bias=True, epilogue="relu"),
+                          "conv2d_nchwc_llvm"),
+    "conv1x1_residual": (lambda: conv_task((1, 16, 7, 7), (32, 16, 1, 1), epilogue="residual"), "conv2d_nchwc_llvm"),
+    "conv_stride2_few_channels": (lambda: conv_task((2, 3, 13, 13), (8, 3, 3, 3), stride=2, pad=1),
+                                  "conv2d_nchwc_llvm"),
+    "depthwise_bias": (lambda: conv_task((1, 16, 10, 12), (16, 1, 3, 3), pad=1, group=16, bias=True),
+                       "conv2d_grouped_llvm"),
+    "grouped_stride2": (lambda: conv_task((1, 8, 9, 9), (12, 4, 3, 3), stride=2, pad=1, group=2, epilogue="relu"),
+                        "conv2d_grouped_llvm"),
+}
+# one task per template variant draws 20 configs in the fast suite; every task does under -m slow
+PRIMARY = ("matmul_relu", "conv3x3_bias_relu", "depthwise_bias")
+
+
+@pytest.fixture(scope="module")
+def measure(tmp_path_factory):
+    runner = LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.2, timeout=20.0, stop_factor=0))
+    yield measure_with(LocalBuilder(n_parallel=2, cache_dir=tmp_path_factory.mktemp("kernels")), runner)
+    runner.close()
+
+
+def _check_random_configs(name, n, measure):
+    make, variant = TASKS[name]
+    task = make()
+    template = get_template(task.op, "llvm")
+    space = template.space(task, TARGET)
+    assert space.template == variant and space.size > n
+    indices = [i for i in space.sample(4 * n, np.random.default_rng(zlib.crc32(name.encode())))
+               if _accepted(template, task, space.get(i))][:n]
+    assert len(indices) == n
+    results = measure([MeasureInput(task, TARGET, space.get(i)) for i in indices])
+    bad = [(space.get(i).to_json()["knobs"], r.error_kind.name, r.error_msg[:300])
+           for i, r in zip(indices, results) if not r.ok]
+    assert not bad, bad
+
+
+def _accepted(template, task, config):
+    try:
+        template.apply(task, config, TARGET)
+    except InvalidConfigError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", PRIMARY)
+def test_twenty_random_configs_are_correct(name, measure):
+    _check_random_configs(name, 20, measure)
+
+
+@pytest.mark.parametrize("name", sorted(set(TASKS) - set(PRIMARY)))
+def test_random_configs_of_other_forms_are_correct(name, measure):
+    _check_random_configs(name, 4, measure)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(TASKS) - set(PRIMARY)))
+def test_twenty_random_configs_of_other_forms_are_correct(name, measure):
+    _check_random_configs(name, 20, measure)
+
+
+def test_templates_are_registered_for_the_anchor_ops():
+    registered = templates()
+    for op in ("MatMul", "Gemm", "Conv"):
+        assert (op, "llvm") in registered
+    with pytest.raises(TemplateError, match="no template for op 'Softmax'"):
+        get_template(softmax_task((4, 8)).op, "llvm")
+
+
+def test_space_is_a_pure_function_of_task_and_target():
+    task = TASKS["conv3x3_bias_relu"][0]()
+    template = get_template("Conv", "llvm")
+    assert template.space(task, TARGET).fingerprint == template.space(conv_task((1, 8, 9, 11), (32, 8, 3, 3), pad=1,
+                                                                                bias=True, epilogue="relu"),
+                                                                      TARGET).fingerprint
+    other = conv_task((1, 8, 9, 11), (16, 8, 3, 3), pad=1)
+    assert template.space(other, TARGET) != template.space(task, TARGET)
+
+
+def test_a_config_from_another_space_is_refused():
+    template = get_template("MatMul", "llvm")
+    small, large = matmul_task((8, 16), (16, 32)), matmul_task((64, 16), (16, 32))
+    foreign = template.space(large, TARGET).get(0)
+    with pytest.raises(ConfigError, match="not from matmul_packed_llvm's space"):
+        template.apply(small, foreign, TARGET)
+
+
+def test_narrow_vectors_follow_the_target():
+    """An AVX2-only target (8 float lanes) gets 8-wide blocks and vectors."""
+    from autosched.target import CpuInfo
+    avx2 = Target.parse("llvm", host=CpuInfo("test", frozenset({"avx2", "fma"})))
+    task = TASKS["conv3x3_bias_relu"][0]()
+    assert get_template("Conv", "llvm").space(task, avx2).knob("oc_bn").values == (8, 16, 32)
+    assert get_template("MatMul", "llvm").space(matmul_task((8, 64), (64, 64)), avx2).knob("nr").values == (8, 16, 24, 32)
+
+
+@pytest.mark.parametrize("name, values", [
+    ("matmul_relu", {"mr": 6, "nr": 32, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2}),
+    ("conv3x3_bias_relu", {"oc_bn": 32, "layout": "nchwc", "ic_bn": 8, "reduce_order": ["ico", "kh", "kw", "ici"],
+                           "unroll_kw": False, "tile_ow": [1, 11], "tile_oh": 1, "pad": "root",
+                           "outer_order": ["oc", "oh", "ow"], "parallel_depth": 3}),
+])
+def test_register_tiles_become_simd_and_threads(name, values):
+    """The fast configs the benchmark finds are in the space: zmm accumulators, OpenMP tiles."""
+    task = TASKS[name][0]()
+    template = get_template(task.op, "llvm")
+    sched, args = template.apply(task, template.space(task, TARGET).from_values(values), TARGET)
+    code = renderer_for("llvm").render(lower(sched, args, "k"))
+    assert "f32x16" in code and "#pragma omp parallel for" in code
+    assert [a.name for a in args[:-1]] == [v.name for v in task.input_values]
+
+
+def test_oversized_register_tiles_are_refused_before_compiling(measure):
+    """4 rows × 28 columns × 4 vectors of channels would be 448 accumulators."""
+    task = conv_task((1, 64, 8, 28), (64, 64, 3, 3), pad=1)
+    template = get_template("Conv", "llvm")
+    space = template.space(task, TARGET)
+    values = {"oc_bn": 64, "layout": "nchw", "ic_bn": 64, "reduce_order": ["ico", "kh", "kw", "ici"],
+              "unroll_kw": True, "tile_ow": [1, 28], "tile_oh": 4, "pad": "inline", "outer_order": ["oc", "oh", "ow"],
+              "parallel_depth": 2}
+    config = space.from_values(values)
+    with pytest.raises(InvalidConfigError, match=f"448 vector accumulators exceeds {MAX_ACCUMULATORS}"):
+        template.apply(task, config, TARGET)
+    (result,) = measure([MeasureInput(task, TARGET, config)])
+    assert result.error_kind is ErrorKind.INSTANTIATION_ERROR and result.build_s < 5

@@ -1,0 +1,90 @@
+"""Tuning a whole model: the task scheduler, the tuning log, builds that use the log's best configs."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autosched.build import build_model
+from autosched.cli import main
+from autosched.frontend.onnx import load_onnx
+from autosched.graph.passes import optimize
+from autosched.history import LogError, TunedSchedules, best_records
+from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
+from autosched.runtime import load_model
+from autosched.target import Target
+from autosched.task import extract_tasks
+from autosched.task_scheduler import tune_tasks
+from autosched.tuner.callbacks import JsonLinesLog
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """Two Gemms of different size (the larger gets tuned first) and a Relu between them."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((48, 16)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("model") / "small.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_scheduler_spends_the_budget_in_rounds_and_logs_everything(small_model, tmp_path):
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    log = tmp_path / "tune.jsonl"
+    with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
+        summary = tune_tasks(tasks, "llvm", 12, LocalBuilder(n_parallel=2), runner, tuner="random", round_trials=4,
+                             callbacks=[JsonLinesLog(log)])
+    assert summary.trials == 12
+    assert [p.task.op for p in summary.progress] == ["Gemm", "Gemm"]
+    assert summary.progress[0].task.flops > summary.progress[1].task.flops  # biggest share first
+    assert all(p.trials >= 4 for p in summary.progress)  # every task had its first round
+    assert len(log.read_text().splitlines()) == 12
+    best = best_records([log])
+    assert {k for k, _ in best} == {p.task.key for p in summary.progress}
+
+    schedules = TunedSchedules([log])
+    files = build_model(load_onnx(small_model), tmp_path / "tuned.so", Target.parse("llvm"), schedules)
+    assert sorted(set(schedules.used)) == sorted(p.task.key for p in summary.progress)
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+    model = load_model(files.library)
+    got = model.run({"x": x})["y"]
+    model.close()
+    import onnxruntime as ort
+    want = ort.InferenceSession(str(small_model)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_cli_tune_then_build_with_the_log(small_model, tmp_path, capsys):
+    log = tmp_path / "cli.jsonl"
+    assert main(["tune", str(small_model), "--trials", "6", "--round", "3", "--tuner", "random",
+                 "--log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "6 trials logged" in out
+    assert main(["check", str(small_model), "--log", str(log)]) == 0
+    assert main(["build", str(small_model), "--log", str(log), "-o", str(tmp_path / "m.so")]) == 0
+    assert "2 tasks with tuned schedules" in capsys.readouterr().out
+
+
+def test_bad_logs_are_named_and_foreign_configs_rejected(small_model, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": "k", "target": "llvm"}\n')
+    with pytest.raises(LogError, match=r"bad.jsonl:1: not a measurement record"):
+        best_records([bad])
+    assert main(["build", str(small_model), "--log", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "x.so")]) == 2
+    assert "missing.jsonl: cannot read" in capsys.readouterr().err
+
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    forged = tmp_path / "forged.jsonl"
+    record = {"task": tasks[0].key, "target": "llvm", "costs": [1e-3], "error_kind": "NO_ERROR", "error_msg": "",
+              "build_s": 0.1, "timestamp": 0.0, "config": {"template": "elsewhere", "space": "0", "index": 0, "knobs": {}}}
+    forged.write_text(json.dumps(record) + "\n")
+    with pytest.raises(LogError, match=r"forged.jsonl:1: .*template"):
+        build_model(load_onnx(small_model), tmp_path / "f.so", "llvm", TunedSchedules([forged]))
