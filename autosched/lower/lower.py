@@ -14,7 +14,7 @@ from autosched.lower import arith
 from autosched.lower.ir import (
     Allocate, Barrier, Buffer, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, seq,
 )
-from autosched.schedule import Fuse, Schedule, ScheduleError, Split, Stage
+from autosched.schedule import Schedule, ScheduleError, Split, Stage
 from autosched.te.expr import (
     BinOp, Const, Expr, Load, Reduce, Var, substitute, transform, walk,
 )

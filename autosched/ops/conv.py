@@ -24,6 +24,21 @@ def conv_out_size(size: int, kernel: int, stride: int, pad_before: int, pad_afte
     return (size + pad_before + pad_after - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def conv_geometry(x: Tensor, w: Tensor, stride, padding, dilation, name: str) -> tuple:
+    """(strides, dilations, pads (top, left, bottom, right), output (h, w), padded input) of a 2-D convolution."""
+    h, wd = x.shape[2:]
+    kh_, kw_ = w.shape[2:]
+    sh, sw = as_pair(stride, "stride")
+    dh, dw = as_pair(dilation, "dilation")
+    top, left, bottom, right = as_pads2d(padding)
+    oh_, ow_ = conv_out_size(h, kh_, sh, top, bottom, dh), conv_out_size(wd, kw_, sw, left, right, dw)
+    if oh_ < 1 or ow_ < 1:
+        raise ValueError(f"{name}: the {kh_}x{kw_} kernel does not fit the padded {h}x{wd} input")
+    padded = top or left or bottom or right
+    xp = pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), name=f"{name}_pad") if padded else x
+    return (sh, sw), (dh, dw), (top, left, bottom, right), (oh_, ow_), xp
+
+
 def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
            padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1,
            epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
@@ -39,13 +54,7 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, stride: int | Seque
     if groups < 1 or c % groups or oc % groups or c // groups != icg:
         raise ValueError(f"{name}: {c} input channels in {groups} groups do not match weights {list(w.shape)} "
                          f"({icg} input channels per group, {oc} outputs divisible by groups)")
-    sh, sw = as_pair(stride, "stride")
-    dh, dw = as_pair(dilation, "dilation")
-    top, left, bottom, right = as_pads2d(padding)
-    oh_, ow_ = conv_out_size(h, kh_, sh, top, bottom, dh), conv_out_size(wd, kw_, sw, left, right, dw)
-    if oh_ < 1 or ow_ < 1:
-        raise ValueError(f"{name}: the {kh_}x{kw_} kernel does not fit the padded {h}x{wd} input")
-    xp = pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), name=f"{name}_pad") if top or left or bottom or right else x
+    (sh, sw), (dh, dw), (top, left, bottom, right), (oh_, ow_), xp = conv_geometry(x, w, stride, padding, dilation, name)
     ocg = oc // groups
     ic = te.reduce_axis(icg, "ic")
     kh = te.reduce_axis(kh_, "kh")

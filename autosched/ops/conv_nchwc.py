@@ -16,10 +16,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from autosched import te
-from autosched.ops.conv import conv_out_size
+from autosched.ops.conv import conv_geometry
 from autosched.ops.epilogue import EpilogueFn, apply_epilogue, bias_add
-from autosched.ops.transform import pad
-from autosched.ops.util import as_pads2d, as_pair
 from autosched.te import Tensor
 
 CONV2D_NCHWC_TAG = "conv2d_nchwc"
@@ -65,14 +63,7 @@ def conv2d_nchwc(x: Tensor, w: Tensor, bias: Tensor | None = None, stride: int |
         raise ValueError(f"{name}: output channel block {oc_bn} does not divide {oc} channels")
     if ic_bn is not None and (ic_bn < 1 or c % ic_bn):
         raise ValueError(f"{name}: input channel block {ic_bn} does not divide {c} channels")
-    sh, sw = as_pair(stride, "stride")
-    dh, dw = as_pair(dilation, "dilation")
-    top, left, bottom, right = as_pads2d(padding)
-    oh_, ow_ = conv_out_size(h, kh_, sh, top, bottom, dh), conv_out_size(wd, kw_, sw, left, right, dw)
-    if oh_ < 1 or ow_ < 1:
-        raise ValueError(f"{name}: the {kh_}x{kw_} kernel does not fit the padded {h}x{wd} input")
-    padded = top or left or bottom or right
-    xp = pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), name=f"{name}_pad") if padded else x
+    (sh, sw), (dh, dw), (top, left, bottom, right), (oh_, ow_), xp = conv_geometry(x, w, stride, padding, dilation, name)
     wp = pack_weights(w, oc_bn, ic_bn)
     kh = te.reduce_axis(kh_, "kh")
     kw = te.reduce_axis(kw_, "kw")
