@@ -6,7 +6,6 @@ ops over the anchor's result, becomes one scalar function fused into the anchor'
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Mapping, Sequence
 
 from autosched import te
@@ -38,18 +37,6 @@ def _clip(a: list[Expr], at: Mapping[str, Any]) -> Expr:
     return x
 
 
-def _hard_sigmoid(x: Expr, alpha: float, beta: float) -> Expr:
-    return te.min(te.max(x * _c(alpha, x) + _c(beta, x), _c(0.0, x)), _c(1.0, x))
-
-
-def _gelu(a: list[Expr], at: Mapping[str, Any]) -> Expr:
-    x = a[0]
-    if at.get("approximate", "none") == "tanh":
-        inner = _c(math.sqrt(2 / math.pi), x) * (x + _c(0.044715, x) * x * x * x)
-        return _c(0.5, x) * x * (_c(1.0, x) + te.tanh(inner))
-    return _c(0.5, x) * x * (_c(1.0, x) + te.erf(x * _c(1 / math.sqrt(2), x)))
-
-
 def _trunc_div(a: Expr, b: Expr) -> Expr:
     """Integer division rounding toward zero, as ONNX (and C) define it."""
     q = a // b
@@ -79,9 +66,9 @@ ELEMENTWISE: dict[str, Callable[[list[Expr], Mapping[str, Any]], Expr]] = {
     "Relu": lambda a, at: te.max(a[0], _c(0, a[0])),
     "LeakyRelu": lambda a, at: te.select(a[0] >= _c(0, a[0]), a[0], a[0] * _c(at.get("alpha", 0.01), a[0])),
     "Clip": _clip,
-    "HardSigmoid": lambda a, at: _hard_sigmoid(a[0], at.get("alpha", 0.2), at.get("beta", 0.5)),
-    "HardSwish": lambda a, at: a[0] * _hard_sigmoid(a[0], 1 / 6, 0.5),
-    "Gelu": _gelu,
+    "HardSigmoid": lambda a, at: ew.hard_sigmoid_expr(a[0], at.get("alpha", 0.2), at.get("beta", 0.5)),
+    "HardSwish": lambda a, at: a[0] * ew.hard_sigmoid_expr(a[0], 1 / 6, 0.5),
+    "Gelu": lambda a, at: ew.gelu_expr(a[0], at.get("approximate", "none")),
     "Cast": lambda a, at: te.cast(at["to"], a[0]),
     "Identity": lambda a, at: a[0],
     "Dropout": lambda a, at: a[0],

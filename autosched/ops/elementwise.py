@@ -76,28 +76,32 @@ def abs(x: Tensor) -> Tensor:  # noqa: A001 - the operator's name
     return map_unary(x, te.abs, "abs")
 
 
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+def gelu_expr(v: Expr, approximate: str = "none") -> Expr:
     """The erf form by default; approximate="tanh" is the GPT-2 formula."""
     if approximate == "none":
-        return map_unary(x, lambda v: epilogue.gelu(v, ()), "gelu")
+        return epilogue.gelu(v, ())
     if approximate != "tanh":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     k = math.sqrt(2.0 / math.pi)
-    return map_unary(x, lambda v: _c(0.5, v) * v * (_c(1.0, v) + te.tanh(_c(k, v) * (v + _c(0.044715, v) * v * v * v))),
-                     "gelu")
+    return _c(0.5, v) * v * (_c(1.0, v) + te.tanh(_c(k, v) * (v + _c(0.044715, v) * v * v * v)))
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    return map_unary(x, lambda v: gelu_expr(v, approximate), "gelu")
 
 
 def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
     """max(0, min(1, αx + β)), ONNX's defaults."""
-    return map_unary(x, lambda v: _hard_sigmoid(v, alpha, beta), "hard_sigmoid")
+    return map_unary(x, lambda v: hard_sigmoid_expr(v, alpha, beta), "hard_sigmoid")
 
 
 def hard_swish(x: Tensor) -> Tensor:
     """x · hard_sigmoid(x) with α = 1/6, β = 1/2 (MobileNetV3)."""
-    return map_unary(x, lambda v: v * _hard_sigmoid(v, 1.0 / 6.0, 0.5), "hard_swish")
+    return map_unary(x, lambda v: v * hard_sigmoid_expr(v, 1.0 / 6.0, 0.5), "hard_swish")
 
 
-def _hard_sigmoid(v: Expr, alpha: float, beta: float) -> Expr:
+def hard_sigmoid_expr(v: Expr, alpha: float, beta: float) -> Expr:
+    """max(0, min(1, αv + β)) of one value, shared with fused epilogues."""
     return te.max(_c(0.0, v), te.min(_c(1.0, v), v * _c(alpha, v) + _c(beta, v)))
 
 
