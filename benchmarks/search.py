@@ -1,6 +1,7 @@
 """How fast random, genetic and XGBoost search find fast kernels, and how fast those kernels are.
 
     python benchmarks/search.py [--json] [--quick] [--seeds 3] [--trials 512] [--threads 2] [--details out.json]
+                                [--tuner-options '{"xgb": {"plan_size": 64}}']
 
 Two tasks: matmul 1024³ and ResNet-18's conv 64→64 3×3 on 56×56 (bias and ReLU fused). For
 each tuner and seed the task is tuned from scratch with the local builder and runner (a fresh
@@ -259,12 +260,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--trials", type=int, default=512)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of the final comparisons")
+    p.add_argument("--tuner-options", type=json.loads, default={}, metavar="JSON",
+                   help='options per tuner, e.g. \'{"xgb": {"plan_size": 64}}\'')
     p.add_argument("--details", type=Path, help="also write every figure (per tuner, per stage) to this JSON file")
     args = p.parse_args(argv)
     trials, seeds = (32, 1) if args.quick else (args.trials, args.seeds)
     checkpoints = [c for c in (8, 16, 32) if args.quick] or [c for c in (64, 128, 256, 512) if c <= trials]
     options = RunnerOptions(repeat=3, min_repeat_ms=5.0 if args.quick else 20.0, threads=args.threads)
-    tuner_options = {"xgb": {"plan_size": 16}} if args.quick else {}
     target = Target.parse("llvm")
     tasks = {"matmul_1024": matmul_task(), "conv_resnet": resnet_conv_task()}
     log = sys.stderr
@@ -276,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
             report["stages"][name] = stage_sample(task, target, 4 if args.quick else 12, workdir)
             for tuner in TUNERS:
                 for seed in range(seeds):
-                    run = tune_once(name, task, target, tuner, seed, trials, options, tuner_options, workdir)
+                    run = tune_once(name, task, target, tuner, seed, trials, options, args.tuner_options, workdir)
                     runs.append(run)
                     print(f"[{name}] {tuner} seed {seed}: best {task.flops / run.best_after(trials) / 1e9:.1f} GFLOP/s "
                           f"in {run.wall_s:.0f} s", file=log, flush=True)
