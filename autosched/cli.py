@@ -126,7 +126,8 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--trials", type=int, required=True, help="measurements over all tasks")
     parser.add_argument("--log", default="tuning.jsonl", metavar="LOG.jsonl",
-                        help="where every measurement is appended (default: tuning.jsonl)")
+                        help="where every measurement is appended (default: tuning.jsonl); a run resumes from "
+                             "the records already there, measuring none of them again")
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
     parser.add_argument("--seed", type=int, default=0)
@@ -136,8 +137,12 @@ def run_tune(args: argparse.Namespace) -> int:
     from autosched.measure.local import LocalBuilder, LocalRunner
     from autosched.task_scheduler import tune_tasks
     from autosched.tuner.callbacks import JsonLinesLog
+    from autosched.history import load_history
     target = Target.parse(args.target)
     tasks = extract_tasks(load_graph(args)).tasks
+    history = load_history([args.log], tasks, target) if os.path.exists(args.log) else {}
+    if history:
+        print(f"resuming from {sum(map(len, history.values()))} records of {len(history)} tasks in {args.log}")
 
     def progress(inputs, results) -> None:
         ok = [r.cost for r in results if r.ok]
@@ -147,7 +152,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
     with LocalRunner() as runner:
         summary = tune_tasks(tasks, target, args.trials, LocalBuilder(), runner, args.tuner, args.round,
-                             [JsonLinesLog(args.log), progress], args.seed)
+                             [JsonLinesLog(args.log), progress], args.seed, history)
     print(f"{'op':<12} {'weight':>6} {'trials':>6} {'best ms':>9} {'GFLOP/s':>8}")
     for p in summary.progress:
         ms = p.best_cost * 1e3

@@ -1,19 +1,23 @@
-"""Tuning logs as the source of the schedules a build uses.
+"""Tuning logs as the source of the schedules a build uses and of the history a tuning run resumes from.
 
 A log is JSON lines, one measurement each (what `JsonLinesLog` writes). For every task key and
 target the fastest successful record wins; its config is validated against the template's
-space before it reaches a schedule, since a log may come from anywhere.
+space before it reaches a schedule, since a log may come from anywhere. A resumed run gets
+every logged record of its tasks, so nothing is measured twice and its cost models start
+trained.
 """
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from autosched.errors import AutoschedError
+from autosched.measure import MeasureInput, MeasureResult, Record, RecordError
 from autosched.schedule import Schedule
+from autosched.space import ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
 
@@ -29,9 +33,20 @@ class BestRecord:
     where: str  # file:line, for error messages
 
 
-def best_records(paths: Iterable[str | os.PathLike[str]]) -> dict[tuple[str, str], BestRecord]:
-    """(task key, target string) → the fastest successful measurement in the logs."""
-    best: dict[tuple[str, str], BestRecord] = {}
+@dataclass(frozen=True)
+class LogLine:
+    """One measurement as logged: the task key and target it was for, its config (as JSON, not yet
+    checked against a space) and its validated result."""
+
+    task: str
+    target: str
+    config: dict
+    result: MeasureResult
+    where: str  # file:line, for error messages
+
+
+def read_log(paths: Iterable[str | os.PathLike[str]]) -> Iterator[LogLine]:
+    """Every measurement in the logs, in order; a line that is not one raises LogError naming it."""
     for path in paths:
         try:
             lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -43,18 +58,54 @@ def best_records(paths: Iterable[str | os.PathLike[str]]) -> dict[tuple[str, str
             where = f"{path}:{number}"
             try:
                 rec = json.loads(line)
-                key, target, costs, kind = rec["task"], rec["target"], rec["costs"], rec["error_kind"]
-                config = rec["config"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                key, target, config = rec["task"], rec["target"], rec["config"]
+                result = MeasureResult.from_json(rec)
+            except (json.JSONDecodeError, KeyError, TypeError, RecordError) as e:
                 raise LogError(f"{where}: not a measurement record ({type(e).__name__}: {e})") from None
-            if kind != "NO_ERROR":
-                continue
-            if not isinstance(costs, list) or not costs or not all(isinstance(c, (int, float)) and c > 0 for c in costs):
-                raise LogError(f"{where}: a successful record needs positive costs, got {costs!r}")
-            cost = sorted(costs)[len(costs) // 2]
-            if (key, target) not in best or cost < best[(key, target)].cost:
-                best[(key, target)] = BestRecord(config, cost, where)
+            if not isinstance(key, str) or not isinstance(target, str) or not isinstance(config, dict):
+                raise LogError(f"{where}: not a measurement record (task, target and config have the wrong types)")
+            yield LogLine(key, target, config, result, where)
+
+
+def best_records(paths: Iterable[str | os.PathLike[str]]) -> dict[tuple[str, str], BestRecord]:
+    """(task key, target string) → the fastest successful measurement in the logs."""
+    best: dict[tuple[str, str], BestRecord] = {}
+    for line in read_log(paths):
+        if not line.result.ok:
+            continue
+        cost = line.result.cost
+        if (line.task, line.target) not in best or cost < best[(line.task, line.target)].cost:
+            best[(line.task, line.target)] = BestRecord(line.config, cost, line.where)
     return best
+
+
+def load_history(paths: Iterable[str | os.PathLike[str]], tasks: Sequence[Task],
+                 target: Target) -> dict[str, list[Record]]:
+    """Task key → the logged measurements of that task on `target`, as records a tuner can resume
+    from. Configs are validated against the task's space (a config from another space names its
+    line); records of other tasks or targets are skipped, and so are tasks without a template."""
+    from search_spaces import TemplateError, get_template
+    by_key = {t.key: t for t in tasks}
+    spaces: dict[str, ConfigSpace | None] = {}
+    history: dict[str, list[Record]] = {}
+    for line in read_log(paths):
+        task = by_key.get(line.task)
+        if task is None or line.target != str(target):
+            continue
+        if line.task not in spaces:
+            try:
+                spaces[line.task] = get_template(task.op, target.kind).space(task, target)
+            except TemplateError:
+                spaces[line.task] = None
+        space = spaces[line.task]
+        if space is None:
+            continue
+        try:
+            config = space.from_json(line.config)
+        except AutoschedError as e:
+            raise LogError(f"{line.where}: {e}") from None
+        history.setdefault(line.task, []).append((MeasureInput(task, target, config), line.result))
+    return history
 
 
 class TunedSchedules:

@@ -3,20 +3,26 @@
 Trials go in rounds. Every tunable task gets one round first (largest share of the model's
 FLOPs first), so each has a measured best; after that each round goes to the task that costs
 the model most time now, weight × best time: the one whose improvement cuts end-to-end latency
-most. A task whose space is exhausted, or whose candidates all fail, drops out. Each task keeps one tuner for the whole run,
-so its cost model keeps learning across rounds.
+most. A task whose space is exhausted, or whose candidates all fail, drops out. Each task keeps
+one tuner for the whole run, so its cost model keeps learning across rounds.
+
+A run can resume from `history` (earlier records by task key, e.g. from the tuning log): each
+task's tuner starts from its own records, and model-based tuners also train on the records
+of the model's other tasks with the same template (transfer), so a task never tuned before
+starts from a trained cost model.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autosched.measure import Builder, Runner, measure_with
+from autosched.measure import Builder, Record, Runner, measure_with
 from autosched.space import Config
 from autosched.target import Target
 from autosched.task import Task
 from autosched.tuner.base import Callback, TunerError
+from autosched.tuner.model_based import ModelBasedTuner
 from autosched.tuner.registry import get_tuner
 
 
@@ -62,18 +68,29 @@ def tunable(tasks: Sequence[Task], target: Target) -> tuple[list[Task], list[tup
     return keep, skipped
 
 
+def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[str, Sequence[Record]]) -> TaskProgress:
+    from search_spaces import get_template
+    space = get_template(task.op, target.kind).space(task, target)
+    tuner_cls = get_tuner(tuner)
+    options = {}
+    if issubclass(tuner_cls, ModelBasedTuner):
+        options["transfer"] = [rec for key, recs in history.items() if key != task.key for rec in recs
+                               if rec[0].config.space.template == space.template]
+    search = tuner_cls(task, space, target, seed=seed, **options)
+    search.load_history(history.get(task.key, ()))
+    return TaskProgress(task, search, best=search.best, best_cost=search.best_cost)
+
+
 def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder: Builder, runner: Runner,
                tuner: str = "xgb", round_trials: int = 16, callbacks: Sequence[Callback] = (),
-               seed: int = 0) -> ScheduleSummary:
-    """Spend `trials` measurements over `tasks`, in rounds of `round_trials`."""
+               seed: int = 0, history: Mapping[str, Sequence[Record]] | None = None) -> ScheduleSummary:
+    """Spend `trials` new measurements over `tasks`, in rounds of `round_trials`, starting
+    from `history` (task key → earlier records of that task on this target)."""
     if type(trials) is not int or trials <= 0:
         raise TunerError(f"trials must be a positive int, got {trials!r}")
     target = Target.parse(target) if isinstance(target, str) else target
-    from search_spaces import get_template
     chosen, skipped = tunable(tasks, target)
-    tuner_cls = get_tuner(tuner)
-    progress = [TaskProgress(t, tuner_cls(t, get_template(t.op, target.kind).space(t, target), target, seed=seed))
-                for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
+    progress = [_start(t, target, tuner, seed, history or {}) for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
     measure = measure_with(builder, runner)
     spent, first_round = 0, list(progress)
     while spent < trials:

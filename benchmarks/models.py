@@ -1,9 +1,11 @@
-"""Whole-model latency of autosched's untuned build against onnxruntime, for the zoo models.
+"""Whole-model latency of autosched's builds against onnxruntime, for the zoo models.
 
-    python benchmarks/models.py [--json] [--threads 2] [--runs 30] [--models mlp,bert_layer]
+    python benchmarks/models.py [--json] [--threads 2] [--runs 30] [--models mlp,bert_layer] [--log tuning.jsonl]
 
-Each model is built with default schedules, checked against onnxruntime, then timed
-interleaved with it (same inputs, same thread count); medians are compared.
+Each model is built with default schedules (and, with --log, once more with the log's best
+schedules), checked against onnxruntime, then timed interleaved with it (same inputs, same
+thread count); medians are compared. The tuned build is timed in the same run, so its ratio
+to onnxruntime and its speedup over the untuned build come from one machine state.
 """
 from __future__ import annotations
 
@@ -15,27 +17,42 @@ from pathlib import Path
 
 from autosched import zoo
 from autosched.build import build_model
-from autosched.evaluate import compare, latency, onnxruntime_session, sample_inputs
+from autosched.evaluate import Latency, compare, latency, onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
+from autosched.history import TunedSchedules
 from autosched.runtime import load_model
 from autosched.task import extract_tasks
 
 
-def bench_model(name: str, workdir: Path, threads: int, runs: int) -> dict:
+def _timed(library: Path, session, feeds: dict, threads: int, runs: int) -> tuple[Latency, bool]:
+    model = load_model(library)
+    model.set_num_threads(threads)
+    try:
+        ok = all(d.ok for d in compare(model, session, feeds, rtol=1e-3, atol=1e-4))
+        return latency(model, session, feeds, runs=runs), ok
+    finally:
+        model.close()
+
+
+def bench_model(name: str, workdir: Path, threads: int, runs: int, logs: list[Path]) -> dict:
     path = workdir / f"{name}.onnx"
     graph = load_onnx(path)
     tasks = extract_tasks(optimize(graph))
-    model = load_model(build_model(graph, workdir / f"{name}.so").library)
-    model.set_num_threads(threads)
     session = onnxruntime_session(path, threads)
     feeds = sample_inputs(graph, 0)
-    ok = all(d.ok for d in compare(model, session, feeds, rtol=1e-3, atol=1e-4))
-    lat = latency(model, session, feeds, runs=runs)
-    model.close()
-    return {"autosched_ms": round(lat.autosched_ms, 3), "onnxruntime_ms": round(lat.onnxruntime_ms, 3),
-            "ratio": round(lat.ratio, 3), "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups),
-            "matches_onnxruntime": ok}
+    lat, ok = _timed(build_model(graph, workdir / f"{name}.so").library, session, feeds, threads, runs)
+    out = {"autosched_ms": round(lat.autosched_ms, 3), "onnxruntime_ms": round(lat.onnxruntime_ms, 3),
+           "ratio": round(lat.ratio, 3), "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups),
+           "matches_onnxruntime": ok}
+    if logs:
+        schedules = TunedSchedules(logs)
+        library = build_model(graph, workdir / f"{name}-tuned.so", schedule_for=schedules).library
+        tuned, tuned_ok = _timed(library, session, feeds, threads, runs)
+        out.update({"tuned_ms": round(tuned.autosched_ms, 3), "tuned_ratio": round(tuned.ratio, 3),
+                    "speedup_vs_untuned": round(lat.autosched_ms / tuned.autosched_ms, 3),
+                    "tuned_tasks": len(set(schedules.used)), "matches_onnxruntime": ok and tuned_ok})
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -44,12 +61,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--models", default=",".join(zoo.MODELS), help="comma-separated zoo model names")
+    p.add_argument("--log", action="append", default=[], type=Path, metavar="LOG.jsonl",
+                   help="tuning log(s): also build with their best schedules (repeatable)")
     args = p.parse_args(argv)
     results = {}
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         zoo.save_zoo(Path(tmp))
         for name in args.models.split(","):
-            results[name] = bench_model(name, Path(tmp), args.threads, args.runs)
+            results[name] = bench_model(name, Path(tmp), args.threads, args.runs, args.log)
     if args.json:
         print(json.dumps(results))
     else:
@@ -58,6 +77,9 @@ def main(argv: list[str] | None = None) -> dict:
         for name, r in results.items():
             print(f"{name:14} {r['autosched_ms']:13.3f} {r['onnxruntime_ms']:15.3f} {r['ratio']:7.3f} "
                   f"{r['tasks']:6d} {r['kernel_calls']:6d}  {'ok' if r['matches_onnxruntime'] else 'MISMATCH'}")
+            if "tuned_ms" in r:
+                print(f"{'  tuned':14} {r['tuned_ms']:13.3f} {'':15} {r['tuned_ratio']:7.3f} {r['tuned_tasks']:6d} "
+                      f"{'':6}  {r['speedup_vs_untuned']:.2f}x faster than untuned")
     return results
 
 

@@ -10,7 +10,7 @@ from autosched.build import build_model
 from autosched.cli import main
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
-from autosched.history import LogError, TunedSchedules, best_records
+from autosched.history import LogError, TunedSchedules, best_records, load_history
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.runtime import load_model
 from autosched.target import Target
@@ -88,3 +88,55 @@ def test_bad_logs_are_named_and_foreign_configs_rejected(small_model, tmp_path, 
     forged.write_text(json.dumps(record) + "\n")
     with pytest.raises(LogError, match=r"forged.jsonl:1: .*template"):
         build_model(load_onnx(small_model), tmp_path / "f.so", "llvm", TunedSchedules([forged]))
+
+
+def _logged(log):
+    return [(r["task"], r["config"]["index"]) for r in map(json.loads, log.read_text().splitlines())]
+
+
+def test_cli_tune_resumes_from_its_log_without_measuring_a_config_twice(small_model, tmp_path, capsys):
+    log = tmp_path / "resume.jsonl"
+    for _ in range(2):
+        assert main(["tune", str(small_model), "--trials", "8", "--round", "4", "--tuner", "xgb",
+                     "--log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "resuming from 8 records of 2 tasks" in out
+    pairs = _logged(log)
+    assert len(pairs) == 16 and len(set(pairs)) == 16
+
+
+def test_history_feeds_each_tuner_its_records_and_model_based_ones_the_others(small_model, tmp_path):
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    log = tmp_path / "first.jsonl"
+    with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
+        tune_tasks(tasks, "llvm", 8, LocalBuilder(n_parallel=2), runner, tuner="random", round_trials=4,
+                   callbacks=[JsonLinesLog(log)])
+        target = Target.parse("llvm")
+        history = load_history([log], tasks, target)
+        assert sorted(map(len, history.values())) == [4, 4]
+        assert load_history([log], tasks, Target.parse("cuda -arch=sm_90")) == {}  # other targets' records are not this run's
+        big = max(tasks, key=lambda t: t.flops)
+        only_big = {big.key: history[big.key]}
+        resumed = tune_tasks(tasks, target, 8, LocalBuilder(n_parallel=2), runner, tuner="xgb", round_trials=4,
+                             callbacks=[JsonLinesLog(log)], history=only_big)
+    first_best = min(res.cost for _, res in history[big.key] if res.ok)
+    progress = {p.task.key: p for p in resumed.progress}
+    assert progress[big.key].best_cost <= first_best  # the logged best counts from the start
+    small = progress[next(k for k in progress if k != big.key)].tuner
+    assert small._transfer and {inp.task.key for inp, _ in small._transfer} == {big.key}
+    pairs = _logged(log)
+    assert len(pairs) == 16 and len(set(pairs)) == 16  # nothing of the big task's history measured again
+
+
+def test_history_rejects_a_config_outside_the_tasks_space(small_model, tmp_path):
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    log = tmp_path / "tampered.jsonl"
+    with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
+        tune_tasks(tasks[:1], "llvm", 2, LocalBuilder(n_parallel=2), runner, tuner="random",
+                   callbacks=[JsonLinesLog(log)])
+    lines = log.read_text().splitlines()
+    record = json.loads(lines[1])
+    record["config"]["knobs"]["mr"] = 5  # not one of the space's values
+    log.write_text(lines[0] + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(LogError, match=r"tampered.jsonl:2: .*mr"):
+        load_history([log], tasks, Target.parse("llvm"))

@@ -233,3 +233,33 @@ def test_transfer_records_guide_the_first_plan():
             tuner = ModelBasedTuner(TASK, SPACE, TARGET, seed=seed, **extra, **options)
             runs.append(tuner.tune(16, replay_measure(TABLE)).best_cost / opt)
     assert np.mean(warm) < np.mean(cold) - 0.3, (warm, cold)
+
+
+# --- resuming from history ---------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_history_is_never_measured_again_and_its_best_counts(name):
+    inputs = [MeasureInput(TASK, TARGET, SPACE.get(i)) for i in SPACE.sample(40, np.random.default_rng(7))]
+    history = list(zip(inputs, replay_measure(TABLE)(inputs)))
+    tuner = make(name, seed=1)
+    tuner.load_history(history + history[:5])  # repeats are harmless
+    logged_best = min(res.cost for _, res in history if res.ok)
+    assert tuner.best_cost == logged_best
+    rec = Recorder(TABLE)
+    summary = tuner.tune(48, rec)
+    assert not set(rec.measured) & {inp.config.index for inp, _ in history}
+    assert summary.best_cost <= logged_best
+
+
+def test_model_based_tuner_resumed_from_history_plans_with_a_trained_model():
+    inputs = [MeasureInput(TASK, TARGET, SPACE.get(i)) for i in SPACE.sample(64, np.random.default_rng(3))]
+    tuner = make("xgb", plan_size=16)
+    tuner.load_history(list(zip(inputs, replay_measure(TABLE)(inputs))))
+    assert tuner._fitted  # the first plan is the model's, not random
+
+
+def test_history_from_another_space_is_refused():
+    other = matmul_space(128, 128, 64)
+    inp = MeasureInput(TASK, TARGET, other.get(0))
+    with pytest.raises(TunerError, match="space"):
+        make("random").load_history([(inp, replay_measure(table(other))([inp])[0])])

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from autosched.errors import AutoschedError
-from autosched.measure import MeasureBatch, MeasureInput, MeasureResult, RecordError, TaskLike
+from autosched.measure import MeasureBatch, MeasureInput, MeasureResult, Record, RecordError, TaskLike
 from autosched.space import Config, ConfigSpace
 from autosched.target import Target
 from autosched.tuner.options import BaseOptions, parse_options
@@ -61,6 +61,23 @@ class Tuner(ABC):
 
     def _observe(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """Learn from a measured batch (visited and best are already updated)."""
+
+    def load_history(self, records: Sequence[Record]) -> None:
+        """Start from earlier measurements of this task (a resumed run): they count as visited,
+        can be the best, and teach the strategy as a measured batch would; none is measured again."""
+        fresh: dict[int, Record] = {}
+        for inp, res in records:
+            if inp.config.space != self.space:
+                raise TunerError(f"a history record's config is from space {inp.config.space.fingerprint}, "
+                                 f"not this tuner's {self.space.fingerprint}")
+            if inp.config.index not in self.visited:
+                fresh[inp.config.index] = (inp, res)
+        for inp, res in fresh.values():
+            self.visited.add(inp.config.index)
+            if res.ok and res.cost < self.best_cost:
+                self.best, self.best_cost = inp.config, res.cost
+        if fresh:
+            self._observe([inp for inp, _ in fresh.values()], [res for _, res in fresh.values()])
 
     def tune(self, n_trials: int, measure_batch: MeasureBatch, callbacks: Sequence[Callback] = (),
              early_stopping: int | None = None) -> TuneSummary:
