@@ -3,7 +3,7 @@
     python benchmarks/models.py [--json] [--threads 2] [--runs 30] [--models mlp,bert_layer] [--log tuning.jsonl]
 
 Each model is built with default schedules (and, with --log, once more with the log's best
-schedules), checked against onnxruntime, then timed interleaved with it (same inputs, same
+schedules), checked against onnxruntime, then timed in alternating blocks with it (same inputs, same
 thread count); medians are compared. The tuned build is timed in the same run, so its ratio
 to onnxruntime and its speedup over the untuned build come from one machine state.
 """
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         print(json.dumps(results))
     else:
-        print(f"threads: {args.threads}, runs: {args.runs} (medians, interleaved)")
+        print(f"threads: {args.threads}, runs: {args.runs} (medians, alternating blocks)")
         print(f"{'model':14} {'autosched ms':>13} {'onnxruntime ms':>15} {'ratio':>7} {'tasks':>6} {'calls':>6}  check")
         for name, r in results.items():
             print(f"{name:14} {r['autosched_ms']:13.3f} {r['onnxruntime_ms']:15.3f} {r['ratio']:7.3f} "
