@@ -7,7 +7,7 @@ most. A task whose space is exhausted, or whose candidates all fail, drops out. 
 one tuner for the whole run, so its cost model keeps learning across rounds.
 
 A run can resume from `history` (earlier records by task key, e.g. from the tuning log): each
-task's tuner starts from its own records, and model-based tuners also train on the records
+task's tuner starts from its own records (a task with a logged best skips the first round), and model-based tuners also train on the records
 of the model's other tasks with the same template (transfer), so a task never tuned before
 starts from a trained cost model.
 """
@@ -92,7 +92,8 @@ def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder
     chosen, skipped = tunable(tasks, target)
     progress = [_start(t, target, tuner, seed, history or {}) for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
     measure = measure_with(builder, runner)
-    spent, first_round = 0, list(progress)
+    # a first round for each task without a measured best (a resumed task already has one)
+    spent, first_round = 0, [p for p in progress if p.best is None]
     while spent < trials:
         live = [p for p in progress if not p.exhausted]
         if not live:

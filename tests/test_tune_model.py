@@ -122,7 +122,10 @@ def test_history_feeds_each_tuner_its_records_and_model_based_ones_the_others(sm
     first_best = min(res.cost for _, res in history[big.key] if res.ok)
     progress = {p.task.key: p for p in resumed.progress}
     assert progress[big.key].best_cost <= first_best  # the logged best counts from the start
-    small = progress[next(k for k in progress if k != big.key)].tuner
+    small_key = next(k for k in progress if k != big.key)
+    # only the task without a logged best gets a first round; the resumed one is chosen by time
+    assert [json.loads(line)["task"] for line in log.read_text().splitlines()[8:12]] == [small_key] * 4
+    small = progress[small_key].tuner
     assert small._transfer and {inp.task.key for inp, _ in small._transfer} == {big.key}
     pairs = _logged(log)
     assert len(pairs) == 16 and len(set(pairs)) == 16  # nothing of the big task's history measured again
