@@ -39,7 +39,16 @@ ScheduleFor = Callable[[Task, Target], tuple[Schedule, list]]
 
 
 def default_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
-    """The untuned schedule of a task: the baseline tuning improves on."""
+    """The untuned schedule of a task, the baseline tuning improves on: its template's fallback
+    config where the template has one that applies, else the op library's default schedule."""
+    from search_spaces import TemplateError, get_template
+    try:
+        template = get_template(task.op, target.kind)
+        config = template.fallback(task, target)
+        if config is not None:
+            return template.apply(task, config, target)
+    except TemplateError:
+        pass  # no template for this op or these shapes/types: the op library's schedule
     args, outs = task_compute(task)
     lanes = max(1, getattr(target.capabilities, "vector_bytes", 64) // 4)
     return default_schedule(task, outs, lanes), args + outs

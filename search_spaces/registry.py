@@ -21,6 +21,8 @@ class Template(Protocol):
 
     def space(self, task, target): ...
 
+    def fallback(self, task, target): ...  # the untuned build's config, or None
+
     def apply(self, task, config, target) -> tuple: ...
 
 

@@ -154,3 +154,30 @@ def test_oversized_register_tiles_are_refused_before_compiling(measure):
         template.apply(task, config, TARGET)
     (result,) = measure([MeasureInput(task, TARGET, config)])
     assert result.error_kind is ErrorKind.INSTANTIATION_ERROR and result.build_s < 5
+
+
+def test_fallback_configs_are_in_the_space_and_correct(measure):
+    """Untuned builds use the conv template's fallback config: it must be a point of the task's
+    space and compute the right answer for every shape the blocked variant sees; depthwise and
+    grouped convolutions and matmuls keep the op library's schedule (None)."""
+    inputs = []
+    for name, (make, variant) in TASKS.items():
+        task = make()
+        config = get_template(task.op, "llvm").fallback(task, TARGET)
+        if variant != "conv2d_nchwc_llvm":
+            assert config is None, name
+            continue
+        assert config.space == get_template(task.op, "llvm").space(task, TARGET)
+        inputs.append(MeasureInput(task, TARGET, config))
+    assert len(inputs) == 3
+    results = measure(inputs)
+    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 3, [r.error_msg for r in results]
+
+
+def test_untuned_build_of_a_conv_uses_the_fallback_config():
+    from autosched.build import default_kernel
+    task = TASKS["conv3x3_bias_relu"][0]()
+    template = get_template(task.op, "llvm")
+    render = renderer_for("llvm").render
+    untuned = render(lower(*default_kernel(task, TARGET), "k"))
+    assert untuned == render(lower(*template.apply(task, template.fallback(task, TARGET), TARGET), "k"))

@@ -96,6 +96,11 @@ class CpuTemplate(ABC):
     @abstractmethod
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]: ...
 
+    def fallback(self, task: Task, target: Target) -> Config | None:
+        """The config an untuned build uses (TVM's "fallback config"), or None where the op
+        library's default schedule is the better start. A rule of thumb, not a search."""
+        return None
+
     def apply(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         """(schedule, [inputs in Task.input_values order..., output]) for `config`."""
         expected = self.space(task, target)
