@@ -9,7 +9,8 @@ one tuner for the whole run, so its cost model keeps learning across rounds.
 A run can resume from `history` (earlier records by task key, e.g. from the tuning log): each
 task's tuner starts from its own records (a task with a logged best skips the first round), and model-based tuners also train on the records
 of the model's other tasks with the same template (transfer), so a task never tuned before
-starts from a trained cost model.
+starts from a trained cost model. A task's first trial is its template's fallback config
+(what an untuned build uses), so tuning never ends slower than not tuning.
 """
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def tunable(tasks: Sequence[Task], target: Target) -> tuple[list[Task], list[tup
 
 def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[str, Sequence[Record]]) -> TaskProgress:
     from search_spaces import get_template
-    space = get_template(task.op, target.kind).space(task, target)
+    template = get_template(task.op, target.kind)
+    space = template.space(task, target)
     tuner_cls = get_tuner(tuner)
     options = {}
     if issubclass(tuner_cls, ModelBasedTuner):
@@ -78,6 +80,9 @@ def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[s
                                if rec[0].config.space.template == space.template]
     search = tuner_cls(task, space, target, seed=seed, **options)
     search.load_history(history.get(task.key, ()))
+    fallback = template.fallback(task, target)
+    if fallback is not None:
+        search.queue([fallback.index])
     return TaskProgress(task, search, best=search.best, best_cost=search.best_cost)
 
 

@@ -143,3 +143,24 @@ def test_history_rejects_a_config_outside_the_tasks_space(small_model, tmp_path)
     log.write_text(lines[0] + "\n" + json.dumps(record) + "\n")
     with pytest.raises(LogError, match=r"tampered.jsonl:2: .*mr"):
         load_history([log], tasks, Target.parse("llvm"))
+
+
+def test_each_task_is_first_measured_at_its_untuned_config(tmp_path):
+    """So a tuned build is never slower than the untuned one: the conv's first trial is the
+    template's fallback config, which the untuned build uses."""
+    from search_spaces import get_template
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 8, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 10, 10])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "conv.onnx"
+    onnx.save(model, path)
+    (task,) = extract_tasks(optimize(load_onnx(path))).tasks
+    log = tmp_path / "conv.jsonl"
+    with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
+        tune_tasks([task], "llvm", 3, LocalBuilder(n_parallel=2), runner, tuner="random", callbacks=[JsonLinesLog(log)])
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first["config"]["index"] == get_template("Conv", "llvm").fallback(task, Target.parse("llvm")).index

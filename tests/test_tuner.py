@@ -263,3 +263,16 @@ def test_history_from_another_space_is_refused():
     inp = MeasureInput(TASK, TARGET, other.get(0))
     with pytest.raises(TunerError, match="space"):
         make("random").load_history([(inp, replay_measure(table(other))([inp])[0])])
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_queued_configs_are_measured_first_and_once(name):
+    first = SPACE.sample(3, np.random.default_rng(11))
+    tuner = make(name)
+    tuner.queue(first + first[:1])
+    rec = Recorder(TABLE)
+    tuner.tune(20, rec)
+    assert rec.measured[:3] == first and len(set(rec.measured)) == 20
+    tuner.queue(first)  # all measured already: nothing is repeated
+    tuner.tune(4, rec)
+    assert len(set(rec.measured)) == 24

@@ -54,6 +54,12 @@ class Tuner(ABC):
         self.visited: set[int] = set()
         self.best: Config | None = None
         self.best_cost = math.inf
+        self._queued: list[int] = []  # measured before anything the strategy proposes
+
+    def queue(self, indices: Sequence[int]) -> None:
+        """Measure these configs first (e.g. the untuned build's config, so a tuned build is
+        never slower than an untuned one); those already measured are skipped."""
+        self._queued.extend(int(i) for i in indices)
 
     @abstractmethod
     def _propose(self, n: int) -> list[int]:
@@ -92,7 +98,10 @@ class Tuner(ABC):
             if early_stopping is not None and done - last_gain >= early_stopping:
                 return TuneSummary(done, self.best, self.best_cost, stopped_early=True)
             want = min(self.options.batch_size, n_trials - done)
-            indices = self._fresh(self._propose(want))[:want]
+            pending = self._fresh(self._queued)
+            queued, self._queued = pending[:want], pending[want:]
+            indices = queued + self._fresh([i for i in self._propose(want - len(queued)) if i not in queued])
+            indices = indices[:want]
             if not indices:
                 break
             inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
