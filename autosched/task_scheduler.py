@@ -2,8 +2,8 @@
 
 Trials go in rounds. Every tunable task gets one round first (largest share of the model's
 FLOPs first), so each has a measured best; after that each round goes to the task that costs
-the model most time now, weight × best time: the one whose improvement cuts end-to-end latency
-most. A task whose space is exhausted, or whose candidates all fail, drops out. Each task keeps
+the model most time now, weight × best time (the one whose improvement cuts end-to-end latency
+most), discounted by how many rounds in a row it has not improved. A task whose space is exhausted, or whose candidates all fail, drops out. Each task keeps
 one tuner for the whole run, so its cost model keeps learning across rounds.
 
 A run can resume from `history` (earlier records by task key, e.g. from the tuning log): each
@@ -35,11 +35,19 @@ class TaskProgress:
     best: Config | None = None
     best_cost: float = math.inf
     exhausted: bool = False
+    stale_rounds: int = 0  # rounds in a row that found nothing faster
 
     @property
     def model_seconds(self) -> float:
         """This task's share of one inference at its best so far (weight × time)."""
         return self.task.weight * self.best_cost
+
+    @property
+    def priority(self) -> float:
+        """Model time, discounted by the rounds that did not lower it: the task that costs
+        most is not the one to tune when tuning stopped paying there (a best measured on a
+        quieter machine, a search converged), and the others then get their turn."""
+        return self.model_seconds / (1 + self.stale_rounds)
 
 
 @dataclass(frozen=True)
@@ -103,11 +111,12 @@ def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder
         live = [p for p in progress if not p.exhausted]
         if not live:
             break
-        p = first_round.pop(0) if first_round else max(live, key=lambda q: q.model_seconds)
+        p = first_round.pop(0) if first_round else max(live, key=lambda q: q.priority)
         n = min(round_trials, trials - spent)
         summary = p.tuner.tune(n, measure, list(callbacks))
         spent += summary.trials
         p.trials += summary.trials
+        p.stale_rounds = 0 if summary.best_cost < p.best_cost else p.stale_rounds + 1
         p.best, p.best_cost = summary.best, summary.best_cost
         # a space with nothing left, or one where nothing has worked after two rounds
         p.exhausted = summary.trials == 0 or (p.best is None and p.trials >= 2 * round_trials)

@@ -164,3 +164,28 @@ def test_each_task_is_first_measured_at_its_untuned_config(tmp_path):
         tune_tasks([task], "llvm", 3, LocalBuilder(n_parallel=2), runner, tuner="random", callbacks=[JsonLinesLog(log)])
     first = json.loads(log.read_text().splitlines()[0])
     assert first["config"]["index"] == get_template("Conv", "llvm").fallback(task, Target.parse("llvm")).index
+
+
+class PerTaskCost:
+    """A runner that times nothing (a test double for the device): every config of a task
+    costs that task's fixed time, so no task improves after its first round."""
+
+    def __init__(self, costs):
+        self.costs = costs
+
+    def run(self, inputs, builds):
+        from autosched.measure import ErrorKind, MeasureResult
+        return [MeasureResult((self.costs[i.task.key],), ErrorKind.NO_ERROR, "", 0.0, 0.0) for i in inputs]
+
+
+def test_a_task_that_stops_improving_yields_rounds_to_the_others(small_model):
+    from autosched.measure import NullBuilder
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    big, small = sorted(tasks, key=lambda t: -t.flops)
+    runner = PerTaskCost({big.key: 10e-3, small.key: 1e-3})
+    summary = tune_tasks(tasks, "llvm", 4 * 14, NullBuilder(), runner, tuner="random", round_trials=4)
+    trials = {p.task.key: p.trials for p in summary.progress}
+    # the big task costs 10x more but its rounds stopped paying: after 10 stale rounds the
+    # small one is chosen again (weight × time alone would give the big one every round)
+    assert trials[small.key] > 4 and trials[big.key] > trials[small.key]
+    assert {p.task.key: p.stale_rounds for p in summary.progress}[big.key] >= 10
