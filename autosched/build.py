@@ -49,6 +49,11 @@ def default_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
             return template.apply(task, config, target)
     except TemplateError:
         pass  # no template for this op or these shapes/types: the op library's schedule
+    return library_kernel(task, target)
+
+
+def library_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
+    """The op library's default schedule of a task, with no template involved."""
     args, outs = task_compute(task)
     lanes = max(1, getattr(target.capabilities, "vector_bytes", 64) // 4)
     return default_schedule(task, outs, lanes), args + outs
