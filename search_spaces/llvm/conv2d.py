@@ -115,6 +115,17 @@ def _tile_output(s: Schedule, out: Tensor, acc: Stage, config: Config, oc_tile: 
     s.compute_at(acc, o, o.leaf_axes[len(outer) - depth])
 
 
+def _register_tile(acc: Stage, outer: list, loops: dict, config: Config, unrolled: tuple, vector) -> None:
+    """The accumulator's loops: `outer`, the reduction in the configured order (kw unrolled if
+    so configured), then the register tile, unrolled around its vectorized innermost axis."""
+    acc.reorder(*outer, *[loops[a] for a in config["reduce_order"]], *unrolled, vector)
+    if config["unroll_kw"]:
+        acc.unroll(loops["kw"])
+    for axis in unrolled:
+        acc.unroll(axis)
+    acc.vectorize(vector)
+
+
 class _Blocked:
     name = "conv2d_nchwc_llvm"
 
@@ -156,12 +167,7 @@ class _Blocked:
             ico, ici = acc.split(ic, ic_bn)
         loops = {"ico": ico, "ici": ici, "kh": kh, "kw": kw}
         ocbo, ocbv = acc.split(ocb, vec)
-        acc.reorder(n, occ, *[loops[a] for a in config["reduce_order"]], oh, ow, ocbo, ocbv)
-        if config["unroll_kw"]:
-            acc.unroll(kw)
-        for axis in (oh, ow, ocbo):
-            acc.unroll(axis)
-        acc.vectorize(ocbv)
+        _register_tile(acc, [n, occ], loops, config, (oh, ow, ocbo), ocbv)
         return s, list(tt.args) + [out]
 
 
@@ -218,12 +224,7 @@ class _Grouped:
         ic, kh, kw = acc.op.reduce_axes
         loops = {"ic": ic, "kh": kh, "kw": kw}
         owo, owv = acc.split(ow, ow_vec)
-        acc.reorder(n, *[loops[a] for a in config["reduce_order"]], oc, oh, owo, owv)
-        if config["unroll_kw"]:
-            acc.unroll(kw)
-        for axis in (oc, oh, owo):
-            acc.unroll(axis)
-        acc.vectorize(owv)
+        _register_tile(acc, [n], loops, config, (oc, oh, owo), owv)
         return s, list(tt.args) + [out]
 
 
