@@ -3,14 +3,16 @@
 Trials go in rounds. Every tunable task gets one round first (largest share of the model's
 FLOPs first), so each has a measured best; after that each round goes to the task that costs
 the model most time now, weight × best time (the one whose improvement cuts end-to-end latency
-most), discounted by how many rounds in a row it has not improved. A task whose space is exhausted, or whose candidates all fail, drops out. Each task keeps
-one tuner for the whole run, so its cost model keeps learning across rounds.
+most), discounted by how many rounds in a row it has not improved. A task whose space is
+exhausted, or whose candidates all fail, drops out. Each task keeps one tuner for the whole
+run, so its cost model keeps learning across rounds.
 
 A run can resume from `history` (earlier records by task key, e.g. from the tuning log): each
-task's tuner starts from its own records (a task with a logged best skips the first round), and model-based tuners also train on the records
-of the model's other tasks with the same template (transfer), so a task never tuned before
-starts from a trained cost model. A task's first trial is its template's fallback config
-(what an untuned build uses), so tuning never ends slower than not tuning.
+task's tuner starts from its own records (a task with a logged best skips the first round),
+and model-based tuners also train on the records of the model's other tasks with the same
+template (transfer), so a task never tuned before starts from a trained cost model. A task's
+first trial is its template's fallback config (what an untuned build uses), so tuning never
+ends slower than not tuning.
 """
 from __future__ import annotations
 

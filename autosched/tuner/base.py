@@ -100,8 +100,7 @@ class Tuner(ABC):
             want = min(self.options.batch_size, n_trials - done)
             pending = self._fresh(self._queued)
             queued, self._queued = pending[:want], pending[want:]
-            indices = queued + self._fresh([i for i in self._propose(want - len(queued)) if i not in queued])
-            indices = indices[:want]
+            indices = self._fresh(queued + self._propose(want - len(queued)))[:want]
             if not indices:
                 break
             inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
