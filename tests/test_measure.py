@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -45,9 +46,12 @@ def test_errors_never_ride_in_costs():
 def test_result_json_round_trip_and_validation():
     res = MeasureResult((1e-3, 2e-3), ErrorKind.NO_ERROR, "", 0.25, 1700000000.0)
     assert MeasureResult.from_json(json.loads(json.dumps(res.to_json()))) == res
+    assert "node" not in res.to_json()  # measured here: a log line reads as before
+    remote = dataclasses.replace(res, node="gpu-box-3")
+    assert MeasureResult.from_json(json.loads(json.dumps(remote.to_json()))) == remote
     bad = [dict(res.to_json(), error_kind="EXPLODED"), dict(res.to_json(), costs="fast"),
            dict(res.to_json(), costs=[True]), {"costs": []}, dict(res.to_json(), error_msg=3),
-           dict(res.to_json(), error_kind="RUN_TIMEOUT")]
+           dict(res.to_json(), error_kind="RUN_TIMEOUT"), dict(res.to_json(), node=7)]
     for obj in bad:
         with pytest.raises(RecordError):
             MeasureResult.from_json(obj)

@@ -28,23 +28,41 @@ class Runner(ABC):
         """One MeasureResult per input, in order. Only successful builds are passed."""
 
 
+class PipelinedRunner(Runner):
+    """A runner that starts timing each candidate as soon as its build is done, so the rest
+    of a batch builds while the first candidates run (a fleet keeps builders and devices busy)."""
+
+    @abstractmethod
+    def measure(self, builder: Builder, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        """One MeasureResult per input, in order, build failures included."""
+
+
 def measure_with(builder: Builder, runner: Runner) -> MeasureBatch:
+    """Measure batches with this pair: a PipelinedRunner overlaps building and timing
+    itself, any other runner gets `build_then_run`."""
+    if isinstance(runner, PipelinedRunner):
+        return lambda inputs: _checked("runner", inputs, runner.measure(builder, inputs))
+    return lambda inputs: build_then_run(builder, runner, inputs)
+
+
+def build_then_run(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
     """Build every input, run those that built, and give build failures their
     result directly, so runners never see a failed build."""
+    builds = builder.build(inputs)
+    _check_count("builder", inputs, builds)
+    built = [i for i, b in enumerate(builds) if b.ok]
+    ran = runner.run([inputs[i] for i in built], [builds[i] for i in built])
+    _check_count("runner", built, ran)
+    ran_in_order = iter(ran)
+    return [
+        next(ran_in_order) if b.ok else MeasureResult.failure(b.error_kind, b.error_msg, b.build_s, time.time())
+        for b in builds
+    ]
 
-    def measure(inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-        builds = builder.build(inputs)
-        _check_count("builder", inputs, builds)
-        built = [i for i, b in enumerate(builds) if b.ok]
-        ran = runner.run([inputs[i] for i in built], [builds[i] for i in built])
-        _check_count("runner", built, ran)
-        ran_in_order = iter(ran)
-        return [
-            next(ran_in_order) if b.ok else MeasureResult.failure(b.error_kind, b.error_msg, b.build_s, time.time())
-            for b in builds
-        ]
 
-    return measure
+def _checked(who: str, inputs: Sequence[object], outputs: list[MeasureResult]) -> list[MeasureResult]:
+    _check_count(who, inputs, outputs)
+    return outputs
 
 
 def _check_count(who: str, inputs: Sequence[object], outputs: Sequence[object]) -> None:

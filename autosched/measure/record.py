@@ -32,6 +32,7 @@ class ErrorKind(Enum):
     RUNTIME_ERROR = 4
     RUN_TIMEOUT = 5
     WRONG_ANSWER = 6  # ran, but its output differs from the reference
+    LOST = 7  # every device it was sent to vanished mid-measurement: says nothing about the config
 
 
 class TaskLike(Protocol):
@@ -65,13 +66,16 @@ class BuildResult:
 
 @dataclass(frozen=True)
 class MeasureResult:
-    """Raw timings in seconds (all repeats, kept for later statistics), or an error."""
+    """Raw timings in seconds (all repeats, kept for later statistics), or an error.
+    `node` names the fleet node that measured it (None: this machine), so a timing can be
+    traced to the hardware it came from."""
 
     costs: tuple[float, ...]
     error_kind: ErrorKind
     error_msg: str
     build_s: float
     timestamp: float
+    node: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "costs", tuple(float(c) for c in self.costs))
@@ -82,6 +86,8 @@ class MeasureResult:
                 raise RecordError(f"a successful result needs positive finite costs, got {self.costs!r}")
         elif self.costs:
             raise RecordError(f"a failed result ({self.error_kind.name}) must not carry costs")
+        if self.node is not None and not isinstance(self.node, str):
+            raise RecordError(f"node must be a string or None, got {self.node!r}")
 
     @classmethod
     def failure(cls, kind: ErrorKind, msg: str, build_s: float, timestamp: float) -> MeasureResult:
@@ -100,8 +106,10 @@ class MeasureResult:
         return statistics.median(self.costs)
 
     def to_json(self) -> dict[str, Any]:
-        return {"costs": list(self.costs), "error_kind": self.error_kind.name, "error_msg": self.error_msg,
-                "build_s": self.build_s, "timestamp": self.timestamp}
+        """`node` only when set, so records measured on this machine read as before."""
+        out = {"costs": list(self.costs), "error_kind": self.error_kind.name, "error_msg": self.error_msg,
+               "build_s": self.build_s, "timestamp": self.timestamp}
+        return out if self.node is None else {**out, "node": self.node}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> MeasureResult:
@@ -114,7 +122,7 @@ class MeasureResult:
             if not isinstance(obj["error_msg"], str):
                 raise RecordError(f"error_msg must be a string, got {obj['error_msg']!r}")
             return cls(costs=tuple(costs), error_kind=kind, error_msg=obj["error_msg"],
-                       build_s=float(obj["build_s"]), timestamp=float(obj["timestamp"]))
+                       build_s=float(obj["build_s"]), timestamp=float(obj["timestamp"]), node=obj.get("node"))
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"malformed measure result {obj!r}: {exc!r}") from None
 

@@ -1,0 +1,226 @@
+"""A fleet of measuring machines on Ray: start a head or a worker node, connect, look, stop.
+
+Each node is a `ray start --block` process this module starts in its own session and records
+in a pid file under the user's cache directory, so `stop_nodes` ends exactly the nodes
+`autosched fleet head/worker` started on this machine and nothing else. A node advertises the
+resources `measure.devices.detect_resources` finds (its CPU ISA class, its GPUs, its
+toolchains), which is how the Ray runner routes a candidate to matching hardware.
+
+Token authentication is always on: every node and driver runs with RAY_AUTH_MODE=token (Ray
+2.60 turns it on by itself only for `address="auto"`), so a fleet is never open without a
+token. The token is RAY_AUTH_TOKEN, or the file RAY_AUTH_TOKEN_PATH names, or Ray's
+~/.ray/auth_token, which `fleet head` creates when none exists; workers and drivers on other
+machines need the same token. Ray itself listens on every interface whatever `host` says:
+`host` is the address the node advertises, the token is what keeps strangers out.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from autosched.measure.devices import PREFIX, FleetError, detect_resources
+
+DEFAULT_PORT = 6379
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """A node this machine started: the pid of its `ray start --block` process (also its
+    process group), its role, the head's address and its log file."""
+
+    pid: int
+    role: str
+    address: str
+    log: str
+
+
+def state_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "autosched" / "fleet"
+
+
+def token_auth() -> None:
+    """Turn Ray's token authentication on for this process and the nodes it starts
+    (Ray reads the mode once, at import: refresh its cached config too)."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    from ray._raylet import Config
+    Config.initialize("")
+
+
+def _has_token() -> bool:
+    from ray._raylet import AuthenticationTokenLoader
+    return AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
+
+
+def _require_token(create: bool) -> None:
+    if _has_token():
+        return
+    if not create:
+        raise FleetError("no Ray auth token: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the head's token, "
+                         "or copy the head machine's ~/.ray/auth_token here")
+    from ray._private.authentication.authentication_token_setup import generate_and_save_token
+    generate_and_save_token()
+    from ray._raylet import AuthenticationTokenLoader
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Ray's C++ client logs a warning line per failed attempt on fd 2: a user who gave a
+    wrong token should read one line, ours."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def probe(address: str) -> None:
+    """Check in milliseconds that a head answers at HOST:PORT and accepts our token
+    (`ray.init` would retry a wrong token for 20 s before a vague ConnectionError)."""
+    token_auth()
+    _require_token(create=False)
+    import ray._raylet
+    from ray.exceptions import AuthenticationError
+    try:
+        with _quiet_stderr():
+            client = ray._raylet.GcsClient(address=address)
+            client.internal_kv_get(b"autosched-probe", None, timeout=5)
+    except AuthenticationError:
+        raise FleetError(f"the Ray head at {address} refused our auth token: use the head's token "
+                         "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)") from None
+    except Exception as e:  # noqa: BLE001 - whatever the GCS client raises, the head is not usable
+        raise FleetError(f"no Ray head answers at {address}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+
+
+def connect(address: str = "auto") -> None:
+    """Join the fleet at `address` ("auto": the head started on this machine) as a driver."""
+    import ray
+    from autosched.measure.ray import FLEET_NAMESPACE
+    if ray.is_initialized():
+        return
+    token_auth()
+    if address != "auto":
+        probe(address)
+    try:
+        ray.init(address=address, namespace=FLEET_NAMESPACE, logging_level="warning", log_to_driver=False)
+    except (ConnectionError, ray.exceptions.RayError, RuntimeError) as e:
+        raise FleetError(f"cannot join the Ray fleet at {address}: {str(e).splitlines()[0]}") from None
+
+
+def disconnect() -> None:
+    import ray
+    ray.shutdown()
+
+
+def _start(role: str, args: list[str], address: str, resources: dict[str, float]) -> NodeProcess:
+    """Run `ray start --block` in its own session, return once the node is up."""
+    state_dir().mkdir(parents=True, exist_ok=True)
+    log = state_dir() / f"{role}-{time.time_ns()}.log"
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
+           f"--resources={json.dumps(resources)}", *args]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    node = NodeProcess(proc.pid, role, address, str(log))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while "Ray runtime started" not in Path(log).read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _kill(proc.pid)
+            tail = Path(log).read_text().strip().splitlines()[-1:] or ["no output"]
+            raise FleetError(f"the Ray {role} did not start (log {log}): {tail[0]}")
+        time.sleep(0.2)
+    (state_dir() / f"{proc.pid}.json").write_text(json.dumps(asdict(node)))
+    return node
+
+
+def start_head(port: int = DEFAULT_PORT, host: str = "127.0.0.1", build_slots: int | None = None) -> NodeProcess:
+    """A head node at HOST:PORT that also offers this machine's devices."""
+    token_auth()
+    _require_token(create=True)
+    args = ["--head", f"--port={port}", f"--node-ip-address={host}", "--include-dashboard=false"]
+    return _start("head", args, f"{host}:{port}", detect_resources(build_slots))
+
+
+def start_worker(address: str, host: str | None = None, build_slots: int | None = None,
+                 resources: dict[str, float] | None = None) -> NodeProcess:
+    """A worker node joined to the head at `address`, offering `resources` (default: the
+    devices and toolchains detected here)."""
+    probe(address)
+    args = [f"--address={address}"] + ([f"--node-ip-address={host}"] if host else [])
+    return _start("worker", args, address, resources if resources is not None else detect_resources(build_slots))
+
+
+def _kill(pid: int) -> None:
+    """SIGTERM lets `ray start --block` stop its node's processes; whatever is left of its
+    process group after a grace period is killed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def started_nodes() -> list[NodeProcess]:
+    """The nodes `fleet head/worker` started on this machine and still running."""
+    nodes = []
+    for f in sorted(state_dir().glob("*.json")) if state_dir().exists() else []:
+        node = NodeProcess(**json.loads(f.read_text()))
+        try:
+            os.kill(node.pid, 0)
+            nodes.append(node)
+        except ProcessLookupError:
+            f.unlink(missing_ok=True)
+    return nodes
+
+
+def stop_nodes() -> list[NodeProcess]:
+    """Stop the nodes started on this machine, workers before heads."""
+    nodes = sorted(started_nodes(), key=lambda n: n.role == "head")
+    for node in nodes:
+        _kill(node.pid)
+        (state_dir() / f"{node.pid}.json").unlink(missing_ok=True)
+    return nodes
+
+
+def fleet_status() -> dict[str, Any]:
+    """One object with a `nodes` list: each node's address, resources and what its device
+    actors are measuring now (the driver must be connected)."""
+    import ray
+    from autosched.measure.ray import ACTOR_PREFIX
+    nodes = {n["NodeID"]: {"node_id": n["NodeID"], "address": n["NodeManagerAddress"], "alive": n["Alive"],
+                           "resources": {k: v for k, v in n["Resources"].items()
+                                         if k.startswith(PREFIX) or k in ("CPU", "GPU")},
+                           "measuring": []}
+             for n in ray.nodes()}
+    described = []
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["name"].startswith(ACTOR_PREFIX):
+            with contextlib.suppress(ValueError, ray.exceptions.RayError):
+                described.append(ray.get_actor(entry["name"], namespace=entry["namespace"]).describe.remote())
+    for ref in described:
+        with contextlib.suppress(ray.exceptions.RayError):
+            actor = ray.get(ref, timeout=5)
+            if actor["node_id"] in nodes and actor["measuring"]:
+                nodes[actor["node_id"]]["measuring"].append({"resource": actor["resource"], **actor["measuring"]})
+    return {"nodes": sorted(nodes.values(), key=lambda n: (not n["alive"], n["address"], n["node_id"]))}

@@ -1,0 +1,139 @@
+"""The Ray builder and runner on a real local Ray cluster (several nodes on this machine).
+
+One module-scoped cluster serves every case: a head that offers this host's CPU device, and
+nodes with fake device resources (Ray cannot tell a fake resource from a real one), added and
+removed as the cases need. Kernels are real gcc builds; faults come from the same test
+templates as the local runner's tests.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from autosched import fleet  # noqa: E402
+from autosched.measure import ErrorKind, MeasureInput, measure_with  # noqa: E402
+from autosched.measure.devices import GCC_RESOURCE, device_resource  # noqa: E402
+from autosched.measure.local import LocalBuilder, RunnerOptions  # noqa: E402
+from autosched.measure.ray import RayBuilder, RayOptions, RayRunner  # noqa: E402
+from autosched.target import Target  # noqa: E402
+from autosched.tuner.api import tune_task  # noqa: E402
+from task_helpers import matmul_task  # noqa: E402
+from test_measure_local import SPACE, AddOneTask, instantiate  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+HOST = Target.parse("llvm")
+OTHER = Target.parse("llvm -mattr=-avx512f,-avx2")  # another device class, still runnable here
+QUICK = RunnerOptions(repeat=2, min_repeat_ms=1.0, timeout=5.0, threads=1, stop_factor=0)
+
+
+def _node(resources: dict[str, float]) -> dict:
+    return {"num_cpus": 1, "resources": {GCC_RESOURCE: 1, **resources}}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head: this host's device. Workers import this checkout and these test modules."""
+    env = pytest.MonkeyPatch()
+    env.setenv("RAY_AUTH_TOKEN", secrets.token_hex(16))
+    env.setenv("RAY_AUTH_MODE", "token")
+    fleet.token_auth()
+    env.setenv("PYTHONPATH", os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    c = Cluster(initialize_head=True, head_node_args=_node({device_resource(HOST): 1}))
+    try:
+        fleet.connect(c.address)
+        yield c
+    finally:
+        fleet.disconnect()
+        c.shutdown()
+        env.undo()
+
+
+def _inputs(target: Target, *behaviours: str) -> list[MeasureInput]:
+    return [MeasureInput(AddOneTask(), target, SPACE.from_values({"behaviour": b})) for b in behaviours]
+
+
+def _node_ids(results) -> set[str]:
+    return {r.node.rsplit("/", 1)[1] for r in results}
+
+
+def test_candidates_go_only_to_nodes_with_their_device(cluster):
+    other = cluster.add_node(**_node({device_resource(OTHER): 1}))
+    try:
+        head_id, other_id = cluster.head_node.node_id, other.node_id
+        options = RayOptions(runner=QUICK, instantiate=instantiate)
+        with RayRunner(options) as runner:
+            mixed = _inputs(HOST, "good", "good_vec") * 2 + _inputs(OTHER, "good", "good_vec") * 2
+            results = measure_with(RayBuilder(options), runner)(mixed)
+        assert all(r.ok for r in results), [r.error_msg for r in results]
+        assert _node_ids(results[:4]) == {head_id[:12]}
+        assert _node_ids(results[4:]) == {other_id[:12]}
+    finally:
+        cluster.remove_node(other)
+
+
+def test_segfaulting_kernel_is_one_failed_record_and_the_device_goes_on(cluster, tmp_path):
+    """Built here by the local builder: its libraries travel to the device as bytes."""
+    builder = LocalBuilder(n_parallel=1, cache_dir=tmp_path, instantiate=instantiate)
+    with RayRunner(RayOptions(runner=QUICK)) as runner:
+        results = measure_with(builder, runner)(_inputs(HOST, "good", "segfault", "good", "wrong"))
+    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR, ErrorKind.RUNTIME_ERROR, ErrorKind.NO_ERROR,
+                                               ErrorKind.WRONG_ANSWER]
+    assert "SIGSEGV" in results[1].error_msg
+    assert results[2].node == results[0].node
+
+
+def test_node_joining_mid_run_gets_the_work(cluster):
+    """No node offers the device when the batch starts; one joins and measures all of it."""
+    late = Target.parse("llvm -mattr=-avx512f,-avx2,-avx")
+    options = RayOptions(runner=QUICK, instantiate=instantiate, refresh_s=0.2)
+    out: list = []
+    with RayRunner(options) as runner:
+        t = threading.Thread(target=lambda: out.extend(measure_with(RayBuilder(options), runner)(
+            _inputs(late, "good", "good_vec", "good"))))
+        t.start()
+        time.sleep(1.0)
+        joined = cluster.add_node(**_node({device_resource(late): 1}))
+        t.join(timeout=120)
+    try:
+        assert not t.is_alive()
+        assert all(r.ok for r in out) and _node_ids(out) == {joined.node_id[:12]}
+    finally:
+        cluster.remove_node(joined)
+
+
+def test_node_removed_mid_tune_every_trial_accounted_for(cluster):
+    """Two devices of the host's class; one node leaves while it measures. The tune finishes
+    with every trial recorded, its in-flight candidates measured again on the head."""
+    doomed = cluster.add_node(**_node({device_resource(HOST): 1}))
+    slow = RunnerOptions(repeat=3, min_repeat_ms=150.0, timeout=10.0, threads=1, stop_factor=0)
+    options = RayOptions(runner=slow, refresh_s=0.2)
+    removed = threading.Event()
+
+    def remove_when_busy() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            busy = {n["node_id"] for n in fleet.fleet_status()["nodes"] if n["measuring"]}
+            if doomed.node_id in busy:
+                cluster.remove_node(doomed, allow_graceful=False)
+                removed.set()
+                return
+            time.sleep(0.1)
+
+    remover = threading.Thread(target=remove_when_busy)
+    remover.start()
+    with RayRunner(options) as runner:
+        result = tune_task(matmul_task((16, 32), (32, 16)), HOST, 12, "random", builder=RayBuilder(options),
+                           runner=runner)
+    remover.join()
+    assert removed.is_set()
+    assert len(result.records) == 12
+    assert all(r.ok for _, r in result.records), [r.error_msg for _, r in result.records if not r.ok]
+    assert {cluster.head_node.node_id[:12]} <= _node_ids(r for _, r in result.records)
