@@ -10,6 +10,7 @@ with the traceback only under `--debug`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -131,10 +132,20 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ray-address", metavar="auto|HOST:PORT",
+                        help="build and measure on the Ray fleet there (see 'autosched fleet') instead of this machine")
+
+
+def _measurers(ray_address: str | None):
+    """(builder, runner) of this machine, or of the fleet at `ray_address`."""
+    if ray_address:
+        from autosched.fleet import fleet_measurers
+        return fleet_measurers(ray_address)
+    from autosched.measure.local import LocalBuilder, LocalRunner
+    return LocalBuilder(), LocalRunner()
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from autosched.measure.local import LocalBuilder, LocalRunner
     from autosched.task_scheduler import tune_tasks
     from autosched.tuner.callbacks import JsonLinesLog
     from autosched.history import load_history
@@ -150,8 +161,9 @@ def run_tune(args: argparse.Namespace) -> int:
         print(f"  {inputs[0].task.op:<10} {len(results):3d} trials, batch best {best}, "
               f"{len(results) - len(ok)} failed", flush=True)
 
-    with LocalRunner() as runner:
-        summary = tune_tasks(tasks, target, args.trials, LocalBuilder(), runner, args.tuner, args.round,
+    builder, runner = _measurers(args.ray_address)
+    with runner:
+        summary = tune_tasks(tasks, target, args.trials, builder, runner, args.tuner, args.round,
                              [JsonLinesLog(args.log), progress], args.seed, history)
     print(f"{'op':<12} {'weight':>6} {'trials':>6} {'best ms':>9} {'GFLOP/s':>8}")
     for p in summary.progress:
@@ -237,6 +249,41 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="fleet_action", metavar="ACTION", required=True)
+    head = actions.add_parser("head", help="start a head node here (it also offers this machine's devices)")
+    head.add_argument("--port", type=int, default=6379)
+    head.add_argument("--host", default="127.0.0.1", help="address the head advertises (default: loopback)")
+    worker = actions.add_parser("worker", help="start a node here with its devices detected, joined to a head")
+    worker.add_argument("--address", required=True, metavar="HOST:PORT")
+    worker.add_argument("--host", default=None, help="address this node advertises (default: Ray's choice)")
+    status = actions.add_parser("status", help="nodes, their device resources and what each is measuring")
+    status.add_argument("--address", default="auto", metavar="auto|HOST:PORT")
+    status.add_argument("--json", action="store_true", help="one JSON object with a 'nodes' list")
+    actions.add_parser("stop", help="stop the nodes 'fleet head/worker' started on this machine")
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    from autosched import fleet
+    if args.fleet_action in ("head", "worker"):
+        node = (fleet.start_head(args.port, args.host) if args.fleet_action == "head"
+                else fleet.start_worker(args.address, args.host))
+        print(f"{node.role} started (pid {node.pid}, log {node.log}), fleet at {node.address}")
+        print(f"resources: {json.dumps(node.resources, sort_keys=True)}")
+        if node.role == "head":
+            print(f"join with: autosched fleet worker --address {node.address}  (token auth is on: workers and "
+                  "drivers need this machine's ~/.ray/auth_token or RAY_AUTH_TOKEN)")
+    elif args.fleet_action == "status":
+        fleet.connect(args.address)
+        status = fleet.fleet_status()
+        fleet.disconnect()
+        print(json.dumps(status, indent=1, sort_keys=True) if args.json else fleet.format_status(status))
+    else:
+        stopped = fleet.stop_nodes()
+        print("\n".join(f"stopped {n.role} pid {n.pid} ({n.address})" for n in stopped) or "no fleet node runs here")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "tasks": Command("list the tuning tasks of a model", _tasks_arguments, run_tasks),
     "tune": Command("tune a model's tasks on this machine, logging every measurement", _tune_arguments, run_tune),
@@ -244,6 +291,7 @@ COMMANDS: dict[str, Command] = {
     "run": Command("run a built model on inputs from an .npz file", _run_arguments, run_run),
     "check": Command("build a model and compare its outputs with onnxruntime", _check_arguments, run_check),
     "bench": Command("median latency of a model against onnxruntime", _bench_arguments, run_bench),
+    "fleet": Command("start, inspect and stop a Ray fleet of measuring machines", _fleet_arguments, run_fleet),
 }
 
 

@@ -41,6 +41,7 @@ class NodeProcess:
     role: str
     address: str
     log: str
+    resources: dict[str, float]
 
 
 def state_dir() -> Path:
@@ -134,7 +135,7 @@ def _start(role: str, args: list[str], address: str, resources: dict[str, float]
            f"--resources={json.dumps(resources)}", *args]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    node = NodeProcess(proc.pid, role, address, str(log))
+    node = NodeProcess(proc.pid, role, address, str(log), resources)
     deadline = time.monotonic() + START_TIMEOUT_S
     while "Ray runtime started" not in Path(log).read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -224,3 +225,20 @@ def fleet_status() -> dict[str, Any]:
             if actor["node_id"] in nodes and actor["measuring"]:
                 nodes[actor["node_id"]]["measuring"].append({"resource": actor["resource"], **actor["measuring"]})
     return {"nodes": sorted(nodes.values(), key=lambda n: (not n["alive"], n["address"], n["node_id"]))}
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """`fleet_status` as one line per node and one per measurement in progress."""
+    lines = []
+    for n in status["nodes"]:
+        devices = ", ".join(f"{k}={v:g}" for k, v in sorted(n["resources"].items()))
+        lines.append(f"{n['node_id'][:12]}  {n['address']:<15} {'alive' if n['alive'] else 'dead ':<5}  {devices}")
+        lines += [f"    measuring {m['task']} config {m['config']} on {m['resource']}" for m in n["measuring"]]
+    return "\n".join(lines) or "no nodes"
+
+
+def fleet_measurers(address: str) -> tuple[Any, Any]:
+    """A Ray builder and runner on the fleet at `address`, for `tune --ray-address`."""
+    connect(address)
+    from autosched.measure.ray import RayBuilder, RayRunner
+    return RayBuilder(), RayRunner()

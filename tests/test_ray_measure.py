@@ -20,7 +20,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from autosched import fleet  # noqa: E402
 from autosched.measure import ErrorKind, MeasureInput, measure_with  # noqa: E402
-from autosched.measure.devices import GCC_RESOURCE, device_resource  # noqa: E402
+from autosched.measure.devices import device_resource, toolchain_resource  # noqa: E402
 from autosched.measure.local import LocalBuilder, RunnerOptions  # noqa: E402
 from autosched.measure.ray import RayBuilder, RayOptions, RayRunner  # noqa: E402
 from autosched.target import Target  # noqa: E402
@@ -34,8 +34,9 @@ OTHER = Target.parse("llvm -mattr=-avx512f,-avx2")  # another device class, stil
 QUICK = RunnerOptions(repeat=2, min_repeat_ms=1.0, timeout=5.0, threads=1, stop_factor=0)
 
 
-def _node(resources: dict[str, float]) -> dict:
-    return {"num_cpus": 1, "resources": {GCC_RESOURCE: 1, **resources}}
+def _node(target: Target) -> dict:
+    """A node with one device of `target`'s class and a build slot for it."""
+    return {"num_cpus": 1, "resources": {device_resource(target): 1, toolchain_resource(target): 1}}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def cluster():
     env.setenv("RAY_AUTH_MODE", "token")
     fleet.token_auth()
     env.setenv("PYTHONPATH", os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    c = Cluster(initialize_head=True, head_node_args=_node({device_resource(HOST): 1}))
+    c = Cluster(initialize_head=True, head_node_args=_node(HOST))
     try:
         fleet.connect(c.address)
         yield c
@@ -65,16 +66,18 @@ def _node_ids(results) -> set[str]:
 
 
 def test_candidates_go_only_to_nodes_with_their_device(cluster):
-    other = cluster.add_node(**_node({device_resource(OTHER): 1}))
+    other = cluster.add_node(**_node(OTHER))
     try:
         head_id, other_id = cluster.head_node.node_id, other.node_id
         options = RayOptions(runner=QUICK, instantiate=instantiate)
+        mixed = _inputs(HOST, "good", "good_vec") * 2 + _inputs(OTHER, "good", "good_vec") * 2
         with RayRunner(options) as runner:
-            mixed = _inputs(HOST, "good", "good_vec") * 2 + _inputs(OTHER, "good", "good_vec") * 2
-            results = measure_with(RayBuilder(options), runner)(mixed)
-        assert all(r.ok for r in results), [r.error_msg for r in results]
-        assert _node_ids(results[:4]) == {head_id[:12]}
-        assert _node_ids(results[4:]) == {other_id[:12]}
+            measure = measure_with(RayBuilder(options), runner)
+            for _ in range(2):  # the second batch builds while the devices' actors hold them
+                results = measure(mixed)
+                assert all(r.ok for r in results), [r.error_msg for r in results]
+                assert _node_ids(results[:4]) == {head_id[:12]}
+                assert _node_ids(results[4:]) == {other_id[:12]}
     finally:
         cluster.remove_node(other)
 
@@ -100,7 +103,7 @@ def test_node_joining_mid_run_gets_the_work(cluster):
             _inputs(late, "good", "good_vec", "good"))))
         t.start()
         time.sleep(1.0)
-        joined = cluster.add_node(**_node({device_resource(late): 1}))
+        joined = cluster.add_node(**_node(late))
         t.join(timeout=120)
     try:
         assert not t.is_alive()
@@ -112,7 +115,7 @@ def test_node_joining_mid_run_gets_the_work(cluster):
 def test_node_removed_mid_tune_every_trial_accounted_for(cluster):
     """Two devices of the host's class; one node leaves while it measures. The tune finishes
     with every trial recorded, its in-flight candidates measured again on the head."""
-    doomed = cluster.add_node(**_node({device_resource(HOST): 1}))
+    doomed = cluster.add_node(**_node(HOST))
     slow = RunnerOptions(repeat=3, min_repeat_ms=150.0, timeout=10.0, threads=1, stop_factor=0)
     options = RayOptions(runner=slow, refresh_s=0.2)
     removed = threading.Event()

@@ -17,7 +17,6 @@ import subprocess
 from autosched.errors import AutoschedError
 from autosched.target import Target
 
-GCC_RESOURCE = "autosched-gcc"
 NVCC_RESOURCE = "autosched-nvcc"
 PREFIX = "autosched-"
 
@@ -26,19 +25,21 @@ class FleetError(AutoschedError):
     """A fleet that cannot take the work: not started, not reachable, wrong token, no such device."""
 
 
+def _isa(target: Target) -> str:
+    """`Target.isa` where the target has one, else a digest of its fingerprint."""
+    return getattr(target, "isa", None) or hashlib.sha256(target.fingerprint.encode()).hexdigest()[:12]
+
+
 def device_resource(target: Target) -> str:
-    """The resource of a device that may measure `target`: the CPU's ISA class
-    (`Target.isa` where the target has one, else a digest of its fingerprint) or the
+    """The resource of a device that may measure `target`: the CPU's ISA class or the
     GPU's compute capability."""
-    if target.kind == "cuda":
-        return f"{PREFIX}gpu-{target.option('arch')}"
-    isa = getattr(target, "isa", None) or hashlib.sha256(target.fingerprint.encode()).hexdigest()[:12]
-    return f"{PREFIX}cpu-{isa}"
+    return f"{PREFIX}gpu-{target.option('arch')}" if target.kind == "cuda" else f"{PREFIX}cpu-{_isa(target)}"
 
 
 def toolchain_resource(target: Target) -> str:
-    """The resource of a node that can build for `target`."""
-    return NVCC_RESOURCE if target.kind == "cuda" else GCC_RESOURCE
+    """The resource of a build slot for `target`. nvcc builds for any arch; gcc builds with
+    -march=native, so only for its own host's ISA class (until the flags follow the target)."""
+    return NVCC_RESOURCE if target.kind == "cuda" else f"{PREFIX}gcc-{_isa(target)}"
 
 
 def _gpu_archs() -> list[str]:
@@ -57,12 +58,13 @@ def detect_resources(build_slots: int | None = None) -> dict[str, float]:
     """The resources this machine offers a fleet: its CPU as one device, each GPU as one,
     and `build_slots` (default: all cores) parallel builds per toolchain it has."""
     slots = float(build_slots or os.cpu_count() or 1)
-    resources: dict[str, float] = {device_resource(Target.parse("llvm")): 1.0}
+    host = Target.parse("llvm")
+    resources: dict[str, float] = {device_resource(host): 1.0}
     for arch in _gpu_archs():
         name = device_resource(Target.parse(f"cuda -arch={arch}"))
         resources[name] = resources.get(name, 0.0) + 1.0
     if shutil.which("gcc"):
-        resources[GCC_RESOURCE] = slots
+        resources[toolchain_resource(host)] = slots
     if shutil.which("nvcc"):
         resources[NVCC_RESOURCE] = slots
     return resources

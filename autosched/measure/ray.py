@@ -98,9 +98,8 @@ def require_ray() -> None:
 
 
 class RayBuilder(Builder):
-    """Builds as Ray tasks on nodes with the target's toolchain. Until the compiler flags
-    follow the target instead of the build host (-march=native), a build also runs on a node
-    that has the target's device, so its code matches the hardware that times it."""
+    """Builds as Ray tasks in the build slots of the target's toolchain, on any node
+    (`devices.toolchain_resource` says which nodes can build for which target)."""
 
     def __init__(self, options: RayOptions = RayOptions()):
         self.options = options
@@ -112,7 +111,7 @@ class RayBuilder(Builder):
         build = _remote(_build_remote)
         o = self.options
         return [tuple(build.options(num_cpus=1, num_returns=2, max_retries=o.build_retries,
-                                    resources={toolchain_resource(inp.target): 1, device_resource(inp.target): 0.001})
+                                    resources={toolchain_resource(inp.target): 1})
                       .remote(inp, o.instantiate, o.build_timeout)) for inp in inputs]
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:

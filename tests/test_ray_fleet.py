@@ -1,0 +1,70 @@
+"""`autosched fleet head/worker/status/stop` and `tune --ray-address`, as a user runs them:
+real processes on loopback ports, token authentication on, a throwaway token and state dir."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+from test_tune_model import small_model  # noqa: E402,F401 - a fixture
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "RAY_AUTH_TOKEN": secrets.token_hex(16),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autosched.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_head_worker_tune_status_stop(env, small_model, tmp_path):  # noqa: F811
+    address = f"127.0.0.1:{_free_port()}"
+    try:
+        head = _cli(env, "fleet", "head", "--port", address.split(":")[1])
+        assert head.returncode == 0, head.stderr
+        assert f"fleet at {address}" in head.stdout and "autosched-gcc" in head.stdout
+        worker = _cli(env, "fleet", "worker", "--address", address)
+        assert worker.returncode == 0, worker.stderr
+        assert "worker started" in worker.stdout and "autosched-cpu-" in worker.stdout
+
+        log = tmp_path / "fleet.jsonl"
+        tune = _cli(env, "tune", str(small_model), "--trials", "4", "--round", "2", "--tuner", "random",
+                    "--log", str(log), "--ray-address", address)
+        assert tune.returncode == 0, tune.stderr
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len(records) == 4 and all(r["node"] for r in records)
+
+        status = _cli(env, "fleet", "status", "--address", address, "--json")
+        assert status.returncode == 0, status.stderr
+        nodes = json.loads(status.stdout)["nodes"]
+        assert len(nodes) == 2 and all(n["alive"] and n["measuring"] == [] for n in nodes)
+        assert all(any(k.startswith("autosched-cpu-") for k in n["resources"]) for n in nodes)
+
+        for token in ("wrong", None):
+            bad_env = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
+            bad_env.update({"RAY_AUTH_TOKEN": token} if token else {"HOME": str(tmp_path)})
+            refused = _cli(bad_env, "fleet", "status", "--address", address)
+            assert refused.returncode == 2
+            assert len(refused.stderr.strip().splitlines()) == 1 and "token" in refused.stderr
+    finally:
+        stop = _cli(env, "fleet", "stop")
+    assert stop.returncode == 0 and "stopped worker" in stop.stdout and "stopped head" in stop.stdout
+    assert "no fleet node runs here" in _cli(env, "fleet", "stop").stdout
