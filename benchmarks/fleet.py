@@ -1,0 +1,128 @@
+"""Throughput of the Ray fleet on this machine: trials per minute with 1, 2 and 3 measuring
+devices, and the per-trial cost of the Ray path against the local builder and runner.
+
+    python benchmarks/fleet.py [--json] [--trials 24] [--min-repeat-ms 100]
+
+A measurement-bound task: valid configs of a small matmul, each timed for at least
+3 × `--min-repeat-ms` on one thread, their builds already in the kernel cache. For N devices a
+local Ray cluster (`ray.cluster_utils.Cluster`) offers N units of this host's device resource,
+so the runner starts N actors; every device shares this machine's cores, so N beyond the core
+count cannot scale (say so when quoting). The overhead row times the same candidates with
+near-zero timing budgets through LocalBuilder+LocalRunner and through RayBuilder+RayRunner with
+one device: the difference per trial is what the Ray path adds. `--json` prints one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autosched import fleet  # noqa: E402
+from autosched.graph.builder import GraphBuilder  # noqa: E402
+from autosched.graph.ir import Op  # noqa: E402
+from autosched.measure import Builder, MeasureInput, Runner, measure_with  # noqa: E402
+from autosched.measure.devices import device_resource, toolchain_resource  # noqa: E402
+from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
+from autosched.target import Target  # noqa: E402
+from autosched.task import Task, extract_tasks  # noqa: E402
+from search_spaces import get_template  # noqa: E402
+
+
+def matmul(m: int, k: int, n: int) -> Task:
+    b = GraphBuilder()
+    w = b.constant("w", np.random.default_rng(0).standard_normal((k, n)).astype(np.float32))
+    b.output(b.node(Op.MATMUL, [b.input("a", (m, k)), w]))
+    (task,) = extract_tasks(b.build()).tasks
+    return task
+
+
+def candidates(task: Task, target: Target, n: int) -> list[MeasureInput]:
+    """`n` configs that build and run (random ones, found with the local builder and runner;
+    this also fills the kernel cache, so no later run compiles)."""
+    space = get_template(task.op, target.kind).space(task, target)
+    rng = np.random.default_rng(0)
+    quick = RunnerOptions(repeat=1, min_repeat_ms=0.0, threads=1, stop_factor=0)
+    found: list[MeasureInput] = []
+    with LocalRunner(quick) as runner:
+        while len(found) < n:
+            batch = [MeasureInput(task, target, space.get(int(i))) for i in rng.integers(0, len(space), 2 * n)]
+            results = measure_with(LocalBuilder(), runner)(batch)
+            found += [inp for inp, res in zip(batch, results) if res.ok]
+    return found[:n]
+
+
+def per_trial(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput]) -> float:
+    start = time.perf_counter()
+    results = measure_with(builder, runner)(inputs)
+    assert all(r.ok for r in results), [r.error_msg for r in results if not r.ok]
+    return (time.perf_counter() - start) / len(inputs)
+
+
+def on_cluster(devices: int, target: Target, options: RunnerOptions, inputs: Sequence[MeasureInput]) -> float:
+    """Seconds per trial with `devices` actors on a fresh local cluster (after a warm-up
+    batch that starts the actors and the build workers)."""
+    from ray.cluster_utils import Cluster
+    from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
+    cores = os.cpu_count() or 1
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": cores, "resources": {device_resource(target): devices, toolchain_resource(target): cores}})
+    try:
+        fleet.connect(cluster.address)
+        ray_options = RayOptions(runner=options)
+        with RayRunner(ray_options) as runner:
+            per_trial(RayBuilder(ray_options), runner, inputs[:devices])
+            return per_trial(RayBuilder(ray_options), runner, inputs)
+    finally:
+        fleet.disconnect()
+        cluster.shutdown()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--trials", type=int, default=24)
+    parser.add_argument("--min-repeat-ms", type=float, default=100.0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))  # a throwaway cluster's own token
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    fleet.token_auth()
+    target = Target.parse("llvm")
+    inputs = candidates(matmul(64, 64, 64), target, args.trials)
+
+    timed = RunnerOptions(repeat=3, min_repeat_ms=args.min_repeat_ms, threads=1, stop_factor=0)
+    scaling = {n: 60.0 / on_cluster(n, target, timed, inputs) for n in (1, 2, 3)}
+
+    bare = RunnerOptions(repeat=1, min_repeat_ms=0.0, threads=1, stop_factor=0)
+    with LocalRunner(bare) as runner:
+        local = per_trial(LocalBuilder(), runner, inputs)
+    ray_path = on_cluster(1, target, bare, inputs)
+    out = {"host": {"cores": os.cpu_count(), "avx512f": "avx512f" in Target.parse("llvm").fingerprint},
+           "task": "matmul 64x64x64, measurement-bound", "trials": args.trials,
+           "min_repeat_ms": args.min_repeat_ms, "trials_per_minute": {str(n): round(v, 1) for n, v in scaling.items()},
+           "speedup": {str(n): round(v / scaling[1], 2) for n, v in scaling.items()},
+           "per_trial_ms": {"local": round(local * 1e3, 1), "ray": round(ray_path * 1e3, 1),
+                            "ray_overhead": round((ray_path - local) * 1e3, 1)}}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{args.trials} trials of {out['task']} (≥ 3 × {args.min_repeat_ms:g} ms each), "
+              f"{os.cpu_count()} cores shared by every device")
+        for n, v in scaling.items():
+            print(f"  {n} device(s): {v:7.1f} trials/min  ({v / scaling[1]:.2f}×)")
+        print(f"per trial, near-zero timing: local {local * 1e3:.1f} ms, Ray {ray_path * 1e3:.1f} ms "
+              f"(+{(ray_path - local) * 1e3:.1f} ms)")
+    return out
+
+
+if __name__ == "__main__":
+    main()
