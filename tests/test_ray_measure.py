@@ -25,12 +25,13 @@ from autosched.measure.local import LocalBuilder, RunnerOptions  # noqa: E402
 from autosched.measure.ray import RayBuilder, RayOptions, RayRunner  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.tuner.api import tune_task  # noqa: E402
+from isa import AVX2  # noqa: E402
 from task_helpers import matmul_task  # noqa: E402
 from test_measure_local import SPACE, AddOneTask, instantiate  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 HOST = Target.parse("llvm")
-OTHER = Target.parse("llvm -mattr=-avx512f,-avx2")  # another device class, still runnable here
+OTHER = AVX2 if HOST.isa != AVX2.isa else Target.parse("llvm -mattr=-avx2")  # another ISA class, runnable here
 QUICK = RunnerOptions(repeat=2, min_repeat_ms=1.0, timeout=5.0, threads=1, stop_factor=0)
 
 
