@@ -219,9 +219,10 @@ def fleet_status() -> dict[str, Any]:
         if entry["name"].startswith(ACTOR_PREFIX):
             with contextlib.suppress(ValueError, ray.exceptions.RayError):
                 described.append(ray.get_actor(entry["name"], namespace=entry["namespace"]).describe.remote())
-    for ref in described:
+    answered, _ = ray.wait(described, num_returns=len(described), timeout=5)  # the dead never answer
+    for ref in answered:
         with contextlib.suppress(ray.exceptions.RayError):
-            actor = ray.get(ref, timeout=5)
+            actor = ray.get(ref)
             if actor["node_id"] in nodes and actor["measuring"]:
                 nodes[actor["node_id"]]["measuring"].append({"resource": actor["resource"], **actor["measuring"]})
     return {"nodes": sorted(nodes.values(), key=lambda n: (not n["alive"], n["address"], n["node_id"]))}

@@ -22,7 +22,7 @@ from autosched import fleet  # noqa: E402
 from autosched.measure import ErrorKind, MeasureInput, measure_with  # noqa: E402
 from autosched.measure.devices import device_resource, toolchain_resource  # noqa: E402
 from autosched.measure.local import LocalBuilder, RunnerOptions  # noqa: E402
-from autosched.measure.ray import RayBuilder, RayOptions, RayRunner  # noqa: E402
+from autosched.measure.ray import ACTOR_PREFIX, RayBuilder, RayOptions, RayRunner  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.tuner.api import tune_task  # noqa: E402
 from isa import AVX2  # noqa: E402
@@ -141,3 +141,43 @@ def test_node_removed_mid_tune_every_trial_accounted_for(cluster):
     assert len(result.records) == 12
     assert all(r.ok for _, r in result.records), [r.error_msg for _, r in result.records if not r.ok]
     assert {cluster.head_node.node_id[:12]} <= _node_ids(r for _, r in result.records)
+
+
+def _busy_actor():
+    """The handle of a device actor that is measuring now (asks every live one at once: actors
+    of earlier cases on removed nodes never answer)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        asked = {}
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["name"].startswith(ACTOR_PREFIX):
+                try:
+                    handle = ray.get_actor(entry["name"], namespace=entry["namespace"])
+                except ValueError:
+                    continue
+                asked[handle.describe.remote()] = handle
+        answered, _ = ray.wait(list(asked), num_returns=len(asked), timeout=0.5)
+        for ref in answered:
+            try:
+                if ray.get(ref)["measuring"]:
+                    return asked[ref]
+            except ray.exceptions.RayError:
+                continue
+    raise AssertionError("no device actor began measuring within 60 s")
+
+
+def test_killed_actor_costs_one_lost_record_and_is_restarted(cluster):
+    """A device actor dies mid-measurement (as if its process crashed): with one attempt allowed,
+    that candidate is recorded LOST, and a fresh actor on the same device measures the rest."""
+    slow = RunnerOptions(repeat=3, min_repeat_ms=150.0, timeout=10.0, threads=1, stop_factor=0)
+    options = RayOptions(runner=slow, instantiate=instantiate, max_attempts=1, refresh_s=0.2)
+    out: list = []
+    with RayRunner(options) as runner:
+        t = threading.Thread(target=lambda: out.extend(measure_with(RayBuilder(options), runner)(
+            _inputs(HOST, "good", "good_vec") * 3)))
+        t.start()
+        ray.kill(_busy_actor())
+        t.join(timeout=120)
+    assert not t.is_alive()
+    assert sorted(r.error_kind.name for r in out) == ["LOST"] + ["NO_ERROR"] * 5
+    assert "lost after 1 attempt" in next(r.error_msg for r in out if not r.ok)
