@@ -21,7 +21,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from autosched import fleet  # noqa: E402
 from autosched.measure import ErrorKind, MeasureInput, measure_with  # noqa: E402
 from autosched.measure.devices import device_resource, toolchain_resource  # noqa: E402
-from autosched.measure.local import LocalBuilder, RunnerOptions  # noqa: E402
+from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
 from autosched.measure.ray import ACTOR_PREFIX, RayBuilder, RayOptions, RayRunner  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.tuner.api import tune_task  # noqa: E402
@@ -92,6 +92,16 @@ def test_segfaulting_kernel_is_one_failed_record_and_the_device_goes_on(cluster,
                                                ErrorKind.WRONG_ANSWER]
     assert "SIGSEGV" in results[1].error_msg
     assert results[2].node == results[0].node
+
+
+def test_fleet_builds_feed_a_local_runner(cluster):
+    """The Ray builder alone: libraries built on the fleet land here, failures stay results."""
+    builds = RayBuilder(RayOptions(instantiate=instantiate)).build(_inputs(HOST, "good", "bad_split"))
+    assert builds[0].ok and Path(builds[0].artifact).exists()
+    assert builds[1].error_kind is ErrorKind.INSTANTIATION_ERROR
+    with LocalRunner(QUICK) as runner:
+        (res,) = runner.run(_inputs(HOST, "good"), builds[:1])
+    assert res.ok and res.node is None
 
 
 def test_node_joining_mid_run_gets_the_work(cluster):

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import socket
-import tempfile
 import time
 import uuid
 from collections import deque
@@ -28,6 +27,7 @@ from typing import Any, Sequence
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from autosched.codegen.gcc import default_cache_dir
 from autosched.measure.devices import FleetError, device_resource, toolchain_resource
 from autosched.measure.interface import Builder, PipelinedRunner, build_then_run
 from autosched.measure.local import Instantiate, LocalRunner, RunnerOptions, _build_one, instantiate_from_template
@@ -52,14 +52,19 @@ class BuiltKernel:
         manifest = json.loads(Path(path).read_text())
         return cls(Path(manifest["lib"]).read_bytes(), manifest["symbol"], tuple(manifest["params"]))
 
-    def install(self, directory: Path) -> str:
+    def install(self) -> str:
         """Write the library (named by its digest: identical builds share one file) and its
-        manifest under `directory`; the manifest's path is the artifact a runner takes."""
+        manifest into this machine's kernel cache; the manifest's path is the artifact a runner takes."""
+        directory = default_cache_dir() / "from-fleet"
+        directory.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(self.lib).hexdigest()[:32]
         lib, manifest = directory / f"{digest}.so", directory / f"{digest}.json"
-        if not manifest.exists():
-            lib.write_bytes(self.lib)
-            manifest.write_text(json.dumps({"lib": str(lib), "symbol": self.symbol, "params": list(self.params)}))
+        if not manifest.exists():  # written whole under a private name first: nodes' actors share the cache
+            for path, data in ((lib, self.lib), (manifest, json.dumps({"lib": str(lib), "symbol": self.symbol,
+                                                                       "params": list(self.params)}).encode())):
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
         return str(manifest)
 
 
@@ -85,6 +90,11 @@ class RayOptions:
     refresh_s: float = 1.0  # how often the driver looks for joined and departed nodes
 
 
+def _lost_build(e: Exception) -> BuildResult:
+    """A build whose task Ray could not finish (its node left more often than it retries)."""
+    return BuildResult(None, ErrorKind.LOST, f"the build was lost: {type(e).__name__}: {str(e).splitlines()[0]}", 0.0)
+
+
 @functools.lru_cache(maxsize=None)
 def _remote(fn_or_class: Any) -> Any:
     """The Ray wrapper of a function or actor class, made once per process (each wrapper
@@ -103,7 +113,6 @@ class RayBuilder(Builder):
 
     def __init__(self, options: RayOptions = RayOptions()):
         self.options = options
-        self._dir = tempfile.TemporaryDirectory(prefix="autosched-raybuild-")
 
     def submit(self, inputs: Sequence[MeasureInput]) -> list[tuple[Any, Any]]:
         """Start every build; (result ref, kernel ref) per input, in order."""
@@ -121,9 +130,9 @@ class RayBuilder(Builder):
             try:
                 res, kernel = ray.get(res_ref), ray.get(kernel_ref)
             except ray.exceptions.RayError as e:
-                out.append(BuildResult(None, ErrorKind.LOST, f"the build was lost: {type(e).__name__}", 0.0))
+                out.append(_lost_build(e))
                 continue
-            out.append(replace(res, artifact=kernel.install(Path(self._dir.name))) if res.ok else res)
+            out.append(replace(res, artifact=kernel.install()) if res.ok else res)
         return out
 
 
@@ -137,7 +146,6 @@ class DeviceActor:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.node = f"{socket.gethostname()}/{self.node_id[:12]}"
         self.runner = LocalRunner(options or RunnerOptions())
-        self.dir = tempfile.TemporaryDirectory(prefix="autosched-device-")
         self.current: dict | None = None
 
     def ready(self) -> str:
@@ -146,7 +154,7 @@ class DeviceActor:
     def measure(self, inp: MeasureInput, build: BuildResult, kernel: BuiltKernel) -> MeasureResult:
         self.current = {"task": inp.task.key, "config": inp.config.index, "since": time.time()}
         try:
-            artifact = kernel.install(Path(self.dir.name))
+            artifact = kernel.install()
             (res,) = self.runner.run([inp], [replace(build, artifact=artifact)])
             return replace(res, node=self.node)
         finally:
@@ -294,8 +302,8 @@ class RayRunner(PipelinedRunner):
         try:
             build = ray.get(ref)
         except ray.exceptions.RayError as e:
-            results[index] = MeasureResult.failure(ErrorKind.LOST, f"the build was lost: {type(e).__name__}: {e}",
-                                                   0.0, time.time())
+            build = _lost_build(e)
+            results[index] = MeasureResult.failure(build.error_kind, build.error_msg, build.build_s, time.time())
             return
         if build.ok:
             ready.append(_Job(index, inputs[index], build, kernel))
