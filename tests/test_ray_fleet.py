@@ -8,6 +8,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,31 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):  # noqa: F811
         stop = _cli(env, "fleet", "stop")
     assert stop.returncode == 0 and "stopped worker" in stop.stdout and "stopped head" in stop.stdout
     assert "no fleet node runs here" in _cli(env, "fleet", "stop").stdout
+
+
+@pytest.mark.slow
+def test_driver_killed_mid_tune_loses_only_its_batch(env, small_model, tmp_path):  # noqa: F811
+    """kill -9 of `tune --ray-address`: the fleet stays up with nothing left measuring, and a
+    second tune resumes from the log without measuring any logged config again."""
+    address = f"127.0.0.1:{_free_port()}"
+    log = tmp_path / "killed.jsonl"
+    tune = ["tune", str(small_model), "--round", "2", "--tuner", "random", "--log", str(log), "--ray-address", address]
+    try:
+        assert _cli(env, "fleet", "head", "--port", address.split(":")[1]).returncode == 0
+        driver = subprocess.Popen([sys.executable, "-m", "autosched.cli", *tune, "--trials", "40"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not log.exists() or len(log.read_text().splitlines()) < 4:
+            assert driver.poll() is None
+            time.sleep(0.2)
+        driver.kill()
+        driver.wait()
+        logged = len(log.read_text().splitlines())
+        status = json.loads(_cli(env, "fleet", "status", "--address", address, "--json").stdout)
+        assert [n["measuring"] for n in status["nodes"]] == [[]]
+        again = _cli(env, *tune, "--trials", "6")
+        assert again.returncode == 0 and f"resuming from {logged} records" in again.stdout
+    finally:
+        _cli(env, "fleet", "stop")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    configs = {(r["task"], json.dumps(r["config"], sort_keys=True)) for r in records}
+    assert len(records) == logged + 6 == len(configs)
