@@ -1,0 +1,40 @@
+"""A build's `schedule_for` over the database: each task's best valid config, else the default."""
+from __future__ import annotations
+
+import logging
+
+from autosched.database.queries import best
+from autosched.database.store import Database
+from autosched.schedule import Schedule
+from autosched.target import Target
+from autosched.task import Task
+
+log = logging.getLogger("autosched.database")
+
+
+def _cpu(fingerprint: str) -> str:
+    parts = fingerprint.split("|")
+    return parts[1] if len(parts) > 1 else fingerprint
+
+
+class TunedSchedules:
+    """Called by `build_model` once per task; `used` lists the tasks that got a tuned config."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.used: list[str] = []
+        self._noticed: set[str] = set()
+
+    def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
+        from autosched.build import default_kernel
+        from search_spaces import get_template
+        found = best(self.db, task, target)
+        if found is None:
+            return default_kernel(task, target)
+        if found.fingerprint != target.fingerprint and found.fingerprint not in self._noticed:
+            self._noticed.add(found.fingerprint)
+            log.warning("%s: some tasks use records measured on another CPU of the same ISA (%s, this is %s); "
+                        "tune here for schedules fitted to this one", self.db.location, _cpu(found.fingerprint),
+                        _cpu(target.fingerprint))
+        self.used.append(task.key)
+        return get_template(task.op, target.kind).apply(task, found.config, target)
