@@ -10,6 +10,7 @@ with the traceback only under `--debug`.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -19,7 +20,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autosched.errors import AutoschedError
+from autosched import cli_db
+from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
 from autosched.graph.passes import optimize
@@ -96,63 +98,42 @@ def format_task_table(task_set: TaskSet) -> str:
 
 def _build_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_log_argument(parser)
+    add_db_argument(parser)
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="the library to write; OUT's .json manifest and .weights go beside it")
 
 
-def add_log_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log", action="append", default=[], metavar="LOG.jsonl",
-                        help="tuning log(s) whose best configs to use (repeatable; default: untuned schedules)")
-
-
-def _schedules(args: argparse.Namespace):
-    from autosched.build import default_kernel
-    from autosched.history import TunedSchedules
-    return TunedSchedules(args.log) if args.log else default_kernel
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=None, metavar="PATH",
+                        help="tuning database (a file or SQLAlchemy URL; default: $AUTOSCHED_DB, else "
+                             "$XDG_DATA_HOME/autosched/tuning.db)")
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from autosched.build import build_model
-    schedules = _schedules(args)
-    files = build_model(load_onnx(args.model, dict(args.shape)), Path(args.output), Target.parse(args.target),
-                        schedules)
-    tuned = f", {len(set(schedules.used))} tasks with tuned schedules" if args.log else ""
-    print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}{tuned}")
+    from autosched.api import build
+    out = build(args.model, args.target, db=args.db, output=args.output, shapes=dict(args.shape))
+    files = out.files
+    print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}, "
+          f"{out.tuned} of {out.tasks} tasks with tuned schedules")
     return 0
 
 
 def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_db_argument(parser)
     parser.add_argument("--trials", type=int, required=True, help="measurements over all tasks")
-    parser.add_argument("--log", default="tuning.jsonl", metavar="LOG.jsonl",
-                        help="where every measurement is appended (default: tuning.jsonl); a run resumes from "
-                             "the records already there, measuring none of them again")
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
     parser.add_argument("--seed", type=int, default=0)
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from autosched.measure.local import LocalBuilder, LocalRunner
-    from autosched.task_scheduler import tune_tasks
-    from autosched.tuner.callbacks import JsonLinesLog
-    from autosched.history import load_history
+    from autosched.api import tune
+    from autosched.progress import TextProgress
     target = Target.parse(args.target)
-    tasks = extract_tasks(load_graph(args)).tasks
-    history = load_history([args.log], tasks, target) if os.path.exists(args.log) else {}
-    if history:
-        print(f"resuming from {sum(map(len, history.values()))} records of {len(history)} tasks in {args.log}")
-
-    def progress(inputs, results) -> None:
-        ok = [r.cost for r in results if r.ok]
-        best = f"{min(ok) * 1e3:.4g} ms" if ok else "no success"
-        print(f"  {inputs[0].task.op:<10} {len(results):3d} trials, batch best {best}, "
-              f"{len(results) - len(ok)} failed", flush=True)
-
-    with LocalRunner() as runner:
-        summary = tune_tasks(tasks, target, args.trials, LocalBuilder(), runner, args.tuner, args.round,
-                             [JsonLinesLog(args.log), progress], args.seed, history)
+    out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
+               seed=args.seed, shapes=dict(args.shape), callbacks=[TextProgress()])
+    summary = out.summary
     print(f"{'op':<12} {'weight':>6} {'trials':>6} {'best ms':>9} {'GFLOP/s':>8}")
     for p in summary.progress:
         ms = p.best_cost * 1e3
@@ -160,8 +141,9 @@ def run_tune(args: argparse.Namespace) -> int:
         print(f"{p.task.op:<12} {p.task.weight:>6} {p.trials:>6} {ms:>9.4g} {gflops:>8.1f}")
     for task, why in summary.skipped:
         print(f"{task.op:<12} not tuned: {why}")
-    print(f"{summary.trials} trials logged to {args.log}; build with: autosched build {args.model} "
-          f"--target '{target}' --log {args.log} -o model.so")
+    db = f" --db {args.db}" if args.db else ""
+    print(f"{summary.trials} trials committed to {out.database}; build with: autosched build {args.model} "
+          f"--target '{target}'{db} -o model.so")
     return 0
 
 
@@ -186,7 +168,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_log_argument(parser)
+    add_db_argument(parser)
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
@@ -194,11 +176,11 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _built(args: argparse.Namespace, tmp: str):
     """The model imported, built into `tmp` and loaded, plus an onnxruntime session and the graph."""
-    from autosched.build import build_model
+    from autosched.api import build
     from autosched.evaluate import onnxruntime_session
     from autosched.runtime import load_model
     graph = load_onnx(args.model, dict(args.shape))
-    files = build_model(graph, Path(tmp) / "model.so", Target.parse(args.target), _schedules(args))
+    files = build(args.model, args.target, db=args.db, output=Path(tmp) / "model.so", shapes=dict(args.shape)).files
     threads = getattr(args, "threads", None) or os.cpu_count() or 1
     model = load_model(files.library)
     model.set_num_threads(threads)
@@ -219,7 +201,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_log_argument(parser)
+    add_db_argument(parser)
     parser.add_argument("--threads", type=int, default=None, help="threads for both (default: all cores)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs of each, alternating")
 
@@ -244,7 +226,18 @@ COMMANDS: dict[str, Command] = {
     "run": Command("run a built model on inputs from an .npz file", _run_arguments, run_run),
     "check": Command("build a model and compare its outputs with onnxruntime", _check_arguments, run_check),
     "bench": Command("median latency of a model against onnxruntime", _bench_arguments, run_bench),
+    "db": Command("the tuning database: import, export, stats, best, merge, prune", cli_db.add_arguments, cli_db.run),
 }
+
+
+def _show_warnings() -> None:
+    """The database's warnings (skipped records, records from another CPU) as `warning: …` lines."""
+    logger = logging.getLogger("autosched")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,8 +254,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _show_warnings()
     try:
         return args.run(args)
+    except TuneInterrupted as exc:
+        print(f"interrupted: {exc.kept} records kept in {exc.database}; run the same command again to resume "
+              "(nothing measured is measured again)", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
     except AutoschedError as exc:
         if args.debug:
             raise

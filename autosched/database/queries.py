@@ -61,25 +61,36 @@ def _config(row, space: ConfigSpace, task: Task, db: Database) -> Config | None:
         return None
 
 
+def _usable(db: Database, rows, task: Task, space: ConfigSpace):
+    """(row, config) for each row of `task` whose config is valid in `space`; the others are
+    skipped with a warning naming them (a whole other space version in one line)."""
+    other_space = 0
+    for row in rows:
+        if row["space"] != space.fingerprint:
+            other_space += 1
+            continue
+        config = _config(row, space, task, db)
+        if config is not None:
+            yield row, config
+    if other_space:
+        log.warning("%s: %d records of task %s skipped: measured in another space version (the template or "
+                    "target changed since)", db.location, other_space, _describe(task))
+
+
 def history(db: Database, tasks: Sequence[Task], target: Target) -> dict[str, list[Record]]:
     """Task key → records to resume from: each task's own records measured on this exact machine,
     plus (under other keys) records of the same templates on other workloads of the same ISA,
     which model-based tuners train on before their first trial."""
     spaces = {t.key: s for t in tasks if (s := space_of(t, target)) is not None}
     by_key = {t.key: t for t in tasks if t.key in spaces}
-    out: dict[str, list[Record]] = {}
-    other_space: dict[str, int] = {}
+    rows: dict[str, list] = {}
     for row in _rows(db, workloads.c.key.in_(by_key), targets.c.fingerprint == target.fingerprint):
-        task, space = by_key[row["key"]], spaces[row["key"]]
-        if row["space"] != space.fingerprint:
-            other_space[row["key"]] = other_space.get(row["key"], 0) + 1
-            continue
-        config = _config(row, space, task, db)
-        if config is not None:
-            out.setdefault(task.key, []).append((MeasureInput(task, target, config), result_of(row)))
-    for key, n in other_space.items():
-        log.warning("%s: %d records of task %s skipped: measured in another space version (the template or "
-                    "target changed since)", db.location, n, _describe(by_key[key]))
+        rows.setdefault(row["key"], []).append(row)
+    out: dict[str, list[Record]] = {}
+    for key, task_rows in rows.items():
+        task = by_key[key]
+        for row, config in _usable(db, task_rows, task, spaces[key]):
+            out.setdefault(key, []).append((MeasureInput(task, target, config), result_of(row)))
     for template in {s.template for s in spaces.values()}:
         _transfer(db, template, target, set(by_key), out)
     return out
@@ -125,12 +136,10 @@ def best(db: Database, task: Task, target: Target) -> Best | None:
     space = space_of(task, target)
     if space is None:
         return None
-    common = (workloads.c.key == task.key, workloads.c.space == space.fingerprint, records.c.cost.is_not(None))
+    common = (workloads.c.key == task.key, records.c.cost.is_not(None))
     for where in ((targets.c.fingerprint == target.fingerprint,),
                   (targets.c.isa == isa_of(target), targets.c.fingerprint != target.fingerprint)):
         rows = sorted(_rows(db, *common, *where), key=lambda r: r["cost"])
-        for row in rows:
-            config = _config(row, space, task, db)
-            if config is not None:
-                return Best(config, row["cost"], row["id"], row["fingerprint"])
+        for row, config in _usable(db, rows, task, space):
+            return Best(config, row["cost"], row["id"], row["fingerprint"])
     return None
