@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autosched.build import ModelFiles, build_model
-from autosched.database import Database, RecordWriter, TunedSchedules, history
+from autosched.database import Best, Database, RecordWriter, TunedSchedules, history
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
@@ -123,7 +123,12 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
 class BuildOutcome:
     files: ModelFiles
     tasks: int
-    tuned: int  # tasks built with a config from the database
+    used: Mapping[str, Best]  # task key → the database record its kernel was built from
+
+    @property
+    def tuned(self) -> int:
+        """Tasks built with a config from the database."""
+        return len(self.used)
 
 
 def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = None, output: PathLike | None = None,
@@ -140,4 +145,4 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
             files = build_model(graph, Path(output), target, schedules)
         except OSError as e:
             raise AutoschedError(f"{output}: cannot write the built model: {e.strerror or e}") from None
-    return BuildOutcome(files, len(tasks), len(set(schedules.used)))
+    return BuildOutcome(files, len(tasks), dict(schedules.used))

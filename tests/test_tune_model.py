@@ -93,7 +93,7 @@ def test_bad_imports_are_named_and_foreign_configs_skipped_with_a_warning(small_
         assert import_jsonl(database, forged) == (1, 1)
         schedules = TunedSchedules(database)
         build_model(load_onnx(small_model), tmp_path / "f.so", "llvm", schedules)
-    assert schedules.used == []  # the forged config is in another space version: never built
+    assert schedules.used == {}  # the forged config is in another space version: never built
     assert "1 records of task Gemm 8x64 skipped: measured in another space version" in caplog.text
 
 

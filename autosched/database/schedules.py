@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from autosched.database.queries import best
+from autosched.database.queries import Best, best
 from autosched.database.store import Database
 from autosched.schedule import Schedule
 from autosched.target import Target
@@ -18,11 +18,12 @@ def _cpu(fingerprint: str) -> str:
 
 
 class TunedSchedules:
-    """Called by `build_model` once per task; `used` lists the tasks that got a tuned config."""
+    """Called by `build_model` once per task; `used` maps each task that got a tuned config to
+    the record it came from."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self.used: list[str] = []
+        self.used: dict[str, Best] = {}
         self._noticed: set[str] = set()
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
@@ -36,5 +37,5 @@ class TunedSchedules:
             log.warning("%s: some tasks use records measured on another CPU of the same ISA (%s, this is %s); "
                         "tune here for schedules fitted to this one", self.db.location, _cpu(found.fingerprint),
                         _cpu(target.fingerprint))
-        self.used.append(task.key)
+        self.used[task.key] = found
         return get_template(task.op, target.kind).apply(task, found.config, target)
