@@ -89,7 +89,9 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
          callbacks: Sequence["Callback"] = ()) -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
     path or URL; None: `AUTOSCHED_DB` or the per-user file). Ctrl-C raises TuneInterrupted
-    after marking the session interrupted; a builder or runner passed in stays the caller's."""
+    after marking the session interrupted; a builder or runner passed in stays the caller's.
+    Callbacks with `start(plan)` / `finish()` methods (progress displays) are told when the run
+    begins (a `TunePlan`) and ends, however it ends."""
     from autosched.measure.local import LocalBuilder, LocalRunner
     from autosched.task_scheduler import tune_tasks
     target = Target.parse(target) if isinstance(target, str) else target
@@ -112,6 +114,9 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
             status = "interrupted"
             raise TuneInterrupted(database.end_session(session, status), database.location) from None
         finally:
+            for callback in callbacks:
+                if hasattr(callback, "finish"):
+                    callback.finish()
             if own_runner:
                 runner.close()
             if status != "interrupted":

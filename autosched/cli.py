@@ -125,22 +125,32 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
     parser.add_argument("--seed", type=int, default=0)
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", dest="progress", action="store_const", const="quiet", default="auto",
+                       help="no progress, only the last line")
+    shown.add_argument("--json-lines", dest="progress", action="store_const", const="json-lines",
+                       help="progress and summary as JSON objects, one per line")
+    shown.add_argument("--lines", dest="progress", action="store_const", const="lines",
+                       help="one plain line per measured batch (the default when stderr is not a terminal)")
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    from rich.console import Console
     from autosched.api import tune
-    from autosched.progress import TextProgress
+    from autosched.progress import display_for, summary_table
     target = Target.parse(args.target)
+    display = display_for(args.progress)
     out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
-               seed=args.seed, shapes=dict(args.shape), callbacks=[TextProgress()])
+               seed=args.seed, shapes=dict(args.shape), callbacks=[display])
     summary = out.summary
-    print(f"{'op':<12} {'weight':>6} {'trials':>6} {'best ms':>9} {'GFLOP/s':>8}")
-    for p in summary.progress:
-        ms = p.best_cost * 1e3
-        gflops = p.task.flops / p.best_cost / 1e9 if p.best is not None else 0.0
-        print(f"{p.task.op:<12} {p.task.weight:>6} {p.trials:>6} {ms:>9.4g} {gflops:>8.1f}")
-    for task, why in summary.skipped:
-        print(f"{task.op:<12} not tuned: {why}")
+    if args.progress == "json-lines":
+        display.emit("summary", session=out.session, **display.tally.snapshot(),
+                     skipped=[{"task": t.key, "why": why} for t, why in summary.skipped])
+        return 0
+    if args.progress != "quiet":
+        Console(soft_wrap=True).print(summary_table(display.tally, f"tuned {args.model}"), highlight=False)
+        for task, why in summary.skipped:
+            print(f"{task.op:<12} not tuned: {why}")
     db = f" --db {args.db}" if args.db else ""
     print(f"{summary.trials} trials committed to {out.database}; build with: autosched build {args.model} "
           f"--target '{target}'{db} -o model.so")

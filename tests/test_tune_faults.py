@@ -25,7 +25,13 @@ def start_tune(model, db, trials, mark, *extra):
     return subprocess.Popen([sys.executable, "-m", "autosched.cli", "tune", str(model), "--db", str(db),
                              "--trials", str(trials), "--round", "4", "--tuner", "random", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_in_a_terminal)
+
+
+def _as_in_a_terminal():
+    """A shell without job control starts background commands with SIGINT ignored, and the test
+    may run under one: give the tuner the default disposition a terminal's foreground job has."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def marked(mark):

@@ -17,8 +17,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Make this process exit when `parent_pid` (its parent) does; ignore SIGINT."""
+    """Make this process exit when `parent_pid` (its parent) does; ignore SIGINT (and unblock it,
+    for children forked while the parent blocked it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -75,8 +75,13 @@ class LocalBuilder(Builder):
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         cache = str(self.cache_dir) if self.cache_dir else None
-        # fork: templates registered at run time (tests, plugins) exist in the children too
-        pool = multiprocessing.get_context("fork").Pool(self.n_parallel, die_with_parent, (os.getpid(),))
+        # fork: templates registered at run time (tests, plugins) exist in the children too. SIGINT
+        # stays blocked until the children ignore it, so Ctrl-C now is the parent's alone.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pool = multiprocessing.get_context("fork").Pool(self.n_parallel, die_with_parent, (os.getpid(),))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         finished = False
         try:
             pending = [pool.apply_async(_build_one, (inp, self.instantiate, cache, self.timeout)) for inp in inputs]
