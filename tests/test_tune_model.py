@@ -200,3 +200,16 @@ def test_a_task_that_stops_improving_yields_rounds_to_the_others(small_model):
     # small one is chosen again (weight × time alone would give the big one every round)
     assert trials[small.key] > 4 and trials[big.key] > trials[small.key]
     assert {p.task.key: p.stale_rounds for p in summary.progress}[big.key] >= 10
+
+
+def test_zoo_mlp_tunes_builds_and_checks_through_the_cli(tmp_path, capsys):
+    """The README's workflow on the zoo's MLP: tune a little, then build and check from the database."""
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "autosched.zoo", str(tmp_path)], check=True, capture_output=True)
+    model, db = tmp_path / "mlp.onnx", tmp_path / "t.db"
+    assert main(["tune", str(model), "--trials", "6", "--round", "2", "--tuner", "random", "--db", str(db)]) == 0
+    assert "6 trials committed" in capsys.readouterr().out
+    assert main(["build", str(model), "--db", str(db), "-o", str(tmp_path / "mlp.so")]) == 0
+    assert "3 of 3 tasks with tuned schedules" in capsys.readouterr().out
+    assert main(["check", str(model), "--db", str(db)]) == 0
