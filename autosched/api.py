@@ -129,6 +129,7 @@ class BuildOutcome:
     files: ModelFiles
     tasks: int
     used: Mapping[str, Best]  # task key → the database record its kernel was built from
+    other_isa: Mapping[str, set[str]]  # task key → ISAs that have its only records (not applied)
 
     @property
     def tuned(self) -> int:
@@ -150,4 +151,4 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
             files = build_model(graph, Path(output), target, schedules)
         except OSError as e:
             raise AutoschedError(f"{output}: cannot write the built model: {e.strerror or e}") from None
-    return BuildOutcome(files, len(tasks), dict(schedules.used))
+    return BuildOutcome(files, len(tasks), dict(schedules.used), dict(schedules.other_isa))

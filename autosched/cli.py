@@ -109,9 +109,19 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
                              "$XDG_DATA_HOME/autosched/tuning.db)")
 
 
-def run_build(args: argparse.Namespace) -> int:
+def _build(args: argparse.Namespace, output: Path):
+    """Build from the database; say once which tasks have records only for another ISA."""
     from autosched.api import build
-    out = build(args.model, args.target, db=args.db, output=args.output, shapes=dict(args.shape))
+    out = build(args.model, args.target, db=args.db, output=output, shapes=dict(args.shape))
+    if out.other_isa:
+        isas = sorted({isa for found in out.other_isa.values() for isa in found})
+        print(f"note: {len(out.other_isa)} tasks have records only for {', '.join(isas)}, not for this target's "
+              f"{Target.parse(args.target).isa}: they use the default schedule", file=sys.stderr)
+    return out
+
+
+def run_build(args: argparse.Namespace) -> int:
+    out = _build(args, Path(args.output))
     files = out.files
     print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}, "
           f"{out.tuned} of {out.tasks} tasks with tuned schedules")
@@ -186,11 +196,10 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _built(args: argparse.Namespace, tmp: str):
     """The model imported, built into `tmp` and loaded, plus an onnxruntime session and the graph."""
-    from autosched.api import build
     from autosched.evaluate import onnxruntime_session
     from autosched.runtime import load_model
     graph = load_onnx(args.model, dict(args.shape))
-    files = build(args.model, args.target, db=args.db, output=Path(tmp) / "model.so", shapes=dict(args.shape)).files
+    files = _build(args, Path(tmp) / "model.so").files
     threads = getattr(args, "threads", None) or os.cpu_count() or 1
     model = load_model(files.library)
     model.set_num_threads(threads)

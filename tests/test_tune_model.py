@@ -74,6 +74,20 @@ def test_cli_tune_then_build_from_the_database(small_model, tmp_path, capsys):
     assert main(["build", str(small_model), "--db", str(db), "-o", "/proc/missing/m.so"]) == 2
     assert "error: /proc/missing/m.so: cannot write the built model" in capsys.readouterr().err
 
+    # the same records, as if measured for another ISA: never applied, and said once
+    other = "x86_64-avx2" if Target.parse("llvm").isa != "x86_64-avx2" else "x86_64-avx512"
+    exported, foreign = tmp_path / "all.jsonl", tmp_path / "foreign.db"
+    assert main(["db", "export", "-o", str(exported), "--db", str(db)]) == 0
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    exported.write_text("".join(json.dumps({**r, "isa": other, "fingerprint": f"{other}|elsewhere"}) + "\n"
+                                for r in lines))
+    assert main(["db", "import", str(exported), "--db", str(foreign)]) == 0
+    capsys.readouterr()
+    assert main(["build", str(small_model), "--db", str(foreign), "-o", str(tmp_path / "f.so")]) == 0
+    out, err = capsys.readouterr()
+    assert "0 of 2 tasks with tuned schedules" in out
+    assert err.count("note:") == 1 and f"2 tasks have records only for {other}" in err
+
 
 def test_bad_imports_are_named_and_foreign_configs_skipped_with_a_warning(small_model, tmp_path, capsys, caplog):
     bad = tmp_path / "bad.jsonl"

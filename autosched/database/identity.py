@@ -12,16 +12,8 @@ from autosched.target import Target
 
 
 def isa_of(target: Target) -> str:
-    """The target's coarse ISA class ("x86_64-avx512"). Until `Target.isa` exists everywhere, the
-    fingerprint without the CPU model (kind, ISA flags and options) stands in for it."""
-    isa = getattr(target, "isa", None) or getattr(target.capabilities, "isa", None)
-    if isa:
-        return isa
-    kind, _, rest = target.fingerprint.partition("|")
-    if kind == "llvm":
-        _model, _, flags_and_options = rest.partition("|")
-        return f"llvm|{flags_and_options}"
-    return target.fingerprint
+    """The target's coarse ISA class ("x86_64-avx512", "cuda-sm_90"): what records never cross."""
+    return target.isa
 
 
 @functools.cache

@@ -28,7 +28,8 @@ class LogError(AutoschedError):
 
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[StoredRecord]:
     """Every record of one file, in order. Lines from before the database (no hardware
-    fingerprint) are taken as measured on this host, as the logs of `tune --log` were."""
+    fingerprint) are taken as measured on this host, as the logs of `tune --log` were, unless
+    they name another ISA."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -53,13 +54,16 @@ def _parse(line: str, where: str, hosts: dict[str, TargetInfo]) -> StoredRecord:
         for name, kind in _OPTIONAL.items():
             value = rec.get(name)
             extra[name] = None if value is None else kind(value)
-        if isinstance(rec.get("fingerprint"), str) and isinstance(rec.get("isa"), str):
-            info = TargetInfo(target, rec["fingerprint"], rec["isa"], extra.pop("compiler"))
-        else:
-            extra.pop("compiler")
-            if target not in hosts:
-                hosts[target] = TargetInfo.of(Target.parse(target))
-            info = hosts[target]
+        isa, fingerprint, compiler = rec.get("isa"), rec.get("fingerprint"), extra.pop("compiler")
+        if not isinstance(isa, (str, type(None))) or not isinstance(fingerprint, (str, type(None))):
+            raise TypeError("isa and fingerprint must be strings")
+        if target not in hosts:
+            hosts[target] = TargetInfo.of(Target.parse(target))
+        info = hosts[target]
+        if fingerprint is not None and isa is not None:
+            info = TargetInfo(target, fingerprint, isa, compiler)
+        elif isa is not None and isa != info.isa:  # a log line of another machine's ISA, CPU unknown
+            info = TargetInfo(target, f"{isa}|unknown CPU", isa, compiler)
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecordError, AutoschedError) as e:
         raise LogError(f"{where}: not a measurement record ({type(e).__name__}: {e})") from None
     return StoredRecord(key=key, op=op, shapes=shapes, config=config, target=info, result=result, **extra)

@@ -143,3 +143,12 @@ def best(db: Database, task: Task, target: Target) -> Best | None:
         for row, config in _usable(db, rows, task, space):
             return Best(config, row["cost"], row["id"], row["fingerprint"])
     return None
+
+
+def other_isas(db: Database, task: Task, target: Target) -> set[str]:
+    """The ISA classes, other than the target's, that hold successful records of `task`."""
+    query = (select(targets.c.isa).distinct().join(records, records.c.target_id == targets.c.id)
+             .join(workloads, records.c.workload_id == workloads.c.id)
+             .where(workloads.c.key == task.key, records.c.cost.is_not(None), targets.c.isa != isa_of(target)))
+    with db.reading() as conn:
+        return set(conn.execute(query).scalars())

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from autosched.database.queries import Best, best
+from autosched.database.queries import Best, best, other_isas
 from autosched.database.store import Database
 from autosched.schedule import Schedule
 from autosched.target import Target
@@ -19,11 +19,13 @@ def _cpu(fingerprint: str) -> str:
 
 class TunedSchedules:
     """Called by `build_model` once per task; `used` maps each task that got a tuned config to
-    the record it came from."""
+    the record it came from, `other_isa` each task whose only records are for other ISAs to
+    those ISAs (for the caller to say so once)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
         self.used: dict[str, Best] = {}
+        self.other_isa: dict[str, set[str]] = {}
         self._noticed: set[str] = set()
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
@@ -31,6 +33,9 @@ class TunedSchedules:
         from search_spaces import get_template
         found = best(self.db, task, target)
         if found is None:
+            isas = other_isas(self.db, task, target)
+            if isas:
+                self.other_isa[task.key] = isas
             return default_kernel(task, target)
         if found.fingerprint != target.fingerprint and found.fingerprint not in self._noticed:
             self._noticed.add(found.fingerprint)

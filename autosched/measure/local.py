@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from autosched.codegen import CodegenError, CompileError, renderer_for
-from autosched.codegen.gcc import compile_c
+from autosched.codegen.gcc import compile_c, target_flags
 from autosched.errors import AutoschedError
 from autosched.lower import lower
 from autosched.measure.interface import Builder, Runner
@@ -52,7 +52,7 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
     except (AutoschedError, ScheduleError, CodegenError, ValueError, KeyError, IndexError, TypeError) as e:
         return BuildResult(None, ErrorKind.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
     try:
-        lib = compile_c(code, cache_dir=Path(cache_dir) if cache_dir else None, timeout=compile_timeout)
+        lib = compile_c(code, target_flags(inp.target), cache_dir=Path(cache_dir) if cache_dir else None, timeout=compile_timeout)
     except CompileError as e:
         kind = ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR
         return BuildResult(None, kind, str(e), time.perf_counter() - start)
