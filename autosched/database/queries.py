@@ -28,6 +28,8 @@ log = logging.getLogger("autosched.database")
 
 #: records of other workloads a cost model is warm-started with, per template (newest first)
 TRANSFER_LIMIT = 2048
+#: fastest records of a task read at first when looking for its best valid one
+BEST_CANDIDATES = 32
 
 
 def space_of(task: Task, target: Target) -> ConfigSpace | None:
@@ -39,12 +41,12 @@ def space_of(task: Task, target: Target) -> ConfigSpace | None:
         return None
 
 
-def _rows(db: Database, *where, limit: int | None = None, newest_first: bool = False):
+def _rows(db: Database, *where, limit: int | None = None, order=records.c.id):
     query = (select(records, workloads.c.key, workloads.c.space, workloads.c.flops, workloads.c.template,
                     targets.c.fingerprint)
              .join(workloads, records.c.workload_id == workloads.c.id)
              .join(targets, records.c.target_id == targets.c.id).where(*where)
-             .order_by(records.c.id.desc() if newest_first else records.c.id).limit(limit))
+             .order_by(order).limit(limit))
     with db.reading() as conn:
         return conn.execute(query).mappings().all()
 
@@ -98,7 +100,7 @@ def history(db: Database, tasks: Sequence[Task], target: Target) -> dict[str, li
 
 def _transfer(db: Database, template: str, target: Target, exclude: set[str], out: dict[str, list[Record]]) -> None:
     rows = _rows(db, workloads.c.template == template, workloads.c.key.not_in(exclude), targets.c.isa == isa_of(target),
-                 limit=TRANSFER_LIMIT, newest_first=True)
+                 limit=TRANSFER_LIMIT, order=records.c.id.desc())
     spaces: dict[tuple[str, str], ConfigSpace | None] = {}
     for row in reversed(rows):
         if (row["key"], row["space"]) not in spaces:
@@ -139,9 +141,13 @@ def best(db: Database, task: Task, target: Target) -> Best | None:
     common = (workloads.c.key == task.key, records.c.cost.is_not(None))
     for where in ((targets.c.fingerprint == target.fingerprint,),
                   (targets.c.isa == isa_of(target), targets.c.fingerprint != target.fingerprint)):
-        rows = sorted(_rows(db, *common, *where), key=lambda r: r["cost"])
-        for row, config in _usable(db, rows, task, space):
-            return Best(config, row["cost"], row["id"], row["fingerprint"])
+        # the fastest few first: one of them is almost always valid, and a task may have thousands
+        for limit in (BEST_CANDIDATES, None):
+            rows = _rows(db, *common, *where, limit=limit, order=records.c.cost)
+            for row, config in _usable(db, rows, task, space):
+                return Best(config, row["cost"], row["id"], row["fingerprint"])
+            if limit is not None and len(rows) < limit:
+                break
     return None
 
 
