@@ -238,6 +238,25 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", nargs="?", help="ONNX model whose tasks to report (default: all)")
+    parser.add_argument("--target", default="llvm", help="the machine's target (default llvm: this host)")
+    parser.add_argument("--shape", action="append", type=parse_shape, default=[], metavar="NAME=DIMS",
+                        help="bind an input's dynamic dimensions (repeatable)")
+    add_db_argument(parser)
+    parser.add_argument("-o", "--output", default="report.html", metavar="REPORT.html")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from autosched.api import model_tasks, open_database
+    from autosched.report import write_report
+    tasks = model_tasks(args.model, dict(args.shape))[1] if args.model else None
+    with open_database(args.db) as db:
+        n = write_report(db, args.output, Target.parse(args.target), args.model, tasks)
+    print(f"wrote {args.output} ({n} records)")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "tasks": Command("list the tuning tasks of a model", _tasks_arguments, run_tasks),
     "tune": Command("tune a model's tasks on this machine, logging every measurement", _tune_arguments, run_tune),
@@ -245,6 +264,8 @@ COMMANDS: dict[str, Command] = {
     "run": Command("run a built model on inputs from an .npz file", _run_arguments, run_run),
     "check": Command("build a model and compare its outputs with onnxruntime", _check_arguments, run_check),
     "bench": Command("median latency of a model against onnxruntime", _bench_arguments, run_bench),
+    "report": Command("an HTML report of tuning from the database (figures and tables)", _report_arguments,
+                      run_report),
     "db": Command("the tuning database: import, export, stats, best, merge, prune", cli_db.add_arguments, cli_db.run),
 }
 

@@ -173,6 +173,13 @@ class Database:
                     "failed": count(records, records.c.cost.is_(None)), "workloads": count(workloads),
                     "targets": count(targets), "sessions": count(sessions)}
 
+    def sessions(self) -> list[dict[str, object]]:
+        """Every tuning session: model, target string, trials asked and done, status, start and end."""
+        query = (select(sessions, targets.c.target).join(targets, sessions.c.target_id == targets.c.id, isouter=True)
+                 .order_by(sessions.c.id))
+        with self.reading() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
+
     def stored(self) -> Iterator[StoredRecord]:
         """Every record in full, oldest first (for export and merge)."""
         query = (select(records, workloads.c.key, workloads.c.op, workloads.c.shapes, workloads.c.flops,
