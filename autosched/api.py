@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autosched.build import ModelFiles, build_model
-from autosched.database import Best, Database, RecordWriter, TunedSchedules, history
+from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
@@ -130,6 +130,7 @@ class BuildOutcome:
     tasks: int
     used: Mapping[str, Best]  # task key → the database record its kernel was built from
     other_isa: Mapping[str, set[str]]  # task key → ISAs that have its only records (not applied)
+    shipped: frozenset[str]  # tasks whose record came from the shipped records
 
     @property
     def tuned(self) -> int:
@@ -138,17 +139,20 @@ class BuildOutcome:
 
 
 def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = None, output: PathLike | None = None,
-          shapes: Mapping[str, Sequence[int]] | None = None) -> BuildOutcome:
+          shapes: Mapping[str, Sequence[int]] | None = None, shipped: bool | PathLike = True) -> BuildOutcome:
     """Compile `model` into the library `output` (default: the model's path with .so; manifest and
     weights beside it), each task with its best valid config in `db` (this machine first, else
-    the same ISA), else its default schedule."""
+    the same ISA), else in the shipped records (`shipped`: True for the package's, a directory
+    of JSON-lines files, or False for none), else its default schedule."""
     target = Target.parse(target) if isinstance(target, str) else target
     output = Path(model).with_suffix(".so") if output is None else output
     graph, tasks = model_tasks(model, shapes)
+    fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
     with open_database(db) as database:
-        schedules = TunedSchedules(database)
+        schedules = TunedSchedules(database, fallback)
         try:
             files = build_model(graph, Path(output), target, schedules)
         except OSError as e:
             raise AutoschedError(f"{output}: cannot write the built model: {e.strerror or e}") from None
-    return BuildOutcome(files, len(tasks), dict(schedules.used), dict(schedules.other_isa))
+    return BuildOutcome(files, len(tasks), dict(schedules.used), dict(schedules.other_isa),
+                        frozenset(schedules.from_fallback))

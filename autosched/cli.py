@@ -98,9 +98,16 @@ def format_task_table(task_set: TaskSet) -> str:
 
 def _build_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_db_argument(parser)
+    add_build_db_arguments(parser)
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="the library to write; OUT's .json manifest and .weights go beside it")
+
+
+def add_build_db_arguments(parser: argparse.ArgumentParser) -> None:
+    """--db and --no-shipped, for the commands that build a model."""
+    add_db_argument(parser)
+    parser.add_argument("--no-shipped", action="store_true",
+                        help="ignore the records shipped with autosched (used for tasks the database has none for)")
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +119,8 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
 def _build(args: argparse.Namespace, output: Path):
     """Build from the database; say once which tasks have records only for another ISA."""
     from autosched.api import build
-    out = build(args.model, args.target, db=args.db, output=output, shapes=dict(args.shape))
+    out = build(args.model, args.target, db=args.db, output=output, shapes=dict(args.shape),
+                shipped=not args.no_shipped)
     if out.other_isa:
         isas = sorted({isa for found in out.other_isa.values() for isa in found})
         print(f"note: {len(out.other_isa)} tasks have records only for {', '.join(isas)}, not for this target's "
@@ -123,8 +131,9 @@ def _build(args: argparse.Namespace, output: Path):
 def run_build(args: argparse.Namespace) -> int:
     out = _build(args, Path(args.output))
     files = out.files
+    shipped = f" ({len(out.shipped)} from the shipped records)" if out.shipped else ""
     print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}, "
-          f"{out.tuned} of {out.tasks} tasks with tuned schedules")
+          f"{out.tuned} of {out.tasks} tasks with tuned schedules{shipped}")
     return 0
 
 
@@ -188,7 +197,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_db_argument(parser)
+    add_build_db_arguments(parser)
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
@@ -220,7 +229,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_db_argument(parser)
+    add_build_db_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="threads for both (default: all cores)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs of each, alternating")
 

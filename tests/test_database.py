@@ -246,3 +246,38 @@ def test_two_processes_write_one_file_at_once(tmp_path, tasks):
     errors = [p.communicate()[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     assert Database(path).stats()["records"] == 240
+
+
+def test_builds_use_each_tasks_best_and_shipped_records_only_where_the_database_has_none(tmp_path, tasks, caplog):
+    from autosched.database import TunedSchedules, shipped_database
+    user = Database(tmp_path / "user.db")
+    user.commit(measured(tasks[0], HERE, [3e-3, 2e-3]))
+    with Database(tmp_path / "ship.db") as ship, open(tmp_path / "zoo.jsonl", "w") as f:
+        ship.commit(measured(tasks[0], OTHER_CPU, [1e-4]))  # faster, but the user's own records win
+        ship.commit(measured(tasks[1], OTHER_CPU, [5e-4, 4e-4]))
+        export_jsonl(ship, f)
+    shipped = shipped_database(tmp_path)
+    schedules = TunedSchedules(user, shipped)
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        for task in tasks:
+            schedules(task, HERE)
+    assert {k: b.cost for k, b in schedules.used.items()} == {tasks[0].key: 2e-3, tasks[1].key: 4e-4}
+    assert schedules.from_fallback == {tasks[1].key} and caplog.text == ""
+    other = TunedSchedules(user, shipped)
+    for task in tasks:
+        other(task, OTHER_ISA)
+    assert other.used == {}  # shipped records never cross an ISA either
+    assert shipped_database(tmp_path / "nothing-here") is None
+
+
+def test_records_of_another_cpu_of_the_same_isa_are_used_with_one_notice(tmp_path, tasks, caplog):
+    from autosched.database import TunedSchedules
+    db = Database(tmp_path / "t.db")
+    for task in tasks[:2]:
+        db.commit(measured(task, OTHER_CPU, [1e-3]))
+    schedules = TunedSchedules(db)
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        for task in tasks:
+            schedules(task, HERE)
+    assert len(schedules.used) == 2
+    assert caplog.text.count("records measured on another CPU of the same ISA (Example CPU B") == 1

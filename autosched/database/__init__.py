@@ -6,6 +6,7 @@ from autosched.database.location import DatabaseError, default_location
 from autosched.database.queries import Best, best, history
 from autosched.database.schedules import TunedSchedules
 from autosched.database.schema import SCHEMA_VERSION
+from autosched.database.shipped import shipped_database, shipped_dir
 from autosched.database.store import Database
 from autosched.database.stored import StoredRecord
 from autosched.database.writer import RecordWriter
@@ -13,4 +14,5 @@ from autosched.database.writer import RecordWriter
 __all__ = [
     "Best", "Database", "DatabaseError", "LogError", "RecordWriter", "SCHEMA_VERSION", "StoredRecord", "TargetInfo",
     "TunedSchedules", "best", "default_location", "export_jsonl", "history", "import_jsonl", "isa_of", "read_jsonl",
+    "shipped_database", "shipped_dir",
 ]
