@@ -84,7 +84,8 @@ def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict
 
 
 def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, db: DatabaseLike = None,
-         tuner: str = "xgb", round_trials: int = 16, seed: int = 0, shapes: Mapping[str, Sequence[int]] | None = None,
+         tuner: str = "xgb", round_trials: int = 16, seed: int = 0, scheduler: str = "costliest",
+         shapes: Mapping[str, Sequence[int]] | None = None,
          builder: Builder | None = None, runner: Runner | None = None,
          callbacks: Sequence["Callback"] = ()) -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
@@ -108,7 +109,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
         status = "failed"
         try:
             summary = tune_tasks(tasks, target, trials, builder or LocalBuilder(), runner, tuner, round_trials,
-                                 [RecordWriter(database, session, tuner), *callbacks], seed, found)
+                                 [RecordWriter(database, session, tuner), *callbacks], seed, found, scheduler)
             status = "done"
         except KeyboardInterrupt:
             status = "interrupted"

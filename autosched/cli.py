@@ -143,6 +143,9 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, required=True, help="measurements over all tasks")
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
+    parser.add_argument("--scheduler", default="costliest", choices=["costliest", "gradient"],
+                        help="which task gets the next round: the one costing the model most time (default) or "
+                             "Ansor's gradient (expected latency decrease per trial)")
     parser.add_argument("--seed", type=int, default=0)
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", dest="progress", action="store_const", const="quiet", default="auto",
@@ -160,7 +163,7 @@ def run_tune(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
     display = display_for(args.progress)
     out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
-               seed=args.seed, shapes=dict(args.shape), callbacks=[display])
+               seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), callbacks=[display])
     summary = out.summary
     if args.progress == "json-lines":
         display.emit("summary", session=out.session, **display.tally.snapshot(),

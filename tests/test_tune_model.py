@@ -18,6 +18,7 @@ from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import extract_tasks
 from autosched.task_scheduler import tune_tasks
+from autosched.tuner.base import TunerError
 from autosched.tuner.callbacks import JsonLinesLog
 
 
@@ -227,3 +228,29 @@ def test_zoo_mlp_tunes_builds_and_checks_through_the_cli(tmp_path, capsys):
     assert main(["build", str(model), "--db", str(db), "-o", str(tmp_path / "mlp.so")]) == 0
     assert "3 of 3 tasks with tuned schedules" in capsys.readouterr().out
     assert main(["check", str(model), "--db", str(db)]) == 0
+
+
+def test_gradient_priority_favours_recent_gains_and_tasks_far_below_similar_throughput(small_model):
+    from autosched.task_scheduler import TaskProgress, gradient_priority
+    big, small = sorted(extract_tasks(optimize(load_onnx(small_model))).tasks, key=lambda t: -t.flops)
+    # same task, same best and trials: the one whose last round gained ranks higher
+    stuck = TaskProgress(big, None, trials=32, best_cost=1e-3, previous_cost=1e-3, last_round=16)
+    gaining = TaskProgress(big, None, trials=32, best_cost=1e-3, previous_cost=2e-3, last_round=16)
+    assert gradient_priority(gaining, [gaining]) > gradient_priority(stuck, [stuck])
+    # a task at a tenth of the throughput its similar task reached has more to gain than that one
+    fast = TaskProgress(big, None, trials=64, best_cost=big.flops / 100e9)
+    slow = TaskProgress(small, None, trials=64, best_cost=small.flops / 10e9)
+    assert gradient_priority(slow, [fast, slow]) > gradient_priority(slow, [slow])
+    assert gradient_priority(TaskProgress(small, None), [fast]) == float("inf")  # no best yet: first
+
+
+def test_gradient_scheduler_spends_the_budget_and_unknown_schedulers_are_refused(small_model):
+    from autosched.measure import NullBuilder
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    big, small = sorted(tasks, key=lambda t: -t.flops)
+    runner = PerTaskCost({big.key: 10e-3, small.key: 1e-3})
+    summary = tune_tasks(tasks, "llvm", 4 * 6, NullBuilder(), runner, tuner="random", round_trials=4,
+                         scheduler="gradient")
+    assert summary.trials == 24 and all(p.trials >= 4 for p in summary.progress)
+    with pytest.raises(TunerError, match="unknown scheduler 'fastest'"):
+        tune_tasks(tasks, "llvm", 4, NullBuilder(), runner, scheduler="fastest")
