@@ -271,7 +271,8 @@ def run_report(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Command] = {
     "tasks": Command("list the tuning tasks of a model", _tasks_arguments, run_tasks),
-    "tune": Command("tune a model's tasks on this machine, logging every measurement", _tune_arguments, run_tune),
+    "tune": Command("tune a model's tasks on this machine, committing every measurement to the tuning database",
+                    _tune_arguments, run_tune),
     "build": Command("compile a model into a shared library with its weights", _build_arguments, run_build),
     "run": Command("run a built model on inputs from an .npz file", _run_arguments, run_run),
     "check": Command("build a model and compare its outputs with onnxruntime", _check_arguments, run_check),

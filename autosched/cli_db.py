@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("files", nargs="+", metavar="FILE.jsonl")
         elif name == "export":
             p.add_argument("-o", "--output", default="-", metavar="FILE.jsonl", help="default: standard output")
+            p.add_argument("--isa", help="only records of this ISA class, e.g. x86_64-avx2")
         elif name == "stats":
             p.add_argument("--json", action="store_true", help="print one JSON object")
         elif name == "best":
@@ -67,11 +68,11 @@ def _import(db, args) -> int:
 def _export(db, args) -> int:
     from autosched.database import export_jsonl
     if args.output == "-":
-        export_jsonl(db, sys.stdout)
+        export_jsonl(db, sys.stdout, args.isa)
         return 0
     try:
         with open(args.output, "w", encoding="utf-8") as f:
-            n = export_jsonl(db, f)
+            n = export_jsonl(db, f, args.isa)
     except OSError as e:
         raise AutoschedError(f"{args.output}: cannot write the export: {e.strerror}") from None
     print(f"wrote {n} records to {args.output}", file=sys.stderr)

@@ -35,6 +35,8 @@ def test_export_import_merge_prune_through_the_command_line(filled, tmp_path, ca
     out = tmp_path / "a.jsonl"
     assert main(["db", "export", "-o", str(out), "--db", str(filled)]) == 0
     assert len(out.read_text().splitlines()) == 4
+    assert main(["db", "export", "--isa", "x86_64-avx2", "--db", str(filled)]) == 0
+    assert capsys.readouterr().out == ""  # every record of the fixture is AVX-512
     b = tmp_path / "b.db"
     assert main(["db", "import", str(out), "--db", str(b)]) == 0
     assert "4 records, 4 new" in capsys.readouterr().out

@@ -75,10 +75,12 @@ def import_jsonl(db: Database, path: str | os.PathLike[str]) -> tuple[int, int]:
     return len(stored), db.insert(stored)
 
 
-def export_jsonl(db: Database, out: TextIO) -> int:
-    """Write every record as one JSON line; returns how many."""
+def export_jsonl(db: Database, out: TextIO, isa: str | None = None) -> int:
+    """Write every record (of one ISA class, if given) as one JSON line; returns how many."""
     n = 0
     for s in db.stored():
+        if isa is not None and s.target.isa != isa:
+            continue
         out.write(json.dumps(s.to_json(), sort_keys=True) + "\n")
         n += 1
     return n
