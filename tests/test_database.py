@@ -281,3 +281,11 @@ def test_records_of_another_cpu_of_the_same_isa_are_used_with_one_notice(tmp_pat
             schedules(task, HERE)
     assert len(schedules.used) == 2
     assert caplog.text.count("records measured on another CPU of the same ISA (Example CPU B") == 1
+
+
+def test_the_checkout_ships_records_for_both_x86_isa_classes():
+    from autosched.database import shipped_database, shipped_dir
+    assert shipped_dir() is not None
+    shipped = shipped_database()
+    assert {s.target.isa for s in shipped.stored()} == {"x86_64-avx512", "x86_64-avx2"}
+    assert all(s.result.ok for s in shipped.stored())
