@@ -8,11 +8,11 @@ from autosched.cli import main
 from autosched.database import Database
 from autosched.target import Target
 from autosched.zoo import mlp
-from test_database import HERE, measured, tasks  # noqa: F401 - the fixture
+from test_database import HERE, measured
 
 
 @pytest.fixture
-def filled(tmp_path, tasks):  # noqa: F811
+def filled(tmp_path, tasks):
     path = tmp_path / "a.db"
     with Database(path) as db:
         db.commit(measured(tasks[0], HERE, [2e-3, None, 1e-3], t0=1e9))  # 2001-09-09
@@ -47,7 +47,7 @@ def test_export_import_merge_prune_through_the_command_line(filled, tmp_path, ca
     assert stats(capsys, b)["records"] == 2
 
 
-def test_best_lists_each_task_of_a_model_with_its_best_on_this_machine(tmp_path, tasks, capsys):  # noqa: F811
+def test_best_lists_each_task_of_a_model_with_its_best_on_this_machine(tmp_path, tasks, capsys):
     model = tmp_path / "mlp.onnx"
     onnx.save(mlp(), model)
     path = tmp_path / "host.db"

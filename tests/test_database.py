@@ -15,11 +15,8 @@ import pytest
 
 from autosched.database import (Database, DatabaseError, LogError, RecordWriter, SCHEMA_VERSION, best,
                                 export_jsonl, history, import_jsonl, isa_of)
-from autosched.frontend.onnx import load_onnx
-from autosched.graph.passes import optimize
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult, record_to_json
 from autosched.target import CpuInfo, Target
-from autosched.task import extract_tasks
 from autosched.zoo import mlp
 from search_spaces import get_template
 
@@ -28,13 +25,6 @@ AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "av
 HERE = Target.parse("llvm", host=CpuInfo("Example CPU A", AVX512))
 OTHER_CPU = Target.parse("llvm", host=CpuInfo("Example CPU B", AVX512))
 OTHER_ISA = Target.parse("llvm", host=CpuInfo("Example CPU C", frozenset({"avx", "avx2", "fma"})))
-
-
-@pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    path = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
-    onnx.save(mlp(), path)
-    return extract_tasks(optimize(load_onnx(path))).tasks
 
 
 def measured(task, target, costs, t0=1000.0):

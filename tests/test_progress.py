@@ -8,11 +8,10 @@ from rich.console import Console
 from autosched.api import TunePlan
 from autosched.cli import main
 from autosched.progress import JsonLinesProgress, LiveProgress, Tally
-from test_database import HERE, measured, tasks  # noqa: F401 - the fixture
-from test_tune_model import small_model  # noqa: F401 - the fixture
+from test_database import HERE, measured
 
 
-def plan_for(tasks, trials=8, history=None):  # noqa: F811
+def plan_for(tasks, trials=8, history=None):
     return TunePlan("mlp.onnx", HERE, tuple(tasks), trials, "t.db", history or {}, 0, 0)
 
 
@@ -20,7 +19,7 @@ def batch(records):
     return [i for i, _ in records], [r for _, r in records]
 
 
-def test_tally_counts_trials_failures_bests_and_the_model_latency(tasks):  # noqa: F811
+def test_tally_counts_trials_failures_bests_and_the_model_latency(tasks):
     resumed = measured(tasks[1], HERE, [4e-3])
     tally = Tally(plan_for(tasks, history={tasks[1].key: resumed}))
     assert tally.eta is None and tally.latency == (4e-3, 0)
@@ -33,7 +32,7 @@ def test_tally_counts_trials_failures_bests_and_the_model_latency(tasks):  # noq
     assert (snap["done"], snap["total"]) == (4, 8) and snap["eta_s"] is not None
 
 
-def test_live_display_draws_the_table_with_totals(tasks):  # noqa: F811
+def test_live_display_draws_the_table_with_totals(tasks):
     out = io.StringIO()
     live = LiveProgress(Console(file=out, force_terminal=True, width=160))
     live.start(plan_for(tasks))
@@ -44,7 +43,7 @@ def test_live_display_draws_the_table_with_totals(tasks):  # noqa: F811
     assert "estimated model latency 1 ms" in text
 
 
-def test_json_lines_progress_is_one_object_per_event(tasks):  # noqa: F811
+def test_json_lines_progress_is_one_object_per_event(tasks):
     out = io.StringIO()
     display = JsonLinesProgress(out)
     display.start(plan_for(tasks))
@@ -54,7 +53,7 @@ def test_json_lines_progress_is_one_object_per_event(tasks):  # noqa: F811
     assert (event["event"], event["trials"], event["failures"], event["best_ms"]) == ("batch", 2, 1, 2.0)
 
 
-def test_cli_tune_quiet_and_json_lines(small_model, tmp_path, capsys):  # noqa: F811
+def test_cli_tune_quiet_and_json_lines(small_model, tmp_path, capsys):
     db = tmp_path / "t.db"
     args = ["tune", str(small_model), "--trials", "4", "--round", "4", "--tuner", "random", "--db", str(db)]
     assert main(args + ["--quiet"]) == 0

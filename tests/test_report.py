@@ -5,10 +5,10 @@ from autosched.cli import main
 from autosched.database import Database
 from autosched.target import Target
 from autosched.zoo import mlp
-from test_database import measured, tasks  # noqa: F401 - the fixture
+from test_database import measured
 
 
-def test_report_embeds_four_figures_and_the_task_table(tmp_path, tasks, capsys):  # noqa: F811
+def test_report_embeds_four_figures_and_the_task_table(tmp_path, tasks, capsys):
     host = Target.parse("llvm")
     db, model, out = tmp_path / "t.db", tmp_path / "mlp.onnx", tmp_path / "report.html"
     onnx.save(mlp(), model)

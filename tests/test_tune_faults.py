@@ -14,7 +14,6 @@ import pytest
 import autosched
 from autosched.database import Database, best
 from autosched.target import Target
-from test_tune_model import small_model  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,7 +71,7 @@ def measured(db):
 
 
 @pytest.mark.parametrize("after", [0, 2])
-def test_ctrl_c_keeps_what_was_measured_says_how_to_resume_and_leaves_no_process(small_model, tmp_path,  # noqa: F811
+def test_ctrl_c_keeps_what_was_measured_says_how_to_resume_and_leaves_no_process(small_model, tmp_path,
                                                                                  after):
     db, mark = tmp_path / "t.db", uuid.uuid4().hex
     proc = start_tune(small_model, db, 400, mark)
@@ -90,7 +89,7 @@ def test_ctrl_c_keeps_what_was_measured_says_how_to_resume_and_leaves_no_process
         assert conn.execute("SELECT status, trials_done FROM sessions").fetchall() == [("interrupted", kept)]
 
 
-def test_kill_9_leaves_no_process_and_a_resumed_tune_loses_nothing_and_repeats_nothing(small_model,  # noqa: F811
+def test_kill_9_leaves_no_process_and_a_resumed_tune_loses_nothing_and_repeats_nothing(small_model,
                                                                                        tmp_path):
     db, mark = tmp_path / "t.db", uuid.uuid4().hex
     proc = start_tune(small_model, db, 400, mark)
@@ -109,7 +108,7 @@ def test_kill_9_leaves_no_process_and_a_resumed_tune_loses_nothing_and_repeats_n
     assert len(set(after)) == len(after)  # no (workload, target, config) measured twice
 
 
-def test_two_tuners_share_one_database_file(small_model, tmp_path):  # noqa: F811
+def test_two_tuners_share_one_database_file(small_model, tmp_path):
     db = tmp_path / "shared.db"
     procs = [start_tune(small_model, db, 8, uuid.uuid4().hex, "--seed", str(seed)) for seed in (1, 2)]
     results = [p.communicate(timeout=300) for p in procs]
@@ -119,7 +118,7 @@ def test_two_tuners_share_one_database_file(small_model, tmp_path):  # noqa: F81
         assert conn.execute("SELECT status, trials_done FROM sessions").fetchall() == [("done", 8)] * 2
 
 
-def test_python_api_tunes_then_builds_each_task_from_its_best_record(small_model, tmp_path):  # noqa: F811
+def test_python_api_tunes_then_builds_each_task_from_its_best_record(small_model, tmp_path):
     db = tmp_path / "api.db"
     out = autosched.tune(small_model, "llvm", 8, db=db, tuner="random", round_trials=4)
     assert out.summary.trials == 8 and out.resumed == 0

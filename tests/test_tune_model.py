@@ -22,23 +22,6 @@ from autosched.tuner.base import TunerError
 from autosched.tuner.callbacks import JsonLinesLog
 
 
-@pytest.fixture(scope="module")
-def small_model(tmp_path_factory):
-    """Two Gemms of different size (the larger gets tuned first) and a Relu between them."""
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((48, 16)).astype(np.float32), "w2")
-    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Gemm", ["r", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])], [w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path_factory.mktemp("model") / "small.onnx"
-    onnx.save(model, path)
-    return path
-
-
 def test_scheduler_spends_the_budget_in_rounds_and_commits_everything(small_model, tmp_path):
     tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
     db = Database(tmp_path / "tune.db")
