@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -14,7 +15,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray")
-from test_tune_model import small_model  # noqa: E402,F401 - a fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,12 +31,19 @@ def env(tmp_path):
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
+def _records(db: Path) -> list[dict]:
+    """The database's records as `autosched db export` writes them."""
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(row) for row in conn.execute("SELECT * FROM records")]
+
+
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autosched.cli", *args], env=env, capture_output=True, text=True,
                           timeout=300)
 
 
-def test_head_worker_tune_status_stop(env, small_model, tmp_path):  # noqa: F811
+def test_head_worker_tune_status_stop(env, small_model, tmp_path):
     address = f"127.0.0.1:{_free_port()}"
     try:
         head = _cli(env, "fleet", "head", "--port", address.split(":")[1])
@@ -46,11 +53,11 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):  # noqa: F811
         assert worker.returncode == 0, worker.stderr
         assert "worker started" in worker.stdout and "autosched-cpu-" in worker.stdout
 
-        log = tmp_path / "fleet.jsonl"
+        db = tmp_path / "fleet.db"
         tune = _cli(env, "tune", str(small_model), "--trials", "4", "--round", "2", "--tuner", "random",
-                    "--log", str(log), "--ray-address", address)
+                    "--db", str(db), "--ray-address", address)
         assert tune.returncode == 0, tune.stderr
-        records = [json.loads(line) for line in log.read_text().splitlines()]
+        records = _records(db)
         assert len(records) == 4 and all(r["node"] for r in records)
 
         status = _cli(env, "fleet", "status", "--address", address, "--json")
@@ -72,28 +79,28 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_driver_killed_mid_tune_loses_only_its_batch(env, small_model, tmp_path):  # noqa: F811
+def test_driver_killed_mid_tune_loses_only_its_batch(env, small_model, tmp_path):
     """kill -9 of `tune --ray-address`: the fleet stays up with nothing left measuring, and a
-    second tune resumes from the log without measuring any logged config again."""
+    second tune resumes from the database without measuring any recorded config again."""
     address = f"127.0.0.1:{_free_port()}"
-    log = tmp_path / "killed.jsonl"
-    tune = ["tune", str(small_model), "--round", "2", "--tuner", "random", "--log", str(log), "--ray-address", address]
+    db = tmp_path / "killed.db"
+    tune = ["tune", str(small_model), "--round", "2", "--tuner", "random", "--db", str(db), "--ray-address", address]
     try:
         assert _cli(env, "fleet", "head", "--port", address.split(":")[1]).returncode == 0
         driver = subprocess.Popen([sys.executable, "-m", "autosched.cli", *tune, "--trials", "40"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while not log.exists() or len(log.read_text().splitlines()) < 4:
+        while not db.exists() or len(_records(db)) < 4:
             assert driver.poll() is None
             time.sleep(0.2)
         driver.kill()
         driver.wait()
-        logged = len(log.read_text().splitlines())
+        logged = len(_records(db))
         status = json.loads(_cli(env, "fleet", "status", "--address", address, "--json").stdout)
         assert [n["measuring"] for n in status["nodes"]] == [[]]
         again = _cli(env, *tune, "--trials", "6")
-        assert again.returncode == 0 and f"resuming from {logged} records" in again.stdout
+        assert again.returncode == 0 and f"resuming from {logged} records" in again.stdout + again.stderr
     finally:
         _cli(env, "fleet", "stop")
-    records = [json.loads(line) for line in log.read_text().splitlines()]
-    configs = {(r["task"], json.dumps(r["config"], sort_keys=True)) for r in records}
+    records = _records(db)
+    configs = {(r["workload_id"], r["config"]) for r in records}
     assert len(records) == logged + 6 == len(configs)
