@@ -1,0 +1,44 @@
+"""CUDA target: -arch parsing, the default architecture and per-architecture device limits."""
+import warnings
+
+import pytest
+
+from autosched import target as target_mod
+from autosched.target import Target, TargetError, TargetNotice, gpu_capabilities
+
+
+def test_limits_per_architecture():
+    a100, h100, ada = (gpu_capabilities(a) for a in ("sm_80", "sm_90a", "sm_89"))
+    assert a100.max_shared_memory_per_block_optin == 163 * 1024
+    assert h100.max_shared_memory_per_block_optin == 227 * 1024
+    assert ada.max_shared_memory_per_block_optin == 99 * 1024
+    for caps in (a100, h100, ada):
+        assert caps.max_threads_per_block == 1024 and caps.warp_size == 32
+        assert caps.max_shared_memory_per_block == 48 * 1024
+        assert caps.max_registers_per_thread == 255 and caps.registers_per_sm == 65536
+    assert h100.compute_capability == (9, 0) and h100.isa == "cuda-sm_90a"
+    assert gpu_capabilities("sm_121").max_shared_memory_per_block_optin == 99 * 1024
+
+
+def test_older_than_volta_is_refused():
+    with pytest.raises(TargetError, match="sm_61 is older than Volta"):
+        Target.parse("cuda -arch=sm_61")
+
+
+def test_default_arch_comes_with_a_notice_when_no_gpu_answers(monkeypatch):
+    monkeypatch.setattr(target_mod, "detect_cuda_arch", lambda: None)
+    with pytest.warns(TargetNotice, match="using -arch=sm_80"):
+        t = Target.parse("cuda")
+    assert str(t) == "cuda -arch=sm_80" and t.fingerprint == "cuda|sm_80"
+
+
+def test_default_arch_is_the_local_gpu(monkeypatch):
+    monkeypatch.setattr(target_mod, "detect_cuda_arch", lambda: "sm_90")  # stands in for nvidia-smi on a GPU node
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert str(Target.parse("cuda")) == "cuda -arch=sm_90"
+
+
+def test_explicit_arch_asks_no_gpu(monkeypatch):
+    monkeypatch.setattr(target_mod, "detect_cuda_arch", lambda: pytest.fail("asked for the GPU"))
+    assert Target.parse("cuda -arch=sm_86").capabilities.max_shared_memory_per_block_optin == 99 * 1024
