@@ -247,6 +247,11 @@ class Target:
         """The Ray resource a measurement on this target holds: "CPU" or "GPU"."""
         return TARGET_KINDS[self.kind].ray_resource
 
+    @property
+    def isa(self) -> str:
+        """The instruction set generated code is built for; for cuda "cuda-sm_90"."""
+        return self.capabilities.isa
+
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)
 

@@ -16,7 +16,7 @@ def test_limits_per_architecture():
         assert caps.max_threads_per_block == 1024 and caps.warp_size == 32
         assert caps.max_shared_memory_per_block == 48 * 1024
         assert caps.max_registers_per_thread == 255 and caps.registers_per_sm == 65536
-    assert h100.compute_capability == (9, 0) and h100.isa == "cuda-sm_90a"
+    assert h100.compute_capability == (9, 0) and Target.parse("cuda -arch=sm_90a").isa == "cuda-sm_90a"
     assert gpu_capabilities("sm_121").max_shared_memory_per_block_optin == 99 * 1024
 
 
