@@ -35,6 +35,7 @@ class _Lowerer:
         self.mins: dict[int, list] = {}        # id(stage) -> region minimum per dimension
         self.ranges: dict = {}                 # Var -> (lo, hi) of every loop in scope
         self.attached: dict[int, list[Stage]] = {}  # id(IterVar) -> stages computed at it
+        self.block_shared: dict = {}  # Var -> range of loops bound to threadIdx/vthread (one block's threads)
 
     # --- entry -------------------------------------------------------------------------------
     def run(self) -> PrimFunc:
@@ -113,6 +114,8 @@ class _Lowerer:
         leaves = st.leaf_axes
         for iv in leaves:
             self.ranges[iv.var] = (0, ext[id(iv)] - 1)
+            if str(st.annotations.get(iv, "")).startswith(("threadIdx", "vthread")):
+                self.block_shared[iv.var] = self.ranges[iv.var]
 
         value: dict[int, Expr] = {id(iv): iv.var for iv in leaves}
         lets: dict[int, list] = {}  # id(leaf) -> [(var, expr)] bound right inside that loop
@@ -239,8 +242,15 @@ class _Lowerer:
 
     # --- compute_at ----------------------------------------------------------------------------
     def _attached(self, st: Stage, consumer_body: Expr, inner: dict) -> Stmt:
-        """Bound inference for `st` from the consumer's reads, then its nest in that region."""
+        """Bound inference for `st` from the consumer's reads, then its nest in that region.
+
+        A shared buffer serves every thread of a block: its region spans all the block's thread
+        indices, not only the reading thread's (each thread's own loops bound to the same axes
+        then fill their share of it).
+        """
         op = st.op
+        if st.scope == "shared":
+            inner = {**self.block_shared, **inner}
         lo_hi: list[list] = [[] for _ in op.axes]
         for x in walk(consumer_body):
             if isinstance(x, Load) and isinstance(x.source, Tensor) and self.sched.stage_of(x.source) is st:
