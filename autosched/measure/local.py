@@ -66,7 +66,13 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
 
 
 class LocalBuilder(Builder):
-    """Compiles candidates in `n_parallel` processes; each build may take `timeout` seconds."""
+    """Compiles candidates in `n_parallel` processes; each build may take `timeout` seconds.
+
+    `build_one` builds one candidate in a child; other back ends (nvcc, the CUDA emulation)
+    replace it and keep the pool, the timeouts and the failure handling.
+    """
+
+    build_one = staticmethod(_build_one)
 
     def __init__(self, n_parallel: int | None = None, timeout: float = 60.0, cache_dir: Path | None = None,
                  instantiate: Instantiate = instantiate_from_template):
@@ -77,7 +83,7 @@ class LocalBuilder(Builder):
         cache = str(self.cache_dir) if self.cache_dir else None
         # fork: templates registered at run time (tests, plugins) exist in the children too
         with ProcessPoolExecutor(self.n_parallel, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = [pool.submit(_build_one, inp, self.instantiate, cache, self.timeout) for inp in inputs]
+            futures = [pool.submit(self.build_one, inp, self.instantiate, cache, self.timeout) for inp in inputs]
             out = []
             for f in futures:
                 try:

@@ -32,6 +32,7 @@ class ErrorKind(Enum):
     RUNTIME_ERROR = 4
     RUN_TIMEOUT = 5
     WRONG_ANSWER = 6  # ran, but its output differs from the reference
+    RESOURCE_LIMIT = 7  # over the device's limits (threads, shared memory, registers): could never launch
 
 
 class TaskLike(Protocol):
