@@ -30,7 +30,9 @@ def tiled_matmul(m: int, n: int, k: int, block=(32, 32, 8), thread=(4, 4), vec: 
     s[cl].reorder(ko, ki, ci, cj)
     for axis in (ki, ci, cj):
         s[cl].unroll(axis)
-    threads_x, threads = -(-bn // tn), -(-bm // tm) * -(-bn // tn)
+    # the copy stages use exactly the block's threads (tiles larger than the matrix shrink to it)
+    threads_x = -(-min(bn, n) // min(tn, bn, n))
+    threads = -(-min(bm, m) // min(tm, bm, m)) * threads_x
     for x in shared:
         s.compute_at(s[x], s[cl], ko)
         f, v = s[x].split(s[x].fuse(*s[x].op.axes), vec)

@@ -153,6 +153,8 @@ class GpuRenderer(CRenderer):
     INDEX: dict[str, str] = {}
     #: a `unsigned char*` expression: the start of this block's shared memory
     SHARED_BASE = "autosched_smem"
+    #: the line before a loop to unroll (empty: leave it to the compiler)
+    UNROLL_PRAGMA = "#pragma unroll"
 
     def _begin(self, func: PrimFunc) -> GpuKernelPlan:
         """Reset per-kernel state (names, ranges) and plan the kernel."""
@@ -175,7 +177,7 @@ class GpuRenderer(CRenderer):
     def _loop(self, s: For, d: int) -> str:
         """A plain loop; unrolled, vectorized and vthread loops as fully unrolled ones."""
         pad, v = "  " * d, self._name(s.var)
-        head = f"{pad}#pragma unroll\n" if s.kind in ("unroll", "vectorize", "thread") else ""
+        head = f"{pad}{self.UNROLL_PRAGMA}\n" if s.kind in ("unroll", "vectorize", "thread") and self.UNROLL_PRAGMA else ""
         return (f"{head}{pad}for (int32_t {v} = 0; {v} < {s.extent}; ++{v}) {{\n"
                 f"{self._stmt(s.body, d + 1)}{pad}}}\n")
 

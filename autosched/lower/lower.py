@@ -164,7 +164,11 @@ class _Lowerer:
         else:
             main = Store(buf, idx, value_expr)
         if st.attach[0] == "at" and self._in_bounds(main):
-            guards = []  # the overhang lands in scratch rows of a local buffer that no one reads
+            # a spatial overhang lands in scratch rows of a local buffer that no one reads; a
+            # reduction's overhang would add terms to the sum, so its guards stay
+            reduce_vars = {v for iv in leaves if st.axis_kind(iv) == REDUCE
+                           for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
+            guards = [g for g in guards if _vars(g) & reduce_vars]
         main = self._guard(main, guards)
 
         kinds = [self._kind(st, iv) for iv in leaves]

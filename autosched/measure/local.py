@@ -27,6 +27,7 @@ from autosched.codegen import CodegenError, CompileError, renderer_for
 from autosched.codegen.gcc import compile_c
 from autosched.errors import AutoschedError
 from autosched.lower import lower
+from autosched.lower.ir import PrimFunc
 from autosched.measure.interface import Builder, Runner
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import ScheduleError
@@ -51,18 +52,31 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
         code = renderer.render(func)
     except (AutoschedError, ScheduleError, CodegenError, ValueError, KeyError, IndexError, TypeError) as e:
         return BuildResult(None, ErrorKind.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
+    return compile_candidate(code, func, renderer.symbol(func), cache_dir, compile_timeout, start)
+
+
+def compile_candidate(code: str, func: PrimFunc, symbol: str, cache_dir: str | None, timeout: float,
+                      start: float) -> BuildResult:
+    """gcc-compile generated C into a library the worker loads; failures are results."""
     try:
-        lib = compile_c(code, cache_dir=Path(cache_dir) if cache_dir else None, timeout=compile_timeout)
+        lib = compile_c(code, cache_dir=Path(cache_dir) if cache_dir else None, timeout=timeout)
     except CompileError as e:
         kind = ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR
         return BuildResult(None, kind, str(e), time.perf_counter() - start)
     manifest = lib.with_suffix(".json")
-    if not manifest.exists():
-        params = [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)} for b in func.params]
-        tmp = manifest.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"lib": str(lib), "symbol": renderer.symbol(func), "params": params}))
-        os.replace(tmp, manifest)
+    write_manifest(manifest, func, symbol, lib=str(lib))
     return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", time.perf_counter() - start)
+
+
+def write_manifest(path: Path, func: PrimFunc, symbol: str, **fields) -> None:
+    """What a runner needs to load a built candidate (symbol, parameters, `fields`), written once
+    and atomically: parallel builders of identical code share it."""
+    if path.exists():
+        return
+    params = [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)} for b in func.params]
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**fields, "symbol": symbol, "params": params}))
+    os.replace(tmp, path)
 
 
 class LocalBuilder(Builder):

@@ -8,61 +8,43 @@ what a GPU runner needs: the kernel's symbol, parameters, launch geometry and re
 """
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from autosched.codegen import CompileError
 from autosched.codegen.cuda import CudaRenderer
-from autosched.codegen.gpu import LimitError, check_limits, plan_kernel
+from autosched.codegen.gpu import LimitError, check_limits
 from autosched.codegen.nvcc import compile_cuda
-from autosched.errors import AutoschedError
-from autosched.lower import lower
-from autosched.measure.local import Instantiate, LocalBuilder
+from autosched.measure.gpu_build import INSTANTIATION_ERRORS, build_failure, lower_for_gpu
+from autosched.measure.local import Instantiate, LocalBuilder, write_manifest
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput
-from autosched.target import GpuCapabilities
 
 
 def _build_cubin(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | None,
                  compile_timeout: float) -> BuildResult:
     start = time.perf_counter()
-
-    def failed(kind: ErrorKind, msg: str) -> BuildResult:
-        return BuildResult(None, kind, msg, time.perf_counter() - start)
-
-    caps = inp.target.capabilities
-    if not isinstance(caps, GpuCapabilities):
-        return failed(ErrorKind.INSTANTIATION_ERROR, f"NvccBuilder builds for cuda targets, not {inp.target}")
+    renderer = CudaRenderer()
     try:
-        sched, args = instantiate(inp)
-        func = lower(sched, args, "candidate")
-        renderer = CudaRenderer()
+        func, geometry = lower_for_gpu(inp, instantiate)
         code = renderer.render(func)
-        geometry = plan_kernel(func).geometry
-        check_limits(f"{inp.task.key} {inp.config}", geometry, caps)
-    except LimitError as e:
-        return failed(ErrorKind.RESOURCE_LIMIT, str(e))
-    except (AutoschedError, ValueError, KeyError, IndexError, TypeError) as e:
-        return failed(ErrorKind.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}")
+    except INSTANTIATION_ERRORS as e:
+        return build_failure(e, start)
+    caps = inp.target.capabilities
     try:
         built = compile_cuda(code, caps.arch, cache_dir=Path(cache_dir) if cache_dir else None, timeout=compile_timeout)
     except CompileError as e:
-        return failed(ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR, str(e))
+        kind = ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR
+        return BuildResult(None, kind, str(e), time.perf_counter() - start)
     symbol = renderer.symbol(func)
     usage = built.usage[symbol]
     try:
         check_limits(f"{inp.task.key} {inp.config}", geometry, caps, registers=usage.registers)
     except LimitError as e:
-        return failed(ErrorKind.RESOURCE_LIMIT, str(e))
+        return build_failure(e, start)
     manifest = built.path.with_suffix(".json")
-    if not manifest.exists():
-        params = [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)} for b in func.params]
-        tmp = manifest.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"cubin": str(built.path), "symbol": symbol, "params": params, "arch": caps.arch,
-                                   "geometry": geometry.to_json(), "usage": asdict(usage)}))
-        os.replace(tmp, manifest)
+    write_manifest(manifest, func, symbol, cubin=str(built.path), arch=caps.arch, geometry=geometry.to_json(),
+                   usage=asdict(usage))
     return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", time.perf_counter() - start)
 
 
