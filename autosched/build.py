@@ -21,6 +21,7 @@ from autosched.codegen import renderer_for
 from autosched.codegen.c import C_TYPES
 from autosched.codegen.gcc import compile_c
 from autosched.compute import default_schedule, task_compute
+from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
 from autosched.graph.passes import FusedGroup, fuse, optimize, plan_memory
 from autosched.lower import PrimFunc, lower
@@ -54,6 +55,9 @@ def default_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
 
 def library_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
     """The op library's default schedule of a task, with no template involved."""
+    if target.ray_resource == "GPU":
+        raise AutoschedError(f"task {task.key}: op {task.op} has no GPU template for target {target} "
+                             "(the op library's schedules are CPU schedules)")
     args, outs = task_compute(task)
     lanes = max(1, getattr(target.capabilities, "vector_bytes", 64) // 4)
     return default_schedule(task, outs, lanes), args + outs
@@ -75,13 +79,19 @@ class _KernelPlan:
 
 
 def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
-                schedule_for: ScheduleFor = default_kernel) -> ModelFiles:
-    """Compile `graph` into `out` (a .so) with its manifest (.json) and weights (.weights) beside it."""
+                schedule_for: ScheduleFor = default_kernel, emulate: bool = False) -> ModelFiles:
+    """Compile `graph` into `out` (a .so) with its manifest (.json) and weights (.weights) beside it.
+
+    `emulate` (cuda targets): the GPU kernels run in the CPU emulation of the CUDA execution
+    model, so the model is checked on a machine without a GPU.
+    """
     target = Target.parse(target) if isinstance(target, str) else target
+    if emulate and target.kind != "cuda":
+        raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
     graph = optimize(graph)
     groups = fuse(graph)
     taskset = extract_tasks(graph, groups)
-    renderer = renderer_for(target.kind)
+    renderer = renderer_for("cuda-emulate" if emulate else target.kind)
     weights = _Weights()
     plans: dict[tuple, _KernelPlan] = {}
     calls = []
@@ -185,7 +195,8 @@ def _weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
     outputs = {id(sched.stage_of(o)) for o in sched.outputs}
     for st in sched.stages:  # producers first
         ins = st.op.inputs()
-        const[id(st)] = bool(ins) and id(st) not in outputs and all(
+        # a stage computed inside another's loops (a shared-memory tile) is part of that nest
+        const[id(st)] = bool(ins) and id(st) not in outputs and st.attach == ("root",) and all(
             id(t.op) in const_ops if sched.stage_of(t) is None else const.get(id(sched.stage_of(t)), False) for t in ins)
     frontier = []
     for st in sched.stages:

@@ -190,6 +190,8 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--emulate", action="store_true",
+                        help="with --target cuda: run the CUDA kernels in the CPU emulation (no GPU needed)")
 
 
 def _built(args: argparse.Namespace, tmp: str):
@@ -198,7 +200,12 @@ def _built(args: argparse.Namespace, tmp: str):
     from autosched.evaluate import onnxruntime_session
     from autosched.runtime import load_model
     graph = load_onnx(args.model, dict(args.shape))
-    files = build_model(graph, Path(tmp) / "model.so", Target.parse(args.target), _schedules(args))
+    target = Target.parse(args.target)
+    emulate = getattr(args, "emulate", False)
+    if target.kind == "cuda" and not emulate:
+        raise AutoschedError(f"running a {target} build here needs a GPU runner, which autosched does not have yet; "
+                             "--emulate runs its CUDA kernels in the CPU emulation")
+    files = build_model(graph, Path(tmp) / "model.so", target, _schedules(args), emulate=emulate)
     threads = getattr(args, "threads", None) or os.cpu_count() or 1
     model = load_model(files.library)
     model.set_num_threads(threads)
