@@ -24,6 +24,14 @@ def test_emulated_mlp_matches_onnxruntime(mlp_path, capsys):
     assert "fc3/Gemm" in out and "ok" in out and "MISMATCH" not in out
 
 
+@pytest.mark.slow
+def test_emulated_resnet18_matches_onnxruntime(tmp_path, capsys):
+    path = tmp_path / "resnet18.onnx"
+    onnx.save(zoo.resnet18(), path)
+    assert main(["check", str(path), "--target", CUDA, "--emulate"]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out
+
+
 def test_cuda_check_without_a_gpu_says_how(mlp_path, capsys):
     assert main(["check", str(mlp_path), "--target", CUDA]) == 2
     assert "--emulate runs its CUDA kernels in the CPU emulation" in capsys.readouterr().err

@@ -134,6 +134,8 @@ class _Lowerer:
                         lets.setdefault(id(leaf), []).append((iv.var, e))
                         self.ranges[iv.var] = (0, ext[id(iv)] - 1)
                         value[id(iv)] = iv.var
+                        if leaf.var in self.block_shared:  # a fused thread axis: its parts are thread indices too
+                            self.block_shared[iv.var] = self.ranges[iv.var]
                 else:
                     value[id(rel.outer)], value[id(rel.inner)] = outer_v, inner_v
 

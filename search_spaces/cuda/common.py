@@ -8,7 +8,10 @@ those threads; the GPU code generation refuses (and the emulation reports) anyth
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from autosched.schedule import Schedule, Stage
+from autosched.space import Config, ConfigSpace
 from autosched.target import GpuCapabilities, Target
 from autosched.te import Tensor
 from search_spaces.llvm.common import CpuTemplate as GpuTemplate
@@ -23,6 +26,27 @@ def gpu_caps(target: Target) -> GpuCapabilities:
     if not isinstance(caps, GpuCapabilities):
         raise TemplateError(f"target {target} is not a GPU target")
     return caps
+
+
+def config_near(space: ConfigSpace, want: Mapping[str, int]) -> Config:
+    """For each knob the largest option not above the wanted value (else the smallest): a
+    textbook fallback shrunk to what a small problem's space offers."""
+    values = {}
+    for name, v in want.items():
+        options = space.knob(name).values
+        values[name] = max((o for o in options if o <= v), default=min(options))
+    return space.from_values(values)
+
+
+def local_accumulator(s: Schedule, out: Tensor, anchor_tag: str) -> Stage:
+    """The anchor's stage in registers, its epilogue inlined into the output's store: a copy
+    of it when the anchor is the output, else the anchor itself."""
+    anchor = next(st for st in s.stages if st.op.tag == anchor_tag)
+    inline_epilogue(s, out)
+    if out.op is anchor.op:
+        return s[s.cache_write(out, "local")]
+    anchor.set_scope("local")
+    return anchor
 
 
 def tile_threads(extent: int, block: int, per_thread: int) -> int:
@@ -51,5 +75,5 @@ def cooperative_copy(s: Schedule, copy: Tensor, at: Stage, axis, threads: tuple[
         st.vectorize(lanes)
 
 
-__all__ = ["GpuTemplate", "InvalidConfigError", "cooperative_copy", "gpu_caps", "inline_epilogue", "task_tensors",
-           "tile_threads"]
+__all__ = ["GpuTemplate", "InvalidConfigError", "config_near", "cooperative_copy", "gpu_caps", "local_accumulator",
+           "task_tensors", "tile_threads"]

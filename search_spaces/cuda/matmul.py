@@ -21,7 +21,9 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
-from search_spaces.cuda.common import GpuTemplate, cooperative_copy, gpu_caps, inline_epilogue, task_tensors, tile_threads
+from search_spaces.cuda.common import (
+    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads,
+)
 from search_spaces.llvm.matmul import _gemm_epilogue, matmul_dims
 
 THREADS = (1, 2, 4, 8, 16, 32)
@@ -65,21 +67,14 @@ class MatmulTemplate(GpuTemplate):
     def fallback(self, task: Task, target: Target) -> Config:
         """16 × 16 threads of 4 × 4 outputs (64 × 64 block tiles), k steps of 8, float4 copies:
         the textbook SGEMM shape, shrunk to what the space allows for a small problem."""
-        space = self.space(task, target)
-        want = {"threads_x": 16, "threads_y": 16, "tile_n": 4, "tile_m": 4, "tile_k": 8, "vec": 4, "unroll_k": 1}
-        return space.from_values({k: max(v for v in space.knob(k).values if v <= want[k]) for k, v in want.items()})
+        return config_near(self.space(task, target), {"threads_x": 16, "threads_y": 16, "tile_n": 4, "tile_m": 4,
+                                                       "tile_k": 8, "vec": 4, "unroll_k": 1})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = matmul_dims(task)
         args, out = _compute(task)
         s = create_schedule(out)
-        anchor = next(st for st in s.stages if st.op.tag == mm.MATMUL_TAG)
-        inline_epilogue(s, out)
-        if out.op is anchor.op:
-            acc = s[s.cache_write(out, "local")]
-        else:
-            acc = anchor
-            acc.set_scope("local")
+        acc = local_accumulator(s, out, mm.MATMUL_TAG)
         a_shared, b_shared = (s.cache_read(t, "shared", [acc]) for t in acc.op.inputs()[:2])
 
         tx, ty, tn, tm = config["threads_x"], config["threads_y"], config["tile_n"], config["tile_m"]
