@@ -19,7 +19,7 @@ import numpy as np
 
 from autosched.codegen import renderer_for
 from autosched.codegen.c import C_TYPES
-from autosched.codegen.gcc import compile_c
+from autosched.codegen.gcc import compile_c, target_flags
 from autosched.compute import default_schedule, task_compute
 from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
@@ -58,9 +58,8 @@ def library_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
     if target.ray_resource == "GPU":
         raise AutoschedError(f"task {task.key}: op {task.op} has no GPU template for target {target} "
                              "(the op library's schedules are CPU schedules)")
-    args, outs = task_compute(task)
-    lanes = max(1, getattr(target.capabilities, "vector_bytes", 64) // 4)
-    return default_schedule(task, outs, lanes), args + outs
+    args, outs = task_compute(task, target.capabilities)
+    return default_schedule(task, outs, target.capabilities), args + outs
 
 
 @dataclass(frozen=True)
@@ -119,12 +118,14 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     source = renderer.render_module(funcs, tail=executor)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(compile_c(source), out)
+    binary = Target.parse("llvm") if emulate else target  # the emulation is a program for this CPU
+    shutil.copyfile(compile_c(source, target_flags(binary)), out)
     files = ModelFiles(out, out.with_suffix(".json"), out.with_suffix(".weights"))
     files.weights.write_bytes(weights.blob)
     files.manifest.write_text(json.dumps({
         "format": 1, "library": out.name, "weights": files.weights.name, "weights_bytes": len(weights.blob),
-        "target": str(target), "inputs": [_value_json(v) for v in graph.inputs],
+        "target": str(target), "emulated": emulate, "isa": binary.isa,
+        "isa_flags": sorted(binary.capabilities.flags), "inputs": [_value_json(v) for v in graph.inputs],
         "outputs": [_value_json(v) for v in graph.outputs],
         "tasks": [{"key": t.key, "weight": t.weight} for t in taskset.tasks],
         "kernels": [{"symbol": renderer.symbol(p.func), "task": key[0], "precomputed_stages": len(p.folded)}
@@ -234,6 +235,8 @@ def _params_read(func: PrimFunc) -> set[int]:
 
 
 def _precompute_kernel(t: Tensor, sources: list[Tensor]) -> Kernel:
+    """A weight-packing kernel, run once here at build time: built for this host, whatever the
+    model's target."""
     from autosched.kernel import build_kernel
     s = create_schedule(t)
     for st in s.stages:

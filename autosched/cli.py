@@ -106,17 +106,22 @@ def add_log_argument(parser: argparse.ArgumentParser) -> None:
                         help="tuning log(s) whose best configs to use (repeatable; default: untuned schedules)")
 
 
-def _schedules(args: argparse.Namespace):
-    from autosched.build import default_kernel
+def _build(args: argparse.Namespace, graph, out: Path):
+    """Build with the logs' best schedules; say once which tasks were tuned for another ISA only."""
+    from autosched.build import build_model, default_kernel
     from autosched.history import TunedSchedules
-    return TunedSchedules(args.log) if args.log else default_kernel
+    target = Target.parse(args.target)
+    schedules = TunedSchedules(args.log) if args.log else default_kernel
+    files = build_model(graph, out, target, schedules, emulate=getattr(args, "emulate", False))
+    if args.log and schedules.other_isa:
+        isas = sorted({str(isa) for found in schedules.other_isa.values() for isa in found})
+        print(f"note: {len(schedules.other_isa)} tasks have logged records only for {', '.join(isas)}, not for "
+              f"this target's {target.isa}: they use the default schedule", file=sys.stderr)
+    return files, schedules
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from autosched.build import build_model
-    schedules = _schedules(args)
-    files = build_model(load_onnx(args.model, dict(args.shape)), Path(args.output), Target.parse(args.target),
-                        schedules)
+    files, schedules = _build(args, load_onnx(args.model, dict(args.shape)), Path(args.output))
     tuned = f", {len(set(schedules.used))} tasks with tuned schedules" if args.log else ""
     print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}{tuned}")
     return 0
@@ -196,16 +201,14 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _built(args: argparse.Namespace, tmp: str):
     """The model imported, built into `tmp` and loaded, plus an onnxruntime session and the graph."""
-    from autosched.build import build_model
     from autosched.evaluate import onnxruntime_session
     from autosched.runtime import load_model
     graph = load_onnx(args.model, dict(args.shape))
     target = Target.parse(args.target)
-    emulate = getattr(args, "emulate", False)
-    if target.kind == "cuda" and not emulate:
+    if target.kind == "cuda" and not getattr(args, "emulate", False):
         raise AutoschedError(f"running a {target} build here needs a GPU runner, which autosched does not have yet; "
                              "--emulate runs its CUDA kernels in the CPU emulation")
-    files = build_model(graph, Path(tmp) / "model.so", target, _schedules(args), emulate=emulate)
+    files, _ = _build(args, graph, Path(tmp) / "model.so")
     threads = getattr(args, "threads", None) or os.cpu_count() or 1
     model = load_model(files.library)
     model.set_num_threads(threads)

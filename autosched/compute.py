@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from autosched import te
 from autosched.errors import AutoschedError
 from autosched.ops import conv as conv_ops
@@ -16,6 +18,7 @@ from autosched.ops import matmul as mm_ops
 from autosched.ops import nn, reduce as reduce_ops, transform
 from autosched.ops.epilogue import EpilogueFn
 from autosched.schedule import Schedule, create_schedule
+from autosched.target import CpuCapabilities
 from autosched.task import EpilogueOp, Task
 from autosched.te import Cmp, Expr, Tensor
 
@@ -112,7 +115,7 @@ def _elementwise_anchor(task: Task, ins: list[Tensor], epi: EpilogueFn | None) -
     return te.compute(task.out_shapes[0], body, name=task.op.lower(), tag="elementwise")
 
 
-def _conv(task: Task, ins: list[Tensor], epi: EpilogueFn | None) -> Tensor:
+def _conv(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:
     at = dict(task.attrs)
     if len(task.shapes[0]) != 4:
         raise UnsupportedTaskError(f"Conv over {len(task.shapes[0]) - 2} spatial dims: only 2-D convolution is compiled")
@@ -122,36 +125,37 @@ def _conv(task: Task, ins: list[Tensor], epi: EpilogueFn | None) -> Tensor:
                            groups=at.get("group", 1), epilogue=(epi,) if epi else ())
 
 
-def _matmul(task: Task, ins: list[Tensor], epi: EpilogueFn | None) -> Tensor:
+def _matmul(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:
     a, b = ins[0], ins[1]
     if a.ndim < 2 or b.ndim < 2:
         raise UnsupportedTaskError("MatMul with a 1-D operand is not compiled (only 2-D and batched operands)")
     m, n = a.shape[-2], b.shape[-1]
-    return mm_ops.matmul(a, b, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n))
+    return mm_ops.matmul(a, b, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n, caps))
 
 
-def _gemm(task: Task, ins: list[Tensor], epi: EpilogueFn | None) -> Tensor:
+def _gemm(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:
     at = dict(task.attrs)
     ta, tb = bool(at.get("transA", 0)), bool(at.get("transB", 0))
     m = ins[0].shape[1] if ta else ins[0].shape[0]
     n = ins[1].shape[0] if tb else ins[1].shape[1]
     return mm_ops.gemm(ins[0], ins[1], ins[2] if len(ins) > 2 else None, at.get("alpha", 1.0), at.get("beta", 1.0),
-                       ta, tb, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n))
+                       ta, tb, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n, caps))
 
 
-ANCHORS: dict[str, Callable[[Task, list[Tensor], EpilogueFn | None], Tensor]] = {
+ANCHORS: dict[str, Callable[[Task, list[Tensor], EpilogueFn | None, CpuCapabilities], Tensor]] = {
     "Conv": _conv, "MatMul": _matmul, "Gemm": _gemm,
 }
 
 
-def task_compute(task: Task) -> tuple[list[Tensor], list[Tensor]]:
-    """(argument placeholders, output tensors) of the task's computation."""
+def task_compute(task: Task, caps: CpuCapabilities) -> tuple[list[Tensor], list[Tensor]]:
+    """(argument placeholders, output tensors) of the task's computation; the matmul panels it
+    packs into are sized for `caps`."""
     values = task.input_values
     placeholders = [te.placeholder(v.shape, v.dtype, name=v.name) for v in values]
     ins, extras = placeholders[:len(task.shapes)], placeholders[len(task.shapes):]
     epi = epilogue_fn(task.epilogue, extras)
     if task.op in ANCHORS:
-        outs = [ANCHORS[task.op](task, ins, epi)]
+        outs = [ANCHORS[task.op](task, ins, epi, caps)]
     elif task.op in ELEMENTWISE:
         outs = [_elementwise_anchor(task, ins, epi)]
     elif task.op in OTHERS:
@@ -166,8 +170,9 @@ def task_compute(task: Task) -> tuple[list[Tensor], list[Tensor]]:
     return placeholders, outs
 
 
-def default_schedule(task: Task, outs: list[Tensor], vector_lanes: int = 16) -> Schedule:
-    """The untuned baseline schedule of a task's computation."""
+def default_schedule(task: Task, outs: list[Tensor], caps: CpuCapabilities) -> Schedule:
+    """The untuned baseline schedule of a task's computation, vectorized for `caps`."""
+    vector_lanes = caps.lanes(np.dtype(outs[0].dtype).itemsize)
     if task.op in ("MatMul", "Gemm"):
         return mm_ops.schedule_matmul(outs[0], vector_lanes)
     if task.op == "Conv":

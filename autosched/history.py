@@ -4,7 +4,8 @@ A log is JSON lines, one measurement each (what `JsonLinesLog` writes). For ever
 target the fastest successful record wins; its config is validated against the template's
 space before it reaches a schedule, since a log may come from anywhere. A resumed run gets
 every logged record of its tasks, so nothing is measured twice and its cost models start
-trained.
+trained. Records are matched on the target's ISA class too (a log line carries it): a schedule
+tuned for AVX-512 says nothing about AVX2 code, and its space is another one.
 """
 from __future__ import annotations
 
@@ -40,9 +41,13 @@ class LogLine:
 
     task: str
     target: str
+    isa: str | None  # None in logs written before records named their ISA
     config: dict
     result: MeasureResult
     where: str  # file:line, for error messages
+
+    def matches(self, target: Target) -> bool:
+        return self.target == str(target) and self.isa == target.isa
 
 
 def read_log(paths: Iterable[str | os.PathLike[str]]) -> Iterator[LogLine]:
@@ -58,24 +63,25 @@ def read_log(paths: Iterable[str | os.PathLike[str]]) -> Iterator[LogLine]:
             where = f"{path}:{number}"
             try:
                 rec = json.loads(line)
-                key, target, config = rec["task"], rec["target"], rec["config"]
+                key, target, config, isa = rec["task"], rec["target"], rec["config"], rec.get("isa")
                 result = MeasureResult.from_json(rec)
             except (json.JSONDecodeError, KeyError, TypeError, RecordError) as e:
                 raise LogError(f"{where}: not a measurement record ({type(e).__name__}: {e})") from None
-            if not isinstance(key, str) or not isinstance(target, str) or not isinstance(config, dict):
-                raise LogError(f"{where}: not a measurement record (task, target and config have the wrong types)")
-            yield LogLine(key, target, config, result, where)
+            if not (isinstance(key, str) and isinstance(target, str) and isinstance(config, dict)
+                    and isinstance(isa, (str, type(None)))):
+                raise LogError(f"{where}: not a measurement record (task, target, isa or config has the wrong type)")
+            yield LogLine(key, target, isa, config, result, where)
 
 
-def best_records(paths: Iterable[str | os.PathLike[str]]) -> dict[tuple[str, str], BestRecord]:
-    """(task key, target string) → the fastest successful measurement in the logs."""
-    best: dict[tuple[str, str], BestRecord] = {}
+def best_records(paths: Iterable[str | os.PathLike[str]]) -> dict[tuple[str, str, str | None], BestRecord]:
+    """(task key, target string, ISA class) → the fastest successful measurement in the logs."""
+    best: dict[tuple[str, str, str | None], BestRecord] = {}
     for line in read_log(paths):
         if not line.result.ok:
             continue
-        cost = line.result.cost
-        if (line.task, line.target) not in best or cost < best[(line.task, line.target)].cost:
-            best[(line.task, line.target)] = BestRecord(line.config, cost, line.where)
+        key = (line.task, line.target, line.isa)
+        if key not in best or line.result.cost < best[key].cost:
+            best[key] = BestRecord(line.config, line.result.cost, line.where)
     return best
 
 
@@ -90,7 +96,7 @@ def load_history(paths: Iterable[str | os.PathLike[str]], tasks: Sequence[Task],
     history: dict[str, list[Record]] = {}
     for line in read_log(paths):
         task = by_key.get(line.task)
-        if task is None or line.target != str(target):
+        if task is None or not line.matches(target):
             continue
         if line.task not in spaces:
             try:
@@ -109,17 +115,23 @@ def load_history(paths: Iterable[str | os.PathLike[str]], tasks: Sequence[Task],
 
 
 class TunedSchedules:
-    """A build's `schedule_for`: the logged best config of a task when there is one, else the default."""
+    """A build's `schedule_for`: the logged best config of a task when there is one for the
+    target's ISA, else the default. `other_isa` collects the tasks whose only records are for
+    another ISA, for the caller to say so once."""
 
     def __init__(self, logs: Iterable[str | os.PathLike[str]]):
         self.best = best_records(logs)
         self.used: list[str] = []
+        self.other_isa: dict[str, set[str | None]] = {}
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
         from autosched.build import default_kernel
         from search_spaces import get_template
-        rec = self.best.get((task.key, str(target)))
+        rec = self.best.get((task.key, str(target), target.isa))
         if rec is None:
+            isas = {isa for key, tgt, isa in self.best if key == task.key and tgt == str(target)}
+            if isas:
+                self.other_isa[task.key] = isas
             return default_kernel(task, target)
         template = get_template(task.op, target.kind)
         try:

@@ -11,6 +11,7 @@ up on compiler command lines.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -30,15 +31,31 @@ class TargetError(AutoschedError):
 
 @dataclass(frozen=True)
 class CpuInfo:
-    """What /proc/cpuinfo says about the host: model name and ISA flags."""
+    """What /proc/cpuinfo says about the host: model name and ISA flags (and, for the real host,
+    its machine name and cache sizes)."""
 
     model: str
     flags: frozenset[str]
+    machine: str = "x86_64"
+    cache_bytes: tuple[int | None, int | None, int | None] = (None, None, None)
 
 
 @dataclass(frozen=True)
 class CpuCapabilities:
+    """What schedules need to know about a CPU's ISA: every register tile, vector width and
+    compile flag is sized from here, never from the machine the code happened to be written on."""
+
     vector_bytes: int  # widest SIMD register the effective ISA allows
+    vector_registers: int  # architectural SIMD registers (16 ymm on AVX2, 32 zmm on AVX-512, 32 NEON)
+    isa: str  # coarse ISA class ("x86_64-avx512"): what records and caches must never cross
+    flags: frozenset[str]  # effective ISA flags, in /proc/cpuinfo's names
+    cflags: tuple[str, ...]  # the compiler flags selecting this ISA
+    fma: bool = True
+    cache_bytes: tuple[int | None, int | None, int | None] = (None, None, None)  # L1d, L2, L3 of the host
+
+    def lanes(self, dtype_bytes: int) -> int:
+        """Elements of a `dtype_bytes`-wide type in one vector register."""
+        return max(1, self.vector_bytes // dtype_bytes)
 
 
 @dataclass(frozen=True)
@@ -59,10 +76,6 @@ class GpuCapabilities:
         """(major, minor) from the arch name: sm_90a -> (9, 0)."""
         digits = re.match(r"sm_([0-9]+)", self.arch).group(1)
         return int(digits[:-1]), int(digits[-1])
-
-    @property
-    def isa(self) -> str:
-        return f"cuda-{self.arch}"
 
 
 class TargetNotice(UserWarning):
@@ -87,8 +100,6 @@ _ISA_FLAGS = frozenset({
     "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
     "asimd", "sve", "sve2",
 })
-# Widest vector first: the first flag present decides the vector width.
-_VECTOR_BYTES = (("avx512f", 64), ("avx2", 32), ("avx", 32), ("asimd", 16))
 _BASELINE_VECTOR_BYTES = 16  # SSE2 on x86-64, NEON on aarch64
 
 _OPTION = re.compile(r"-([a-z][a-z0-9-]*)=(.+)\Z")
@@ -100,7 +111,8 @@ def read_cpuinfo(path: str | os.PathLike[str] = "/proc/cpuinfo") -> CpuInfo:
     try:
         text = Path(path).read_text()
     except OSError:
-        return CpuInfo(model=platform.processor() or platform.machine() or "unknown", flags=frozenset())
+        return CpuInfo(model=platform.processor() or platform.machine() or "unknown", flags=frozenset(),
+                       machine=platform.machine())
     fields: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
@@ -111,23 +123,108 @@ def read_cpuinfo(path: str | os.PathLike[str] = "/proc/cpuinfo") -> CpuInfo:
         fields.setdefault(key.strip(), value.strip())
     model = fields.get("model name") or fields.get("CPU part") or platform.machine() or "unknown"
     flags = fields.get("flags") or fields.get("Features") or ""
-    return CpuInfo(model=model, flags=frozenset(flags.split()))
+    machine = "aarch64" if "asimd" in flags.split() else platform.machine()
+    return CpuInfo(model=model, flags=frozenset(flags.split()), machine=machine, cache_bytes=read_cache_sizes())
 
 
-def _effective_flags(host: CpuInfo, mattr: str | None) -> frozenset[str]:
-    flags = set(host.flags & _ISA_FLAGS)
-    for item in (mattr.split(",") if mattr else ()):
-        (flags.add if item[0] == "+" else flags.discard)(item[1:])
-    return frozenset(flags)
+#: gcc's predefined macros -> the /proc/cpuinfo flag they stand for
+_GCC_MACROS = {
+    "__SSE4_1__": "sse4_1", "__SSE4_2__": "sse4_2", "__AVX__": "avx", "__AVX2__": "avx2", "__FMA__": "fma",
+    "__F16C__": "f16c", "__AVX512F__": "avx512f", "__AVX512BW__": "avx512bw", "__AVX512DQ__": "avx512dq",
+    "__AVX512VL__": "avx512vl", "__AVX512VNNI__": "avx512_vnni", "__AVX512BF16__": "avx512_bf16",
+    "__AVX512FP16__": "avx512_fp16", "__AVXVNNI__": "avx_vnni", "__AMX_TILE__": "amx_tile",
+    "__AMX_BF16__": "amx_bf16", "__AMX_INT8__": "amx_int8", "__ARM_NEON": "asimd", "__ARM_FEATURE_SVE": "sve",
+    "__ARM_FEATURE_SVE2": "sve2",
+}
+#: cpuinfo flag -> gcc's -m option name, where dropping the underscore is not enough
+_GCC_OPTION_NAMES = {"sse4_1": "sse4.1", "sse4_2": "sse4.2", "amx_tile": "amx-tile", "amx_bf16": "amx-bf16",
+                     "amx_int8": "amx-int8"}
+_ARM_MACHINES = ("aarch64", "arm64")
+#: flag -> prefixes of the flags that need it
+_DEPENDENTS = {"avx": ("avx2", "fma", "f16c", "avx512", "avx_vnni", "amx"), "avx2": ("avx512", "avx_vnni", "amx"),
+               "avx512f": ("avx512", "amx")}
+
+
+def _cpu_option(machine: str) -> str:
+    """gcc names the CPU with -march on x86 and with -mcpu on Arm."""
+    return "-mcpu" if machine in _ARM_MACHINES else "-march"
+
+
+@functools.lru_cache(maxsize=None)
+def gcc_isa_flags(cflags: tuple[str, ...], cc: str = "gcc") -> frozenset[str]:
+    """The ISA flags gcc enables under `cflags`: the one authority on what ``-march=haswell``
+    (or ``-march=native`` on this host) means, so records and caches can be keyed by it."""
+    try:
+        proc = subprocess.run([cc, *cflags, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise TargetError(f"cannot ask the C compiler {cc!r} what {' '.join(cflags)} enables: {e}") from None
+    if proc.returncode != 0:
+        message = next((line for line in proc.stderr.splitlines() if "error" in line), proc.stderr.strip())
+        raise TargetError(f"{cc} refuses {' '.join(cflags)}: {message.split('error:')[-1].strip()}")
+    macros = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("#define ")}
+    return frozenset(flag for macro, flag in _GCC_MACROS.items() if macro in macros)
+
+
+def _mattr_cflags(mattr: str | None) -> list[str]:
+    out = []
+    for item in mattr.split(",") if mattr else ():
+        name = _GCC_OPTION_NAMES.get(item[1:], item[1:].replace("_", ""))
+        out.append(("-m" if item[0] == "+" else "-mno-") + name)
+    return out
+
+
+def _isa_class(flags: frozenset[str], machine: str) -> tuple[str, int, int]:
+    """(ISA class, vector bytes, vector registers) of a flag set."""
+    if machine in _ARM_MACHINES or "asimd" in flags:
+        return ("aarch64-sve" if "sve" in flags else "aarch64-neon"), 16, 32
+    arch = "x86_64" if machine in ("x86_64", "amd64", "AMD64", "") else machine
+    for flag, name, width in (("avx512f", "avx512", 64), ("avx2", "avx2", 32), ("avx", "avx", 32)):
+        if flag in flags:
+            return f"{arch}-{name}", width, 32 if width == 64 else 16
+    return f"{arch}-sse2", _BASELINE_VECTOR_BYTES, 16
+
+
+def read_cache_sizes(root: str | os.PathLike[str] = "/sys/devices/system/cpu/cpu0/cache") -> tuple:
+    """(L1d, L2, L3) bytes as sysfs reports them for the first CPU; None where it does not."""
+    sizes: dict[int, int] = {}
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        m = re.fullmatch(r"(\d+)([KMG]?)", text)
+        if m:
+            sizes[level] = int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+    return tuple(sizes.get(level) for level in (1, 2, 3))
 
 
 def _describe_llvm(options: Mapping[str, str], host: CpuInfo | None) -> tuple[str, Capabilities]:
     host = host if host is not None else read_cpuinfo()
-    flags = _effective_flags(host, options.get("mattr"))
-    width = next((b for flag, b in _VECTOR_BYTES if flag in flags), _BASELINE_VECTOR_BYTES)
+    machine = host.machine
+    mcpu, mattr = options.get("mcpu"), options.get("mattr")
+    cflags = (f"{_cpu_option(machine)}={mcpu or 'native'}", *_mattr_cflags(mattr))
+    if mcpu:
+        flags = set(gcc_isa_flags(cflags))  # what the named CPU has, whatever this host has
+    else:
+        flags = set(host.flags & _ISA_FLAGS)
+        for item in mattr.split(",") if mattr else ():
+            if item[0] == "+":
+                flags.add(item[1:])
+            else:  # as in gcc, dropping an extension drops those built on it
+                flags -= {f for f in flags if f == item[1:] or f.startswith(_DEPENDENTS.get(item[1:], ()))}
+    flags = frozenset(flags)
+    isa, width, registers = _isa_class(flags, machine)
     parts = ["llvm", host.model, ",".join(sorted(flags))]
     parts += [f"{k}={v}" for k, v in sorted(options.items())]
-    return "|".join(parts), CpuCapabilities(vector_bytes=width)
+    fma = "fma" in flags or "avx512f" in flags or isa.startswith("aarch64")
+    caps = CpuCapabilities(vector_bytes=width, vector_registers=registers, isa=isa, flags=flags, cflags=cflags,
+                           fma=fma, cache_bytes=host.cache_bytes)
+    return "|".join(parts), caps
 
 
 def gpu_capabilities(arch: str) -> GpuCapabilities:
@@ -239,7 +336,10 @@ class Target:
         if missing:
             example = {"arch": "sm_90"}.get(missing[0], "...")
             raise TargetError(f"target {text!r} needs -{missing[0]}= (e.g. '{name} -{missing[0]}={example}')")
-        fingerprint, caps = kind.describe(options, host)
+        try:
+            fingerprint, caps = kind.describe(options, host)
+        except TargetError as e:
+            raise TargetError(f"target {text!r}: {e}") from None
         return cls(kind=name, options=tuple(sorted(options.items())), fingerprint=fingerprint, capabilities=caps)
 
     @property
@@ -249,8 +349,10 @@ class Target:
 
     @property
     def isa(self) -> str:
-        """The instruction set generated code is built for; for cuda "cuda-sm_90"."""
-        return self.capabilities.isa
+        """The coarse ISA class ("x86_64-avx512", "x86_64-avx2", "cuda-sm_90"): code, cached
+        objects and tuning records made for one class are never used on another."""
+        caps = self.capabilities
+        return caps.isa if isinstance(caps, CpuCapabilities) else f"cuda-{caps.arch}"
 
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)

@@ -1,7 +1,9 @@
 """GEMM throughput of autosched's default matmul schedule against numpy, in one run, 2 threads.
 
-    python benchmarks/gemm.py [--json] [--threads 2] [--rounds 3]
+    python benchmarks/gemm.py [--json] [--threads 2] [--rounds 3] [--target "llvm -mcpu=haswell"]
 
+The default schedule's register tile and vectors come from the target (the host by default;
+`--target "llvm -mcpu=haswell"` measures AVX2 code on any AVX2-capable host).
 numpy runs in a child process started with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (the
 machine's default sets them and OpenBLAS then uses its slower AVX2 kernels); measurements of the
 two alternate, round by round, so machine noise hits both alike.
@@ -23,15 +25,16 @@ from _timing import best_seconds  # noqa: E402
 from autosched import te  # noqa: E402
 from autosched.kernel import build_kernel  # noqa: E402
 from autosched.ops.matmul import default_packing, matmul, schedule_matmul  # noqa: E402
+from autosched.target import Target, read_cpuinfo  # noqa: E402
 
 CASES = {"matmul_1024": (1024, 1024, 1024), "matmul_128x768x3072": (128, 3072, 768)}
 
 
-def autosched_gemm(m: int, n: int, k: int, threads: int):
+def autosched_gemm(m: int, n: int, k: int, threads: int, target: Target):
     a = te.placeholder((m, k), name="A")
     b = te.placeholder((k, n), name="B")
-    c = matmul(a, b, packing=default_packing(m, n))
-    kern = build_kernel(schedule_matmul(c), [a, b, c], "matmul")
+    c = matmul(a, b, packing=default_packing(m, n, target.capabilities))
+    kern = build_kernel(schedule_matmul(c, target.capabilities.lanes(4)), [a, b, c], "matmul", target=target)
     kern.set_num_threads(threads)
     rng = np.random.default_rng(0)
     args = [rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32),
@@ -44,9 +47,11 @@ def autosched_gemm(m: int, n: int, k: int, threads: int):
     return lambda: kern.run(bound)
 
 
-def numpy_child(threads: int) -> subprocess.Popen:
+def numpy_child(threads: int, coretype: str | None) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     return subprocess.Popen([sys.executable, str(Path(__file__).with_name("_numpy_worker.py"))], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=str(Path(__file__).parent))
@@ -57,12 +62,22 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
+    p.add_argument("--target", default="llvm", help="the target to build for (default: this host)")
+    p.add_argument("--openblas-coretype", metavar="NAME",
+                   help="OpenBLAS kernels for numpy (e.g. Haswell, to compare AVX2 code with AVX2 BLAS on an "
+                        "AVX-512 host; default: unset, OpenBLAS picks the host's)")
     args = p.parse_args(argv)
-    child = numpy_child(args.threads)
+    target = Target.parse(args.target)
+    host = read_cpuinfo()
+    missing = sorted(target.capabilities.flags - host.flags)
+    if missing:
+        raise SystemExit(f"this host ({host.model}) cannot run code for {target}: it lacks {', '.join(missing)}")
+    host_isa = Target.parse("llvm").isa
+    child = numpy_child(args.threads, args.openblas_coretype)
     blas = json.loads(child.stdout.readline())["blas"]
     results = {}
     for name, (m, n, k) in CASES.items():
-        run = autosched_gemm(m, n, k, args.threads)
+        run = autosched_gemm(m, n, k, args.threads, target)
         ours, theirs = 0.0, 0.0
         for _ in range(args.rounds):
             ours = max(ours, 2 * m * n * k / best_seconds(run) / 1e9)
@@ -73,12 +88,19 @@ def main(argv: list[str] | None = None) -> dict:
                          "ratio": round(ours / theirs, 3)}
     child.stdin.close()
     child.wait()
+    packing = default_packing(1024, 1024, target.capabilities)
+    results = {"host": {"cpu": host.model, "isa": host_isa}, "target": {"target": str(target), "isa": target.isa,
+               "register_tile": [packing.mr, packing.nr]}, **results}
     if args.json:
         print(json.dumps(results))
     else:
+        print(f"host: {host.model}, {host_isa}; target: {target} ({target.isa}, register tile "
+              f"{packing.mr}x{packing.nr})")
         print(f"threads: {args.threads}; numpy BLAS: {blas}")
         print(f"{'case':24} {'autosched GFLOP/s':>18} {'numpy GFLOP/s':>14} {'ratio':>7}")
         for name, r in results.items():
+            if name in ("host", "target"):
+                continue
             print(f"{name:24} {r['autosched_gflops']:18.1f} {r['numpy_gflops']:14.1f} {r['ratio']:7.3f}")
     return results
 

@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from autosched.kernel import build_kernel
+from autosched.target import Target
 from autosched.te import Tensor
 
 RNG = np.random.default_rng(0)
@@ -15,11 +16,13 @@ def rand(*shape: int, dtype: str = "float32", low: float = -1.0, high: float = 1
     return RNG.uniform(low, high, size=shape).astype(dtype)
 
 
-def run(out: Tensor, inputs: Sequence[Tensor], arrays: Sequence[np.ndarray], schedule: Callable,
-        vector_lanes: int = 16) -> np.ndarray:
-    """out computed by the kernel that `schedule` gives, from `arrays` bound to `inputs`."""
-    sched = schedule(out, vector_lanes=vector_lanes)
-    kernel = build_kernel(sched, list(inputs) + [out], out.name)
+def run(out: Tensor, inputs: Sequence[Tensor], arrays: Sequence[np.ndarray], schedule: Callable, target: Target,
+        vector_lanes: int | None = None) -> np.ndarray:
+    """out computed by the kernel that `schedule` gives for `target` (at its vector width
+    unless `vector_lanes` says otherwise), from `arrays` bound to `inputs`."""
+    lanes = vector_lanes or target.capabilities.lanes(np.dtype(out.dtype).itemsize)
+    sched = schedule(out, vector_lanes=lanes)
+    kernel = build_kernel(sched, list(inputs) + [out], out.name, target=target)
     result = np.zeros(out.shape, dtype=out.dtype)
     kernel(*arrays, result)
     return result

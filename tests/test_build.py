@@ -1,4 +1,5 @@
 """Whole-model build and run: real gcc builds of every kernel, the C executor, onnxruntime as reference."""
+import json
 import subprocess
 import sys
 
@@ -22,15 +23,33 @@ def zoo_dir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("name", ["mlp", "resnet18", "mobilenet_v2", "bert_layer"])
-def test_zoo_model_matches_onnxruntime(zoo_dir, tmp_path, name):
+@pytest.mark.parametrize("name, target", [(name, "llvm") for name in ("mlp", "resnet18", "mobilenet_v2", "bert_layer")]
+                         + [(name, "llvm -mcpu=haswell") for name in ("mlp", "resnet18", "bert_layer")])
+def test_zoo_model_matches_onnxruntime(zoo_dir, tmp_path, name, target):
+    """Untuned builds for the host and for AVX2 (6×16 matmul tiles, 8-float conv blocks)."""
     path = zoo_dir / f"{name}.onnx"
     graph = load_onnx(path)
-    files = build_model(graph, tmp_path / f"{name}.so")
+    files = build_model(graph, tmp_path / f"{name}.so", target)
     model = load_model(files.library)
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_a_model_built_for_an_isa_this_cpu_lacks_is_refused(zoo_dir, tmp_path):
+    """Loading AVX-512 code on an AVX2 CPU would die of SIGILL: the manifest names the ISA and
+    loading refuses it with the flags that are missing."""
+    from autosched.runtime.model import _check_isa
+    from autosched.target import CpuInfo
+    files = build_model(load_onnx(zoo_dir / "mlp.onnx"), tmp_path / "mlp.so", "llvm -mcpu=skylake-avx512")
+    manifest = json.loads(files.manifest.read_text())
+    assert manifest["isa"] == "x86_64-avx512" and "avx512f" in manifest["isa_flags"]
+    avx2_host = CpuInfo("AMD EPYC 7601", frozenset({"sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c"}))
+    with pytest.raises(ModelError, match=r"mlp.so: built for x86_64-avx512 .*this CPU lacks avx512bw, avx512dq, "
+                                         r"avx512f, avx512vl"):
+        _check_isa(files.library, manifest, avx2_host)
+    _check_isa(files.library, json.loads(build_model(load_onnx(zoo_dir / "mlp.onnx"), tmp_path / "hsw.so",
+                                                     "llvm -mcpu=haswell").manifest.read_text()), avx2_host)
 
 
 def test_identical_tasks_share_one_kernel(tmp_path):

@@ -7,33 +7,42 @@ import pytest
 
 from autosched import te
 from autosched.codegen import CodegenError, CompileError
-from autosched.codegen.gcc import compile_c, optimization_report
+from autosched.codegen import gcc
+from autosched.codegen.gcc import compile_c, optimization_report, target_flags
 from autosched.kernel import build_kernel, source
 from autosched.ops.matmul import default_packing, matmul, schedule_matmul
 from autosched.schedule import create_schedule
 
+from isa import HOST, ISAS
 
-def _packed_matmul(m=48, n=64, k=32):
+
+def _packed_matmul(m=48, n=64, k=32, target=HOST):
     a = te.placeholder((m, k), name="A")
     b = te.placeholder((k, n), name="B")
-    c = matmul(a, b, packing=default_packing(m, n))
-    return a, b, c, schedule_matmul(c)
+    c = matmul(a, b, packing=default_packing(m, n, target.capabilities))
+    return a, b, c, schedule_matmul(c, target.capabilities.lanes(4))
 
 
-def test_vectorized_loops_become_simd_instructions(tmp_path):
-    a, b, c, s = _packed_matmul()
-    kern = build_kernel(s, [a, b, c], "mm", cache_dir=tmp_path)
-    assert "vector_size(64)" in kern.source  # GCC vector extension types in the source
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_vectorized_loops_become_simd_instructions(tmp_path, isa):
+    """Compiled for each ISA on any x86-64 host (objdump reads what it cannot run): the 6-row,
+    two-vector micro-kernel issues its 12 FMAs per k step in the target's register class only."""
+    target, register, lanes = ISAS[isa]
+    a, b, c, s = _packed_matmul(target=target)
+    kern = build_kernel(s, [a, b, c], "mm", target=target, cache_dir=tmp_path)
+    assert f"vector_size({lanes * 4})" in kern.source  # GCC vector extension types in the source
     asm = subprocess.run(["objdump", "-d", str(kern.path)], capture_output=True, text=True, check=True).stdout
-    fma = re.findall(r"vfmadd\w*ps\s+%zmm", asm)
-    assert len(fma) >= 12, "the 6x32 micro-kernel should issue at least 12 zmm FMAs per k step"
+    fma = re.findall(rf"vfmadd\w*ps\s+%{register}", asm)
+    assert len(fma) >= 12, f"the 6x{2 * lanes} micro-kernel should issue at least 12 {register} FMAs per k step"
+    if register == "ymm":
+        assert "%zmm" not in asm, "AVX2 code must not touch AVX-512 registers"
 
 
 def test_unrolled_loops_are_unrolled_by_gcc():
     a, b, c, s = _packed_matmul()
     code = source(s, [a, b, c], "mm")
     pragma_lines = {i + 2 for i, line in enumerate(code.splitlines()) if "#pragma GCC unroll" in line}
-    report = optimization_report(code)
+    report = optimization_report(code, target_flags(HOST))
     unrolled = {int(m.group(1)) for m in re.finditer(r"kernel\.c:(\d+):\d+: optimized: loop with \d+ iterations "
                                                       r"completely unrolled", report)}
     assert pragma_lines and pragma_lines <= unrolled, report
@@ -70,18 +79,31 @@ def test_gpu_concepts_rejected_by_c_backend():
 def test_compile_error_shows_offending_source_line(tmp_path):
     bad = "int f(void) {\n  int x = 1;\n  return x +* ;\n}\n"
     with pytest.raises(CompileError) as err:
-        compile_c(bad, cache_dir=tmp_path)
+        compile_c(bad, target_flags(HOST), cache_dir=tmp_path)
     assert "line 3: return x +* ;" in str(err.value)
 
 
 def test_compile_cache_reuses_the_library(tmp_path):
     code = "int f(void) { return 42; }\n"
-    first = compile_c(code, cache_dir=tmp_path)
+    first = compile_c(code, target_flags(HOST), cache_dir=tmp_path)
     stamp = first.stat().st_mtime_ns
-    second = compile_c(code, cache_dir=tmp_path)
+    second = compile_c(code, target_flags(HOST), cache_dir=tmp_path)
     assert first == second and second.stat().st_mtime_ns == stamp
-    assert compile_c(code, flags=("-O2", "-shared", "-fPIC"), cache_dir=tmp_path) != first
+    assert compile_c(code, ("-O2", "-shared", "-fPIC"), cache_dir=tmp_path) != first
 
+
+def test_compile_cache_is_keyed_by_the_isa(tmp_path, monkeypatch):
+    """A cache directory filled under one -mcpu is not reused under another, and one shared by
+    an AVX-512 and an AVX2 host never hands either the other's -march=native object."""
+    code = "int f(void) { return 42; }\n"
+    avx2 = compile_c(code, target_flags(ISAS["avx2"][0]), cache_dir=tmp_path)
+    avx512 = compile_c(code, target_flags(ISAS["avx512"][0]), cache_dir=tmp_path)
+    assert avx2 != avx512 and len(list(tmp_path.glob("*.so"))) == 2
+    native = target_flags(HOST)
+    here = gcc.cache_key(code, native)
+    # another host: the same -march=native enables another ISA there
+    monkeypatch.setattr(gcc, "gcc_isa_flags", lambda flags, cc="gcc": frozenset({"avx", "avx2", "fma"}))
+    assert gcc.cache_key(code, native) != here
 
 def test_kernel_checks_arguments():
     a, b, c, s = _packed_matmul(8, 8, 8)

@@ -5,9 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from autosched.codegen import renderer_for
-from autosched.codegen.gcc import compile_c
-from autosched.kernel import build_kernel
+from autosched.emulation import build_emulated_kernel, emulated_kernel
 from autosched.measure.emulate import EmulationBuilder
 from autosched.measure.interface import measure_with
 from autosched.measure.local import LocalRunner, RunnerOptions
@@ -15,16 +13,9 @@ from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
 from autosched.lower.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Store, seq
-from autosched.runtime import Kernel
 from autosched.runtime.module import KernelError
 from autosched.te.expr import Cmp, Const, Load, Var
 from tests.gpu_schedules import tiled_matmul
-
-
-def _emulated(func: PrimFunc) -> Kernel:
-    renderer = renderer_for("cuda-emulate")
-    code = renderer.render(func)
-    return Kernel(compile_c(code), renderer.symbol(func), func.params, code)
 
 
 @pytest.mark.parametrize("m, n, k, block, thread, vec", [
@@ -35,7 +26,7 @@ def _emulated(func: PrimFunc) -> Kernel:
 ])
 def test_tiled_matmul_matches_numpy(m, n, k, block, thread, vec):
     s, args = tiled_matmul(m, n, k, block=block, thread=thread, vec=vec)
-    kern = build_kernel(s, args, "mm", target="cuda-emulate")
+    kern = build_emulated_kernel(s, args, "mm")
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     c = np.full((m, n), np.nan, np.float32)
@@ -52,7 +43,7 @@ def test_out_of_bounds_shared_access_is_reported():
     t = Var("t")
     body = Allocate(sh, For(t, 64, "thread", seq(Store(sh, t, Load(X, (t,), "float32")),
                                                  Store(OUT, t, Const(0.0, "float32"))), "threadIdx.x"))
-    kern = _emulated(PrimFunc("oob", [X, OUT], body))
+    kern = emulated_kernel(PrimFunc("oob", [X, OUT], body))
     with pytest.raises(KernelError, match=r"oob: block \(0, 0, 0\) thread \(32, 0, 0\): tile\[32\] is out of bounds "
                                           r"\(size 32\)"):
         kern(np.zeros(64, np.float32), np.zeros(64, np.float32))
@@ -67,7 +58,7 @@ def test_barrier_only_some_threads_reach_is_reported():
         Store(reg, zero, Load(X, (t,), "float32")),
         IfThenElse(Cmp("lt", Load(reg, (zero,), "float32"), Const(32.0, "float32")), Barrier()),
         Store(OUT, t, Load(reg, (zero,), "float32")))), "threadIdx.x")
-    kern = _emulated(PrimFunc("diverge", [X, OUT], body))
+    kern = emulated_kernel(PrimFunc("diverge", [X, OUT], body))
     with pytest.raises(KernelError, match="diverge: .*barrier 1 reached by only 32 threads.*thread-divergent"):
         kern(np.arange(64, dtype=np.float32), np.zeros(64, np.float32))
     uniform = np.zeros(64, np.float32)
@@ -83,7 +74,7 @@ def test_threads_run_in_lockstep_between_barriers(with_barrier):
     body = Allocate(sh, For(t, 64, "thread", seq(
         Store(sh, t, Load(X, (t,), "float32")), Barrier() if with_barrier else None,
         Store(OUT, t, Load(sh, (rev,), "float32"))), "threadIdx.x"))
-    kern = _emulated(PrimFunc("reverse", [X, OUT], body))
+    kern = emulated_kernel(PrimFunc("reverse", [X, OUT], body))
     x, out = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
     kern(x, out)
     if with_barrier:

@@ -7,6 +7,7 @@ from autosched.kernel import source
 from autosched.ops.epilogue import add, bias_add, clip, relu
 from autosched.ops.util import as_pads2d, as_pair
 
+from isa import ISAS
 from ops_helpers import rand, run
 
 
@@ -47,12 +48,12 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_conv2d_matches_numpy(name):
+def test_conv2d_matches_numpy(name, cpu_target):
     xs, ws, stride, padding, dilation, groups = CASES[name]
     x, w = te.placeholder(xs, name="x"), te.placeholder(ws, name="w")
     dx, dw = rand(*xs), rand(*ws)
     y = ops.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    got = run(y, [x, w], [dx, dw], ops.schedule_conv2d)
+    got = run(y, [x, w], [dx, dw], ops.schedule_conv2d, cpu_target)
     want = conv_ref(dx, dw, as_pair(stride, "stride"), as_pads2d(padding), as_pair(dilation, "dilation"), groups)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
@@ -62,7 +63,7 @@ XS, WS = (2, 6, 9, 10), (8, 3, 3, 3)  # groups=2, stride 2, padding 1: output 2 
 
 
 @pytest.mark.parametrize("epilogue", ["bias", "relu", "clip", "residual", "bias_relu_residual"])
-def test_conv2d_epilogues(epilogue):
+def test_conv2d_epilogues(epilogue, cpu_target):
     x, w = te.placeholder(XS, name="x"), te.placeholder(WS, name="w")
     b, r = te.placeholder((8,), name="b"), te.placeholder((2, 8, 5, 5), name="r")
     dx, dw, db, dr = rand(*XS), rand(*WS), rand(8), rand(2, 8, 5, 5)
@@ -77,16 +78,18 @@ def test_conv2d_epilogues(epilogue):
     fns, extra, extra_data, want = chains[epilogue]
     bias = b if epilogue == "bias_relu_residual" else None
     y = ops.conv2d(x, w, bias, stride=2, padding=1, groups=2, epilogue=fns)
-    got = run(y, [x, w] + extra, [dx, dw] + extra_data, ops.schedule_conv2d)
+    got = run(y, [x, w] + extra, [dx, dw] + extra_data, ops.schedule_conv2d, cpu_target)
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
 
 
-def test_default_schedule_is_register_tiled_simd():
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_default_schedule_is_register_tiled_simd(isa):
+    lanes = ISAS[isa][2]
     """Output columns vectorized, channel rows unrolled in a local accumulator, tiles parallel."""
     x, w = te.placeholder((1, 16, 8, 32), name="x"), te.placeholder((16, 16, 3, 3), name="w")
     y = ops.conv2d(x, w, padding=1, epilogue=[relu])
-    code = source(ops.schedule_conv2d(y), [x, w, y], "conv")
-    assert "f32x16" in code
+    code = source(ops.schedule_conv2d(y, lanes), [x, w, y], "conv")
+    assert f"f32x{lanes}" in code
     assert "#pragma GCC unroll 8" in code
     assert "#pragma omp parallel for" in code
     assert "conv2d_pad" in code  # padding computed at root, not inside the inner loop

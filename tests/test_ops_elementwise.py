@@ -8,6 +8,7 @@ from autosched import ops, te
 from autosched.kernel import source
 from autosched.ops.elementwise import contiguous_suffix
 
+from isa import ISAS
 from ops_helpers import rand, run
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -42,25 +43,25 @@ POSITIVE_ONLY = {"log", "sqrt"}
 
 @pytest.mark.parametrize("name", sorted(UNARY))
 @pytest.mark.parametrize("shape", [(1,), (7,), (127,), (2, 3, 5, 4)])
-def test_unary_matches_numpy(name, shape):
+def test_unary_matches_numpy(name, shape, cpu_target):
     fn, ref = UNARY[name]
     x = te.placeholder(shape, name="x")
     data = rand(*shape, low=0.05, high=4.0) if name in POSITIVE_ONLY else rand(*shape, low=-4.0, high=4.0)
-    got = run(fn(x), [x], [data], ops.schedule_elementwise)
+    got = run(fn(x), [x], [data], ops.schedule_elementwise, cpu_target)
     np.testing.assert_allclose(got, ref(data.astype(np.float64)), rtol=1e-4, atol=1e-5)
 
 
-def test_cast_truncates_toward_zero_like_numpy():
+def test_cast_truncates_toward_zero_like_numpy(cpu_target):
     x = te.placeholder((3, 7), name="x")
     data = rand(3, 7, low=-9.0, high=9.0)
-    got = run(ops.cast(x, "int32"), [x], [data], ops.schedule_elementwise)
+    got = run(ops.cast(x, "int32"), [x], [data], ops.schedule_elementwise, cpu_target)
     np.testing.assert_array_equal(got, data.astype(np.int32))
 
 
-def test_cast_int_to_float():
+def test_cast_int_to_float(cpu_target):
     x = te.placeholder((127,), dtype="int32", name="x")
     data = np.arange(-60, 67, dtype=np.int32)
-    got = run(ops.cast(x, "float32"), [x], [data], ops.schedule_elementwise)
+    got = run(ops.cast(x, "float32"), [x], [data], ops.schedule_elementwise, cpu_target)
     np.testing.assert_array_equal(got, data.astype(np.float32))
 
 
@@ -71,11 +72,11 @@ BINARY = {
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
-def test_binary_with_broadcasting(name):
+def test_binary_with_broadcasting(name, cpu_target):
     a = te.placeholder((3, 5, 7), name="a")
     b = te.placeholder((5, 1), name="b")
     da, db = rand(3, 5, 7, low=0.5, high=2.0), rand(5, 1, low=0.5, high=2.0)
-    got = run(ops.REGISTRY[name].compute(a, b), [a, b], [da, db], ops.schedule_elementwise)
+    got = run(ops.REGISTRY[name].compute(a, b), [a, b], [da, db], ops.schedule_elementwise, cpu_target)
     np.testing.assert_allclose(got, BINARY[name](da, db), rtol=1e-4, atol=1e-5)
 
 
@@ -90,26 +91,26 @@ def test_binary_with_broadcasting(name):
     ((), (3,)),
     ((), ()),
 ])
-def test_add_broadcast_shapes(sa, sb):
+def test_add_broadcast_shapes(sa, sb, cpu_target):
     a, b = te.placeholder(sa, name="a"), te.placeholder(sb, name="b")
     da, db = rand(*sa), rand(*sb)
-    got = run(ops.add(a, b), [a, b], [da, db], ops.schedule_elementwise)
+    got = run(ops.add(a, b), [a, b], [da, db], ops.schedule_elementwise, cpu_target)
     np.testing.assert_allclose(got, da + db, rtol=1e-6)
 
 
-def test_python_number_operands():
+def test_python_number_operands(cpu_target):
     x = te.placeholder((3, 7), name="x")
     data = rand(3, 7)
-    np.testing.assert_allclose(run(ops.mul(x, 2.5), [x], [data], ops.schedule_elementwise), data * 2.5, rtol=1e-6)
-    np.testing.assert_allclose(run(ops.sub(1.0, x), [x], [data], ops.schedule_elementwise), 1.0 - data, rtol=1e-6)
+    np.testing.assert_allclose(run(ops.mul(x, 2.5), [x], [data], ops.schedule_elementwise, cpu_target), data * 2.5, rtol=1e-6)
+    np.testing.assert_allclose(run(ops.sub(1.0, x), [x], [data], ops.schedule_elementwise, cpu_target), 1.0 - data, rtol=1e-6)
 
 
-def test_integer_div_floors_like_numpy():
+def test_integer_div_floors_like_numpy(cpu_target):
     a = te.placeholder((2, 7), dtype="int32", name="a")
     b = te.placeholder((7,), dtype="int32", name="b")
     da = np.arange(-7, 7, dtype=np.int32).reshape(2, 7)
     db = np.array([3, -2, 5, 1, -4, 2, 7], dtype=np.int32)
-    np.testing.assert_array_equal(run(ops.div(a, b), [a, b], [da, db], ops.schedule_elementwise), da // db)
+    np.testing.assert_array_equal(run(ops.div(a, b), [a, b], [da, db], ops.schedule_elementwise, cpu_target), da // db)
 
 
 def test_binary_rejects_mismatched_operands():
@@ -127,15 +128,17 @@ def test_contiguous_suffix_groups_uniformly_broadcast_axes():
     assert contiguous_suffix((6, 1), [(6, 1)]) == 0
 
 
-def test_schedule_emits_simd_for_divisible_and_broadcast_shapes():
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_schedule_emits_simd_for_divisible_and_broadcast_shapes(isa):
+    lanes = ISAS[isa][2]
     a, b = te.placeholder((8, 3, 32), name="a"), te.placeholder((3, 1), name="b")
     out = ops.add(a, b)
-    code = source(ops.schedule_elementwise(out), [a, b, out], "add")
-    assert "f32x16" in code and "#pragma omp parallel for" in code
+    code = source(ops.schedule_elementwise(out, lanes), [a, b, out], "add")
+    assert f"f32x{lanes}" in code and "#pragma omp parallel for" in code
 
 
-def test_float64_ops_named_like_libm_functions_compile():
+def test_float64_ops_named_like_libm_functions_compile(cpu_target):
     """The kernel and its output are both called `sqrt`; the body calls libm's sqrt."""
     x = te.placeholder((7,), dtype="float64", name="x")
     data = np.linspace(0.5, 4.0, 7)
-    np.testing.assert_allclose(run(ops.sqrt(x), [x], [data], ops.schedule_elementwise), np.sqrt(data), rtol=1e-12)
+    np.testing.assert_allclose(run(ops.sqrt(x), [x], [data], ops.schedule_elementwise, cpu_target), np.sqrt(data), rtol=1e-12)

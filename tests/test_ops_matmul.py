@@ -7,9 +7,11 @@ from autosched.ops.epilogue import relu
 from autosched.lower import lower
 from autosched.ops.matmul import Packing, default_packing, matmul
 
+from isa import AVX512, ISAS
 from ops_helpers import rand, run
 
-PACKINGS = {"unpacked": lambda m, n: None, "default": default_packing, "odd": lambda m, n: Packing(mr=5, nr=7)}
+PACKINGS = {"unpacked": lambda m, n, caps: None, "default": default_packing,
+            "odd": lambda m, n, caps: Packing(mr=5, nr=7)}
 
 
 def _t(a, trans):
@@ -18,22 +20,22 @@ def _t(a, trans):
 
 @pytest.mark.parametrize("packing", sorted(PACKINGS))
 @pytest.mark.parametrize("m, k, n", [(127, 61, 37), (1, 1, 1), (3, 7, 1), (16, 32, 64)])
-def test_matmul_2d(packing, m, k, n):
+def test_matmul_2d(packing, m, k, n, cpu_target):
     a, b = te.placeholder((m, k), name="a"), te.placeholder((k, n), name="b")
     da, db = rand(m, k), rand(k, n)
-    got = run(matmul(a, b, packing=PACKINGS[packing](m, n)), [a, b], [da, db], ops.schedule_matmul)
+    got = run(matmul(a, b, packing=PACKINGS[packing](m, n, cpu_target.capabilities)), [a, b], [da, db], ops.schedule_matmul, cpu_target)
     np.testing.assert_allclose(got, da.astype(np.float64) @ db, rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("trans_a, trans_b", [(False, True), (True, False), (True, True)])
-def test_matmul_transposes(packed, trans_a, trans_b):
+def test_matmul_transposes(packed, trans_a, trans_b, cpu_target):
     m, k, n = 13, 61, 37
     sa, sb = ((k, m) if trans_a else (m, k)), ((n, k) if trans_b else (k, n))
     a, b = te.placeholder(sa, name="a"), te.placeholder(sb, name="b")
     da, db = rand(*sa), rand(*sb)
-    y = matmul(a, b, trans_a, trans_b, packing=default_packing(m, n) if packed else None)
-    got = run(y, [a, b], [da, db], ops.schedule_matmul)
+    y = matmul(a, b, trans_a, trans_b, packing=default_packing(m, n, cpu_target.capabilities) if packed else None)
+    got = run(y, [a, b], [da, db], ops.schedule_matmul, cpu_target)
     np.testing.assert_allclose(got, _t(da, trans_a).astype(np.float64) @ _t(db, trans_b), rtol=1e-3, atol=1e-4)
 
 
@@ -44,22 +46,22 @@ def test_matmul_transposes(packed, trans_a, trans_b):
     ((1, 5, 7), (4, 7, 33)),
     ((2, 1, 9, 7), (3, 7, 6)),
 ])
-def test_batch_matmul_broadcasts_batch_dims(packed, sa, sb):
+def test_batch_matmul_broadcasts_batch_dims(packed, sa, sb, cpu_target):
     a, b = te.placeholder(sa, name="a"), te.placeholder(sb, name="b")
     da, db = rand(*sa), rand(*sb)
-    y = matmul(a, b, packing=default_packing(sa[-2], sb[-1]) if packed else None)
-    got = run(y, [a, b], [da, db], ops.schedule_matmul)
+    y = matmul(a, b, packing=default_packing(sa[-2], sb[-1], cpu_target.capabilities) if packed else None)
+    got = run(y, [a, b], [da, db], ops.schedule_matmul, cpu_target)
     want = np.matmul(da.astype(np.float64), db)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_dense_with_bias_and_relu(packed):
+def test_dense_with_bias_and_relu(packed, cpu_target):
     x, w, b = te.placeholder((4, 61), name="x"), te.placeholder((37, 61), name="w"), te.placeholder((37,), name="b")
     dx, dw, db = rand(4, 61), rand(37, 61), rand(37)
-    y = ops.dense(x, w, b, epilogue=[relu], packing=default_packing(4, 37) if packed else None)
-    got = run(y, [x, w, b], [dx, dw, db], ops.schedule_matmul)
+    y = ops.dense(x, w, b, epilogue=[relu], packing=default_packing(4, 37, cpu_target.capabilities) if packed else None)
+    got = run(y, [x, w, b], [dx, dw, db], ops.schedule_matmul, cpu_target)
     np.testing.assert_allclose(got, np.maximum(dx.astype(np.float64) @ dw.T + db, 0), rtol=1e-3, atol=1e-4)
 
 
@@ -71,7 +73,7 @@ def test_dense_with_bias_and_relu(packed):
     ((127, 1), 1.0, -1.0, True, True),
     (None, 0.25, 1.0, False, False),
 ])
-def test_gemm_alpha_beta(packed, c_shape, alpha, beta, trans_a, trans_b):
+def test_gemm_alpha_beta(packed, c_shape, alpha, beta, trans_a, trans_b, cpu_target):
     m, k, n = 127, 61, 37
     sa, sb = ((k, m) if trans_a else (m, k)), ((n, k) if trans_b else (k, n))
     a, b = te.placeholder(sa, name="a"), te.placeholder(sb, name="b")
@@ -85,10 +87,11 @@ def test_gemm_alpha_beta(packed, c_shape, alpha, beta, trans_a, trans_b):
         inputs.append(c)
         arrays.append(dc)
         want = want + beta * dc
-    y = ops.gemm(a, b, c, alpha, beta, trans_a, trans_b, packing=default_packing(m, n) if packed else None)
+    packing = default_packing(m, n, cpu_target.capabilities) if packed else None
+    y = ops.gemm(a, b, c, alpha, beta, trans_a, trans_b, packing=packing)
     if c is not None and beta == 0.0:
         inputs.pop(), arrays.pop()  # ONNX semantics: C is not read at all
-    got = run(y, inputs, arrays, ops.schedule_matmul)
+    got = run(y, inputs, arrays, ops.schedule_matmul, cpu_target)
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
 
 
@@ -103,5 +106,14 @@ def test_batched_accumulator_covers_one_tile():
     """Bound inference sees through the fused batch/column/row tile loop: the local
     accumulator is one mr × nr tile, not every column of the matrix."""
     a, b = te.placeholder((4, 50, 64), name="a"), te.placeholder((4, 64, 48), name="b")
-    y = matmul(a, b, packing=default_packing(50, 48))
-    assert "allocate matmul_local: float32[1, 6, 32] in local" in str(lower(ops.schedule_matmul(y), [a, b, y]))
+    y = matmul(a, b, packing=default_packing(50, 48, AVX512.capabilities))
+    assert "allocate matmul_local: float32[1, 6, 32] in local" in str(lower(ops.schedule_matmul(y, 16), [a, b, y]))
+
+
+@pytest.mark.parametrize("isa, tile", [("avx2", (6, 16)), ("avx512", (6, 32))])
+def test_default_register_tile_fits_the_targets_registers(isa, tile):
+    """BLIS-style tiles: 12 accumulators of AVX2's 16 ymm registers, 12 of AVX-512's 32 zmm."""
+    target, _, lanes = ISAS[isa]
+    packing = default_packing(1024, 1024, target.capabilities)
+    assert (packing.mr, packing.nr) == tile
+    assert packing.mr * packing.nr // lanes + packing.nr // lanes + 1 <= target.capabilities.vector_registers

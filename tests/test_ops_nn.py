@@ -5,13 +5,14 @@ import pytest
 from autosched import ops, te
 from autosched.kernel import source
 
+from isa import ISAS
 from ops_helpers import rand, run
 
 
 # --- batch norm ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape, axis", [((2, 3, 5, 7), 1), ((4, 16, 8, 8), 1), ((127, 3), 1), ((3,), 0)])
-def test_batch_norm(shape, axis):
+def test_batch_norm(shape, axis, cpu_target):
     c = shape[axis]
     x = te.placeholder(shape, name="x")
     stats = [te.placeholder((c,), name=n) for n in ("gamma", "beta", "mean", "var")]
@@ -19,7 +20,7 @@ def test_batch_norm(shape, axis):
     gamma, beta, mean = rand(c), rand(c), rand(c)
     var = rand(c, low=0.1, high=2.0)
     got = run(ops.batch_norm(x, *stats, epsilon=1e-3, axis=axis), [x] + stats, [data, gamma, beta, mean, var],
-              ops.schedule_batch_norm)
+              ops.schedule_batch_norm, cpu_target)
     bc = [1] * len(shape)
     bc[axis] = c
     want = (data - mean.reshape(bc)) / np.sqrt(var.reshape(bc) + 1e-3) * gamma.reshape(bc) + beta.reshape(bc)
@@ -74,40 +75,42 @@ POOL_CASES = [
 
 
 @pytest.mark.parametrize("shape, kernel, stride, pads, dilation, ceil_mode, out_hw", POOL_CASES)
-def test_max_pool2d(shape, kernel, stride, pads, dilation, ceil_mode, out_hw):
+def test_max_pool2d(shape, kernel, stride, pads, dilation, ceil_mode, out_hw, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape)
     y = ops.max_pool2d(x, kernel, stride, pads, dilation, ceil_mode)
     assert y.shape == shape[:2] + out_hw
-    got = run(y, [x], [data], ops.schedule_pool2d)
+    got = run(y, [x], [data], ops.schedule_pool2d, cpu_target)
     np.testing.assert_array_equal(got, _pool_ref(data, "max", kernel, stride, pads, dilation, out_hw).astype(np.float32))
 
 
 @pytest.mark.parametrize("count_include_pad", [False, True])
 @pytest.mark.parametrize("shape, kernel, stride, pads, dilation, ceil_mode, out_hw",
                          [c for c in POOL_CASES if c[4] == (1, 1)])
-def test_avg_pool2d(shape, kernel, stride, pads, dilation, ceil_mode, out_hw, count_include_pad):
+def test_avg_pool2d(shape, kernel, stride, pads, dilation, ceil_mode, out_hw, count_include_pad, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape)
     y = ops.avg_pool2d(x, kernel, stride, pads, dilation, ceil_mode, count_include_pad)
     assert y.shape == shape[:2] + out_hw
-    got = run(y, [x], [data], ops.schedule_pool2d)
+    got = run(y, [x], [data], ops.schedule_pool2d, cpu_target)
     want = _pool_ref(data, "avg", kernel, stride, pads, dilation, out_hw, count_include_pad)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_max_pool_vectorizes_output_columns():
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_max_pool_vectorizes_output_columns(isa):
+    lanes = ISAS[isa][2]
     x = te.placeholder((1, 4, 18, 34), name="x")
     y = ops.max_pool2d(x, 3, 1, 0)
-    assert "f32x16" in source(ops.schedule_pool2d(y), [x, y], "pool")
+    assert f"f32x{lanes}" in source(ops.schedule_pool2d(y, lanes), [x, y], "pool")
 
 
 @pytest.mark.parametrize("shape", [(1, 3, 7, 7), (2, 5, 1, 1), (1, 2, 3, 127)])
-def test_global_pools(shape):
+def test_global_pools(shape, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape)
-    avg = run(ops.global_avg_pool2d(x), [x], [data], ops.schedule_reduce)
-    mx = run(ops.global_max_pool2d(x), [x], [data], ops.schedule_reduce)
+    avg = run(ops.global_avg_pool2d(x), [x], [data], ops.schedule_reduce, cpu_target)
+    mx = run(ops.global_max_pool2d(x), [x], [data], ops.schedule_reduce, cpu_target)
     np.testing.assert_allclose(avg, data.mean(axis=(2, 3), keepdims=True), rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(mx, data.max(axis=(2, 3), keepdims=True))
 
@@ -128,17 +131,17 @@ def _softmax_ref(x, axis):
     ((1,), 0), ((127,), -1), ((3, 7), 1), ((3, 7), 0), ((2, 3, 5, 7), 1), ((2, 3, 5, 7), 2), ((4, 1000), -1),
     ((2, 16, 32), 1),
 ])
-def test_softmax(shape, axis):
+def test_softmax(shape, axis, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape, low=-10.0, high=10.0)
-    got = run(ops.softmax(x, axis), [x], [data], ops.schedule_softmax)
+    got = run(ops.softmax(x, axis), [x], [data], ops.schedule_softmax, cpu_target)
     np.testing.assert_allclose(got, _softmax_ref(data.astype(np.float64), axis), rtol=1e-4, atol=1e-6)
 
 
-def test_softmax_is_stable_for_large_inputs():
+def test_softmax_is_stable_for_large_inputs(cpu_target):
     x = te.placeholder((2, 5), name="x")
     data = np.array([[1000.0, 999.0, 998.0, -1000.0, 0.0], [88.0, 89.0, 90.0, 91.0, 92.0]], np.float32)
-    got = run(ops.softmax(x), [x], [data], ops.schedule_softmax)
+    got = run(ops.softmax(x), [x], [data], ops.schedule_softmax, cpu_target)
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, _softmax_ref(data.astype(np.float64), -1), rtol=1e-5, atol=1e-7)
 
@@ -153,14 +156,14 @@ def test_softmax_is_stable_for_large_inputs():
     ((4, 768), 1, True),
     ((1, 16), -1, False),
 ])
-def test_layer_norm(shape, axis, affine):
+def test_layer_norm(shape, axis, affine, cpu_target):
     x = te.placeholder(shape, name="x")
     inner = shape[axis:]
     gamma, beta = te.placeholder(inner, name="gamma"), te.placeholder(inner, name="beta")
     data, g, b = rand(*shape, low=-3.0, high=5.0), rand(*inner), rand(*inner)
     y = ops.layer_norm(x, gamma if affine else None, beta if affine else None, axis, epsilon=1e-5)
     inputs, arrays = ([x, gamma, beta], [data, g, b]) if affine else ([x], [data])
-    got = run(y, inputs, arrays, ops.schedule_layer_norm)
+    got = run(y, inputs, arrays, ops.schedule_layer_norm, cpu_target)
     axes = tuple(range(axis % len(shape), len(shape)))
     d = data.astype(np.float64)
     want = (d - d.mean(axis=axes, keepdims=True)) / np.sqrt(d.var(axis=axes, keepdims=True) + 1e-5)
@@ -169,12 +172,12 @@ def test_layer_norm(shape, axis, affine):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_layer_norm_keeps_precision_with_a_large_mean():
+def test_layer_norm_keeps_precision_with_a_large_mean(cpu_target):
     """Two-pass variance: with values 1024 + k/128 every step of it is exact in float32, while
     E[x²] - E[x]² would lose every digit of the spread (E[x²] ≈ 1e6 has an ulp of 1/16)."""
     x = te.placeholder((2, 64), name="x")
     data = (1024.0 + np.random.default_rng(1).integers(-8, 9, size=(2, 64)) / 128.0).astype(np.float32)
-    got = run(ops.layer_norm(x), [x], [data], ops.schedule_layer_norm)
+    got = run(ops.layer_norm(x), [x], [data], ops.schedule_layer_norm, cpu_target)
     d = data.astype(np.float64)
     want = (d - d.mean(axis=1, keepdims=True)) / np.sqrt(d.var(axis=1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -5,6 +5,7 @@ import pytest
 from autosched import ops, te
 from autosched.kernel import source
 
+from isa import ISAS
 from ops_helpers import rand, run
 
 REDUCERS = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}
@@ -20,18 +21,20 @@ REDUCERS = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}
     ((2, 3, 4, 33), (1, 2), True),
     ((1, 3, 1), (0, 1, 2), True),
 ])
-def test_reduce_matches_numpy(name, shape, axes, keepdims):
+def test_reduce_matches_numpy(name, shape, axes, keepdims, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape)
-    got = run(ops.REGISTRY[name].compute(x, axes, keepdims), [x], [data], ops.schedule_reduce)
+    got = run(ops.REGISTRY[name].compute(x, axes, keepdims), [x], [data], ops.schedule_reduce, cpu_target)
     np.testing.assert_allclose(got, REDUCERS[name](data, axis=axes, keepdims=keepdims), rtol=1e-4, atol=1e-5)
 
 
-def test_reduce_over_outer_axis_is_vectorized_along_the_kept_inner_axis():
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_reduce_over_outer_axis_is_vectorized_along_the_kept_inner_axis(isa):
+    lanes = ISAS[isa][2]
     x = te.placeholder((64, 48), name="x")
     y = ops.reduce_sum(x, 0)
-    code = source(ops.schedule_reduce(y), [x, y], "colsum")
-    assert "f32x16" in code
+    code = source(ops.schedule_reduce(y, lanes), [x, y], "colsum")
+    assert f"f32x{lanes}" in code
 
 
 def test_reduce_rejects_repeated_axes():

@@ -5,6 +5,7 @@ import pytest
 
 from autosched import ops, te
 
+from isa import HOST
 from ops_helpers import rand, run
 
 
@@ -46,7 +47,7 @@ def test_default_schedules_at_narrower_vector_widths(name, lanes):
     if name == "conv2d":
         x, w = te.placeholder((1, 4, 6, 24), name="x"), te.placeholder((8, 4, 3, 3), name="w")
         dx, dw = rand(1, 4, 6, 24), rand(8, 4, 3, 3)
-        got = run(ops.conv2d(x, w, padding=1), [x, w], [dx, dw], ops.schedule_conv2d, lanes)
+        got = run(ops.conv2d(x, w, padding=1), [x, w], [dx, dw], ops.schedule_conv2d, HOST, lanes)
         xp = np.pad(dx.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
         want = sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + 6, j:j + 24], dw[:, :, i, j])
                    for i in range(3) for j in range(3))
@@ -56,5 +57,5 @@ def test_default_schedules_at_narrower_vector_widths(name, lanes):
     xs = [te.placeholder(s, name=f"x{k}") for k, s in enumerate(shapes)]
     data = [rand(*s) for s in shapes]
     entry = ops.lookup(name)
-    got = run(entry.compute(*build(*xs)), xs, data, entry.schedule, lanes)
+    got = run(entry.compute(*build(*xs)), xs, data, entry.schedule, HOST, lanes)
     np.testing.assert_allclose(got, ref(*[d.astype(np.float64) for d in data]), rtol=1e-4, atol=1e-5)

@@ -5,6 +5,7 @@ import pytest
 from autosched import ops, te
 from autosched.kernel import source
 
+from isa import ISAS
 from ops_helpers import rand, run
 
 
@@ -14,10 +15,10 @@ from ops_helpers import rand, run
     ((2, 3, 4, 5), [(0, 0), (1, 0), (2, 1), (0, 3)], 7.0),
     ((1, 1), [(0, 0), (0, 0)], 0.0),
 ])
-def test_pad_constant(shape, widths, value):
+def test_pad_constant(shape, widths, value, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape)
-    got = run(ops.pad(x, widths, value), [x], [data], ops.schedule_injective)
+    got = run(ops.pad(x, widths, value), [x], [data], ops.schedule_injective, cpu_target)
     np.testing.assert_array_equal(got, np.pad(data, widths, constant_values=value))
 
 
@@ -33,10 +34,10 @@ def test_pad_rejects_negative_widths():
     ((7, 1, 127), (2, 0, 1)),
     ((16, 32), (1, 0)),
 ])
-def test_transpose(shape, axes):
+def test_transpose(shape, axes, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape)
-    got = run(ops.transpose(x, axes), [x], [data], ops.schedule_injective)
+    got = run(ops.transpose(x, axes), [x], [data], ops.schedule_injective, cpu_target)
     np.testing.assert_array_equal(got, np.transpose(data, axes))
 
 
@@ -48,10 +49,10 @@ def test_transpose(shape, axes):
     ((2, 8, 3, 3), (2, 72)),
     ((4, 6), (3, 8)),
 ])
-def test_reshape(shape, new):
+def test_reshape(shape, new, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape)
-    got = run(ops.reshape(x, new), [x], [data], ops.schedule_injective)
+    got = run(ops.reshape(x, new), [x], [data], ops.schedule_injective, cpu_target)
     np.testing.assert_array_equal(got, data.reshape(new))
 
 
@@ -60,12 +61,14 @@ def test_reshape_rejects_wrong_size():
         ops.reshape(te.placeholder((2, 3)), (4, 2))
 
 
-def test_flatten_reshape_folds_to_plain_copy():
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_flatten_reshape_folds_to_plain_copy(isa):
+    lanes = ISAS[isa][2]
     """The // and % of the row-major round trip cancel: the copy is one vector load per store."""
     x = te.placeholder((2, 8, 4, 4), name="x")
     y = ops.reshape(x, (2, 128))
-    code = source(ops.schedule_injective(y), [x, y], "flatten")
-    assert "(*(f32x16*)&x[" in code
+    code = source(ops.schedule_injective(y, lanes), [x, y], "flatten")
+    assert f"(*(f32x{lanes}*)&x[" in code
 
 
 @pytest.mark.parametrize("shapes, axis", [
@@ -74,10 +77,10 @@ def test_flatten_reshape_folds_to_plain_copy():
     ([(2, 3, 16), (2, 1, 16), (2, 7, 16)], -2),
     ([(3, 1, 5), (3, 1, 2)], 2),
 ])
-def test_concat(shapes, axis):
+def test_concat(shapes, axis, cpu_target):
     xs = [te.placeholder(s, name=f"x{k}") for k, s in enumerate(shapes)]
     data = [rand(*s) for s in shapes]
-    got = run(ops.concat(xs, axis), xs, data, ops.schedule_injective)
+    got = run(ops.concat(xs, axis), xs, data, ops.schedule_injective, cpu_target)
     np.testing.assert_array_equal(got, np.concatenate(data, axis))
 
 
@@ -93,10 +96,10 @@ def test_concat_rejects_mismatched_shapes():
     ((4, 127), [-1, 0], [-5, 127], [0, 1], [-1, 2]),
     ((3, 5), [0], [1], [1], None),
 ])
-def test_strided_slice(shape, starts, ends, axes, steps):
+def test_strided_slice(shape, starts, ends, axes, steps, cpu_target):
     x = te.placeholder(shape, name="x")
     data = rand(*shape)
-    got = run(ops.strided_slice(x, starts, ends, axes, steps), [x], [data], ops.schedule_injective)
+    got = run(ops.strided_slice(x, starts, ends, axes, steps), [x], [data], ops.schedule_injective, cpu_target)
     index = [slice(None)] * len(shape)
     for k, a in enumerate(axes if axes is not None else range(len(starts))):
         index[a] = slice(starts[k], ends[k], steps[k] if steps else 1)
@@ -110,10 +113,12 @@ def test_slice_rejects_empty_and_zero_step():
         ops.strided_slice(te.placeholder((4,)), [0], [4], steps=[0])
 
 
-def test_concat_on_an_outer_axis_picks_whole_vectors():
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_concat_on_an_outer_axis_picks_whole_vectors(isa):
+    lanes = ISAS[isa][2]
     """One condition for all lanes: a C conditional between vector loads, so the load of the
     part not taken (out of its tensor's bounds) is never executed."""
     xs = [te.placeholder((2, 3, 16), name="x0"), te.placeholder((2, 5, 16), name="x1")]
     y = ops.concat(xs, axis=1)
-    code = source(ops.schedule_injective(y), xs + [y], "cat")
-    assert "? (*(f32x16*)&x0[" in code and "sel_" not in code
+    code = source(ops.schedule_injective(y, lanes), xs + [y], "cat")
+    assert f"? (*(f32x{lanes}*)&x0[" in code and "sel_" not in code

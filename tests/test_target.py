@@ -1,6 +1,6 @@
 import pytest
 
-from autosched.target import CpuCapabilities, CpuInfo, GpuCapabilities, Target, TargetError, read_cpuinfo
+from autosched.target import CpuInfo, GpuCapabilities, Target, TargetError, read_cache_sizes, read_cpuinfo
 
 ZEN5 = CpuInfo("AMD EPYC 9R45", frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "hypervisor"}))
 HASWELL = CpuInfo("Intel Core i7-4770", frozenset({"sse4_2", "avx", "avx2", "fma"}))
@@ -22,30 +22,54 @@ CPU part\t: 0xd0c
 """
 
 
-def test_llvm_vector_width_follows_cpu_flags():
-    assert Target.parse("llvm", host=ZEN5).capabilities == CpuCapabilities(vector_bytes=64)
-    assert Target.parse("llvm", host=HASWELL).capabilities == CpuCapabilities(vector_bytes=32)
-    assert Target.parse("llvm", host=OLD).capabilities == CpuCapabilities(vector_bytes=16)
+def _shape(target):
+    caps = target.capabilities
+    return target.isa, caps.vector_bytes, caps.vector_registers
+
+
+def test_llvm_vector_width_and_registers_follow_cpu_flags():
+    assert _shape(Target.parse("llvm", host=ZEN5)) == ("x86_64-avx512", 64, 32)
+    assert _shape(Target.parse("llvm", host=HASWELL)) == ("x86_64-avx2", 32, 16)
+    assert _shape(Target.parse("llvm", host=OLD)) == ("x86_64-sse2", 16, 16)
+    caps = Target.parse("llvm", host=HASWELL).capabilities
+    assert caps.cflags == ("-march=native",) and caps.fma and caps.lanes(4) == 8 and caps.lanes(8) == 4
 
 
 def test_mattr_overrides_host_flags():
-    assert Target.parse("llvm -mattr=-avx512f", host=ZEN5).capabilities.vector_bytes == 32
+    narrowed = Target.parse("llvm -mattr=-avx512f", host=ZEN5)
+    assert _shape(narrowed) == ("x86_64-avx2", 32, 16)
+    assert "avx512bw" not in narrowed.capabilities.flags  # dropped with the extension it builds on
+    assert narrowed.capabilities.cflags == ("-march=native", "-mno-avx512f")
     assert Target.parse("llvm -mattr=+avx512f", host=HASWELL).capabilities.vector_bytes == 64
 
 
+def test_mcpu_selects_the_isa_whatever_the_host():
+    """-mcpu compiles for the named CPU: AVX2 code on an AVX-512 host, and the reverse (to build
+    and read, not to run). gcc is the authority on what the name enables."""
+    for host in (ZEN5, HASWELL):
+        hsw = Target.parse("llvm -mcpu=haswell", host=host)
+        assert _shape(hsw) == ("x86_64-avx2", 32, 16) and hsw.capabilities.cflags == ("-march=haswell",)
+        assert {"avx2", "fma"} <= hsw.capabilities.flags and "avx512f" not in hsw.capabilities.flags
+        skx = Target.parse("llvm -mcpu=skylake-avx512", host=host)
+        assert _shape(skx) == ("x86_64-avx512", 64, 32)
+    assert _shape(Target.parse("llvm -mcpu=skylake-avx512 -mattr=-avx512f", host=ZEN5)) == ("x86_64-avx2", 32, 16)
+    with pytest.raises(TargetError, match="'llvm -mcpu=nosuchcpu': gcc refuses -march=nosuchcpu"):
+        Target.parse("llvm -mcpu=nosuchcpu", host=ZEN5)
+
+
 def test_llvm_fingerprint_names_cpu_and_isa_only():
-    t = Target.parse("llvm -mcpu=znver5", host=ZEN5)
-    assert t.kind == "llvm" and t.option("mcpu") == "znver5" and t.option("mattr") is None
-    assert "AMD EPYC 9R45" in t.fingerprint and "avx512f" in t.fingerprint and "mcpu=znver5" in t.fingerprint
+    t = Target.parse("llvm -mcpu=skylake-avx512", host=ZEN5)
+    assert t.kind == "llvm" and t.option("mcpu") == "skylake-avx512" and t.option("mattr") is None
+    assert "AMD EPYC 9R45" in t.fingerprint and "avx512f" in t.fingerprint and "mcpu=skylake-avx512" in t.fingerprint
     assert "hypervisor" not in t.fingerprint
     assert t.fingerprint != Target.parse("llvm", host=ZEN5).fingerprint
-    assert t.fingerprint != Target.parse("llvm -mcpu=znver5", host=HASWELL).fingerprint
+    assert t.fingerprint != Target.parse("llvm -mcpu=skylake-avx512", host=HASWELL).fingerprint
     assert t.ray_resource == "CPU"
 
 
 def test_canonical_string_round_trips():
-    t = Target.parse("llvm   -mcpu=znver5 -mattr=+avx2,-avx512f", host=ZEN5)
-    assert str(t) == "llvm -mattr=+avx2,-avx512f -mcpu=znver5"
+    t = Target.parse("llvm   -mcpu=skylake-avx512 -mattr=+avx2,-avx512f", host=ZEN5)
+    assert str(t) == "llvm -mattr=+avx2,-avx512f -mcpu=skylake-avx512"
     assert Target.parse(str(t), host=ZEN5) == t
 
 
@@ -89,9 +113,22 @@ def test_read_cpuinfo(tmp_path):
     arm.write_text(ARM_CPUINFO)
     info = read_cpuinfo(arm)
     assert info.model == "0xd0c" and "asimd" in info.flags
-    assert Target.parse("llvm", host=info).capabilities.vector_bytes == 16
+    assert _shape(Target.parse("llvm", host=info)) == ("aarch64-neon", 16, 32)
+    assert Target.parse("llvm", host=info).capabilities.cflags == ("-mcpu=native",)
     missing = read_cpuinfo(tmp_path / "nope")
     assert missing.flags == frozenset() and missing.model
+
+
+def test_cache_sizes_come_from_sysfs(tmp_path):
+    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                                 (3, "Unified", "32M")]):
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert read_cache_sizes(tmp_path) == (48 << 10, 1 << 20, 32 << 20)
+    assert read_cache_sizes(tmp_path / "missing") == (None, None, None)
 
 
 def test_host_target_parses():

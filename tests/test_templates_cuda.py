@@ -5,7 +5,7 @@ import shutil
 import numpy as np
 import pytest
 
-from autosched.kernel import build_kernel
+from autosched.emulation import build_emulated_kernel, host_flags
 from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import MeasureInput
 from autosched.target import Target
@@ -53,7 +53,7 @@ def test_emulated_template_matches_reference(name):
     (want,) = task.reference(inputs)
     for config in configs:
         sched, args = template.apply(task, config, SM80)
-        kernel = build_kernel(sched, args, "candidate", target="cuda-emulate")
+        kernel = build_emulated_kernel(sched, args, "candidate")
         got = np.full(want.shape, np.nan, np.float32)
         kernel(*inputs, got)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} config {config.to_json()}")

@@ -16,11 +16,12 @@ from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.space import ConfigError
 from autosched.target import Target
 from search_spaces import TemplateError, get_template, templates
-from search_spaces.llvm.common import MAX_ACCUMULATORS, InvalidConfigError
+from search_spaces.llvm.common import InvalidConfigError, max_accumulators
 
+from isa import AVX2, HOST, ISAS, RUN_TARGETS
 from task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task
 
-TARGET = Target.parse("llvm")
+TARGET = HOST
 
 # name -> (task factory, template variant its space must come from)
 TASKS = {
@@ -51,24 +52,24 @@ def measure(tmp_path_factory):
     runner.close()
 
 
-def _check_random_configs(name, n, measure):
+def _check_random_configs(name, n, measure, target=TARGET):
     make, variant = TASKS[name]
     task = make()
     template = get_template(task.op, "llvm")
-    space = template.space(task, TARGET)
+    space = template.space(task, target)
     assert space.template == variant and space.size > n
     indices = [i for i in space.sample(4 * n, np.random.default_rng(zlib.crc32(name.encode())))
-               if _accepted(template, task, space.get(i))][:n]
+               if _accepted(template, task, space.get(i), target)][:n]
     assert len(indices) == n
-    results = measure([MeasureInput(task, TARGET, space.get(i)) for i in indices])
+    results = measure([MeasureInput(task, target, space.get(i)) for i in indices])
     bad = [(space.get(i).to_json()["knobs"], r.error_kind.name, r.error_msg[:300])
            for i, r in zip(indices, results) if not r.ok]
     assert not bad, bad
 
 
-def _accepted(template, task, config):
+def _accepted(template, task, config, target):
     try:
-        template.apply(task, config, TARGET)
+        template.apply(task, config, target)
     except InvalidConfigError:
         return False
     return True
@@ -77,6 +78,13 @@ def _accepted(template, task, config):
 @pytest.mark.parametrize("name", PRIMARY)
 def test_twenty_random_configs_are_correct(name, measure):
     _check_random_configs(name, 20, measure)
+
+
+@pytest.mark.skipif(HOST.isa == AVX2.isa, reason="the host is AVX2: the test above drew for it")
+@pytest.mark.parametrize("name", PRIMARY)
+def test_random_avx2_configs_are_correct(name, measure):
+    """The AVX2 spaces (8-float vectors, 16 registers) are other spaces: draw from them too."""
+    _check_random_configs(name, 8, measure, AVX2)
 
 
 @pytest.mark.parametrize("name", sorted(set(TASKS) - set(PRIMARY)))
@@ -120,55 +128,69 @@ def test_narrow_vectors_follow_the_target():
     """An AVX2-only target (8 float lanes) gets 8-wide blocks and vectors."""
     from autosched.target import CpuInfo
     avx2 = Target.parse("llvm", host=CpuInfo("test", frozenset({"avx2", "fma"})))
+    assert avx2.isa == AVX2.isa == "x86_64-avx2" and avx2.capabilities.vector_registers == 16
     task = TASKS["conv3x3_bias_relu"][0]()
     assert get_template("Conv", "llvm").space(task, avx2).knob("oc_bn").values == (8, 16, 32)
     assert get_template("MatMul", "llvm").space(matmul_task((8, 64), (64, 64)), avx2).knob("nr").values == (8, 16, 24, 32)
 
 
+@pytest.mark.parametrize("isa", sorted(ISAS))
 @pytest.mark.parametrize("name, values", [
-    ("matmul_relu", {"mr": 6, "nr": 32, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2}),
-    ("conv3x3_bias_relu", {"oc_bn": 32, "layout": "nchwc", "ic_bn": 8, "reduce_order": ["ico", "kh", "kw", "ici"],
+    ("matmul_relu", {"mr": 6, "nr": 2, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2}),
+    ("conv3x3_bias_relu", {"oc_bn": 2, "layout": "nchwc", "ic_bn": 8, "reduce_order": ["ico", "kh", "kw", "ici"],
                            "unroll_kw": False, "tile_ow": [1, 11], "tile_oh": 1, "pad": "root",
                            "outer_order": ["oc", "oh", "ow"], "parallel_depth": 3}),
 ])
-def test_register_tiles_become_simd_and_threads(name, values):
-    """The fast configs the benchmark finds are in the space: zmm accumulators, OpenMP tiles."""
+def test_register_tiles_become_simd_and_threads(name, values, isa):
+    """The fast configs the benchmark finds are in each ISA's space (two vectors of columns or
+    channels: `nr` and `oc_bn` are given in vectors here): full-width accumulators, OpenMP tiles."""
+    target, _, lanes = ISAS[isa]
     task = TASKS[name][0]()
     template = get_template(task.op, "llvm")
-    sched, args = template.apply(task, template.space(task, TARGET).from_values(values), TARGET)
+    values = {**values, **{k: values[k] * lanes for k in ("nr", "oc_bn") if k in values}}
+    sched, args = template.apply(task, template.space(task, target).from_values(values), target)
     code = renderer_for("llvm").render(lower(sched, args, "k"))
-    assert "f32x16" in code and "#pragma omp parallel for" in code
+    assert f"f32x{lanes}" in code and "#pragma omp parallel for" in code
     assert [a.name for a in args[:-1]] == [v.name for v in task.input_values]
 
 
-def test_oversized_register_tiles_are_refused_before_compiling(measure):
-    """4 rows × 28 columns × 4 vectors of channels would be 448 accumulators."""
+@pytest.mark.parametrize("isa, limit", [("avx2", 32), ("avx512", 64)])
+def test_oversized_register_tiles_are_refused_before_compiling(measure, isa, limit):
+    """4 rows × 28 columns × 4 vectors of channels would be 448 accumulators; the limit counts
+    the target's registers (twice 16 ymm, twice 32 zmm)."""
+    target, _, lanes = ISAS[isa]
+    assert max_accumulators(target) == limit
     task = conv_task((1, 64, 8, 28), (64, 64, 3, 3), pad=1)
     template = get_template("Conv", "llvm")
-    space = template.space(task, TARGET)
-    values = {"oc_bn": 64, "layout": "nchw", "ic_bn": 64, "reduce_order": ["ico", "kh", "kw", "ici"],
+    space = template.space(task, target)
+    values = {"oc_bn": 4 * lanes, "layout": "nchw", "ic_bn": 4 * lanes, "reduce_order": ["ico", "kh", "kw", "ici"],
               "unroll_kw": True, "tile_ow": [1, 28], "tile_oh": 4, "pad": "inline", "outer_order": ["oc", "oh", "ow"],
               "parallel_depth": 2}
     config = space.from_values(values)
-    with pytest.raises(InvalidConfigError, match=f"448 vector accumulators exceeds {MAX_ACCUMULATORS}"):
-        template.apply(task, config, TARGET)
-    (result,) = measure([MeasureInput(task, TARGET, config)])
+    with pytest.raises(InvalidConfigError, match=f"448 vector accumulators exceeds {limit} .*{target.isa}"):
+        template.apply(task, config, target)
+    (result,) = measure([MeasureInput(task, target, config)])
     assert result.error_kind is ErrorKind.INSTANTIATION_ERROR and result.build_s < 5
 
 
-def test_fallback_configs_are_in_the_space_and_correct(measure):
+@pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
+def test_fallback_configs_are_in_the_space_and_correct(measure, target):
     """Untuned builds use the conv template's fallback config: it must be a point of the task's
-    space and compute the right answer for every shape the blocked variant sees; depthwise and
+    space, fit the target's registers (accumulators, two weight vectors and the broadcast input)
+    and compute the right answer for every shape the blocked variant sees; depthwise and
     grouped convolutions and matmuls keep the op library's schedule (None)."""
     inputs = []
+    lanes = target.capabilities.lanes(4)
     for name, (make, variant) in TASKS.items():
         task = make()
-        config = get_template(task.op, "llvm").fallback(task, TARGET)
+        config = get_template(task.op, "llvm").fallback(task, target)
         if variant != "conv2d_nchwc_llvm":
             assert config is None, name
             continue
-        assert config.space == get_template(task.op, "llvm").space(task, TARGET)
-        inputs.append(MeasureInput(task, TARGET, config))
+        assert config.space == get_template(task.op, "llvm").space(task, target)
+        vectors = -(-config["oc_bn"] // lanes)
+        assert vectors * config["tile_ow"][1] + vectors + 1 <= target.capabilities.vector_registers, name
+        inputs.append(MeasureInput(task, target, config))
     assert len(inputs) == 3
     results = measure(inputs)
     assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 3, [r.error_msg for r in results]

@@ -48,7 +48,7 @@ def test_scheduler_spends_the_budget_in_rounds_and_logs_everything(small_model, 
     assert all(p.trials >= 4 for p in summary.progress)  # every task had its first round
     assert len(log.read_text().splitlines()) == 12
     best = best_records([log])
-    assert {k for k, _ in best} == {p.task.key for p in summary.progress}
+    assert {k for k, _, _ in best} == {p.task.key for p in summary.progress}
 
     schedules = TunedSchedules([log])
     files = build_model(load_onnx(small_model), tmp_path / "tuned.so", Target.parse("llvm"), schedules)
@@ -72,6 +72,18 @@ def test_cli_tune_then_build_with_the_log(small_model, tmp_path, capsys):
     assert main(["build", str(small_model), "--log", str(log), "-o", str(tmp_path / "m.so")]) == 0
     assert "2 tasks with tuned schedules" in capsys.readouterr().out
 
+    # the same records, as if measured for another ISA: never applied, and said once
+    other = "x86_64-avx2" if Target.parse("llvm").isa != "x86_64-avx2" else "x86_64-avx512"
+    foreign = tmp_path / "foreign.jsonl"
+    foreign.write_text("".join(json.dumps({**json.loads(line), "isa": other}) + "\n"
+                               for line in log.read_text().splitlines()))
+    assert main(["build", str(small_model), "--log", str(foreign), "-o", str(tmp_path / "f.so")]) == 0
+    out, err = capsys.readouterr()
+    assert "0 tasks with tuned schedules" in out
+    assert err.count("note:") == 1 and f"2 tasks have logged records only for {other}" in err
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    assert load_history([foreign], tasks, Target.parse("llvm")) == {}
+
 
 def test_bad_logs_are_named_and_foreign_configs_rejected(small_model, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
@@ -83,7 +95,7 @@ def test_bad_logs_are_named_and_foreign_configs_rejected(small_model, tmp_path, 
 
     tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
     forged = tmp_path / "forged.jsonl"
-    record = {"task": tasks[0].key, "target": "llvm", "costs": [1e-3], "error_kind": "NO_ERROR", "error_msg": "",
+    record = {"task": tasks[0].key, "target": "llvm", "isa": Target.parse("llvm").isa, "costs": [1e-3], "error_kind": "NO_ERROR", "error_msg": "",
               "build_s": 0.1, "timestamp": 0.0, "config": {"template": "elsewhere", "space": "0", "index": 0, "knobs": {}}}
     forged.write_text(json.dumps(record) + "\n")
     with pytest.raises(LogError, match=r"forged.jsonl:1: .*template"):

@@ -42,7 +42,7 @@ VECTOR_LANES = (2, 4, 8, 16, 32, 64)
 class CRenderer:
     """Renders one PrimFunc as a self-contained C translation unit."""
 
-    capabilities = {"threads": False, "shared_memory": False, "vector_bytes": 64}
+    capabilities = {"threads": False, "shared_memory": False}
     #: storage and linkage of generated helper functions (a GPU back end adds its device qualifier)
     INLINE = "static inline"
 

@@ -2,6 +2,10 @@
 
 Tuning compiles thousands of candidates and many are identical (different configs, same code);
 the cache makes the second build free. Writes are atomic so parallel builders can share it.
+The ISA comes from the target (``-march=haswell``, or ``-march=native`` for the host), and the
+cache key holds the ISA extensions gcc actually enables under those flags: a cache directory
+shared by an AVX-512 and an AVX2 host (a shared home, a container image) must never hand one
+host's ``-march=native`` object to the other.
 """
 from __future__ import annotations
 
@@ -15,8 +19,18 @@ from pathlib import Path
 from typing import Sequence
 
 from autosched.codegen.errors import CompileError
+from autosched.target import CpuCapabilities, Target, TargetError, gcc_isa_flags
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-shared", "-fPIC")
+#: every build's flags but the ISA's, which come from the target
+BASE_FLAGS = ("-O3", "-fopenmp", "-std=gnu11", "-shared", "-fPIC")
+
+
+def target_flags(target: Target | str) -> tuple[str, ...]:
+    """The gcc command-line flags that build code for `target`."""
+    target = Target.parse(target) if isinstance(target, str) else target
+    if not isinstance(target.capabilities, CpuCapabilities):
+        raise CompileError(f"gcc builds CPU code; target {target} is not a CPU target")
+    return BASE_FLAGS + target.capabilities.cflags
 
 
 def default_cache_dir() -> Path:
@@ -32,12 +46,23 @@ def compiler_version(cc: str = "gcc") -> str:
         raise CompileError(f"the C compiler {cc!r} is not usable: {e}") from None
 
 
-def compile_c(source: str, flags: Sequence[str] = DEFAULT_FLAGS, cache_dir: Path | None = None,
+def cache_key(source: str, flags: Sequence[str], cc: str = "gcc") -> str:
+    """What identifies a built object: source, flags, compiler and the ISA those flags select
+    on this host (``-march=native`` alone says nothing about which ISA that was)."""
+    try:
+        isa = ",".join(sorted(gcc_isa_flags(tuple(f for f in flags if f.startswith("-m")), cc)))
+    except TargetError as e:
+        raise CompileError(str(e)) from None
+    return hashlib.sha256("\0".join([source, *flags, cc, compiler_version(cc), isa]).encode()).hexdigest()[:32]
+
+
+def compile_c(source: str, flags: Sequence[str], cache_dir: Path | None = None,
               timeout: float = 120.0, cc: str = "gcc") -> Path:
-    """The path of a shared library built from `source` (from the cache when already built)."""
+    """The path of a shared library built from `source` with `flags` (`target_flags` of the
+    target), from the cache when already built."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256("\0".join([source, *flags, cc, compiler_version(cc)]).encode()).hexdigest()[:32]
+    key = cache_key(source, flags, cc)
     out = cache / f"{key}.so"
     if out.exists():
         return out
@@ -70,7 +95,7 @@ def format_diagnostics(stderr: str, source: str, src_path: str) -> str:
     return "\n".join(out)
 
 
-def optimization_report(source: str, flags: Sequence[str] = DEFAULT_FLAGS, cc: str = "gcc") -> str:
+def optimization_report(source: str, flags: Sequence[str], cc: str = "gcc") -> str:
     """gcc's own account of which loops it vectorized and unrolled, lines naming `kernel.c`.
 
     For a user checking that a schedule's annotations reached the machine code.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from autosched.codegen.cuda_emulate import EmulationRenderer
+from autosched.emulation import host_flags
 from autosched.measure.gpu_build import INSTANTIATION_ERRORS, build_failure, lower_for_gpu
 from autosched.measure.local import Instantiate, LocalBuilder, compile_candidate
 from autosched.measure.record import BuildResult, MeasureInput
@@ -24,7 +25,7 @@ def _build_emulated(inp: MeasureInput, instantiate: Instantiate, cache_dir: str 
         code = renderer.render(func)
     except INSTANTIATION_ERRORS as e:
         return build_failure(e, start)
-    return compile_candidate(code, func, renderer.symbol(func), cache_dir, compile_timeout, start)
+    return compile_candidate(code, func, renderer.symbol(func), host_flags(), cache_dir, compile_timeout, start)
 
 
 class EmulationBuilder(LocalBuilder):

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from autosched.codegen import CodegenError, CompileError, renderer_for
-from autosched.codegen.gcc import compile_c
+from autosched.codegen.gcc import compile_c, target_flags
 from autosched.errors import AutoschedError
 from autosched.lower import lower
 from autosched.lower.ir import PrimFunc
@@ -50,16 +50,17 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
         func = lower(sched, args, "candidate")
         renderer = renderer_for(inp.target.kind)
         code = renderer.render(func)
+        flags = target_flags(inp.target)
     except (AutoschedError, ScheduleError, CodegenError, ValueError, KeyError, IndexError, TypeError) as e:
         return BuildResult(None, ErrorKind.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
-    return compile_candidate(code, func, renderer.symbol(func), cache_dir, compile_timeout, start)
+    return compile_candidate(code, func, renderer.symbol(func), flags, cache_dir, compile_timeout, start)
 
 
-def compile_candidate(code: str, func: PrimFunc, symbol: str, cache_dir: str | None, timeout: float,
-                      start: float) -> BuildResult:
+def compile_candidate(code: str, func: PrimFunc, symbol: str, flags: Sequence[str], cache_dir: str | None,
+                      timeout: float, start: float) -> BuildResult:
     """gcc-compile generated C into a library the worker loads; failures are results."""
     try:
-        lib = compile_c(code, cache_dir=Path(cache_dir) if cache_dir else None, timeout=timeout)
+        lib = compile_c(code, flags, cache_dir=Path(cache_dir) if cache_dir else None, timeout=timeout)
     except CompileError as e:
         kind = ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR
         return BuildResult(None, kind, str(e), time.perf_counter() - start)

@@ -124,5 +124,7 @@ Record = tuple[MeasureInput, MeasureResult]
 
 
 def record_to_json(inp: MeasureInput, res: MeasureResult) -> dict[str, Any]:
-    """One log line's worth: enough to replay the result or rebuild the config."""
-    return {"task": inp.task.key, "target": str(inp.target), "config": inp.config.to_json(), **res.to_json()}
+    """One log line's worth: enough to replay the result or rebuild the config, and the ISA class
+    it was measured for, so it is never applied to code for another."""
+    return {"task": inp.task.key, "target": str(inp.target), "isa": inp.target.isa, "config": inp.config.to_json(),
+            **res.to_json()}

@@ -70,7 +70,7 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, stride: int | Seque
     return apply_epilogue(y, pre + tuple(epilogue))
 
 
-def schedule_conv2d(out: Tensor, vector_lanes: int = 16) -> Schedule:
+def schedule_conv2d(out: Tensor, vector_lanes: int) -> Schedule:
     """Register tiles of 8 output channels × one vector of output columns.
 
     Per tile a local accumulator runs the reduction (input channels, then the kernel window)

@@ -189,7 +189,7 @@ def contiguous_suffix(shape: Sequence[int], inputs: Sequence[Sequence[int]]) -> 
     return start
 
 
-def schedule_elementwise(out: Tensor, vector_lanes: int = 16) -> Schedule:
+def schedule_elementwise(out: Tensor, vector_lanes: int) -> Schedule:
     """Fuse the axes all loads agree on, split them by the vector width: outer part parallel
     with the remaining axes, inner part vectorized. Other stages are inlined."""
     s = create_schedule(out)

@@ -44,7 +44,7 @@ def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, mean: Tensor, var: Tensor
                       tag=BATCH_NORM_TAG, attrs={"axis": axis})
 
 
-def schedule_batch_norm(out: Tensor, vector_lanes: int = 16) -> Schedule:
+def schedule_batch_norm(out: Tensor, vector_lanes: int) -> Schedule:
     """Scale and shift at root (one value per channel); the axes after the channel fused into
     the vector, along which both are constant."""
     s = create_schedule(out)
@@ -155,7 +155,7 @@ def global_max_pool2d(x: Tensor) -> Tensor:
     return reduce_max(x, (2, 3), keepdims=True)
 
 
-def schedule_pool2d(out: Tensor, vector_lanes: int = 16) -> Schedule:
+def schedule_pool2d(out: Tensor, vector_lanes: int) -> Schedule:
     """Padding and divisor tables at root; windows reduced per tile of output columns, the
     window loops outside the vector of columns."""
     s = create_schedule(out)
@@ -195,7 +195,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
                       attrs={"axis": axis})
 
 
-def schedule_softmax(out: Tensor, vector_lanes: int = 16) -> Schedule:
+def schedule_softmax(out: Tensor, vector_lanes: int) -> Schedule:
     """Two parallel passes, each with its reduction computed per tile: max then exponentials,
     sum then quotients."""
     s = create_schedule(out)
@@ -278,7 +278,7 @@ def _square(v: Expr) -> Expr:
     return v * v
 
 
-def schedule_layer_norm(out: Tensor, vector_lanes: int = 16) -> Schedule:
+def schedule_layer_norm(out: Tensor, vector_lanes: int) -> Schedule:
     """One row per parallel iteration: its sums reduced first, then the normalized axes fused
     and written as vectors."""
     s = create_schedule(out)

@@ -51,7 +51,7 @@ def reduce_mean(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bo
     return te.compute(total.shape, lambda *i: total[i] * te.const(1.0 / count, x.dtype), name="reduce_mean")
 
 
-def schedule_reduce(out: Tensor, vector_lanes: int = 16) -> Schedule:
+def schedule_reduce(out: Tensor, vector_lanes: int) -> Schedule:
     """Outputs in parallel tiles, each reducing into a local accumulator.
 
     When the input's innermost axis survives the reduction, a tile is one vector along it and

@@ -147,7 +147,7 @@ def strided_slice(x: Tensor, starts: Sequence[int], ends: Sequence[int], axes: S
                       name=name, tag=INJECTIVE_TAG)
 
 
-def schedule_injective(out: Tensor, vector_lanes: int = 16) -> Schedule:
+def schedule_injective(out: Tensor, vector_lanes: int) -> Schedule:
     """Outer axes fused and parallel, the innermost split by the vector width and vectorized.
 
     The innermost axis is kept whole because copies index their input through it: it stays

@@ -10,6 +10,7 @@ from cffi import FFI
 
 from autosched.errors import AutoschedError
 from autosched.runtime.module import _NP, _pin_openmp
+from autosched.target import CpuInfo, read_cpuinfo
 
 
 class ModelError(AutoschedError):
@@ -25,6 +26,7 @@ class Model:
         if not self.library.exists() or not manifest.exists():
             raise ModelError(f"{self.library}: not a built model (expected the library and {manifest.name} beside it)")
         self.manifest = json.loads(manifest.read_text())
+        _check_isa(self.library, self.manifest)
         self.inputs = self.manifest["inputs"]
         self.outputs = self.manifest["outputs"]
         self._ffi = FFI()
@@ -80,6 +82,18 @@ class Model:
             self._lib.autosched_model_free()
             self._ffi.dlclose(self._lib)
             self._lib = None
+
+
+def _check_isa(library: Path, manifest: Mapping, host: CpuInfo | None = None) -> None:
+    """A library built for ISA extensions this CPU lacks dies of SIGILL at its first
+    instruction: refuse it up front, naming what is missing."""
+    needed = set(manifest.get("isa_flags", ()))
+    have = (host or read_cpuinfo()).flags
+    missing = sorted(needed - have)
+    if missing:
+        raise ModelError(f"{library}: built for {manifest.get('isa', 'another CPU')} (target "
+                         f"{manifest.get('target')!r}); this CPU lacks {', '.join(missing)}. Rebuild it here, "
+                         f"or for this CPU with e.g. --target 'llvm -mcpu=NAME'")
 
 
 def load_model(library: Path | str) -> Model:

@@ -14,8 +14,7 @@ block's threads. Batch and channel blocks share blockIdx.z. The knobs:
 """
 from __future__ import annotations
 
-from autosched.compute import task_compute
-from autosched.ops.conv import CONV2D_TAG
+from autosched.ops.conv import CONV2D_TAG, conv2d
 from autosched.ops.transform import PAD_TAG
 from autosched.schedule import Schedule, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace
@@ -23,7 +22,7 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from search_spaces.cuda.common import (
-    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, tile_threads,
+    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads,
 )
 from search_spaces.cuda.matmul import _up_to
 from search_spaces.llvm.conv2d import conv_dims
@@ -57,7 +56,10 @@ class Conv2dTemplate(GpuTemplate):
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)
-        args, (out,) = task_compute(task)
+        tt = task_tensors(task)
+        out = conv2d(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None, d.stride, d.pads,
+                     d.dilation, d.groups, tt.epilogue)
+        args = list(tt.args)
         s = create_schedule(out)
         acc = local_accumulator(s, out, CONV2D_TAG)
         data, weight = acc.op.inputs()[:2] if acc.op.inputs()[1].ndim == 4 else acc.op.inputs()[1::-1]

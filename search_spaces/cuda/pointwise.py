@@ -28,8 +28,9 @@ THREADS = (32, 64, 128, 256, 512, 1024)
 PER_THREAD = (1, 2, 4)
 
 
-def _compute(task: Task) -> tuple[list[Tensor], Tensor]:
-    args, outs = task_compute(task)
+def _compute(task: Task, target: Target) -> tuple[list[Tensor], Tensor]:
+    # the capabilities only size the CPU panels of matmuls, which no op of this template has
+    args, outs = task_compute(task, target.capabilities)
     if len(outs) != 1:
         raise TemplateError(f"{task.op} with {len(outs)} outputs has no GPU template (one output only)")
     return args, outs[0]
@@ -45,7 +46,7 @@ class PointwiseTemplate(GpuTemplate):
 
     def space(self, task: Task, target: Target) -> ConfigSpace:
         gpu_caps(target)
-        _, out = _compute(task)
+        _, out = _compute(task, target)
         size = 1
         for n in out.shape:
             size *= n
@@ -63,7 +64,7 @@ class PointwiseTemplate(GpuTemplate):
         return config_near(space, {"threads": 256, "per_thread": 1, **rows})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
-        args, out = _compute(task)
+        args, out = _compute(task, target)
         s = create_schedule(out)
         if out.op.reduce_axes:  # pooling, a reduction: accumulate in a register, store once
             acc = s[s.cache_write(out, "local")]

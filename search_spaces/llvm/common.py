@@ -2,8 +2,8 @@
 belongs to the task's space, and the stage treatments that do not depend on the op.
 
 Spaces are built so that every point is a schedule the task can run (blocks are divisors,
-panels are padded). The one refusal is a register tile so large that gcc needs minutes for
-its unrolled body and the result spills anyway: `InvalidConfigError`, a ValueError, which the
+panels are padded). The one refusal is a register tile so large (for the target's register
+file) that gcc needs minutes for its unrolled body and the result spills anyway: `InvalidConfigError`, a ValueError, which the
 builder reports as INSTANTIATION_ERROR without compiling.
 """
 from __future__ import annotations
@@ -24,19 +24,34 @@ from search_spaces.registry import TemplateError
 
 _DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2}
 
-
-#: vector accumulators an unrolled register tile may hold: twice the 32 registers of AVX-512
-MAX_ACCUMULATORS = 64
+#: an unrolled register tile may hold this many times the target's vector registers in
+#: accumulators: beyond, it only spills, and gcc takes minutes to unroll it
+ACCUMULATORS_PER_REGISTER = 2
 
 
 class InvalidConfigError(TemplateError, ValueError):
     """A point of the space that the template refuses to build."""
 
 
-def check_register_tile(accumulators: int, config: Config) -> None:
-    if accumulators > MAX_ACCUMULATORS:
-        raise InvalidConfigError(f"register tile of {accumulators} vector accumulators exceeds {MAX_ACCUMULATORS} "
-                                 f"(config {config.index}): it spills, and gcc takes minutes to unroll it")
+def cpu_capabilities(target: Target) -> CpuCapabilities:
+    caps = target.capabilities
+    if not isinstance(caps, CpuCapabilities):
+        raise TemplateError(f"target {target} is not a CPU target")
+    return caps
+
+
+def max_accumulators(target: Target) -> int:
+    """The largest register tile, in vectors, a template builds for `target`."""
+    return ACCUMULATORS_PER_REGISTER * cpu_capabilities(target).vector_registers
+
+
+def check_register_tile(accumulators: int, config: Config, target: Target) -> None:
+    limit = max_accumulators(target)
+    if accumulators > limit:
+        raise InvalidConfigError(f"register tile of {accumulators} vector accumulators exceeds {limit} "
+                                 f"({ACCUMULATORS_PER_REGISTER} × the {cpu_capabilities(target).vector_registers} "
+                                 f"vector registers of {target.isa}; config {config.index}): it spills, and gcc "
+                                 "takes minutes to unroll it")
 
 
 @dataclass(frozen=True)
@@ -57,12 +72,10 @@ def task_tensors(task: Task) -> TaskTensors:
 
 def vector_lanes(target: Target, dtype: str) -> int:
     """Elements of `dtype` in the widest SIMD register the target allows."""
-    caps = target.capabilities
-    if not isinstance(caps, CpuCapabilities):
-        raise TemplateError(f"target {target} is not a CPU target")
+    caps = cpu_capabilities(target)
     if dtype not in _DTYPE_BYTES:
         raise TemplateError(f"no CPU template handles dtype {dtype}")
-    return max(1, caps.vector_bytes // _DTYPE_BYTES[dtype])
+    return caps.lanes(_DTYPE_BYTES[dtype])
 
 
 def inline_epilogue(s: Schedule, out: Tensor, tags: Sequence[str] = ()) -> None:

@@ -13,7 +13,7 @@ is the variant's):
   vectorized along the output columns (the contiguous axis of a per-channel convolution),
   with tile_oc channel rows unrolled; the same tile-order, padding and parallel knobs.
 
-Both refuse a register tile beyond `MAX_ACCUMULATORS` vectors (see `common`).
+Both refuse a register tile beyond `max_accumulators` of the target (see `common`).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from search_spaces.llvm.common import (
-    CpuTemplate, check_register_tile, divisors, inline_epilogue, parallel_copy, task_tensors, vector_lanes,
+    CpuTemplate, check_register_tile, cpu_capabilities, divisors, inline_epilogue, parallel_copy, task_tensors, vector_lanes,
 )
 from search_spaces.registry import TemplateError
 
@@ -39,6 +39,7 @@ OUTER_ORDERS = (("oc", "oh", "ow"), ("oh", "oc", "ow"), ("oh", "ow", "oc"))
 REDUCE_ORDERS = (("ico", "kh", "kw", "ici"), ("ico", "ici", "kh", "kw"), ("kh", "kw", "ico", "ici"))
 MAX_CHANNEL_BLOCKS = 4
 MAX_GROUPED_TILE_OC = 8
+MAX_FALLBACK_COLUMNS = 8
 
 
 @dataclass(frozen=True)
@@ -140,10 +141,11 @@ class _Blocked:
             *_common_knobs(d),
         ))
 
-    def schedule(self, task: Task, d: ConvDims, config: Config, lanes: int) -> tuple[Schedule, list[Tensor]]:
+    def schedule(self, task: Task, d: ConvDims, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
+        lanes = vector_lanes(target, task.dtypes[0])
         oc_bn, ic_bn = config["oc_bn"], config["ic_bn"]
         vec = lanes if oc_bn % lanes == 0 else oc_bn
-        check_register_tile(config["tile_oh"] * config["tile_ow"][1] * (oc_bn // vec), config)
+        check_register_tile(config["tile_oh"] * config["tile_ow"][1] * (oc_bn // vec), config, target)
         tt = task_tensors(task)
         packed = config["layout"] == "nchwc"
         out = conv_nchwc.conv2d_nchwc(
@@ -171,13 +173,16 @@ class _Blocked:
         return s, list(tt.args) + [out]
 
 
-    def fallback(self, d: ConvDims, space: ConfigSpace, lanes: int) -> Config:
-        """Two vectors of output channels per register tile, up to 8 output columns: 16
-        accumulators. Inputs are packed to NCHW[ic_bn]c except for 1×1 kernels, where the
-        packing costs about what the convolution does. On ResNet-18's convolutions (2 threads)
-        this took the kernels from 92 ms to 25 ms in all; 608 tuning trials reached 20 ms."""
+    def fallback(self, d: ConvDims, space: ConfigSpace, lanes: int, target: Target) -> Config:
+        """Two vectors of output channels per register tile and as many output columns as leave
+        registers for the two weight vectors and the broadcast input: up to 8 columns (16
+        accumulators) with AVX-512's 32 registers, 6 with AVX2's 16. Inputs are packed to
+        NCHW[ic_bn]c except for 1×1 kernels, where the packing costs about what the
+        convolution does. On ResNet-18's convolutions (AVX-512, 2 threads) this took the
+        kernels from 92 ms to 25 ms in all; 608 tuning trials reached 20 ms."""
         knobs = {k.name: k for k in space.knobs}
-        widths = [w for w in knobs["tile_ow"].values if w[1] <= 8]
+        columns = min(MAX_FALLBACK_COLUMNS, (cpu_capabilities(target).vector_registers - 3) // 2)
+        widths = [w for w in knobs["tile_ow"].values if w[1] <= columns]
         exact = [w for w in widths if w[0] * w[1] == d.ow] or widths
         return space.from_values({
             "oc_bn": max([b for b in knobs["oc_bn"].values if b <= 2 * lanes] or knobs["oc_bn"].values[:1]),
@@ -204,10 +209,11 @@ class _Grouped:
             *_common_knobs(d),
         ))
 
-    def schedule(self, task: Task, d: ConvDims, config: Config, lanes: int) -> tuple[Schedule, list[Tensor]]:
+    def schedule(self, task: Task, d: ConvDims, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
+        lanes = vector_lanes(target, task.dtypes[0])
         ow_tile = config["tile_ow"][1]
         ow_vec = vector_width(ow_tile, lanes)
-        check_register_tile(config["tile_oc"] * config["tile_oh"] * -(-ow_tile // ow_vec), config)
+        check_register_tile(config["tile_oc"] * config["tile_oh"] * -(-ow_tile // ow_vec), config, target)
         tt = task_tensors(task)
         out = conv_ops.conv2d(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None,
                               stride=d.stride, padding=d.pads, dilation=d.dilation, groups=d.groups,
@@ -246,11 +252,11 @@ class Conv2dTemplate(CpuTemplate):
         d = conv_dims(task)
         if self._variant(d) is not _BLOCKED:
             return None
-        return _BLOCKED.fallback(d, self.space(task, target), vector_lanes(target, task.dtypes[0]))
+        return _BLOCKED.fallback(d, self.space(task, target), vector_lanes(target, task.dtypes[0]), target)
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)
-        return self._variant(d).schedule(task, d, config, vector_lanes(target, task.dtypes[0]))
+        return self._variant(d).schedule(task, d, config, target)
 
 
 _BLOCKED = _Blocked()

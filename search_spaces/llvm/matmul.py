@@ -5,8 +5,9 @@ knobs: A and B are repacked into mr-row and nr-column panels (`Packing(mr, nr)`)
 tiles are distributed over threads, and each tile accumulates in a local buffer whose
 mr × nr register block is unrolled with its columns vectorized. The knobs:
 
-- `mr`, `nr`: the register block (nr in whole vectors); mr · nr / lanes accumulators must
-  fit the register file, which the tuner learns rather than the space forbidding;
+- `mr`, `nr`: the register block (nr in whole vectors); mr · nr / lanes accumulators should
+  fit the register file, which the tuner learns; rows stop where the widest block would pass
+  `max_accumulators` of the target (16 rows with AVX-512's 32 registers, 8 with AVX2's 16);
 - `mb`: register blocks per tile along the rows; with `tile_k` splitting the reduction into
   (blocks, steps, unrolled steps) the tile runs block by block, so one kc × nr slice of the B
   panel stays in L1 while the tile's mb row blocks stream past it;
@@ -27,7 +28,9 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob, SplitK
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
-from search_spaces.llvm.common import CpuTemplate, inline_epilogue, parallel_copy, task_tensors, vector_lanes
+from search_spaces.llvm.common import (
+    CpuTemplate, inline_epilogue, max_accumulators, parallel_copy, task_tensors, vector_lanes,
+)
 from search_spaces.registry import TemplateError
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -110,9 +113,12 @@ class MatmulTemplate(CpuTemplate):
         d = matmul_dims(task)
         lanes = vector_lanes(target, task.dtypes[0])
         outer = len(d.batch) + 2
+        nr = _nr_choices(d.n, lanes)
+        widest = -(-max(nr) // lanes)
+        rows = tuple(v for v in MR_CHOICES if v <= d.m and v * widest <= max_accumulators(target))
         return ConfigSpace(self.name, (
-            ChoiceKnob("mr", tuple(v for v in MR_CHOICES if v <= d.m)),
-            ChoiceKnob("nr", _nr_choices(d.n, lanes)),
+            ChoiceKnob("mr", rows),
+            ChoiceKnob("nr", nr),
             ChoiceKnob("mb", tuple(v for v in MB_CHOICES if v == 1 or v <= -(-d.m // 2))),
             SplitKnob("tile_k", d.k, 3, max_innermost=MAX_UNROLLED_K),
             ReorderKnob("tile_order", TILE_ORDERS),
