@@ -136,10 +136,28 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--emulate", action="store_true",
+                        help="with --target cuda: measure candidates in the CPU emulation (proves them correct; "
+                             "the times are the CPU's)")
+
+
+def _measurers(target: Target, emulate: bool):
+    """Builder and runner for `target`: gcc and the CPU worker, nvcc and the GPU worker, or the
+    CUDA emulation's gcc build and the CPU worker (correctness only: its times are the CPU's)."""
+    from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
+    if target.kind != "cuda":
+        if emulate:
+            raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
+        return LocalBuilder(), LocalRunner()
+    if emulate:
+        from autosched.measure.emulate import EmulationBuilder
+        return EmulationBuilder(), LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.0, timeout=300.0))
+    from autosched.measure.gpu import GpuRunner
+    from autosched.measure.nvcc import NvccBuilder
+    return NvccBuilder(), GpuRunner()
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from autosched.measure.local import LocalBuilder, LocalRunner
     from autosched.task_scheduler import tune_tasks
     from autosched.tuner.callbacks import JsonLinesLog
     from autosched.history import load_history
@@ -155,8 +173,9 @@ def run_tune(args: argparse.Namespace) -> int:
         print(f"  {inputs[0].task.op:<10} {len(results):3d} trials, batch best {best}, "
               f"{len(results) - len(ok)} failed", flush=True)
 
-    with LocalRunner() as runner:
-        summary = tune_tasks(tasks, target, args.trials, LocalBuilder(), runner, args.tuner, args.round,
+    builder, runner = _measurers(target, args.emulate)
+    with runner:
+        summary = tune_tasks(tasks, target, args.trials, builder, runner, args.tuner, args.round,
                              [JsonLinesLog(args.log), progress], args.seed, history)
     print(f"{'op':<12} {'weight':>6} {'trials':>6} {'best ms':>9} {'GFLOP/s':>8}")
     for p in summary.progress:

@@ -127,6 +127,9 @@ class RunnerOptions:
 class LocalRunner(Runner):
     """Runs built candidates one at a time in a restartable worker process."""
 
+    #: the worker's module (`python -m`); a device runner names its own, speaking the same protocol
+    WORKER = "autosched.measure.worker"
+
     def __init__(self, options: RunnerOptions = RunnerOptions()):
         self.options = options
         self._proc: subprocess.Popen | None = None
@@ -149,7 +152,7 @@ class LocalRunner(Runner):
     # --- worker ---------------------------------------------------------------------------
     def _worker(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen([sys.executable, "-m", "autosched.measure.worker"], stdin=subprocess.PIPE,
+            self._proc = subprocess.Popen([sys.executable, "-m", self.WORKER], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, text=True, start_new_session=True)
         return self._proc
 

@@ -1,0 +1,80 @@
+"""The GPU runner. Without a GPU (this machine): one clear message, from Python and the CLI. The
+tests marked `cuda` need a real NVIDIA GPU and are deselected by default (`-m cuda` runs them)."""
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import pytest
+
+from autosched import te, zoo
+from autosched.cli import main
+from autosched.measure.gpu import GpuRunner, GpuUnavailableError
+from autosched.measure.interface import measure_with
+from autosched.measure.local import RunnerOptions
+from autosched.measure.nvcc import NvccBuilder
+from autosched.measure.record import ErrorKind, MeasureInput
+from autosched.schedule import create_schedule
+from autosched.space import ChoiceKnob, ConfigSpace
+from autosched.target import Target, detect_cuda_arch
+from tests.gpu_schedules import tiled_matmul
+
+no_gpu_here = pytest.mark.skipif(detect_cuda_arch() is not None, reason="this machine has a GPU")
+needs_gpu = pytest.mark.skipif(detect_cuda_arch() is None, reason="no NVIDIA GPU (nvidia-smi) on this machine")
+
+
+@no_gpu_here
+def test_without_a_gpu_the_runner_refuses_once_and_says_what_to_do():
+    with pytest.raises(GpuUnavailableError, match="--emulate checks CUDA kernels on the CPU"):
+        GpuRunner()
+
+
+@no_gpu_here
+def test_cli_tune_for_cuda_without_a_gpu(tmp_path, capsys):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(), path)
+    assert main(["tune", str(path), "--target", "cuda -arch=sm_80", "--trials", "2",
+                 "--log", str(tmp_path / "log.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "--emulate" in err
+
+
+@dataclass(frozen=True)
+class MatmulTask:
+    key: str = "mm_96x80x72"
+    op: str = "test_gpu_runner"
+
+    def random_inputs(self, seed: int):
+        rng = np.random.default_rng(seed)
+        return [rng.standard_normal((96, 72), dtype=np.float32), rng.standard_normal((72, 80), dtype=np.float32)]
+
+    def reference(self, inputs):
+        return [inputs[0] @ inputs[1]]
+
+
+SPACE = ConfigSpace("test_gpu_runner", [ChoiceKnob("kernel", ("tiled", "illegal_address"))])
+
+
+def instantiate(inp: MeasureInput):
+    if inp.config["kernel"] == "tiled":
+        return tiled_matmul(96, 80, 72, block=(32, 16, 8), thread=(4, 2), vec=2)
+    a, b = te.placeholder((96, 72), name="A"), te.placeholder((72, 80), name="B")
+    c = te.compute((96, 80), lambda i, j: a[i * 50_000_000, j % 72] + b[0, j], name="C")  # far out of bounds
+    s = create_schedule(c)
+    s[c].bind(s[c].op.axes[0], "blockIdx.x")
+    s[c].bind(s[c].op.axes[1], "threadIdx.x")
+    return s, [a, b, c]
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_gpu_runner_times_checked_kernels_and_survives_a_sticky_error(tmp_path):
+    target = Target.parse("cuda")
+    builder = NvccBuilder(n_parallel=2, cache_dir=tmp_path, instantiate=instantiate)
+    good, bad = SPACE.get(0), SPACE.get(1)
+    inputs = [MeasureInput(MatmulTask(), target, c) for c in (good, bad, good)]
+    with GpuRunner(RunnerOptions(repeat=3, min_repeat_ms=5.0)) as runner:
+        first, crashed, again = measure_with(builder, runner)(inputs)
+        assert runner.device["compute_capability"]
+    assert first.ok and len(first.costs) == 3, first.error_msg
+    assert crashed.error_kind is ErrorKind.RUNTIME_ERROR and "CUDA_ERROR" in crashed.error_msg
+    assert again.ok, again.error_msg  # a fresh worker, a fresh context
