@@ -114,25 +114,45 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
             weights.add(v.name, graph.constants[v.name])
     memory = plan_memory(graph, groups)
     funcs = [p.func for p in plans.values()]
-    executor = _executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
-    source = renderer.render_module(funcs, tail=executor)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    binary = Target.parse("llvm") if emulate else target  # the emulation is a program for this CPU
-    shutil.copyfile(compile_c(source, target_flags(binary)), out)
+    if target.kind == "cuda" and not emulate:
+        source, library = _cuda_library(graph, calls, funcs, renderer, weights, memory, target)
+        isa, isa_flags = target.isa, []
+    else:
+        executor = _executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
+        source = renderer.render_module(funcs, tail=executor)
+        binary = Target.parse("llvm") if emulate else target  # the emulation is a program for this CPU
+        library, isa, isa_flags = compile_c(source, target_flags(binary)), binary.isa, sorted(binary.capabilities.flags)
+    shutil.copyfile(library, out)
     files = ModelFiles(out, out.with_suffix(".json"), out.with_suffix(".weights"))
     files.weights.write_bytes(weights.blob)
     files.manifest.write_text(json.dumps({
         "format": 1, "library": out.name, "weights": files.weights.name, "weights_bytes": len(weights.blob),
-        "target": str(target), "emulated": emulate, "isa": binary.isa,
-        "isa_flags": sorted(binary.capabilities.flags), "inputs": [_value_json(v) for v in graph.inputs],
+        "target": str(target), "emulated": emulate, "isa": isa, "isa_flags": isa_flags,
+        "inputs": [_value_json(v) for v in graph.inputs],
         "outputs": [_value_json(v) for v in graph.outputs],
         "tasks": [{"key": t.key, "weight": t.weight} for t in taskset.tasks],
         "kernels": [{"symbol": renderer.symbol(p.func), "task": key[0], "precomputed_stages": len(p.folded)}
                     for key, p in plans.items()],
     }, indent=1))
-    out.with_suffix(".c").write_text(source)
+    out.with_suffix(".cu" if target.kind == "cuda" and not emulate else ".c").write_text(source)
     return files
+
+
+def _cuda_library(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, memory,
+                  target: Target) -> tuple[str, Path]:
+    """Source and nvcc-built library of a cuda model: kernels, host executor, CUDA runtime."""
+    from autosched.build_cuda import cuda_executor
+    from autosched.codegen.gpu import check_limits, plan_kernel
+    from autosched.codegen.nvcc import compile_cuda
+    geometries = {}
+    for f in funcs:
+        geometries[renderer.symbol(f)] = plan_kernel(f).geometry
+        check_limits(renderer.symbol(f), geometries[renderer.symbol(f)], target.capabilities)
+    executor = cuda_executor(graph, calls, geometries, weights, memory.buffers, memory.arena_size)
+    source = renderer.render_module(funcs, tail=executor)
+    return source, compile_cuda(source, target.capabilities.arch, output="so").path
 
 
 @dataclass(frozen=True)
@@ -253,8 +273,12 @@ def _run_precompute(kernel: Kernel, arrays: list[np.ndarray]) -> np.ndarray:
 
 # --- the executor ---------------------------------------------------------------------------------
 
-def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, buffers,
-              arena_size: int) -> str:
+#: the C arrays a kernel argument points into: the caller's inputs and outputs, the weights, the arena
+HOST_BASES = {"inputs": "inputs", "outputs": "outputs", "weights": "model_weights", "arena": "model_arena"}
+
+
+def arg_pointer(graph: Graph, weights: _Weights, buffers, bases: dict = HOST_BASES) -> Callable[[_Arg], str]:
+    """C for a kernel argument's pointer into the arrays named by `bases` (host or device copies)."""
     inputs = {v.name: k for k, v in enumerate(graph.inputs)}
     outputs = {v.name: k for k, v in enumerate(graph.outputs)}
 
@@ -263,13 +287,20 @@ def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weight
         if name is None:
             return "NULL"
         if name in inputs:  # before outputs: a graph input may also be an output
-            return f"({C_TYPES[graph.values[name].dtype]}*)inputs[{inputs[name]}]"
+            return f"({C_TYPES[graph.values[name].dtype]}*){bases['inputs']}[{inputs[name]}]"
         if name in weights.offsets:
-            return f"({C_TYPES[weights.dtypes[name]]}*)(model_weights + {weights.offsets[name]})"
+            return f"({C_TYPES[weights.dtypes[name]]}*)({bases['weights']} + {weights.offsets[name]})"
         if name in outputs:
-            return f"({C_TYPES[graph.values[name].dtype]}*)outputs[{outputs[name]}]"
-        return f"({C_TYPES[graph.values[name].dtype]}*)(model_arena + {buffers[name].offset})"
+            return f"({C_TYPES[graph.values[name].dtype]}*){bases['outputs']}[{outputs[name]}]"
+        return f"({C_TYPES[graph.values[name].dtype]}*)({bases['arena']} + {buffers[name].offset})"
+    return ptr
 
+
+def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, buffers,
+              arena_size: int) -> str:
+    inputs = {v.name: k for k, v in enumerate(graph.inputs)}
+    outputs = {v.name: k for k, v in enumerate(graph.outputs)}
+    ptr = arg_pointer(graph, weights, buffers)
     lines = []
     for group, symbol, args in calls:
         lines.append(f"  /* {group.anchor.op.value} {group.name} */")

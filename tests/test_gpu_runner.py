@@ -15,11 +15,10 @@ from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.schedule import create_schedule
 from autosched.space import ChoiceKnob, ConfigSpace
-from autosched.target import Target, detect_cuda_arch
+from autosched.target import Target
+from tests.cuda_markers import needs_gpu, no_gpu_here
 from tests.gpu_schedules import tiled_matmul
 
-no_gpu_here = pytest.mark.skipif(detect_cuda_arch() is not None, reason="this machine has a GPU")
-needs_gpu = pytest.mark.skipif(detect_cuda_arch() is None, reason="no NVIDIA GPU (nvidia-smi) on this machine")
 
 
 @no_gpu_here

@@ -1,6 +1,5 @@
 """nvcc builds of generated CUDA (no GPU needed): cubins, resource usage, limits before device time."""
 import json
-import shutil
 from dataclasses import dataclass
 
 import pytest
@@ -13,9 +12,9 @@ from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
+from tests.cuda_markers import needs_nvcc
 from tests.gpu_schedules import tiled_matmul
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
 
 PTXAS = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'mm' for 'sm_90'

@@ -1,16 +1,16 @@
 """GPU templates: every one correct in the CPU emulation against the task's numpy reference for
 random configs and odd sizes, and compiled by nvcc for sm_80 and sm_90 (no GPU is used)."""
-import shutil
 
 import numpy as np
 import pytest
 
-from autosched.emulation import build_emulated_kernel, host_flags
+from autosched.emulation import build_emulated_kernel
+from autosched.graph.ir import Op
 from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import MeasureInput
 from autosched.target import Target
 from search_spaces import TemplateError, get_template
-from autosched.graph.ir import Op
+from tests.cuda_markers import needs_nvcc
 from tests.task_helpers import (
     add_relu_task, attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task, unary_task,
 )
@@ -59,7 +59,7 @@ def test_emulated_template_matches_reference(name):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} config {config.to_json()}")
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not installed")
+@needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvcc_compiles_sampled_configs(tmp_path, arch):
     target = Target.parse(f"cuda -arch={arch}")

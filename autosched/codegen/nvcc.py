@@ -52,22 +52,30 @@ def nvcc_version(nvcc: str = "nvcc") -> str:
     return m.group(1) if m else out.strip().splitlines()[-1]
 
 
+#: what nvcc makes: a cubin of the kernels (tuning), or a shared library of kernels and host code
+#: (a whole model's executor, CUDA runtime linked in statically)
+OUTPUTS = {"cubin": ("-cubin",), "so": ("-shared", "-Xcompiler", "-fPIC")}
+
+
 def compile_cuda(source: str, arch: str, flags: Sequence[str] = DEFAULT_FLAGS, cache_dir: Path | None = None,
-                 timeout: float = 120.0, nvcc: str = "nvcc") -> CubinBuild:
-    """A cubin of `source` for `arch` (from the cache when already built) and its kernels' usage."""
+                 timeout: float = 120.0, nvcc: str = "nvcc", output: str = "cubin") -> CubinBuild:
+    """A cubin (or with `output="so"` a shared library) of `source` for `arch`, from the cache when
+    already built, and its kernels' resource usage."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256("\0".join([source, arch, *flags, nvcc, nvcc_version(nvcc)]).encode()).hexdigest()[:32]
-    cubin, usage_file = cache / f"{key}.cubin", cache / f"{key}.usage.json"
+    key = hashlib.sha256("\0".join([source, arch, *flags, *OUTPUTS[output], nvcc, nvcc_version(nvcc)]).encode())
+    key = key.hexdigest()[:32]
+    cubin, usage_file = cache / f"{key}.{output}", cache / f"{key}.usage.json"
     if cubin.exists() and usage_file.exists():
         usage = {k: ResourceUsage(**v) for k, v in json.loads(usage_file.read_text()).items()}
         return CubinBuild(cubin, usage)
     with tempfile.TemporaryDirectory(prefix="autosched-nvcc-") as tmp:
         src = Path(tmp) / "kernel.cu"
         src.write_text(source)
-        out = Path(tmp) / "kernel.cubin"
+        out = Path(tmp) / f"kernel.{output}"
         try:
-            proc = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "--resource-usage", *flags, str(src), "-o", str(out)],
+            proc = subprocess.run([nvcc, *OUTPUTS[output], f"-arch={arch}", "--resource-usage", *flags, str(src),
+                                   "-o", str(out)],
                                   capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CompileError(f"nvcc did not finish within {timeout:.0f} s") from None

@@ -39,6 +39,10 @@ class Model:
         status = self._lib.autosched_model_init(str(weights).encode())
         if status == 2:
             raise ModelError(f"{weights}: missing, unreadable or not {self.manifest['weights_bytes']} bytes")
+        if status == 3:  # a CUDA build on a machine without a usable GPU, or out of device memory
+            raise ModelError(f"{self.library}: CUDA error loading the model: "
+                             f"{self._ffi.string(self._lib.autosched_last_error()).decode()} (no usable GPU here? "
+                             "'autosched check --emulate' runs a cuda model's kernels on the CPU)")
         if status != 0:
             raise ModelError(f"{self.library}: out of memory loading the model")
 
