@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -23,7 +24,7 @@ from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
 from autosched.graph.passes import optimize
-from autosched.target import Target
+from autosched.target import Target, TargetNotice
 from autosched.task import TaskSet, extract_tasks
 
 
@@ -287,7 +288,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        with warnings.catch_warnings(record=True) as notices:
+            warnings.simplefilter("always", TargetNotice)
+            try:
+                return args.run(args)
+            finally:  # a default the user did not choose, said once, in the CLI's words
+                for n in notices:
+                    if issubclass(n.category, TargetNotice):
+                        print(f"note: {n.message}", file=sys.stderr)
+                    else:
+                        warnings.showwarning(n.message, n.category, n.filename, n.lineno)
     except AutoschedError as exc:
         if args.debug:
             raise

@@ -1,9 +1,12 @@
 """CUDA target: -arch parsing, the default architecture and per-architecture device limits."""
 import warnings
 
+import onnx
 import pytest
 
 from autosched import target as target_mod
+from autosched import zoo
+from autosched.cli import main
 from autosched.target import Target, TargetError, TargetNotice, gpu_capabilities
 
 
@@ -42,3 +45,12 @@ def test_default_arch_is_the_local_gpu(monkeypatch):
 def test_explicit_arch_asks_no_gpu(monkeypatch):
     monkeypatch.setattr(target_mod, "detect_cuda_arch", lambda: pytest.fail("asked for the GPU"))
     assert Target.parse("cuda -arch=sm_86").capabilities.max_shared_memory_per_block_optin == 99 * 1024
+
+
+def test_cli_says_the_default_arch_as_a_note(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(target_mod, "detect_cuda_arch", lambda: None)
+    onnx.save(zoo.mlp(), tmp_path / "mlp.onnx")
+    assert main(["tasks", str(tmp_path / "mlp.onnx"), "--target", "cuda"]) == 0
+    captured = capsys.readouterr()
+    assert "target: cuda -arch=sm_80" in captured.out
+    assert captured.err == "note: target cuda: no -arch given and no GPU found; using -arch=sm_80\n"
