@@ -16,8 +16,10 @@ from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.schedule import create_schedule
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
+from autosched.tuner.api import tune_task
 from tests.cuda_markers import needs_gpu, no_gpu_here
 from tests.gpu_schedules import tiled_matmul
+from tests.task_helpers import gemm_task
 
 
 
@@ -77,3 +79,12 @@ def test_gpu_runner_times_checked_kernels_and_survives_a_sticky_error(tmp_path):
     assert first.ok and len(first.costs) == 3, first.error_msg
     assert crashed.error_kind is ErrorKind.RUNTIME_ERROR and "CUDA_ERROR" in crashed.error_msg
     assert again.ok, again.error_msg  # a fresh worker, a fresh context
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_tuning_a_gemm_on_the_gpu(tmp_path):
+    task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
+    with GpuRunner(RunnerOptions(repeat=3, min_repeat_ms=5.0)) as runner:
+        result = tune_task(task, "cuda", 16, "random", runner=runner, builder=NvccBuilder(cache_dir=tmp_path))
+    assert any(res.ok for _, res in result.records)
