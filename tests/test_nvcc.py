@@ -81,4 +81,5 @@ def test_builder_rejects_configs_beyond_the_device_before_running(tmp_path):
     assert manifest["geometry"] == {"grid": [8, 8, 1], "block": [8, 8, 1], "shared_bytes": 2048}
     assert manifest["symbol"] == "candidate" and manifest["arch"] == "sm_75" and manifest["usage"]["registers"] > 0
     assert huge.error_kind is ErrorKind.RESOURCE_LIMIT and "73728 bytes of shared memory exceed sm_75" in huge.error_msg
+    assert huge.error_msg.startswith("test_gpu_matmul config 1 of test_gpu_matmul: ")
     assert unbound.error_kind is ErrorKind.INSTANTIATION_ERROR and "binds no loop" in unbound.error_msg

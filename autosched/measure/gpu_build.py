@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from autosched.codegen.errors import CodegenError
 from autosched.codegen.gpu import LaunchGeometry, LimitError, check_limits, plan_kernel
 from autosched.errors import AutoschedError
 from autosched.lower import lower
@@ -23,9 +24,18 @@ def lower_for_gpu(inp: MeasureInput, instantiate: Instantiate) -> tuple[PrimFunc
         raise AutoschedError(f"a GPU builder builds for cuda targets, not {inp.target}")
     sched, args = instantiate(inp)
     func = lower(sched, args, "candidate")
-    geometry = plan_kernel(func).geometry
-    check_limits(f"{inp.task.key} {inp.config}", geometry, caps)
+    where = candidate_name(inp)
+    try:
+        geometry = plan_kernel(func).geometry
+    except CodegenError as e:  # say which task and config, not the kernel's internal name
+        raise type(e)(f"{where}: {str(e).removeprefix(func.name + ': ')}") from None
+    check_limits(where, geometry, caps)
     return func, geometry
+
+
+def candidate_name(inp: MeasureInput) -> str:
+    """How errors name a candidate: its op, template and config index."""
+    return f"{inp.task.op} config {inp.config.index} of {inp.config.space.template}"
 
 
 def build_failure(e: Exception, start: float) -> BuildResult:

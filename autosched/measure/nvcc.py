@@ -16,7 +16,7 @@ from autosched.codegen import CompileError
 from autosched.codegen.cuda import CudaRenderer
 from autosched.codegen.gpu import LimitError, check_limits
 from autosched.codegen.nvcc import compile_cuda
-from autosched.measure.gpu_build import INSTANTIATION_ERRORS, build_failure, lower_for_gpu
+from autosched.measure.gpu_build import INSTANTIATION_ERRORS, build_failure, candidate_name, lower_for_gpu
 from autosched.measure.local import Instantiate, LocalBuilder, write_manifest
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput
 
@@ -39,7 +39,7 @@ def _build_cubin(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | N
     symbol = renderer.symbol(func)
     usage = built.usage[symbol]
     try:
-        check_limits(f"{inp.task.key} {inp.config}", geometry, caps, registers=usage.registers)
+        check_limits(candidate_name(inp), geometry, caps, registers=usage.registers)
     except LimitError as e:
         return build_failure(e, start)
     manifest = built.path.with_suffix(".json")
