@@ -3,7 +3,7 @@ from autosched import te
 from autosched.schedule import create_schedule
 
 
-def tiled_matmul(m: int, n: int, k: int, block=(32, 32, 8), thread=(4, 4), vec: int = 4):
+def tiled_matmul(m: int, n: int, k: int, block=(32, 32, 8), thread=(4, 4), vec: int = 4, double_buffer: bool = False):
     """C = A·B with block tiles, per-thread register tiles and k tiles staged through shared memory."""
     bm, bn, bk = block
     tm, tn = thread
@@ -35,6 +35,8 @@ def tiled_matmul(m: int, n: int, k: int, block=(32, 32, 8), thread=(4, 4), vec: 
     threads = -(-min(bm, m) // min(tm, bm, m)) * threads_x
     for x in shared:
         s.compute_at(s[x], s[cl], ko)
+        if double_buffer:
+            s[x].double_buffered()
         f, v = s[x].split(s[x].fuse(*s[x].op.axes), vec)
         f, t = s[x].split(f, threads)
         t_y, t_x = s[x].split(t, threads_x)

@@ -7,7 +7,7 @@ from autosched.codegen.cuda import CudaRenderer
 from autosched.codegen.gpu import LimitError, check_limits, plan_kernel
 from autosched.lower import lower
 from autosched.lower.ir import Allocate, Barrier, Buffer, For, PrimFunc, Store, seq
-from autosched.schedule import create_schedule
+from autosched.schedule import ScheduleError, create_schedule
 from autosched.target import gpu_capabilities
 from autosched.te.expr import Const, Var
 from tests.gpu_schedules import tiled_matmul
@@ -34,6 +34,21 @@ def test_matmul_kernel_structure():
     assert "#pragma unroll" in code
     geometry = CudaRenderer().geometry(func)
     assert geometry.grid == (2, 2, 1) and geometry.block == (8, 8, 1) and geometry.shared_bytes == 2048
+
+
+def test_double_buffered_tiles_alternate_and_wait_once_per_step():
+    s, args = tiled_matmul(64, 64, 64, double_buffer=True)
+    func = lower(s, args, "mm")
+    code = renderer_for("cuda").render(func)
+    assert code.count("__syncthreads();") == 2  # after each copy, none before
+    assert "((k_o % 2) * 256)" in code
+    assert CudaRenderer().geometry(func).shared_bytes == 2 * 2048
+
+
+def test_double_buffering_is_for_shared_tiles():
+    s, args = tiled_matmul(64, 64, 64)
+    with pytest.raises(ScheduleError, match="C_local: only a shared-memory stage can be double buffered"):
+        next(st for st in s.stages if st.scope == "local").double_buffered()
 
 
 def test_unaligned_vector_loop_stays_scalar():

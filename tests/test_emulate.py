@@ -18,14 +18,15 @@ from autosched.te.expr import Cmp, Const, Load, Var
 from tests.gpu_schedules import tiled_matmul
 
 
-@pytest.mark.parametrize("m, n, k, block, thread, vec", [
-    (64, 64, 64, (32, 32, 8), (4, 4), 4),
-    (67, 45, 33, (32, 16, 8), (4, 2), 2),     # odd sizes: edge tiles in m, n and k
-    (17, 130, 9, (16, 64, 4), (2, 8), 4),
-    (5, 3, 70, (8, 8, 16), (1, 1), 1),
+@pytest.mark.parametrize("m, n, k, block, thread, vec, double_buffer", [
+    (64, 64, 64, (32, 32, 8), (4, 4), 4, False),
+    (67, 45, 33, (32, 16, 8), (4, 2), 2, False),     # odd sizes: edge tiles in m, n and k
+    (17, 130, 9, (16, 64, 4), (2, 8), 4, True),
+    (5, 3, 70, (8, 8, 16), (1, 1), 1, True),
+    (64, 64, 64, (32, 32, 8), (4, 4), 4, True),
 ])
-def test_tiled_matmul_matches_numpy(m, n, k, block, thread, vec):
-    s, args = tiled_matmul(m, n, k, block=block, thread=thread, vec=vec)
+def test_tiled_matmul_matches_numpy(m, n, k, block, thread, vec, double_buffer):
+    s, args = tiled_matmul(m, n, k, block=block, thread=thread, vec=vec, double_buffer=double_buffer)
     kern = build_emulated_kernel(s, args, "mm")
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)

@@ -8,6 +8,7 @@ ranges in hand.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from autosched.lower import arith
@@ -36,6 +37,7 @@ class _Lowerer:
         self.ranges: dict = {}                 # Var -> (lo, hi) of every loop in scope
         self.attached: dict[int, list[Stage]] = {}  # id(IterVar) -> stages computed at it
         self.block_shared: dict = {}  # Var -> range of loops bound to threadIdx/vthread (one block's threads)
+        self.offsets: dict[int, Expr] = {}  # id(stage) -> where its current copy starts in a double buffer
 
     # --- entry -------------------------------------------------------------------------------
     def run(self) -> PrimFunc:
@@ -158,7 +160,7 @@ class _Lowerer:
                 pre[id(iv)] = seq(*[self._attached(a, body_te, inner) for a in self.attached[id(iv)]])
 
         buf = self.buffers[id(st)]
-        idx = self._flat(local_idx, region_ext)
+        idx = self._offset(st, self._flat(local_idx, region_ext))
         value_expr = self._resolve(body_te)
         if isinstance(op.body, Reduce):
             old = Load(buf, (idx,), buf.dtype)
@@ -268,12 +270,21 @@ class _Lowerer:
             mins.append(lo)
             exts.append(e)
         self.mins[id(st)] = mins
-        buf = Buffer(st.name, op.dtype, tuple(exts), st.scope if st.scope != "global" else "local")
+        shape = tuple(exts)
+        if st.double_buffer:  # two copies, one after the other; the first extent never enters an index
+            shape = (2 * shape[0],) + shape[1:]
+            self.offsets[id(st)] = arith.simplify((st.attach[2].var % 2) * math.prod(exts), self.ranges)
+        buf = Buffer(st.name, op.dtype, shape, st.scope if st.scope != "global" else "local")
         self.buffers[id(st)] = buf
         nest = self._stage(st, exts)
         if st.scope == "shared":
-            nest = seq(Barrier(), nest, Barrier())
+            nest = seq(nest, Barrier()) if st.double_buffer else seq(Barrier(), nest, Barrier())
         return Allocate(buf, nest)
+
+    def _offset(self, st: Stage | None, index: Expr) -> Expr:
+        """`index` in the copy of a double-buffered stage that the current iteration uses."""
+        off = self.offsets.get(id(st))
+        return index if off is None else arith.simplify(index + off, self.ranges)
 
     def _cover(self, intervals: list, full: int) -> tuple[Expr, int]:
         """One region [lo, lo + extent) covering every access; extent a constant."""
@@ -323,7 +334,7 @@ class _Lowerer:
                                         "(compute_at into a loop that does not enclose its reader?)")
                 mins = self.mins.get(key, [Const(0, "int32")] * len(buf.shape))
                 rel = [i - m for i, m in zip(x.indices, mins)]
-                return Load(buf, (self._flat(rel, list(buf.shape)),), x.dtype)
+                return Load(buf, (self._offset(st, self._flat(rel, list(buf.shape))),), x.dtype)
             return None
         return arith.simplify(transform(e, res), self.ranges)
 

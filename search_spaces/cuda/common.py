@@ -56,11 +56,15 @@ def tile_threads(extent: int, block: int, per_thread: int) -> int:
     return -(-b // min(per_thread, b))
 
 
-def cooperative_copy(s: Schedule, copy: Tensor, at: Stage, axis, threads: tuple[int, ...], vec: int) -> None:
+def cooperative_copy(s: Schedule, copy: Tensor, at: Stage, axis, threads: tuple[int, ...], vec: int,
+                     double_buffer: bool = False) -> None:
     """Compute the shared-memory `copy` at `axis` of `at`, its elements spread over the block's
-    `threads` (x first) `vec` contiguous elements at a time, then through a serial loop."""
+    `threads` (x first) `vec` contiguous elements at a time, then through a serial loop; with
+    `double_buffer`, in two alternating copies."""
     st = s[copy]
     s.compute_at(st, at, axis)
+    if double_buffer:
+        st.double_buffered()
     fused = st.fuse(*st.op.axes)
     rest, lanes = st.split(fused, vec)
     total = 1

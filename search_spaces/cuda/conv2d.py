@@ -10,7 +10,8 @@ block's threads. Batch and channel blocks share blockIdx.z. The knobs:
 - `threads_w`, `threads_h`, `threads_c`: the block's threads along columns, rows, channels;
 - `tile_w`, `tile_c`: each thread's register tile;
 - `tile_ic`: input channels per shared-memory step;
-- `vec`: elements per thread per shared-copy load; `unroll_window`: unroll the kernel window.
+- `vec`: elements per thread per shared-copy load; `unroll_window`: unroll the kernel window;
+- `double_buffer`: two alternating copies of each shared tile, one barrier per step instead of two.
 """
 from __future__ import annotations
 
@@ -47,12 +48,14 @@ class Conv2dTemplate(GpuTemplate):
             ChoiceKnob("tile_ic", _up_to(TILE_IC, d.c // d.groups)),
             ChoiceKnob("vec", (1, 2, 4)),
             ChoiceKnob("unroll_window", (1, 0)),
+            ChoiceKnob("double_buffer", (0, 1)),
         ))
 
     def fallback(self, task: Task, target: Target) -> Config:
         """8 × 4 × 4 threads (columns × rows × channels) of 2 × 4 outputs, 4 input channels a step."""
         return config_near(self.space(task, target), {"threads_w": 8, "threads_h": 4, "threads_c": 4, "tile_w": 2,
-                                                       "tile_c": 4, "tile_ic": 4, "vec": 1, "unroll_window": 1})
+                                                       "tile_c": 4, "tile_ic": 4, "vec": 1, "unroll_window": 1,
+                                                       "double_buffer": 0})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)
@@ -98,7 +101,7 @@ class Conv2dTemplate(GpuTemplate):
         acc.unroll(aow)
         threads = (tile_threads(d.ow, tw * rw, rw), tile_threads(d.oc, tc * rc, rc) * tile_threads(d.oh, th, 1))
         for copy in shared:
-            cooperative_copy(s, copy, acc, ico, threads, config["vec"])
+            cooperative_copy(s, copy, acc, ico, threads, config["vec"], bool(config["double_buffer"]))
         return s, args + [out]
 
 

@@ -10,7 +10,8 @@ dimensions are fused onto blockIdx.z. The knobs:
 - `tile_m`, `tile_n`: each thread's register tile (tile_n also the width of its vector stores);
 - `tile_k`: the reduction step staged through shared memory (with the block tile, its size);
 - `vec`: elements per thread per load of the shared copies (float2/float4 where aligned);
-- `unroll_k`: unroll the reduction step's loop (more registers, no loop overhead).
+- `unroll_k`: unroll the reduction step's loop (more registers, no loop overhead);
+- `double_buffer`: two alternating copies of each shared tile, one barrier per step instead of two.
 """
 from __future__ import annotations
 
@@ -62,13 +63,14 @@ class MatmulTemplate(GpuTemplate):
             ChoiceKnob("tile_k", _up_to(TILE_K, d.k)),
             ChoiceKnob("vec", VEC),
             ChoiceKnob("unroll_k", (1, 0)),
+            ChoiceKnob("double_buffer", (0, 1)),
         ))
 
     def fallback(self, task: Task, target: Target) -> Config:
         """16 × 16 threads of 4 × 4 outputs (64 × 64 block tiles), k steps of 8, float4 copies:
         the textbook SGEMM shape, shrunk to what the space allows for a small problem."""
         return config_near(self.space(task, target), {"threads_x": 16, "threads_y": 16, "tile_n": 4, "tile_m": 4,
-                                                       "tile_k": 8, "vec": 4, "unroll_k": 1})
+                                                       "tile_k": 8, "vec": 4, "unroll_k": 1, "double_buffer": 0})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = matmul_dims(task)
@@ -103,7 +105,7 @@ class MatmulTemplate(GpuTemplate):
         acc.unroll(cj)
         threads = (tile_threads(d.n, tx * tn, tn), tile_threads(d.m, ty * tm, tm))
         for copy in (a_shared, b_shared):
-            cooperative_copy(s, copy, acc, ko, threads, config["vec"])
+            cooperative_copy(s, copy, acc, ko, threads, config["vec"], bool(config["double_buffer"]))
         return s, args + [out]
 
 
