@@ -1,5 +1,8 @@
 """The GPU runner. Without a GPU (this machine): one clear message, from Python and the CLI. The
 tests marked `cuda` need a real NVIDIA GPU and are deselected by default (`-m cuda` runs them)."""
+import enum
+import sys
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -8,6 +11,7 @@ import pytest
 
 from autosched import te, zoo
 from autosched.cli import main
+from autosched.measure import gpu_worker
 from autosched.measure.gpu import GpuRunner, GpuUnavailableError
 from autosched.measure.interface import measure_with
 from autosched.measure.local import RunnerOptions
@@ -88,3 +92,32 @@ def test_tuning_a_gemm_on_the_gpu(tmp_path):
     with GpuRunner(RunnerOptions(repeat=3, min_repeat_ms=5.0)) as runner:
         result = tune_task(task, "cuda", 16, "random", runner=runner, builder=NvccBuilder(cache_dir=tmp_path))
     assert any(res.ok for _, res in result.records)
+
+
+class _NoDeviceDriver:
+    """Stands in for the CUDA driver bindings (the GPU is the only thing mocked): a driver that is
+    installed but finds no device, as on a machine whose GPU is missing or hidden."""
+
+    class CUresult(enum.Enum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_NO_DEVICE = 100
+
+    def cuInit(self, flags):
+        return (self.CUresult.CUDA_ERROR_NO_DEVICE,)
+
+    def cuGetErrorName(self, err):
+        return (self.CUresult.CUDA_SUCCESS, err.name.encode())
+
+
+def test_a_driver_without_a_device_is_one_clear_message(monkeypatch):
+    package = types.ModuleType("cuda.bindings")
+    package.driver = _NoDeviceDriver()
+    monkeypatch.setitem(sys.modules, "cuda", types.ModuleType("cuda"))  # whether cuda-bindings is installed or not
+    monkeypatch.setitem(sys.modules, "cuda.bindings", package)
+    with pytest.raises(RuntimeError, match=r"no usable NVIDIA GPU here \(cuInit: CUDA_ERROR_NO_DEVICE\); --emulate"):
+        gpu_worker.Gpu()
+
+
+def test_sticky_errors_are_the_ones_that_lose_the_context():
+    assert gpu_worker.CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "cuStreamSynchronize").sticky
+    assert not gpu_worker.CudaError("CUDA_ERROR_OUT_OF_MEMORY", "cuMemAlloc").sticky
