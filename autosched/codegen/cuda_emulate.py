@@ -12,6 +12,7 @@ The kernel keeps the C back end's signature (returns 0, or 1 with a message in
 `autosched_last_error()`), so the C runtime, the measurement worker and the model executor
 call it unchanged. Errors reported: an out-of-bounds access (naming buffer, index, block and
 thread), a barrier not every thread of a block reaches, threads waiting at different barriers.
+The emulator's state is static: a module runs one kernel at a time (as the executor calls them).
 """
 from __future__ import annotations
 
