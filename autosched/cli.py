@@ -10,21 +10,22 @@ with the traceback only under `--debug`.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from autosched.errors import AutoschedError
+from autosched import cli_db
+from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
 from autosched.graph.passes import optimize
-from autosched.target import Target, TargetNotice
+from autosched.target import Target
 from autosched.task import TaskSet, extract_tasks
 
 
@@ -97,49 +98,65 @@ def format_task_table(task_set: TaskSet) -> str:
 
 def _build_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_log_argument(parser)
+    add_build_db_arguments(parser)
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="the library to write; OUT's .json manifest and .weights go beside it")
 
 
-def add_log_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log", action="append", default=[], metavar="LOG.jsonl",
-                        help="tuning log(s) whose best configs to use (repeatable; default: untuned schedules)")
+def add_build_db_arguments(parser: argparse.ArgumentParser) -> None:
+    """--db and --no-shipped, for the commands that build a model."""
+    add_db_argument(parser)
+    parser.add_argument("--no-shipped", action="store_true",
+                        help="ignore the records shipped with autosched (used for tasks the database has none for)")
 
 
-def _build(args: argparse.Namespace, graph, out: Path):
-    """Build with the logs' best schedules; say once which tasks were tuned for another ISA only."""
-    from autosched.build import build_model, default_kernel
-    from autosched.history import TunedSchedules
-    target = Target.parse(args.target)
-    schedules = TunedSchedules(args.log) if args.log else default_kernel
-    files = build_model(graph, out, target, schedules, emulate=getattr(args, "emulate", False))
-    if args.log and schedules.other_isa:
-        isas = sorted({str(isa) for found in schedules.other_isa.values() for isa in found})
-        print(f"note: {len(schedules.other_isa)} tasks have logged records only for {', '.join(isas)}, not for "
-              f"this target's {target.isa}: they use the default schedule", file=sys.stderr)
-    return files, schedules
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=None, metavar="PATH",
+                        help="tuning database (a file or SQLAlchemy URL; default: $AUTOSCHED_DB, else "
+                             "$XDG_DATA_HOME/autosched/tuning.db)")
+
+
+def _build(args: argparse.Namespace, output: Path):
+    """Build from the database; say once which tasks have records only for another ISA."""
+    from autosched.api import build
+    out = build(args.model, args.target, db=args.db, output=output, shapes=dict(args.shape),
+                shipped=not args.no_shipped, emulate=getattr(args, "emulate", False))
+    if out.other_isa:
+        isas = sorted({isa for found in out.other_isa.values() for isa in found})
+        print(f"note: {len(out.other_isa)} tasks have records only for {', '.join(isas)}, not for this target's "
+              f"{Target.parse(args.target).isa}: they use the default schedule", file=sys.stderr)
+    return out
 
 
 def run_build(args: argparse.Namespace) -> int:
-    files, schedules = _build(args, load_onnx(args.model, dict(args.shape)), Path(args.output))
-    tuned = f", {len(set(schedules.used))} tasks with tuned schedules" if args.log else ""
-    print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}{tuned}")
+    out = _build(args, Path(args.output))
+    files = out.files
+    shipped = f" ({len(out.shipped)} from the shipped records)" if out.shipped else ""
+    print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}, "
+          f"{out.tuned} of {out.tasks} tasks with tuned schedules{shipped}")
     return 0
 
 
 def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_db_argument(parser)
     parser.add_argument("--trials", type=int, required=True, help="measurements over all tasks")
-    parser.add_argument("--log", default="tuning.jsonl", metavar="LOG.jsonl",
-                        help="where every measurement is appended (default: tuning.jsonl); a run resumes from "
-                             "the records already there, measuring none of them again")
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
+    parser.add_argument("--scheduler", default="costliest", choices=["costliest", "gradient"],
+                        help="which task gets the next round: the one costing the model most time (default) or "
+                             "Ansor's gradient (expected latency decrease per trial)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--emulate", action="store_true",
                         help="with --target cuda: measure candidates in the CPU emulation (proves them correct; "
                              "the times are the CPU's)")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", dest="progress", action="store_const", const="quiet", default="auto",
+                       help="no progress, only the last line")
+    shown.add_argument("--json-lines", dest="progress", action="store_const", const="json-lines",
+                       help="progress and summary as JSON objects, one per line")
+    shown.add_argument("--lines", dest="progress", action="store_const", const="lines",
+                       help="one plain line per measured batch (the default when stderr is not a terminal)")
 
 
 def _measurers(target: Target, emulate: bool):
@@ -159,34 +176,28 @@ def _measurers(target: Target, emulate: bool):
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from autosched.task_scheduler import tune_tasks
-    from autosched.tuner.callbacks import JsonLinesLog
-    from autosched.history import load_history
+    from rich.console import Console
+    from autosched.api import tune
+    from autosched.progress import display_for, summary_table
     target = Target.parse(args.target)
-    tasks = extract_tasks(load_graph(args)).tasks
-    history = load_history([args.log], tasks, target) if os.path.exists(args.log) else {}
-    if history:
-        print(f"resuming from {sum(map(len, history.values()))} records of {len(history)} tasks in {args.log}")
-
-    def progress(inputs, results) -> None:
-        ok = [r.cost for r in results if r.ok]
-        best = f"{min(ok) * 1e3:.4g} ms" if ok else "no success"
-        print(f"  {inputs[0].task.op:<10} {len(results):3d} trials, batch best {best}, "
-              f"{len(results) - len(ok)} failed", flush=True)
-
+    display = display_for(args.progress)
     builder, runner = _measurers(target, args.emulate)
     with runner:
-        summary = tune_tasks(tasks, target, args.trials, builder, runner, args.tuner, args.round,
-                             [JsonLinesLog(args.log), progress], args.seed, history)
-    print(f"{'op':<12} {'weight':>6} {'trials':>6} {'best ms':>9} {'GFLOP/s':>8}")
-    for p in summary.progress:
-        ms = p.best_cost * 1e3
-        gflops = p.task.flops / p.best_cost / 1e9 if p.best is not None else 0.0
-        print(f"{p.task.op:<12} {p.task.weight:>6} {p.trials:>6} {ms:>9.4g} {gflops:>8.1f}")
-    for task, why in summary.skipped:
-        print(f"{task.op:<12} not tuned: {why}")
-    print(f"{summary.trials} trials logged to {args.log}; build with: autosched build {args.model} "
-          f"--target '{target}' --log {args.log} -o model.so")
+        out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
+                   seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
+                   callbacks=[display])
+    summary = out.summary
+    if args.progress == "json-lines":
+        display.emit("summary", session=out.session, **display.tally.snapshot(),
+                     skipped=[{"task": t.key, "why": why} for t, why in summary.skipped])
+        return 0
+    if args.progress != "quiet":
+        Console(soft_wrap=True).print(summary_table(display.tally, f"tuned {args.model}"), highlight=False)
+        for task, why in summary.skipped:
+            print(f"{task.op:<12} not tuned: {why}")
+    db = f" --db {args.db}" if args.db else ""
+    print(f"{summary.trials} trials committed to {out.database}; build with: autosched build {args.model} "
+          f"--target '{target}'{db} -o model.so")
     return 0
 
 
@@ -211,7 +222,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_log_argument(parser)
+    add_build_db_arguments(parser)
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
@@ -224,7 +235,7 @@ def _built(args: argparse.Namespace, tmp: str):
     from autosched.evaluate import onnxruntime_session
     from autosched.runtime import load_model
     graph = load_onnx(args.model, dict(args.shape))
-    files, _ = _build(args, graph, Path(tmp) / "model.so")
+    files = _build(args, Path(tmp) / "model.so").files
     threads = getattr(args, "threads", None) or os.cpu_count() or 1
     model = load_model(files.library)
     model.set_num_threads(threads)
@@ -245,7 +256,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_log_argument(parser)
+    add_build_db_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="threads for both (default: all cores)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs of each, alternating")
 
@@ -263,14 +274,47 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", nargs="?", help="ONNX model whose tasks to report (default: all)")
+    parser.add_argument("--target", default="llvm", help="the machine's target (default llvm: this host)")
+    parser.add_argument("--shape", action="append", type=parse_shape, default=[], metavar="NAME=DIMS",
+                        help="bind an input's dynamic dimensions (repeatable)")
+    add_db_argument(parser)
+    parser.add_argument("-o", "--output", default="report.html", metavar="REPORT.html")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from autosched.api import model_tasks, open_database
+    from autosched.report import write_report
+    tasks = model_tasks(args.model, dict(args.shape))[1] if args.model else None
+    with open_database(args.db) as db:
+        n = write_report(db, args.output, Target.parse(args.target), args.model, tasks)
+    print(f"wrote {args.output} ({n} records)")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "tasks": Command("list the tuning tasks of a model", _tasks_arguments, run_tasks),
-    "tune": Command("tune a model's tasks on this machine, logging every measurement", _tune_arguments, run_tune),
+    "tune": Command("tune a model's tasks on this machine, committing every measurement to the tuning database",
+                    _tune_arguments, run_tune),
     "build": Command("compile a model into a shared library with its weights", _build_arguments, run_build),
     "run": Command("run a built model on inputs from an .npz file", _run_arguments, run_run),
     "check": Command("build a model and compare its outputs with onnxruntime", _check_arguments, run_check),
     "bench": Command("median latency of a model against onnxruntime", _bench_arguments, run_bench),
+    "report": Command("an HTML report of tuning from the database (figures and tables)", _report_arguments,
+                      run_report),
+    "db": Command("the tuning database: import, export, stats, best, merge, prune", cli_db.add_arguments, cli_db.run),
 }
+
+
+def _show_warnings() -> None:
+    """The database's warnings (skipped records, records from another CPU) as `warning: …` lines."""
+    logger = logging.getLogger("autosched")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,17 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _show_warnings()
     try:
-        with warnings.catch_warnings(record=True) as notices:
-            warnings.simplefilter("always", TargetNotice)
-            try:
-                return args.run(args)
-            finally:  # a default the user did not choose, said once, in the CLI's words
-                for n in notices:
-                    if issubclass(n.category, TargetNotice):
-                        print(f"note: {n.message}", file=sys.stderr)
-                    else:
-                        warnings.showwarning(n.message, n.category, n.filename, n.lineno)
+        return args.run(args)
+    except TuneInterrupted as exc:
+        print(f"interrupted: {exc.kept} records kept in {exc.database}; run the same command again to resume "
+              "(nothing measured is measured again)", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
     except AutoschedError as exc:
         if args.debug:
             raise

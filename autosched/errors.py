@@ -16,3 +16,11 @@ class GraphError(AutoschedError):
 
 class FrontendError(AutoschedError):
     """A model file cannot be imported; the message names the file and node."""
+
+
+class TuneInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `autosched.tune`: what was measured is kept and a rerun resumes from it."""
+
+    def __init__(self, kept: int, database: str) -> None:
+        super().__init__(f"{kept} records kept in {database}")
+        self.kept, self.database = kept, database

@@ -16,7 +16,7 @@ import os
 import platform
 import re
 import subprocess
-import warnings
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +78,10 @@ class GpuCapabilities:
         return int(digits[:-1]), int(digits[-1])
 
 
-class TargetNotice(UserWarning):
-    """A default the user did not choose (no -arch given and no GPU to ask)."""
-
-
 #: compute capability -> opt-in shared memory per block (bytes); the other limits are common
 #: to every architecture since Volta (CUDA C Programming Guide, table of technical specifications)
+log = logging.getLogger("autosched.target")
+
 _SHARED_OPTIN = {(7, 0): 96 * 1024, (7, 2): 96 * 1024, (7, 5): 64 * 1024, (8, 0): 163 * 1024,
                  (8, 6): 99 * 1024, (8, 7): 163 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024,
                  (10, 0): 227 * 1024, (10, 3): 227 * 1024, (11, 0): 227 * 1024, (12, 0): 99 * 1024,
@@ -254,7 +252,7 @@ def _default_cuda_options(given: Mapping[str, str]) -> dict[str, str]:
     arch = detect_cuda_arch()
     if arch is None:
         arch = DEFAULT_CUDA_ARCH
-        warnings.warn(f"target cuda: no -arch given and no GPU found; using -arch={arch}", TargetNotice, stacklevel=4)
+        log.warning("target cuda: no -arch given and no GPU found; using -arch=%s", arch)
     return {"arch": arch}
 
 

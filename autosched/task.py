@@ -210,3 +210,29 @@ def _elementwise_flops(graph: Graph, node: Node) -> int:
     if node.op in (Op.IDENTITY, Op.DROPOUT, Op.CAST):
         return 0
     return 2 * size if node.op is Op.BATCH_NORM else size
+
+
+def task_from_key(key: str, flops: int = 0, weight: int = 1) -> Task:
+    """The Task a key describes (the inverse of `_key`), for records of workloads no model at hand
+    contains: a database's other workloads train cost models by transfer. Raises ValueError for a
+    string that is not a task key."""
+    try:
+        body = json.loads(key)
+        epilogue = tuple(
+            EpilogueOp(op, _attrs(attrs), tuple(Operand(step=o) if isinstance(o, int)
+                                                else Operand(shape=tuple(o[0]), dtype=o[1]) for o in operands), dtype)
+            for op, attrs, operands, dtype in body["epilogue"])
+        fields = {
+            "op": body["op"],
+            "shapes": tuple(tuple(s) for s, _ in body["in"]),
+            "dtypes": tuple(d for _, d in body["in"]),
+            "attrs": _attrs(body["attrs"]),
+            "epilogue": epilogue,
+            "out_shapes": tuple(tuple(s) for s, _ in body["out"]),
+            "out_dtypes": tuple(d for _, d in body["out"]),
+        }
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise ValueError(f"not a task key ({type(e).__name__}: {e}): {key[:80]}") from None
+    if _key(fields) != key:
+        raise ValueError(f"not a canonical task key: {key[:80]}")
+    return Task(key=key, flops=flops, weight=weight, **fields)

@@ -3,7 +3,8 @@
 Trials go in rounds. Every tunable task gets one round first (largest share of the model's
 FLOPs first), so each has a measured best; after that each round goes to the task that costs
 the model most time now, weight × best time (the one whose improvement cuts end-to-end latency
-most), discounted by how many rounds in a row it has not improved. A task whose space is
+most), discounted by how many rounds in a row it has not improved ("costliest"), or to the task
+with the steepest expected decrease of the model's latency per trial ("gradient", Ansor's). A task whose space is
 exhausted, or whose candidates all fail, drops out. Each task keeps one tuner for the whole
 run, so its cost model keeps learning across rounds.
 
@@ -38,6 +39,8 @@ class TaskProgress:
     best_cost: float = math.inf
     exhausted: bool = False
     stale_rounds: int = 0  # rounds in a row that found nothing faster
+    previous_cost: float = math.inf  # best before the last round
+    last_round: int = 0  # trials of the last round
 
     @property
     def model_seconds(self) -> float:
@@ -50,6 +53,39 @@ class TaskProgress:
         most is not the one to tune when tuning stopped paying there (a best measured on a
         quieter machine, a search converged), and the others then get their turn."""
         return self.model_seconds / (1 + self.stale_rounds)
+
+
+# Ansor's constants (Zheng et al., OSDI 2020, §6): weight of the backward (observed) rate against the
+# optimistic forward estimate, and how far a task may still be from its similar tasks' throughput.
+GRADIENT_ALPHA = 0.2
+GRADIENT_BETA = 2.0
+
+
+def costliest_priority(p: TaskProgress, progress: Sequence[TaskProgress]) -> float:
+    """The task costing the model most time, discounted by its rounds without improvement."""
+    return p.priority
+
+
+def gradient_priority(p: TaskProgress, progress: Sequence[TaskProgress]) -> float:
+    """How fast one more trial of `p` is expected to cut the model's latency (Ansor's gradient,
+    negated): weight × (α × the rate of its last round + (1 − α) × an optimistic estimate, the
+    larger of "its best time again over its trials so far" and "its gap to β × the time it would
+    take at the best throughput a task of the same op has reached")."""
+    if not math.isfinite(p.best_cost):
+        return math.inf
+    backward = 0.0
+    if math.isfinite(p.previous_cost) and p.last_round:
+        backward = (p.previous_cost - p.best_cost) / p.last_round
+    similar = [q.task.flops / q.best_cost for q in progress
+               if q.task.op == p.task.op and math.isfinite(q.best_cost) and q.task.flops]
+    forward = p.best_cost / max(p.trials, 1)
+    if similar:
+        forward = max(forward, p.best_cost - GRADIENT_BETA * p.task.flops / max(similar))
+    return p.task.weight * (GRADIENT_ALPHA * backward + (1 - GRADIENT_ALPHA) * forward)
+
+
+#: how the task scheduler picks the next round's task after every task had its first
+SCHEDULERS = {"costliest": costliest_priority, "gradient": gradient_priority}
 
 
 @dataclass(frozen=True)
@@ -98,11 +134,16 @@ def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[s
 
 def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder: Builder, runner: Runner,
                tuner: str = "xgb", round_trials: int = 16, callbacks: Sequence[Callback] = (),
-               seed: int = 0, history: Mapping[str, Sequence[Record]] | None = None) -> ScheduleSummary:
+               seed: int = 0, history: Mapping[str, Sequence[Record]] | None = None,
+               scheduler: str = "costliest") -> ScheduleSummary:
     """Spend `trials` new measurements over `tasks`, in rounds of `round_trials`, starting
-    from `history` (task key → earlier records of that task on this target)."""
+    from `history` (task key → earlier records of that task on this target); after the first
+    rounds, `scheduler` (a name in SCHEDULERS) picks each round's task."""
     if type(trials) is not int or trials <= 0:
         raise TunerError(f"trials must be a positive int, got {trials!r}")
+    if scheduler not in SCHEDULERS:
+        raise TunerError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    priority = SCHEDULERS[scheduler]
     target = Target.parse(target) if isinstance(target, str) else target
     chosen, skipped = tunable(tasks, target)
     progress = [_start(t, target, tuner, seed, history or {}) for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
@@ -113,16 +154,18 @@ def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder
         live = [p for p in progress if not p.exhausted]
         if not live:
             break
-        p = first_round.pop(0) if first_round else max(live, key=lambda q: q.priority)
+        p = first_round.pop(0) if first_round else max(live, key=lambda q: priority(q, progress))
         n = min(round_trials, trials - spent)
         summary = p.tuner.tune(n, measure, list(callbacks))
         spent += summary.trials
         p.trials += summary.trials
         p.stale_rounds = 0 if summary.best_cost < p.best_cost else p.stale_rounds + 1
+        p.previous_cost, p.last_round = p.best_cost, summary.trials
         p.best, p.best_cost = summary.best, summary.best_cost
         # a space with nothing left, or one where nothing has worked after two rounds
         p.exhausted = summary.trials == 0 or (p.best is None and p.trials >= 2 * round_trials)
     return ScheduleSummary(tuple(progress), tuple(skipped))
 
 
-__all__ = ["TaskProgress", "ScheduleSummary", "tunable", "tune_tasks"]
+__all__ = ["SCHEDULERS", "TaskProgress", "ScheduleSummary", "costliest_priority", "gradient_priority", "tunable",
+           "tune_tasks"]

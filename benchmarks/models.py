@@ -1,8 +1,8 @@
 """Whole-model latency of autosched's builds against onnxruntime, for the zoo models.
 
-    python benchmarks/models.py [--json] [--threads 2] [--runs 30] [--models mlp,bert_layer] [--log tuning.jsonl]
+    python benchmarks/models.py [--json] [--threads 2] [--runs 30] [--models mlp,bert_layer] [--db tuning.db]
 
-Each model is built with default schedules (and, with --log, once more with the log's best
+Each model is built with default schedules (and, with --db, once more with the database's best
 schedules), checked against onnxruntime, then timed in alternating blocks with it (same inputs, same
 thread count); medians are compared. The tuned build is timed in the same run, so its ratio
 to onnxruntime and its speedup over the untuned build come from one machine state.
@@ -20,7 +20,7 @@ from autosched.build import build_model
 from autosched.evaluate import Latency, compare, latency, onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
-from autosched.history import TunedSchedules
+from autosched.database import Database, TunedSchedules
 from autosched.runtime import load_model
 from autosched.task import extract_tasks
 
@@ -35,7 +35,7 @@ def _timed(library: Path, session, feeds: dict, threads: int, runs: int) -> tupl
         model.close()
 
 
-def bench_model(name: str, workdir: Path, threads: int, runs: int, logs: list[Path]) -> dict:
+def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database | None) -> dict:
     path = workdir / f"{name}.onnx"
     graph = load_onnx(path)
     tasks = extract_tasks(optimize(graph))
@@ -45,8 +45,8 @@ def bench_model(name: str, workdir: Path, threads: int, runs: int, logs: list[Pa
     out = {"autosched_ms": round(lat.autosched_ms, 3), "onnxruntime_ms": round(lat.onnxruntime_ms, 3),
            "ratio": round(lat.ratio, 3), "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups),
            "matches_onnxruntime": ok}
-    if logs:
-        schedules = TunedSchedules(logs)
+    if db is not None:
+        schedules = TunedSchedules(db)
         library = build_model(graph, workdir / f"{name}-tuned.so", schedule_for=schedules).library
         tuned, tuned_ok = _timed(library, session, feeds, threads, runs)
         out.update({"tuned_ms": round(tuned.autosched_ms, 3), "tuned_ratio": round(tuned.ratio, 3),
@@ -61,14 +61,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--models", default=",".join(zoo.MODELS), help="comma-separated zoo model names")
-    p.add_argument("--log", action="append", default=[], type=Path, metavar="LOG.jsonl",
-                   help="tuning log(s): also build with their best schedules (repeatable)")
+    p.add_argument("--db", type=Path, metavar="PATH", help="tuning database: also build with its best schedules")
     args = p.parse_args(argv)
     results = {}
+    db = Database(args.db) if args.db else None
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         zoo.save_zoo(Path(tmp))
         for name in args.models.split(","):
-            results[name] = bench_model(name, Path(tmp), args.threads, args.runs, args.log)
+            results[name] = bench_model(name, Path(tmp), args.threads, args.runs, db)
     if args.json:
         print(json.dumps(results))
     else:

@@ -1,11 +1,11 @@
 """Where a model's time goes, task by task: the op library's schedule, the untuned build's, and the tuned one.
 
-    python benchmarks/tasks.py MODEL.onnx [--log tuning.jsonl] [--threads 2] [--json]
+    python benchmarks/tasks.py MODEL.onnx [--db tuning.db] [--threads 2] [--json]
 
 Each task's kernel is compiled alone and timed on the task's seeded inputs (best of rounds,
 warm caches, the same thread count for all). Columns: `library` is the op library's default
-schedule, `untuned` what `autosched build` uses without a log (a template's fallback config
-where it has one, else the library's), `tuned` the log's best config (blank without one).
+schedule, `untuned` what `autosched build` uses without tuning records (a template's fallback config
+where it has one, else the library's), `tuned` the database's best config (blank without one).
 Totals weigh each task by how often the model runs it, so they compare with whole-model
 latency minus the executor's own work.
 """
@@ -24,7 +24,7 @@ from _timing import best_seconds  # noqa: E402
 from autosched.build import default_kernel, library_kernel  # noqa: E402
 from autosched.frontend.onnx import load_onnx  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
-from autosched.history import TunedSchedules  # noqa: E402
+from autosched.database import Database, TunedSchedules, best  # noqa: E402
 from autosched.kernel import build_kernel  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
@@ -41,20 +41,20 @@ def kernel_ms(task: Task, schedule, args, threads: int) -> float:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", type=Path)
-    p.add_argument("--log", action="append", default=[], type=Path, metavar="LOG.jsonl",
-                   help="tuning log(s) whose best configs make the tuned column (repeatable)")
+    p.add_argument("--db", type=Path, metavar="PATH", help="tuning database whose best configs make the tuned column")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     target = Target.parse("llvm")
     tasks = extract_tasks(optimize(load_onnx(args.model))).tasks
-    tuned = TunedSchedules(args.log) if args.log else None
+    db = Database(args.db) if args.db else None
+    tuned = TunedSchedules(db) if db else None
     rows = []
     for task in tasks:
         row = {"op": task.op, "shapes": [list(s) for s in task.shapes], "weight": task.weight,
                "library_ms": kernel_ms(task, *library_kernel(task, target), args.threads),
                "untuned_ms": kernel_ms(task, *default_kernel(task, target), args.threads)}
-        if tuned is not None and (task.key, str(target)) in tuned.best:
+        if tuned is not None and best(db, task, target) is not None:
             row["tuned_ms"] = kernel_ms(task, *tuned(task, target), args.threads)
         rows.append(row)
     totals = {col: round(sum(r["weight"] * r.get(col, r["untuned_ms"]) for r in rows), 3)
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         print(json.dumps(result))
         return result
-    print(f"{args.model.name}: kernel ms per call, {args.threads} threads (tuned: the log's best; "
-          "tasks without a logged config count as untuned in the total)")
+    print(f"{args.model.name}: kernel ms per call, {args.threads} threads (tuned: the database's best; "
+          "tasks without a tuned config count as untuned in the total)")
     print(f"{'op':10} {'shapes':44} {'weight':>6} {'library':>9} {'untuned':>9} {'tuned':>9}")
     for r in rows:
         tuned_ms = f"{r['tuned_ms']:9.3f}" if "tuned_ms" in r else f"{'':9}"

@@ -1,5 +1,13 @@
 """Fixtures shared by the test modules."""
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autosched.frontend.onnx import load_onnx
+from autosched.graph.passes import optimize
+from autosched.task import extract_tasks
+from autosched.zoo import mlp
 
 from isa import RUN_TARGETS
 
@@ -8,3 +16,28 @@ from isa import RUN_TARGETS
 def cpu_target(request):
     """Each CPU target the op tests run default schedules for: AVX2 and the host's ISA."""
     return request.param
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """Two Gemms of different size (the larger gets tuned first) and a Relu between them."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((48, 16)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("model") / "small.onnx"
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    """The zoo MLP's three Gemm tasks."""
+    path = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
+    onnx.save(mlp(), path)
+    return extract_tasks(optimize(load_onnx(path))).tasks

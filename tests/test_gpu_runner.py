@@ -38,7 +38,7 @@ def test_cli_tune_for_cuda_without_a_gpu(tmp_path, capsys):
     path = tmp_path / "mlp.onnx"
     onnx.save(zoo.mlp(), path)
     assert main(["tune", str(path), "--target", "cuda -arch=sm_80", "--trials", "2",
-                 "--log", str(tmp_path / "log.jsonl")]) == 2
+                 "--db", str(tmp_path / "tuning.db")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "--emulate" in err
 

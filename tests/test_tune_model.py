@@ -1,5 +1,7 @@
-"""Tuning a whole model: the task scheduler, the tuning log, builds that use the log's best configs."""
+"""Tuning a whole model: the task scheduler, the tuning database, builds that use its best configs."""
 import json
+import logging
+import sqlite3
 
 import numpy as np
 import onnx
@@ -10,47 +12,29 @@ from autosched.build import build_model
 from autosched.cli import main
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
-from autosched.history import LogError, TunedSchedules, best_records, load_history
+from autosched.database import Database, RecordWriter, TunedSchedules, history, import_jsonl
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import extract_tasks
 from autosched.task_scheduler import tune_tasks
+from autosched.tuner.base import TunerError
 from autosched.tuner.callbacks import JsonLinesLog
 
 
-@pytest.fixture(scope="module")
-def small_model(tmp_path_factory):
-    """Two Gemms of different size (the larger gets tuned first) and a Relu between them."""
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((48, 16)).astype(np.float32), "w2")
-    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Gemm", ["r", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])], [w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path_factory.mktemp("model") / "small.onnx"
-    onnx.save(model, path)
-    return path
-
-
-def test_scheduler_spends_the_budget_in_rounds_and_logs_everything(small_model, tmp_path):
+def test_scheduler_spends_the_budget_in_rounds_and_commits_everything(small_model, tmp_path):
     tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
-    log = tmp_path / "tune.jsonl"
+    db = Database(tmp_path / "tune.db")
     with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
         summary = tune_tasks(tasks, "llvm", 12, LocalBuilder(n_parallel=2), runner, tuner="random", round_trials=4,
-                             callbacks=[JsonLinesLog(log)])
+                             callbacks=[RecordWriter(db)])
     assert summary.trials == 12
     assert [p.task.op for p in summary.progress] == ["Gemm", "Gemm"]
     assert summary.progress[0].task.flops > summary.progress[1].task.flops  # biggest share first
     assert all(p.trials >= 4 for p in summary.progress)  # every task had its first round
-    assert len(log.read_text().splitlines()) == 12
-    best = best_records([log])
-    assert {k for k, _, _ in best} == {p.task.key for p in summary.progress}
+    assert db.stats()["records"] == 12
 
-    schedules = TunedSchedules([log])
+    schedules = TunedSchedules(db)
     files = build_model(load_onnx(small_model), tmp_path / "tuned.so", Target.parse("llvm"), schedules)
     assert sorted(set(schedules.used)) == sorted(p.task.key for p in summary.progress)
     x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
@@ -62,76 +46,87 @@ def test_scheduler_spends_the_budget_in_rounds_and_logs_everything(small_model, 
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
 
 
-def test_cli_tune_then_build_with_the_log(small_model, tmp_path, capsys):
-    log = tmp_path / "cli.jsonl"
+def test_cli_tune_then_build_from_the_database(small_model, tmp_path, capsys):
+    db = tmp_path / "cli.db"
     assert main(["tune", str(small_model), "--trials", "6", "--round", "3", "--tuner", "random",
-                 "--log", str(log)]) == 0
+                 "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "6 trials logged" in out
-    assert main(["check", str(small_model), "--log", str(log)]) == 0
-    assert main(["build", str(small_model), "--log", str(log), "-o", str(tmp_path / "m.so")]) == 0
-    assert "2 tasks with tuned schedules" in capsys.readouterr().out
+    assert f"database: {db}" in out and f"6 trials committed to {db}" in out
+    assert main(["check", str(small_model), "--db", str(db)]) == 0
+    assert main(["build", str(small_model), "--db", str(db), "-o", str(tmp_path / "m.so")]) == 0
+    assert "2 of 2 tasks with tuned schedules" in capsys.readouterr().out
+    assert main(["build", str(small_model), "--db", str(db), "-o", "/proc/missing/m.so"]) == 2
+    assert "error: /proc/missing/m.so: cannot write the built model" in capsys.readouterr().err
 
     # the same records, as if measured for another ISA: never applied, and said once
     other = "x86_64-avx2" if Target.parse("llvm").isa != "x86_64-avx2" else "x86_64-avx512"
-    foreign = tmp_path / "foreign.jsonl"
-    foreign.write_text("".join(json.dumps({**json.loads(line), "isa": other}) + "\n"
-                               for line in log.read_text().splitlines()))
-    assert main(["build", str(small_model), "--log", str(foreign), "-o", str(tmp_path / "f.so")]) == 0
+    exported, foreign = tmp_path / "all.jsonl", tmp_path / "foreign.db"
+    assert main(["db", "export", "-o", str(exported), "--db", str(db)]) == 0
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    exported.write_text("".join(json.dumps({**r, "isa": other, "fingerprint": f"{other}|elsewhere"}) + "\n"
+                                for r in lines))
+    assert main(["db", "import", str(exported), "--db", str(foreign)]) == 0
+    capsys.readouterr()
+    assert main(["build", str(small_model), "--db", str(foreign), "-o", str(tmp_path / "f.so")]) == 0
     out, err = capsys.readouterr()
-    assert "0 tasks with tuned schedules" in out
-    assert err.count("note:") == 1 and f"2 tasks have logged records only for {other}" in err
-    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
-    assert load_history([foreign], tasks, Target.parse("llvm")) == {}
+    assert "0 of 2 tasks with tuned schedules" in out
+    assert err.count("note:") == 1 and f"2 tasks have records only for {other}" in err
 
 
-def test_bad_logs_are_named_and_foreign_configs_rejected(small_model, tmp_path, capsys):
+def test_bad_imports_are_named_and_foreign_configs_skipped_with_a_warning(small_model, tmp_path, capsys, caplog):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": "k", "target": "llvm"}\n')
-    with pytest.raises(LogError, match=r"bad.jsonl:1: not a measurement record"):
-        best_records([bad])
-    assert main(["build", str(small_model), "--log", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "x.so")]) == 2
+    db = tmp_path / "t.db"
+    assert main(["db", "import", str(bad), "--db", str(db)]) == 2
+    assert f"error: {bad}:1: not a measurement record" in capsys.readouterr().err
+    assert main(["db", "import", str(tmp_path / "missing.jsonl"), "--db", str(db)]) == 2
     assert "missing.jsonl: cannot read" in capsys.readouterr().err
 
     tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
     forged = tmp_path / "forged.jsonl"
-    record = {"task": tasks[0].key, "target": "llvm", "isa": Target.parse("llvm").isa, "costs": [1e-3], "error_kind": "NO_ERROR", "error_msg": "",
+    record = {"task": tasks[0].key, "target": "llvm", "costs": [1e-3], "error_kind": "NO_ERROR", "error_msg": "",
               "build_s": 0.1, "timestamp": 0.0, "config": {"template": "elsewhere", "space": "0", "index": 0, "knobs": {}}}
     forged.write_text(json.dumps(record) + "\n")
-    with pytest.raises(LogError, match=r"forged.jsonl:1: .*template"):
-        build_model(load_onnx(small_model), tmp_path / "f.so", "llvm", TunedSchedules([forged]))
+    with Database(db) as database, caplog.at_level(logging.WARNING, "autosched.database"):
+        assert import_jsonl(database, forged) == (1, 1)
+        schedules = TunedSchedules(database)
+        build_model(load_onnx(small_model), tmp_path / "f.so", "llvm", schedules)
+    assert schedules.used == {}  # the forged config is in another space version: never built
+    assert "1 records of task Gemm 8x64 skipped: measured in another space version" in caplog.text
 
 
-def _logged(log):
-    return [(r["task"], r["config"]["index"]) for r in map(json.loads, log.read_text().splitlines())]
+def _measured(db):
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT workload_id, target_id, config FROM records").fetchall()
 
 
-def test_cli_tune_resumes_from_its_log_without_measuring_a_config_twice(small_model, tmp_path, capsys):
-    log = tmp_path / "resume.jsonl"
+def test_cli_tune_resumes_from_the_database_without_measuring_a_config_twice(small_model, tmp_path, capsys):
+    db = tmp_path / "resume.db"
     for _ in range(2):
         assert main(["tune", str(small_model), "--trials", "8", "--round", "4", "--tuner", "xgb",
-                     "--log", str(log)]) == 0
+                     "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "resuming from 8 records of 2 tasks" in out
-    pairs = _logged(log)
+    pairs = _measured(db)
     assert len(pairs) == 16 and len(set(pairs)) == 16
 
 
 def test_history_feeds_each_tuner_its_records_and_model_based_ones_the_others(small_model, tmp_path):
     tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
     log = tmp_path / "first.jsonl"
+    db = Database(tmp_path / "first.db")
     with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
         tune_tasks(tasks, "llvm", 8, LocalBuilder(n_parallel=2), runner, tuner="random", round_trials=4,
-                   callbacks=[JsonLinesLog(log)])
+                   callbacks=[JsonLinesLog(log), RecordWriter(db)])
         target = Target.parse("llvm")
-        history = load_history([log], tasks, target)
-        assert sorted(map(len, history.values())) == [4, 4]
-        assert load_history([log], tasks, Target.parse("cuda -arch=sm_90")) == {}  # other targets' records are not this run's
+        found = history(db, tasks, target)
+        assert sorted(map(len, found.values())) == [4, 4]
+        assert history(db, tasks, Target.parse("cuda -arch=sm_90")) == {}  # other targets' records are not this run's
         big = max(tasks, key=lambda t: t.flops)
-        only_big = {big.key: history[big.key]}
+        only_big = {big.key: found[big.key]}
         resumed = tune_tasks(tasks, target, 8, LocalBuilder(n_parallel=2), runner, tuner="xgb", round_trials=4,
                              callbacks=[JsonLinesLog(log)], history=only_big)
-    first_best = min(res.cost for _, res in history[big.key] if res.ok)
+    first_best = min(res.cost for _, res in found[big.key] if res.ok)
     progress = {p.task.key: p for p in resumed.progress}
     assert progress[big.key].best_cost <= first_best  # the logged best counts from the start
     small_key = next(k for k in progress if k != big.key)
@@ -139,22 +134,24 @@ def test_history_feeds_each_tuner_its_records_and_model_based_ones_the_others(sm
     assert [json.loads(line)["task"] for line in log.read_text().splitlines()[8:12]] == [small_key] * 4
     small = progress[small_key].tuner
     assert small._transfer and {inp.task.key for inp, _ in small._transfer} == {big.key}
-    pairs = _logged(log)
+    pairs = [(r["task"], r["config"]["index"]) for r in map(json.loads, log.read_text().splitlines())]
     assert len(pairs) == 16 and len(set(pairs)) == 16  # nothing of the big task's history measured again
 
 
-def test_history_rejects_a_config_outside_the_tasks_space(small_model, tmp_path):
+def test_history_skips_a_config_outside_the_tasks_space_naming_it(small_model, tmp_path, caplog):
     tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
-    log = tmp_path / "tampered.jsonl"
+    db = Database(tmp_path / "tampered.db")
     with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
         tune_tasks(tasks[:1], "llvm", 2, LocalBuilder(n_parallel=2), runner, tuner="random",
-                   callbacks=[JsonLinesLog(log)])
-    lines = log.read_text().splitlines()
-    record = json.loads(lines[1])
-    record["config"]["knobs"]["mr"] = 5  # not one of the space's values
-    log.write_text(lines[0] + "\n" + json.dumps(record) + "\n")
-    with pytest.raises(LogError, match=r"tampered.jsonl:2: .*mr"):
-        load_history([log], tasks, Target.parse("llvm"))
+                   callbacks=[RecordWriter(db)])
+    with sqlite3.connect(tmp_path / "tampered.db") as conn:
+        (config,) = conn.execute("SELECT config FROM records WHERE id = 2").fetchone()
+        config = json.loads(config)
+        config["knobs"]["mr"] = 5  # not one of the space's values
+        conn.execute("UPDATE records SET config = ? WHERE id = 2", (json.dumps(config),))
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        assert len(history(db, tasks, Target.parse("llvm"))[tasks[0].key]) == 1
+    assert "record 2 (Gemm 8x64) skipped" in caplog.text and "mr" in caplog.text
 
 
 def test_each_task_is_first_measured_at_its_untuned_config(tmp_path):
@@ -201,3 +198,42 @@ def test_a_task_that_stops_improving_yields_rounds_to_the_others(small_model):
     # small one is chosen again (weight × time alone would give the big one every round)
     assert trials[small.key] > 4 and trials[big.key] > trials[small.key]
     assert {p.task.key: p.stale_rounds for p in summary.progress}[big.key] >= 10
+
+
+def test_zoo_mlp_tunes_builds_and_checks_through_the_cli(tmp_path, capsys):
+    """The README's workflow on the zoo's MLP: tune a little, then build and check from the database."""
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "autosched.zoo", str(tmp_path)], check=True, capture_output=True)
+    model, db = tmp_path / "mlp.onnx", tmp_path / "t.db"
+    assert main(["tune", str(model), "--trials", "6", "--round", "2", "--tuner", "random", "--db", str(db)]) == 0
+    assert "6 trials committed" in capsys.readouterr().out
+    assert main(["build", str(model), "--db", str(db), "-o", str(tmp_path / "mlp.so")]) == 0
+    assert "3 of 3 tasks with tuned schedules" in capsys.readouterr().out
+    assert main(["check", str(model), "--db", str(db)]) == 0
+
+
+def test_gradient_priority_favours_recent_gains_and_tasks_far_below_similar_throughput(small_model):
+    from autosched.task_scheduler import TaskProgress, gradient_priority
+    big, small = sorted(extract_tasks(optimize(load_onnx(small_model))).tasks, key=lambda t: -t.flops)
+    # same task, same best and trials: the one whose last round gained ranks higher
+    stuck = TaskProgress(big, None, trials=32, best_cost=1e-3, previous_cost=1e-3, last_round=16)
+    gaining = TaskProgress(big, None, trials=32, best_cost=1e-3, previous_cost=2e-3, last_round=16)
+    assert gradient_priority(gaining, [gaining]) > gradient_priority(stuck, [stuck])
+    # a task at a tenth of the throughput its similar task reached has more to gain than that one
+    fast = TaskProgress(big, None, trials=64, best_cost=big.flops / 100e9)
+    slow = TaskProgress(small, None, trials=64, best_cost=small.flops / 10e9)
+    assert gradient_priority(slow, [fast, slow]) > gradient_priority(slow, [slow])
+    assert gradient_priority(TaskProgress(small, None), [fast]) == float("inf")  # no best yet: first
+
+
+def test_gradient_scheduler_spends_the_budget_and_unknown_schedulers_are_refused(small_model):
+    from autosched.measure import NullBuilder
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    big, small = sorted(tasks, key=lambda t: -t.flops)
+    runner = PerTaskCost({big.key: 10e-3, small.key: 1e-3})
+    summary = tune_tasks(tasks, "llvm", 4 * 6, NullBuilder(), runner, tuner="random", round_trials=4,
+                         scheduler="gradient")
+    assert summary.trials == 24 and all(p.trials >= 4 for p in summary.progress)
+    with pytest.raises(TunerError, match="unknown scheduler 'fastest'"):
+        tune_tasks(tasks, "llvm", 4, NullBuilder(), runner, scheduler="fastest")

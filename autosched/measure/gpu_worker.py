@@ -6,7 +6,7 @@ cuda-bindings (`pip install autosched[cuda]`), imported here only, so nothing el
 needs it. A sticky CUDA error (an illegal address, say) leaves the context unusable: the worker
 replies with the error and exits, and the parent starts a fresh one for the next candidate.
 
-    python -m autosched.measure.gpu_worker
+    python -m autosched.measure.gpu_worker PARENT_PID
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 
+from autosched.measure.lifetime import die_with_parent
 from autosched.measure.worker import compare_outputs, load_data
 
 #: errors after which the context is lost (CUDA driver API documentation, "sticky" errors)
@@ -148,6 +149,7 @@ def handle(gpu: Gpu, req: dict) -> dict:
 
 
 def main() -> None:
+    die_with_parent(int(sys.argv[1]))
     try:
         gpu = Gpu()
     except RuntimeError as e:

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -29,6 +28,7 @@ from autosched.errors import AutoschedError
 from autosched.lower import lower
 from autosched.lower.ir import PrimFunc
 from autosched.measure.interface import Builder, Runner
+from autosched.measure.lifetime import die_with_parent
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import ScheduleError
 
@@ -96,19 +96,36 @@ class LocalBuilder(Builder):
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         cache = str(self.cache_dir) if self.cache_dir else None
-        # fork: templates registered at run time (tests, plugins) exist in the children too
-        with ProcessPoolExecutor(self.n_parallel, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = [pool.submit(self.build_one, inp, self.instantiate, cache, self.timeout) for inp in inputs]
-            out = []
-            for f in futures:
-                try:
-                    out.append(f.result(timeout=self.timeout + 30))
-                except FutureTimeout:
-                    out.append(BuildResult(None, ErrorKind.COMPILE_TIMEOUT,
-                                           f"building took longer than {self.timeout:.0f} s", self.timeout))
-                except Exception as e:  # noqa: BLE001 - a broken build process is one failed trial
-                    out.append(BuildResult(None, ErrorKind.COMPILE_ERROR, f"{type(e).__name__}: {e}", 0.0))
+        # fork: templates registered at run time (tests, plugins) exist in the children too. SIGINT
+        # stays blocked until the children ignore it, so Ctrl-C now is the parent's alone.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pool = multiprocessing.get_context("fork").Pool(self.n_parallel, die_with_parent, (os.getpid(),))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        finished = False
+        try:
+            pending = [pool.apply_async(self.build_one, (inp, self.instantiate, cache, self.timeout))
+                       for inp in inputs]
+            out = [self._result(p) for p in pending]
+            finished = all(p.ready() for p in pending)
+        finally:
+            # a hung build, an error or Ctrl-C: kill the workers now, never wait on them at exit
+            if finished:
+                pool.close()
+            else:
+                pool.terminate()
+            pool.join()
         return out
+
+    def _result(self, pending) -> BuildResult:
+        try:
+            return pending.get(timeout=self.timeout + 30)
+        except multiprocessing.TimeoutError:
+            return BuildResult(None, ErrorKind.COMPILE_TIMEOUT, f"building took longer than {self.timeout:.0f} s",
+                               self.timeout)
+        except Exception as e:  # noqa: BLE001 - a broken build process is one failed trial
+            return BuildResult(None, ErrorKind.COMPILE_ERROR, f"{type(e).__name__}: {e}", 0.0)
 
 
 @dataclass(frozen=True)
@@ -152,8 +169,9 @@ class LocalRunner(Runner):
     # --- worker ---------------------------------------------------------------------------
     def _worker(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen([sys.executable, "-m", self.WORKER], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, text=True, start_new_session=True)
+            self._proc = subprocess.Popen([sys.executable, "-m", self.WORKER, str(os.getpid())],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                          start_new_session=True)
         return self._proc
 
     def _kill(self) -> None:

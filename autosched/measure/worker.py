@@ -4,7 +4,7 @@ Kept in its own process so a kernel that crashes or never returns costs one tria
 restart, never the tuning run. Speaks JSON lines on stdin/stdout; arrays travel in .npz files
 that the parent writes once per task.
 
-    python -m autosched.measure.worker
+    python -m autosched.measure.worker PARENT_PID
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import traceback
 import numpy as np
 
 from autosched.lower.ir import Buffer
+from autosched.measure.lifetime import die_with_parent
 from autosched.runtime import Kernel
 
 _DATA: dict[str, tuple[list, list]] = {}
@@ -63,6 +64,7 @@ def handle(req: dict) -> dict:
 
 
 def main() -> None:
+    die_with_parent(int(sys.argv[1]))
     for line in sys.stdin:
         try:
             reply = handle(json.loads(line))

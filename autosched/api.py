@@ -1,0 +1,161 @@
+"""`autosched.tune` and `autosched.build`: the tune → build workflow over the tuning database.
+
+These are the only orchestration: the command line parses arguments, calls them and prints.
+`tune` resumes from what the database holds for the model's tasks on this machine (nothing is
+measured twice; cost models start trained on those records and on records of the same
+templates from other workloads) and commits every measurement as it is measured.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autosched.build import ModelFiles, build_model
+from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database
+from autosched.errors import AutoschedError, TuneInterrupted
+from autosched.frontend.onnx import load_onnx
+from autosched.graph.ir import Graph
+from autosched.graph.passes import optimize
+from autosched.measure import Builder, Runner
+from autosched.target import Target
+from autosched.task import Task, extract_tasks
+
+if TYPE_CHECKING:
+    from autosched.task_scheduler import ScheduleSummary
+    from autosched.tuner.base import Callback
+
+PathLike = str | os.PathLike[str]
+DatabaseLike = Database | PathLike | None
+
+
+@contextlib.contextmanager
+def open_database(db: DatabaseLike) -> Iterator[Database]:
+    """The caller's Database as is, or one opened (and closed after) from a path, URL or the default."""
+    if isinstance(db, Database):
+        yield db
+        return
+    database = Database(db)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+def model_tasks(model: PathLike, shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Graph, list[Task]]:
+    """The model imported, and its deduplicated tasks."""
+    graph = load_onnx(model, dict(shapes or {}))
+    return graph, list(extract_tasks(optimize(graph)).tasks)
+
+
+@dataclass(frozen=True)
+class TunePlan:
+    """What a tune starts from, given to every callback that has a `start(plan)` method (progress
+    displays): the tasks, the budget, the database and the records it resumes from."""
+
+    model: str
+    target: Target
+    tasks: tuple[Task, ...]
+    trials: int
+    database: str
+    history: Mapping[str, Sequence]  # task key → records (other keys: transfer)
+    resumed: int
+    transferred: int
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    database: str
+    session: int
+    resumed: int       # this model's records the run started from
+    transferred: int   # records of other workloads its cost models started trained on
+    summary: "ScheduleSummary"
+
+
+def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict, int, int]:
+    """The history `tune_tasks` resumes from, with its own and its transferred record counts."""
+    found = history(db, tasks, target)
+    keys = {t.key for t in tasks}
+    own = sum(len(recs) for key, recs in found.items() if key in keys)
+    return found, own, sum(map(len, found.values())) - own
+
+
+def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, db: DatabaseLike = None,
+         tuner: str = "xgb", round_trials: int = 16, seed: int = 0, scheduler: str = "costliest",
+         shapes: Mapping[str, Sequence[int]] | None = None,
+         builder: Builder | None = None, runner: Runner | None = None,
+         callbacks: Sequence["Callback"] = ()) -> TuneOutcome:
+    """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
+    path or URL; None: `AUTOSCHED_DB` or the per-user file). Ctrl-C raises TuneInterrupted
+    after marking the session interrupted; a builder or runner passed in stays the caller's.
+    Callbacks with `start(plan)` / `finish()` methods (progress displays) are told when the run
+    begins (a `TunePlan`) and ends, however it ends."""
+    from autosched.measure.local import LocalBuilder, LocalRunner
+    from autosched.task_scheduler import tune_tasks
+    target = Target.parse(target) if isinstance(target, str) else target
+    _, tasks = model_tasks(model, shapes)
+    with open_database(db) as database:
+        found, own, transferred = resumable(tasks, target, database)
+        plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
+        for callback in callbacks:
+            if hasattr(callback, "start"):
+                callback.start(plan)
+        session = database.start_session(str(model), target, trials)
+        own_runner = runner is None
+        runner = LocalRunner() if runner is None else runner
+        status = "failed"
+        try:
+            summary = tune_tasks(tasks, target, trials, builder or LocalBuilder(), runner, tuner, round_trials,
+                                 [RecordWriter(database, session, tuner), *callbacks], seed, found, scheduler)
+            status = "done"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise TuneInterrupted(database.end_session(session, status), database.location) from None
+        finally:
+            for callback in callbacks:
+                if hasattr(callback, "finish"):
+                    callback.finish()
+            if own_runner:
+                runner.close()
+            if status != "interrupted":
+                database.end_session(session, status)
+        return TuneOutcome(database.location, session, own, transferred, summary)
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    files: ModelFiles
+    tasks: int
+    used: Mapping[str, Best]  # task key → the database record its kernel was built from
+    other_isa: Mapping[str, set[str]]  # task key → ISAs that have its only records (not applied)
+    shipped: frozenset[str]  # tasks whose record came from the shipped records
+
+    @property
+    def tuned(self) -> int:
+        """Tasks built with a config from the database."""
+        return len(self.used)
+
+
+def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = None, output: PathLike | None = None,
+          shapes: Mapping[str, Sequence[int]] | None = None, shipped: bool | PathLike = True,
+          emulate: bool = False) -> BuildOutcome:
+    """Compile `model` into the library `output` (default: the model's path with .so; manifest and
+    weights beside it), each task with its best valid config in `db` (this machine first, else
+    the same ISA), else in the shipped records (`shipped`: True for the package's, a directory
+    of JSON-lines files, or False for none), else its default schedule. `emulate` (cuda targets):
+    the kernels run in the CPU emulation, for checking a model without a GPU."""
+    target = Target.parse(target) if isinstance(target, str) else target
+    output = Path(model).with_suffix(".so") if output is None else output
+    graph, tasks = model_tasks(model, shapes)
+    fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
+    with open_database(db) as database:
+        schedules = TunedSchedules(database, fallback)
+        try:
+            files = build_model(graph, Path(output), target, schedules, emulate=emulate)
+        except OSError as e:
+            raise AutoschedError(f"{output}: cannot write the built model: {e.strerror or e}") from None
+    return BuildOutcome(files, len(tasks), dict(schedules.used), dict(schedules.other_isa),
+                        frozenset(schedules.from_fallback))

@@ -1,0 +1,125 @@
+"""`autosched db ...`: look into and move tuning records (import, export, stats, best, merge,
+prune). JSON lines are the interchange format; the database is the store of record."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import sys
+
+from autosched.errors import AutoschedError
+
+
+def _date(text: str) -> float:
+    """`2026-11-01` or `2026-11-01T12:00` (UTC unless it says otherwise) → Unix time."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date like 2026-11-01 or 2026-11-01T12:00") from None
+    return (when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)).timestamp()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from autosched.cli import add_db_argument, add_model_arguments
+    sub = parser.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    actions = {
+        "import": ("store the records of JSON-lines files (today's tuning logs included)", _import),
+        "export": ("write every record as JSON lines", _export),
+        "stats": ("count records, workloads, targets and sessions", _stats),
+        "best": ("each task's best record for a model on this machine", _best),
+        "merge": ("copy another database's records into this one (no duplicates)", _merge),
+        "prune": ("drop failed or superseded records older than a date", _prune),
+    }
+    for name, (text, run) in actions.items():
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks")
+        add_db_argument(p)
+        p.set_defaults(db_run=run)
+        if name == "import":
+            p.add_argument("files", nargs="+", metavar="FILE.jsonl")
+        elif name == "export":
+            p.add_argument("-o", "--output", default="-", metavar="FILE.jsonl", help="default: standard output")
+            p.add_argument("--isa", help="only records of this ISA class, e.g. x86_64-avx2")
+        elif name == "stats":
+            p.add_argument("--json", action="store_true", help="print one JSON object")
+        elif name == "best":
+            add_model_arguments(p)
+        elif name == "merge":
+            p.add_argument("other", metavar="OTHER.db")
+        else:
+            p.add_argument("--before", type=_date, required=True, metavar="DATE", help="e.g. 2026-11-01")
+
+
+def run(args: argparse.Namespace) -> int:
+    from autosched.database import Database
+    with contextlib.closing(Database(args.db)) as db:
+        return args.db_run(db, args)
+
+
+def _import(db, args) -> int:
+    from autosched.database import import_jsonl
+    for path in args.files:
+        lines, new = import_jsonl(db, path)
+        print(f"{path}: {lines} records, {new} new, into {db.location}")
+    return 0
+
+
+def _export(db, args) -> int:
+    from autosched.database import export_jsonl
+    if args.output == "-":
+        export_jsonl(db, sys.stdout, args.isa)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as f:
+            n = export_jsonl(db, f, args.isa)
+    except OSError as e:
+        raise AutoschedError(f"{args.output}: cannot write the export: {e.strerror}") from None
+    print(f"wrote {n} records to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _stats(db, args) -> int:
+    stats = db.stats()
+    if args.json:
+        print(json.dumps(stats))
+    else:
+        for key, value in stats.items():
+            print(f"{key:15} {value}")
+    return 0
+
+
+def _best(db, args) -> int:
+    from autosched.api import model_tasks
+    from autosched.database import best
+    from autosched.target import Target
+    target = Target.parse(args.target)
+    _, tasks = model_tasks(args.model, dict(args.shape))
+    print(f"{'op':<10} {'weight':>6} {'best ms':>9} {'GFLOP/s':>8} {'record':>7}  shapes / where")
+    total = 0.0
+    for task in tasks:
+        found = best(db, task, target)
+        shapes = ",".join("x".join(map(str, s)) for s in task.shapes)
+        if found is None:
+            print(f"{task.op:<10} {task.weight:>6} {'-':>9} {'-':>8} {'-':>7}  {shapes}")
+            continue
+        total += task.weight * found.cost
+        where = "" if found.fingerprint == target.fingerprint else f"  (measured on {found.fingerprint})"
+        print(f"{task.op:<10} {task.weight:>6} {found.cost * 1e3:>9.4g} {task.flops / found.cost / 1e9:>8.1f} "
+              f"{found.record:>7}  {shapes}{where}")
+    print(f"estimated latency of the tuned tasks: {total * 1e3:.4g} ms")
+    return 0
+
+
+def _merge(db, args) -> int:
+    from autosched.database import Database
+    with contextlib.closing(Database(args.other)) as other:
+        n = db.merge(other)
+    print(f"{n} new records from {args.other} into {db.location}")
+    return 0
+
+
+def _prune(db, args) -> int:
+    n = db.prune(args.before)
+    print(f"pruned {n} failed or superseded records from {db.location}")
+    return 0

@@ -1,0 +1,39 @@
+"""What a record says about where it was measured: the target row's fields.
+
+`isa_of` is the one place that decides which records may stand in for each other across
+machines (same ISA class, another CPU model); nothing crosses an ISA.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from autosched.target import Target
+
+
+def isa_of(target: Target) -> str:
+    """The target's coarse ISA class ("x86_64-avx512", "cuda-sm_90"): what records never cross."""
+    return target.isa
+
+
+@functools.cache
+def _gcc_version() -> str | None:
+    from autosched.codegen.gcc import compiler_version
+    try:
+        return compiler_version()
+    except Exception:  # noqa: BLE001 - no gcc: the column is informative only
+        return None
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """A targets row: the target string, its hardware fingerprint, ISA class and compiler."""
+
+    target: str
+    fingerprint: str
+    isa: str
+    compiler: str | None
+
+    @classmethod
+    def of(cls, target: Target) -> TargetInfo:
+        return cls(str(target), target.fingerprint, isa_of(target), _gcc_version() if target.kind == "llvm" else None)

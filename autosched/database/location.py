@@ -1,0 +1,87 @@
+"""Where the tuning database lives, and turning a file into an engine that is safe to share.
+
+The default is one file per user, `$XDG_DATA_HOME/autosched/tuning.db` (`~/.local/share/...`);
+`AUTOSCHED_DB` or an explicit path or SQLAlchemy URL replace it. An SQLite file is opened in
+WAL mode with a busy timeout, and every transaction that writes starts with `BEGIN IMMEDIATE`:
+a deferred transaction that reads and then writes fails with "database is locked" under
+contention whatever the timeout, so several tuners could not share one file.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+
+from autosched.errors import AutoschedError
+
+BUSY_TIMEOUT_MS = 60_000
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class DatabaseError(AutoschedError):
+    """A tuning database that cannot be used: not a database, corrupt, read-only, too new."""
+
+
+def default_location() -> str:
+    """`AUTOSCHED_DB` if set, else the per-user file under `$XDG_DATA_HOME` (or ~/.local/share)."""
+    env = os.environ.get("AUTOSCHED_DB")
+    if env:
+        return env
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "autosched", "tuning.db")
+
+
+def is_url(location: str) -> bool:
+    return "://" in location
+
+
+def check_file(path: Path) -> None:
+    """Refuse, naming the file, what SQLite would misreport later: a directory, a file that is
+    not an SQLite database, a path that cannot be written."""
+    if path.is_dir():
+        raise DatabaseError(f"{path}: is a directory, not a tuning database")
+    if path.exists():
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(_SQLITE_MAGIC))
+        except OSError as e:
+            raise DatabaseError(f"{path}: cannot read the tuning database: {e.strerror}") from None
+        if head and head != _SQLITE_MAGIC:
+            raise DatabaseError(f"{path}: not an SQLite database (not a tuning database, or overwritten)")
+        if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+            raise DatabaseError(f"{path}: the tuning database is read-only (SQLite needs to write the file "
+                                "and its directory); copy it somewhere writable or choose another with --db")
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatabaseError(f"{path}: cannot create the tuning database's directory: {e.strerror}") from None
+    if not os.access(path.parent, os.W_OK):
+        raise DatabaseError(f"{path}: cannot create the tuning database: {path.parent} is read-only")
+
+
+def make_engine(location: str) -> Engine:
+    """An engine for a path or URL; SQLite files get WAL, a busy timeout and immediate writes."""
+    if is_url(location):
+        engine = create_engine(location)
+        if engine.dialect.name != "sqlite":
+            return engine
+    else:
+        engine = create_engine(f"sqlite:///{location}")
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record) -> None:
+        dbapi_conn.isolation_level = None  # no implicit BEGIN from the driver: ours below
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:
+        read_only = conn.get_execution_options().get("autosched_read", False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine

@@ -1,0 +1,26 @@
+"""Schema migrations: an older file is brought to `SCHEMA_VERSION` in one transaction, a newer
+one is refused, never misread."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection
+
+from autosched.database.schema import SCHEMA_VERSION
+
+
+def _add_node(conn: Connection) -> None:
+    conn.exec_driver_sql("ALTER TABLE records ADD COLUMN node TEXT")
+
+
+#: version v → the step that turns a version-v file into version v + 1
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_node}
+
+assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "every older version needs its step"
+
+
+def migrate(conn: Connection, version: int) -> None:
+    """Run every step from `version` to the current one inside the caller's transaction."""
+    for v in range(version, SCHEMA_VERSION):
+        MIGRATIONS[v](conn)
+    conn.exec_driver_sql(f"UPDATE schema_version SET version = {SCHEMA_VERSION}")

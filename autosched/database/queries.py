@@ -1,0 +1,160 @@
+"""Rows back into records of tasks: what a tuning run resumes from and what a build uses.
+
+Every config read here is validated against its task's space before anything is built from it
+(a database may come from anywhere): a record from another space version or outside its space
+is skipped with a warning naming it. Records never cross an ISA class; the best config of a
+task comes from this exact machine when it has one, else from the same ISA on another CPU
+model, with one notice.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from autosched.database.identity import isa_of
+from autosched.database.schema import records, targets, workloads
+from autosched.database.store import Database, result_of
+from autosched.errors import AutoschedError
+from autosched.measure import MeasureInput, Record
+from autosched.space import Config, ConfigSpace
+from autosched.target import Target
+from autosched.task import Task, task_from_key
+
+log = logging.getLogger("autosched.database")
+
+#: records of other workloads a cost model is warm-started with, per template (newest first)
+TRANSFER_LIMIT = 2048
+#: fastest records of a task read at first when looking for its best valid one
+BEST_CANDIDATES = 32
+
+
+def space_of(task: Task, target: Target) -> ConfigSpace | None:
+    """The task's space on `target`, None for an op without a template there."""
+    from search_spaces import TemplateError, get_template
+    try:
+        return get_template(task.op, target.kind).space(task, target)
+    except TemplateError:
+        return None
+
+
+def _rows(db: Database, *where, limit: int | None = None, order=records.c.id):
+    query = (select(records, workloads.c.key, workloads.c.space, workloads.c.flops, workloads.c.template,
+                    targets.c.fingerprint)
+             .join(workloads, records.c.workload_id == workloads.c.id)
+             .join(targets, records.c.target_id == targets.c.id).where(*where)
+             .order_by(order).limit(limit))
+    with db.reading() as conn:
+        return conn.execute(query).mappings().all()
+
+
+def _describe(task: Task) -> str:
+    return f"{task.op} {'x'.join(map(str, task.shapes[0])) if task.shapes else ''}".strip()
+
+
+def _config(row, space: ConfigSpace, task: Task, db: Database) -> Config | None:
+    try:
+        return space.from_json(json.loads(row["config"]))
+    except (AutoschedError, ValueError) as e:
+        log.warning("%s: record %d (%s) skipped: %s", db.location, row["id"], _describe(task), e)
+        return None
+
+
+def _usable(db: Database, rows, task: Task, space: ConfigSpace):
+    """(row, config) for each row of `task` whose config is valid in `space`; the others are
+    skipped with a warning naming them (a whole other space version in one line)."""
+    other_space = 0
+    for row in rows:
+        if row["space"] != space.fingerprint:
+            other_space += 1
+            continue
+        config = _config(row, space, task, db)
+        if config is not None:
+            yield row, config
+    if other_space:
+        log.warning("%s: %d records of task %s skipped: measured in another space version (the template or "
+                    "target changed since)", db.location, other_space, _describe(task))
+
+
+def history(db: Database, tasks: Sequence[Task], target: Target) -> dict[str, list[Record]]:
+    """Task key → records to resume from: each task's own records measured on this exact machine,
+    plus (under other keys) records of the same templates on other workloads of the same ISA,
+    which model-based tuners train on before their first trial."""
+    spaces = {t.key: s for t in tasks if (s := space_of(t, target)) is not None}
+    by_key = {t.key: t for t in tasks if t.key in spaces}
+    rows: dict[str, list] = {}
+    for row in _rows(db, workloads.c.key.in_(by_key), targets.c.fingerprint == target.fingerprint):
+        rows.setdefault(row["key"], []).append(row)
+    out: dict[str, list[Record]] = {}
+    for key, task_rows in rows.items():
+        task = by_key[key]
+        for row, config in _usable(db, task_rows, task, spaces[key]):
+            out.setdefault(key, []).append((MeasureInput(task, target, config), result_of(row)))
+    for template in {s.template for s in spaces.values()}:
+        _transfer(db, template, target, set(by_key), out)
+    return out
+
+
+def _transfer(db: Database, template: str, target: Target, exclude: set[str], out: dict[str, list[Record]]) -> None:
+    rows = _rows(db, workloads.c.template == template, workloads.c.key.not_in(exclude), targets.c.isa == isa_of(target),
+                 limit=TRANSFER_LIMIT, order=records.c.id.desc())
+    spaces: dict[tuple[str, str], ConfigSpace | None] = {}
+    for row in reversed(rows):
+        if (row["key"], row["space"]) not in spaces:
+            try:
+                task = task_from_key(row["key"], row["flops"] or 0)
+            except ValueError:
+                spaces[(row["key"], row["space"])] = None
+                continue
+            space = space_of(task, target)
+            spaces[(row["key"], row["space"])] = space if space and space.fingerprint == row["space"] else None
+        space = spaces[(row["key"], row["space"])]
+        if space is None:
+            continue  # another space version: no use for transfer, and nothing to warn a user about
+        try:
+            config = space.from_json(json.loads(row["config"]))
+        except (AutoschedError, ValueError):
+            continue
+        task = task_from_key(row["key"], row["flops"] or 0)
+        out.setdefault(row["key"], []).append((MeasureInput(task, target, config), result_of(row)))
+
+
+@dataclass(frozen=True)
+class Best:
+    """A task's fastest valid config and where it was measured."""
+
+    config: Config
+    cost: float
+    record: int
+    fingerprint: str
+
+
+def best(db: Database, task: Task, target: Target) -> Best | None:
+    """The fastest valid record of `task` on this machine, else on another CPU of the same ISA
+    (`Best.fingerprint` says which), else None."""
+    space = space_of(task, target)
+    if space is None:
+        return None
+    common = (workloads.c.key == task.key, records.c.cost.is_not(None))
+    for where in ((targets.c.fingerprint == target.fingerprint,),
+                  (targets.c.isa == isa_of(target), targets.c.fingerprint != target.fingerprint)):
+        # the fastest few first: one of them is almost always valid, and a task may have thousands
+        for limit in (BEST_CANDIDATES, None):
+            rows = _rows(db, *common, *where, limit=limit, order=records.c.cost)
+            for row, config in _usable(db, rows, task, space):
+                return Best(config, row["cost"], row["id"], row["fingerprint"])
+            if limit is not None and len(rows) < limit:
+                break
+    return None
+
+
+def other_isas(db: Database, task: Task, target: Target) -> set[str]:
+    """The ISA classes, other than the target's, that hold successful records of `task`."""
+    query = (select(targets.c.isa).distinct().join(records, records.c.target_id == targets.c.id)
+             .join(workloads, records.c.workload_id == workloads.c.id)
+             .where(workloads.c.key == task.key, records.c.cost.is_not(None), targets.c.isa != isa_of(target)))
+    with db.reading() as conn:
+        return set(conn.execute(query).scalars())

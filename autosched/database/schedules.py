@@ -1,0 +1,53 @@
+"""A build's `schedule_for` over the database: each task's best valid config, else the best of a
+fallback database (the shipped records), else the default schedule."""
+from __future__ import annotations
+
+import logging
+
+from autosched.database.queries import Best, best, other_isas
+from autosched.database.store import Database
+from autosched.schedule import Schedule
+from autosched.target import Target
+from autosched.task import Task
+
+log = logging.getLogger("autosched.database")
+
+
+def _cpu(fingerprint: str) -> str:
+    parts = fingerprint.split("|")
+    return parts[1] if len(parts) > 1 else fingerprint
+
+
+class TunedSchedules:
+    """Called by `build_model` once per task; `used` maps each task that got a tuned config to
+    the record it came from, `other_isa` each task whose only records are for other ISAs to
+    those ISAs (for the caller to say so once)."""
+
+    def __init__(self, db: Database, fallback: Database | None = None) -> None:
+        self.db, self.fallback = db, fallback
+        self.used: dict[str, Best] = {}
+        self.from_fallback: set[str] = set()  # tasks whose record came from `fallback`
+        self.other_isa: dict[str, set[str]] = {}
+        self._noticed: set[str] = set()
+
+    def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
+        from autosched.build import default_kernel
+        from search_spaces import get_template
+        found = best(self.db, task, target)
+        if found is None and self.fallback is not None:
+            found = best(self.fallback, task, target)
+            if found is not None:
+                self.from_fallback.add(task.key)
+        if found is None:
+            isas = other_isas(self.db, task, target)
+            if isas:
+                self.other_isa[task.key] = isas
+            return default_kernel(task, target)
+        if (found.fingerprint != target.fingerprint and found.fingerprint not in self._noticed
+                and task.key not in self.from_fallback):
+            self._noticed.add(found.fingerprint)
+            log.warning("%s: some tasks use records measured on another CPU of the same ISA (%s, this is %s); "
+                        "tune here for schedules fitted to this one", self.db.location, _cpu(found.fingerprint),
+                        _cpu(target.fingerprint))
+        self.used[task.key] = found
+        return get_template(task.op, target.kind).apply(task, found.config, target)

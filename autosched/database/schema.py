@@ -1,0 +1,75 @@
+"""The tuning database's tables (SQLAlchemy Core) and the schema version they make.
+
+One row per measurement, appended as it is measured; typed columns, no pickled blobs. A
+workload is a task key in one space version (the space depends on the target's ISA, and a
+template change makes a new version), so a record is always read back against the space it
+was measured in. Bump `SCHEMA_VERSION` with every change here and add its step to
+`migrations.MIGRATIONS`.
+"""
+from __future__ import annotations
+
+from sqlalchemy import (Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
+                        UniqueConstraint)
+
+#: version 1: the first schema; 2: records.node (the fleet machine that measured a record)
+SCHEMA_VERSION = 2
+
+metadata = MetaData()
+
+schema_version = Table("schema_version", metadata, Column("version", Integer, nullable=False))
+
+targets = Table(
+    "targets", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("target", Text, nullable=False),        # the target string a user typed, canonical form
+    Column("fingerprint", Text, nullable=False),   # CPU model and ISA flags, or GPU arch
+    Column("isa", Text, nullable=False),           # coarse ISA class: records never cross it
+    Column("compiler", String(64)),
+    UniqueConstraint("target", "fingerprint"),
+)
+
+workloads = Table(
+    "workloads", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("key", Text, nullable=False),           # Task.key: canonical JSON of the task's structure
+    Column("op", String(64), nullable=False),
+    Column("shapes", Text, nullable=False),        # JSON list of input shapes, for people and reports
+    Column("flops", Integer),                      # one occurrence; unknown for imported logs
+    Column("template", String(128), nullable=False),
+    Column("space", String(32), nullable=False),   # ConfigSpace.fingerprint
+    UniqueConstraint("key", "space"),
+)
+
+sessions = Table(
+    "sessions", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("model", Text, nullable=False),
+    Column("target_id", Integer, ForeignKey("targets.id")),
+    Column("trials_asked", Integer, nullable=False),
+    Column("trials_done", Integer, nullable=False, default=0),
+    Column("status", String(16), nullable=False),  # running, done, interrupted, failed
+    Column("started", Float, nullable=False),
+    Column("ended", Float),
+)
+
+records = Table(
+    "records", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("workload_id", Integer, ForeignKey("workloads.id"), nullable=False),
+    Column("target_id", Integer, ForeignKey("targets.id"), nullable=False),
+    Column("session_id", Integer, ForeignKey("sessions.id")),
+    Column("config", Text, nullable=False),        # Config.to_json(), canonical (sorted keys)
+    Column("costs", Text, nullable=False),         # JSON list of seconds, [] for failures
+    Column("cost", Float),                         # median of costs; NULL for failures
+    Column("error_kind", String(32), nullable=False),
+    Column("error_msg", Text, nullable=False),
+    Column("build_s", Float, nullable=False),
+    Column("run_s", Float),
+    Column("tuner", String(32)),
+    Column("version", String(32)),                 # autosched's version
+    Column("timestamp", Float, nullable=False),
+    Column("node", Text),
+    UniqueConstraint("workload_id", "target_id", "config", "timestamp"),
+)
+
+Index("records_by_workload", records.c.workload_id, records.c.target_id, records.c.cost)

@@ -1,0 +1,225 @@
+"""`Database`: the tuning database on one file (or SQLAlchemy URL) — opening, writing, counting.
+
+Every write is one short transaction (`BEGIN IMMEDIATE` on SQLite), so a kill -9 loses at most
+the batch in flight and several tuners share one file. Queries that turn rows back into
+records of tasks live in `queries.py`; JSON lines in `jsonl.py`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from sqlalchemy import Connection, and_, delete, func, insert, inspect, select, update
+from sqlalchemy.exc import DBAPIError
+
+from autosched.database.identity import TargetInfo
+from autosched.database.location import DatabaseError, check_file, default_location, is_url, make_engine
+from autosched.database.migrations import migrate
+from autosched.database.schema import SCHEMA_VERSION, metadata, records, schema_version, sessions, targets, workloads
+from autosched.database.stored import StoredRecord
+from autosched.measure import ErrorKind, MeasureResult, Record, RecordError
+from autosched.target import Target
+
+
+class Database:
+    """A tuning database. `location` is a path or an SQLAlchemy URL; None means
+    `default_location()` (`AUTOSCHED_DB`, else the per-user file)."""
+
+    def __init__(self, location: str | os.PathLike[str] | None = None) -> None:
+        self.location = str(location) if location is not None else default_location()
+        if not is_url(self.location):
+            self.location = str(Path(self.location).expanduser())
+            check_file(Path(self.location))
+        self._engine = make_engine(self.location)
+        with self._guard():
+            self._prepare()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Database({self.location!r})"
+
+    # --- opening ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Driver errors become one DatabaseError naming the file."""
+        try:
+            yield
+        except DBAPIError as e:
+            msg = str(e.orig) if e.orig is not None else str(e)
+            if "malformed" in msg or "not a database" in msg or "disk image" in msg:
+                msg = f"the tuning database is corrupt or truncated (sqlite: {msg})"
+            elif "unable to open" in msg:
+                msg = f"cannot open or create the tuning database here (sqlite: {msg})"
+            elif "readonly" in msg or "read-only" in msg:
+                msg = f"the tuning database is read-only (sqlite: {msg})"
+            raise DatabaseError(f"{self.location}: {msg}") from None
+
+    def _prepare(self) -> None:
+        with self._engine.begin() as conn:
+            if self.location.startswith("sqlite") or not is_url(self.location):
+                conn.exec_driver_sql("PRAGMA quick_check").fetchall()
+            tables = set(inspect(conn).get_table_names())
+            if not tables:
+                metadata.create_all(conn)
+                conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
+                return
+            if "schema_version" not in tables:
+                raise DatabaseError(f"{self.location}: an SQLite database, but not a tuning database "
+                                    f"(tables: {', '.join(sorted(tables))})")
+            version = conn.execute(select(schema_version.c.version)).scalar()
+            if version is None or version > SCHEMA_VERSION:
+                raise DatabaseError(f"{self.location}: schema version {version} is newer than this autosched's "
+                                    f"{SCHEMA_VERSION}; upgrade autosched to use this database")
+            if version < SCHEMA_VERSION:
+                migrate(conn, version)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A read transaction (deferred: it never blocks writers)."""
+        with self._guard(), self._engine.connect().execution_options(autosched_read=True) as conn, conn.begin():
+            yield conn
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Connection]:
+        """One write transaction, `BEGIN IMMEDIATE` on SQLite."""
+        with self._guard(), self._engine.begin() as conn:
+            yield conn
+
+    # --- writing -----------------------------------------------------------------------------
+    def commit(self, measured: Sequence[Record], session: int | None = None, tuner: str | None = None) -> int:
+        """Store a measured batch in one transaction; returns how many rows were new."""
+        return self.insert([StoredRecord.of(rec, tuner) for rec in measured], session)
+
+    def insert(self, stored: Iterable[StoredRecord], session: int | None = None) -> int:
+        """Store records in one transaction, creating their target and workload rows; a record
+        already present (same workload, target, config and time) is not stored twice."""
+        stored = list(stored)
+        if not stored:
+            return 0
+        with self.writing() as conn:
+            target_ids: dict[TargetInfo, int] = {}
+            workload_ids: dict[tuple[str, str], int] = {}
+            rows = []
+            for s in stored:
+                if s.target not in target_ids:
+                    target_ids[s.target] = _target_id(conn, s.target)
+                if (s.key, s.space) not in workload_ids:
+                    workload_ids[(s.key, s.space)] = _workload_id(conn, s)
+                res = s.result
+                rows.append({"workload_id": workload_ids[(s.key, s.space)], "target_id": target_ids[s.target],
+                             "session_id": session, "config": json.dumps(s.config, sort_keys=True),
+                             "costs": json.dumps(list(res.costs)), "cost": res.cost if res.ok else None,
+                             "error_kind": res.error_kind.name, "error_msg": res.error_msg, "build_s": res.build_s,
+                             "run_s": s.run_s, "tuner": s.tuner, "version": s.version, "timestamp": res.timestamp,
+                             "node": s.node})
+            before = conn.execute(select(func.count()).select_from(records)).scalar()
+            conn.execute(insert(records).prefix_with("OR IGNORE", dialect="sqlite"), rows)
+            added = conn.execute(select(func.count()).select_from(records)).scalar() - before
+            if session is not None:
+                conn.execute(update(sessions).where(sessions.c.id == session)
+                             .values(trials_done=sessions.c.trials_done + added))
+        return added
+
+    def merge(self, other: Database) -> int:
+        """Copy every record of `other` that this database lacks; returns how many were new."""
+        return self.insert(other.stored())
+
+    def start_session(self, model: str, target: Target, trials: int) -> int:
+        """A tuning run begins: its row records what was asked; `end_session` what came of it."""
+        with self.writing() as conn:
+            target_id = _target_id(conn, TargetInfo.of(target))
+            return conn.execute(insert(sessions).values(model=model, target_id=target_id, trials_asked=trials,
+                                                        trials_done=0, status="running", started=time.time())
+                                ).inserted_primary_key[0]
+
+    def end_session(self, session: int, status: str) -> int:
+        """Close a session ("done", "interrupted", "failed"); returns the records it kept."""
+        with self.writing() as conn:
+            conn.execute(update(sessions).where(sessions.c.id == session).values(status=status, ended=time.time()))
+            return conn.execute(select(sessions.c.trials_done).where(sessions.c.id == session)).scalar() or 0
+
+    def prune(self, before: float) -> int:
+        """Drop records older than `before` (a Unix time) that failed or are not the best of their
+        workload and target; returns how many went."""
+        r2 = records.alias("r2")
+        best_cost = (select(func.min(r2.c.cost))
+                     .where(and_(r2.c.workload_id == records.c.workload_id, r2.c.target_id == records.c.target_id))
+                     .scalar_subquery())
+        with self.writing() as conn:
+            result = conn.execute(delete(records).where(and_(
+                records.c.timestamp < before,
+                (records.c.cost.is_(None)) | (records.c.cost > best_cost))))
+            return result.rowcount
+
+    # --- reading -----------------------------------------------------------------------------
+    def stats(self) -> dict[str, object]:
+        """Counts for `db stats`: records (and how many failed), workloads, targets, sessions."""
+        with self.reading() as conn:
+            def count(table, *where) -> int:
+                return conn.execute(select(func.count()).select_from(table).where(*where)).scalar()
+            return {"location": self.location, "schema_version": SCHEMA_VERSION, "records": count(records),
+                    "failed": count(records, records.c.cost.is_(None)), "workloads": count(workloads),
+                    "targets": count(targets), "sessions": count(sessions)}
+
+    def sessions(self) -> list[dict[str, object]]:
+        """Every tuning session: model, target string, trials asked and done, status, start and end."""
+        query = (select(sessions, targets.c.target).join(targets, sessions.c.target_id == targets.c.id, isouter=True)
+                 .order_by(sessions.c.id))
+        with self.reading() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
+
+    def stored(self) -> Iterator[StoredRecord]:
+        """Every record in full, oldest first (for export and merge)."""
+        query = (select(records, workloads.c.key, workloads.c.op, workloads.c.shapes, workloads.c.flops,
+                        targets.c.target, targets.c.fingerprint, targets.c.isa, targets.c.compiler)
+                 .join(workloads, records.c.workload_id == workloads.c.id)
+                 .join(targets, records.c.target_id == targets.c.id).order_by(records.c.id))
+        with self.reading() as conn:
+            rows = conn.execute(query).mappings().all()
+        for row in rows:
+            yield StoredRecord(key=row["key"], op=row["op"], shapes=row["shapes"], flops=row["flops"],
+                               config=json.loads(row["config"]),
+                               target=TargetInfo(row["target"], row["fingerprint"], row["isa"], row["compiler"]),
+                               result=result_of(row), tuner=row["tuner"], version=row["version"], node=row["node"],
+                               run_s=row["run_s"])
+
+
+def result_of(row) -> MeasureResult:
+    """The MeasureResult of a records row (validated like a log line)."""
+    try:
+        return MeasureResult(costs=tuple(json.loads(row["costs"])), error_kind=ErrorKind[row["error_kind"]],
+                             error_msg=row["error_msg"], build_s=row["build_s"], timestamp=row["timestamp"])
+    except (ValueError, KeyError, RecordError) as e:
+        raise DatabaseError(f"record {row['id']}: malformed ({e})") from None
+
+
+def _target_id(conn: Connection, info: TargetInfo) -> int:
+    found = conn.execute(select(targets.c.id).where(targets.c.target == info.target,
+                                                    targets.c.fingerprint == info.fingerprint)).scalar()
+    if found is not None:
+        return found
+    return conn.execute(insert(targets).values(target=info.target, fingerprint=info.fingerprint, isa=info.isa,
+                                               compiler=info.compiler)).inserted_primary_key[0]
+
+
+def _workload_id(conn: Connection, s: StoredRecord) -> int:
+    found = conn.execute(select(workloads.c.id).where(workloads.c.key == s.key, workloads.c.space == s.space)).scalar()
+    if found is not None:
+        if s.flops is not None:
+            conn.execute(update(workloads).where(workloads.c.id == found, workloads.c.flops.is_(None))
+                         .values(flops=s.flops))
+        return found
+    return conn.execute(insert(workloads).values(key=s.key, op=s.op, shapes=s.shapes, flops=s.flops,
+                                                 template=s.template, space=s.space)).inserted_primary_key[0]

@@ -1,0 +1,19 @@
+"""The tuning callback that makes the database the store of record: every measured batch is
+committed as it is measured, in one transaction, so a kill -9 loses only the batch in flight."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from autosched.database.store import Database
+from autosched.measure import MeasureInput, MeasureResult
+
+
+class RecordWriter:
+    """A `Callback` committing each batch to `db` under `session`."""
+
+    def __init__(self, db: Database, session: int | None = None, tuner: str | None = None) -> None:
+        self.db, self.session, self.tuner = db, session, tuner
+        self.written = 0
+
+    def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        self.written += self.db.commit(list(zip(inputs, results)), self.session, self.tuner)

@@ -1,0 +1,211 @@
+"""What a tune shows while it runs and when it ends.
+
+`Tally` is the state (per task: trials, failures, best; overall: trials done of total, elapsed,
+time left, and the model's estimated latency Σ weight × best time); the displays only render
+it: a live table (rich) on a terminal, plain lines otherwise, JSON lines for scripts. A display
+is a tuning callback with `start(plan)` and `finish()`, which `autosched.tune` calls.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from autosched.measure import MeasureInput, MeasureResult
+from autosched.task import Task
+
+
+def shape_text(task: Task) -> str:
+    return " ".join("x".join(map(str, s)) for s in task.shapes)
+
+
+@dataclass
+class TaskTally:
+    task: Task
+    trials: int = 0
+    failures: int = 0
+    best: float = math.inf  # seconds; resumed records count
+
+    @property
+    def gflops(self) -> float:
+        return self.task.flops / self.best / 1e9 if math.isfinite(self.best) and self.task.flops else 0.0
+
+
+class Tally:
+    """Counts for one tune, from its plan (bests resumed from the database) and measured batches."""
+
+    def __init__(self, plan) -> None:
+        self.total = plan.trials
+        self.tasks = {t.key: TaskTally(t) for t in plan.tasks}
+        for key, recs in plan.history.items():
+            if key in self.tasks:
+                self.tasks[key].best = min((res.cost for _, res in recs if res.ok), default=math.inf)
+        self.done = 0
+        self.started = time.monotonic()
+
+    def add(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> TaskTally:
+        t = self.tasks[inputs[0].task.key]
+        for res in results:
+            self.done += 1
+            t.trials += 1
+            if res.ok:
+                t.best = min(t.best, res.cost)
+            else:
+                t.failures += 1
+        return t
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds left at this run's pace so far; None before the first trial."""
+        return self.elapsed / self.done * max(0, self.total - self.done) if self.done else None
+
+    @property
+    def latency(self) -> tuple[float, int]:
+        """Σ weight × best over the tasks with a best, and how many measured tasks have none yet."""
+        measured = [t for t in self.tasks.values() if t.trials or math.isfinite(t.best)]
+        return (sum(t.task.weight * t.best for t in measured if math.isfinite(t.best)),
+                sum(1 for t in measured if not math.isfinite(t.best)))
+
+    def snapshot(self) -> dict[str, Any]:
+        latency, missing = self.latency
+        return {"done": self.done, "total": self.total, "elapsed_s": round(self.elapsed, 3),
+                "eta_s": None if self.eta is None else round(self.eta, 3), "latency_ms": latency * 1e3,
+                "tasks_without_best": missing}
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g}" if math.isfinite(seconds) else "-"
+
+
+def summary_table(tally: Tally, title: str) -> Table:
+    """Per task: op, shapes, weight, trials, failures, best ms, GFLOP/s; the totals in the caption."""
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("op", "left"), ("shapes", "left"), ("weight", "right"), ("trials", "right"),
+                          ("failures", "right"), ("best ms", "right"), ("GFLOP/s", "right")):
+        table.add_column(name, justify=justify)
+    for t in tally.tasks.values():
+        if t.trials or math.isfinite(t.best):
+            table.add_row(t.task.op, shape_text(t.task), str(t.task.weight), str(t.trials), str(t.failures),
+                          _ms(t.best), f"{t.gflops:.1f}" if t.gflops else "-")
+    latency, missing = tally.latency
+    more = f" ({missing} tasks without a best yet)" if missing else ""
+    table.caption = (f"trials {tally.done}/{tally.total}  elapsed {_duration(tally.elapsed)}  "
+                     f"left {_duration(tally.eta)}  estimated model latency {latency * 1e3:.4g} ms{more}")
+    table.caption_justify = "left"
+    return table
+
+
+class _Display:
+    """Common to displays: the tally, started by `start(plan)`."""
+
+    tally: Tally
+
+    def start(self, plan) -> None:
+        self.tally = Tally(plan)
+
+    def finish(self) -> None:
+        """The run ended (done, failed or interrupted)."""
+
+
+class LiveProgress(_Display):
+    """A table redrawn in place on a terminal (stderr), left on screen when the run ends."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self._live: Live | None = None
+
+    def start(self, plan) -> None:
+        super().start(plan)
+        _announce(plan, lambda text: self.console.print(text, highlight=False))
+        self._live = Live(summary_table(self.tally, "tuning"), console=self.console, refresh_per_second=2)
+        self._live.start()
+
+    def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        self.tally.add(inputs, results)
+        self._live.update(summary_table(self.tally, "tuning"))
+
+    def finish(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+class LineProgress(_Display):
+    """One plain line per measured batch (logs, pipes)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+
+    def start(self, plan) -> None:
+        super().start(plan)
+        _announce(plan, lambda text: print(text, file=self.stream, flush=True))
+
+    def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        t = self.tally.add(inputs, results)
+        s = self.tally.snapshot()
+        gflops = f" ({t.gflops:.1f} GFLOP/s)" if t.gflops else ""
+        print(f"[{s['done']}/{s['total']}] {t.task.op} {shape_text(t.task)}: {t.trials} trials, best "
+              f"{_ms(t.best)} ms{gflops}, {t.failures} failed | elapsed {_duration(self.tally.elapsed)}, left "
+              f"{_duration(self.tally.eta)}, model ~{s['latency_ms']:.4g} ms", file=self.stream, flush=True)
+
+
+class JsonLinesProgress(_Display):
+    """One JSON object per event on stdout: start, each batch, and (from the CLI) the summary."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+
+    def emit(self, event: str, **fields: Any) -> None:
+        print(json.dumps({"event": event, **fields}), file=self.stream, flush=True)
+
+    def start(self, plan) -> None:
+        super().start(plan)
+        self.emit("start", model=plan.model, target=str(plan.target), trials=plan.trials, database=plan.database,
+                  resumed=plan.resumed, transferred=plan.transferred)
+
+    def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        t = self.tally.add(inputs, results)
+        self.emit("batch", task=t.task.key, op=t.task.op, trials=t.trials, failures=t.failures,
+                  best_ms=t.best * 1e3 if math.isfinite(t.best) else None, gflops=t.gflops, **self.tally.snapshot())
+
+
+class QuietProgress(_Display):
+    """Counts without showing anything, for the summary at the end."""
+
+    def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        self.tally.add(inputs, results)
+
+
+def _announce(plan, say) -> None:
+    keys = {t.key for t in plan.tasks}
+    say(f"database: {plan.database}")
+    if plan.resumed:
+        say(f"resuming from {plan.resumed} records of {sum(1 for k in plan.history if k in keys)} tasks")
+    if plan.transferred:
+        say(f"cost models start trained on {plan.transferred} records of other workloads")
+
+
+def display_for(mode: str) -> _Display:
+    """"auto" (live on a terminal, lines otherwise), "lines", "json-lines" or "quiet"."""
+    if mode == "auto":
+        mode = "live" if sys.stderr.isatty() else "lines"
+    return {"live": LiveProgress, "lines": LineProgress, "json-lines": JsonLinesProgress,
+            "quiet": QuietProgress}[mode]()

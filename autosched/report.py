@@ -1,0 +1,135 @@
+"""`autosched report`: one self-contained HTML file on what tuning did, from the database.
+
+Figures (matplotlib, PNG embedded as data URIs): best GFLOP/s against trials per task, the
+model's estimated latency (Σ weight × best time) against trials, where tuning time went, and
+error kinds per template; then the per-task table. Records are those measured on the target's
+machine (its hardware fingerprint), in the order they were committed.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from autosched.database import Database, StoredRecord
+from autosched.errors import AutoschedError
+from autosched.target import Target
+from autosched.task import Task
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise AutoschedError("the report needs matplotlib: pip install 'autosched[report]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    _pyplot().close(fig)
+    return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _label(r: StoredRecord) -> str:
+    return f"{r.op} {r.shapes}"
+
+
+def _curves(recs: Sequence[StoredRecord], weights: dict[str, int]) -> tuple[str, str]:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    by_task: dict[str, list[StoredRecord]] = defaultdict(list)
+    for r in recs:
+        by_task[r.key].append(r)
+    for task_recs in by_task.values():
+        best, xs, ys = math.inf, [], []
+        for n, r in enumerate(task_recs, 1):
+            if r.result.ok and r.flops:
+                best = min(best, r.result.cost)
+            if math.isfinite(best):
+                xs.append(n)
+                ys.append(task_recs[0].flops / best / 1e9)
+        if xs:
+            ax.plot(xs, ys, label=_label(task_recs[0])[:48])
+    ax.set(xlabel="trials of the task", ylabel="best GFLOP/s", title="Tuning curves")
+    if len(by_task) <= 12:
+        ax.legend(fontsize=7)
+    curves = _png(fig)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    bests: dict[str, float] = {}
+    xs, ys = [], []
+    for n, r in enumerate(recs, 1):
+        if r.result.ok:
+            bests[r.key] = min(bests.get(r.key, math.inf), r.result.cost)
+        if bests:
+            xs.append(n)
+            ys.append(1e3 * sum(weights.get(k, 1) * c for k, c in bests.items()))
+    ax.plot(xs, ys)
+    ax.set(xlabel="trials", ylabel="ms", title="Estimated model latency (Σ weight × best, tasks measured so far)")
+    return curves, _png(fig)
+
+
+def _time_and_errors(recs: Sequence[StoredRecord], sessions: list[dict]) -> tuple[str, str]:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    wall = sum((s["ended"] or s["started"]) - s["started"] for s in sessions)
+    parts = {"building (sum over parallel builds)": sum(r.result.build_s for r in recs),
+             "timing kernels (repeats)": sum(sum(r.result.costs) for r in recs),
+             "sessions' wall time": wall}
+    ax.barh(list(parts), list(parts.values()))
+    ax.set(xlabel="seconds", title="Where tuning time went")
+    time_png = _png(fig)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    kinds = Counter((r.template, r.result.error_kind.name) for r in recs if not r.result.ok)
+    labels = [f"{t}: {k}" for t, k in kinds] or ["no failures"]
+    ax.barh(labels, list(kinds.values()) or [0])
+    ax.set(xlabel="records", title="Error kinds per template")
+    return time_png, _png(fig)
+
+
+def _table(recs: Sequence[StoredRecord], weights: dict[str, int]) -> str:
+    rows = []
+    keys = dict.fromkeys(r.key for r in recs)
+    for key in keys:
+        mine = [r for r in recs if r.key == key]
+        ok = [r.result.cost for r in mine if r.result.ok]
+        best = min(ok) if ok else math.inf
+        gflops = f"{mine[0].flops / best / 1e9:.1f}" if ok and mine[0].flops else "-"
+        cells = [mine[0].op, mine[0].shapes, weights.get(key, 1), len(mine), len(mine) - len(ok),
+                 f"{best * 1e3:.4g}" if ok else "-", gflops]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("op", "shapes", "weight", "trials", "failures", "best ms", "GFLOP/s"))
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def write_report(db: Database, out: str | os.PathLike[str], target: Target, model: str | None = None,
+                 tasks: Sequence[Task] | None = None) -> int:
+    """Write the report for `model`'s `tasks` (None: every workload) on `target`'s machine; returns
+    the number of records it covers."""
+    title = model or "all workloads"
+    weights = {t.key: t.weight for t in tasks} if tasks is not None else {}
+    recs = [r for r in db.stored() if r.target.fingerprint == target.fingerprint
+            and (tasks is None or r.key in weights)]
+    if not recs:
+        raise AutoschedError(f"{db.location}: no records for {title} on this machine ({target})")
+    curves, latency = _curves(recs, weights)
+    time_png, errors = _time_and_errors(recs, [s for s in db.sessions() if model is None or s["model"] == model])
+    body = (f"<h1>autosched tuning report: {html.escape(title)}</h1><p>database {html.escape(db.location)}, "
+            f"target {html.escape(str(target))}, {len(recs)} records</p>{curves}{latency}{time_png}{errors}"
+            f"<h2>Tasks</h2>{_table(recs, weights)}")
+    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>autosched report</title><style>"
+            "body{font-family:sans-serif;max-width:60em;margin:auto}td,th{padding:2px 8px;text-align:right}"
+            "</style></head><body>" + body + "</body></html>")
+    try:
+        Path(out).write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise AutoschedError(f"{out}: cannot write the report: {e.strerror}") from None
+    return len(recs)

@@ -1,0 +1,76 @@
+"""`autosched db ...` on real files: stats, export → import, merge, prune, best; bad files are one line."""
+import json
+
+import onnx
+import pytest
+
+from autosched.cli import main
+from autosched.database import Database
+from autosched.target import Target
+from autosched.zoo import mlp
+from test_database import HERE, measured
+
+
+@pytest.fixture
+def filled(tmp_path, tasks):
+    path = tmp_path / "a.db"
+    with Database(path) as db:
+        db.commit(measured(tasks[0], HERE, [2e-3, None, 1e-3], t0=1e9))  # 2001-09-09
+        db.commit(measured(tasks[1], HERE, [5e-3], t0=2e9))
+    return path
+
+
+def stats(capsys, path):
+    assert main(["db", "stats", "--json", "--db", str(path)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_stats_is_one_json_object(filled, capsys):
+    got = stats(capsys, filled)
+    assert {k: got[k] for k in ("records", "failed", "workloads", "targets", "sessions")} == \
+        {"records": 4, "failed": 1, "workloads": 2, "targets": 1, "sessions": 0}
+
+
+def test_export_import_merge_prune_through_the_command_line(filled, tmp_path, capsys):
+    out = tmp_path / "a.jsonl"
+    assert main(["db", "export", "-o", str(out), "--db", str(filled)]) == 0
+    assert len(out.read_text().splitlines()) == 4
+    assert main(["db", "export", "--isa", "x86_64-avx2", "--db", str(filled)]) == 0
+    assert capsys.readouterr().out == ""  # every record of the fixture is AVX-512
+    b = tmp_path / "b.db"
+    assert main(["db", "import", str(out), "--db", str(b)]) == 0
+    assert "4 records, 4 new" in capsys.readouterr().out
+    assert main(["db", "merge", str(filled), "--db", str(b)]) == 0
+    assert "0 new records" in capsys.readouterr().out
+    assert main(["db", "prune", "--before", "2010-01-01", "--db", str(b)]) == 0
+    assert "pruned 2 failed or superseded records" in capsys.readouterr().out
+    assert stats(capsys, b)["records"] == 2
+
+
+def test_best_lists_each_task_of_a_model_with_its_best_on_this_machine(tmp_path, tasks, capsys):
+    model = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), model)
+    path = tmp_path / "host.db"
+    with Database(path) as db:
+        db.commit(measured(tasks[0], Target.parse("llvm"), [2e-3, 1e-3]))
+    assert main(["db", "best", str(model), "--db", str(path)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert [r.split()[:3] for r in rows[1:4]] == [["Gemm", "1", "1"], ["Gemm", "1", "-"], ["Gemm", "1", "-"]]
+    assert rows[4] == "estimated latency of the tuned tasks: 1 ms"
+
+
+def test_bad_database_files_are_one_error_line(tmp_path, capsys):
+    bad = tmp_path / "bad.db"
+    bad.write_text("hello\n")
+    assert main(["db", "stats", "--db", str(bad)]) == 2
+    assert capsys.readouterr().err == f"error: {bad}: not an SQLite database (not a tuning database, or overwritten)\n"
+
+
+def test_the_environment_chooses_the_default_database(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("AUTOSCHED_DB", str(tmp_path / "env.db"))
+    assert main(["db", "stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["location"] == str(tmp_path / "env.db")
+    monkeypatch.delenv("AUTOSCHED_DB")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert main(["db", "stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["location"] == str(tmp_path / "xdg" / "autosched" / "tuning.db")

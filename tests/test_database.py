@@ -1,0 +1,281 @@
+"""The tuning database on real SQLite files: records in and out, the queries a tune and a build
+use, JSON lines, merge and prune, migrations, bad files and several writers at once."""
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from autosched.database import (Database, DatabaseError, LogError, RecordWriter, SCHEMA_VERSION, best,
+                                export_jsonl, history, import_jsonl, isa_of)
+from autosched.measure import ErrorKind, MeasureInput, MeasureResult, record_to_json
+from autosched.target import CpuInfo, Target
+from autosched.zoo import mlp
+from search_spaces import get_template
+
+FIXTURES = Path(__file__).parent / "fixtures"
+AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
+HERE = Target.parse("llvm", host=CpuInfo("Example CPU A", AVX512))
+OTHER_CPU = Target.parse("llvm", host=CpuInfo("Example CPU B", AVX512))
+OTHER_ISA = Target.parse("llvm", host=CpuInfo("Example CPU C", frozenset({"avx", "avx2", "fma"})))
+
+
+def measured(task, target, costs, t0=1000.0):
+    """Records of `task` on `target`: config i gets costs[i] (None: a compile error)."""
+    space = get_template(task.op, target.kind).space(task, target)
+    out = []
+    for i, cost in enumerate(costs):
+        res = (MeasureResult((cost, cost), ErrorKind.NO_ERROR, "", 0.1, t0 + i) if cost is not None
+               else MeasureResult.failure(ErrorKind.COMPILE_ERROR, "gcc: error", 0.1, t0 + i))
+        out.append((MeasureInput(task, target, space.get(i)), res))
+    return out
+
+
+def test_records_round_trip_and_a_batch_is_stored_once(tmp_path, tasks):
+    db = Database(tmp_path / "t.db")
+    recs = measured(tasks[0], HERE, [3e-3, None, 1e-3])
+    assert db.commit(recs) == 3
+    assert db.commit(recs) == 0  # same workload, target, config and time: already there
+    got = history(db, tasks, HERE)[tasks[0].key]
+    assert [(i.config, r) for i, r in got] == [(i.config, r) for i, r in recs]
+    found = best(db, tasks[0], HERE)
+    assert found.config == recs[2][0].config and found.cost == 1e-3 and found.fingerprint == HERE.fingerprint
+    assert db.stats() | {"location": None} == {"location": None, "schema_version": SCHEMA_VERSION, "records": 3,
+                                               "failed": 1, "workloads": 1, "targets": 1, "sessions": 0}
+
+
+def test_history_transfers_records_of_the_same_template_from_other_workloads(tmp_path, tasks):
+    db = Database(tmp_path / "t.db")
+    db.commit(measured(tasks[0], HERE, [2e-3, 1e-3]))
+    got = history(db, tasks[1:], HERE)  # a model without tasks[0]: its records come as transfer
+    assert tasks[1].key not in got
+    [(inp, _), _] = got[tasks[0].key]
+    assert inp.task == tasks[0].__class__(**{**tasks[0].__dict__, "weight": 1})  # rebuilt from its key
+    assert history(db, tasks[1:], OTHER_ISA) == {}  # never across an ISA
+
+
+def test_best_prefers_this_cpu_then_the_same_isa_never_another(tmp_path, tasks):
+    db = Database(tmp_path / "t.db")
+    task = tasks[0]
+    db.commit(measured(task, OTHER_CPU, [1e-3, 5e-4]))
+    assert best(db, task, HERE).fingerprint == OTHER_CPU.fingerprint
+    assert best(db, task, OTHER_ISA) is None
+    db.commit(measured(task, HERE, [2e-3], t0=2000.0))
+    found = best(db, task, HERE)
+    assert (found.cost, found.fingerprint) == (2e-3, HERE.fingerprint)  # slower, but measured here
+    assert isa_of(HERE) == isa_of(OTHER_CPU) != isa_of(OTHER_ISA)
+
+
+def test_records_outside_their_space_are_skipped_with_a_warning_naming_them(tmp_path, tasks, caplog):
+    db = Database(tmp_path / "t.db")
+    recs = measured(tasks[0], HERE, [1e-3, 2e-3])
+    db.commit(recs)
+    with sqlite3.connect(tmp_path / "t.db") as conn:  # a forged record: index 0 with the knobs of index 1
+        conn.execute("UPDATE records SET config = ? WHERE id = 1",
+                     (json.dumps({**recs[1][0].config.to_json(), "index": 0}),))
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        assert best(db, tasks[0], HERE).cost == 2e-3
+        assert len(history(db, tasks, HERE)[tasks[0].key]) == 1
+    assert "record 1 (Gemm 64x784) skipped" in caplog.text
+    with sqlite3.connect(tmp_path / "t.db") as conn:  # another space version of the template
+        conn.execute("UPDATE workloads SET space = '0000000000000000'")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        assert history(db, tasks, HERE) == {} and best(db, tasks[0], HERE) is None
+    assert "2 records of task Gemm 64x784 skipped: measured in another space version" in caplog.text
+
+
+def test_export_import_round_trip_and_merge_without_duplicates(tmp_path, tasks):
+    a = Database(tmp_path / "a.db")
+    a.commit(measured(tasks[0], HERE, [1e-3, None]), tuner="xgb")
+    a.commit(measured(tasks[1], OTHER_CPU, [4e-4]))
+    out = tmp_path / "a.jsonl"
+    with open(out, "w") as f:
+        assert export_jsonl(a, f) == 3
+    b = Database(tmp_path / "b.db")
+    assert import_jsonl(b, out) == (3, 3)
+    assert import_jsonl(b, out) == (3, 0)
+    assert list(b.stored()) == list(a.stored())
+    c = Database(tmp_path / "c.db")
+    c.commit(measured(tasks[2], HERE, [1e-5]))
+    assert c.merge(a) == 3 and c.merge(a) == 0 and c.merge(b) == 0
+    assert c.stats()["records"] == 4
+
+
+def test_import_reads_todays_logs_as_measured_on_this_host(tmp_path, tasks):
+    host = Target.parse("llvm")
+    log = tmp_path / "old.jsonl"
+    log.write_text("".join(json.dumps(record_to_json(i, r)) + "\n" for i, r in measured(tasks[0], host, [1e-3, 2e-3])))
+    db = Database(tmp_path / "t.db")
+    assert import_jsonl(db, log) == (2, 2)
+    assert best(db, tasks[0], host).cost == 1e-3
+
+
+def test_import_refuses_a_malformed_line_naming_it_and_stores_nothing(tmp_path, tasks):
+    log = tmp_path / "bad.jsonl"
+    good = json.dumps(record_to_json(*measured(tasks[0], HERE, [1e-3])[0]))
+    log.write_text(good + "\n\n" + good.replace('"costs"', '"cost"') + "\n")
+    db = Database(tmp_path / "t.db")
+    with pytest.raises(LogError, match=rf"{log}:3: not a measurement record"):
+        import_jsonl(db, log)
+    assert db.stats()["records"] == 0
+    with pytest.raises(LogError, match="cannot read"):
+        import_jsonl(db, tmp_path / "missing.jsonl")
+
+
+def test_prune_drops_failed_and_superseded_records_before_a_date_keeping_each_best(tmp_path, tasks):
+    db = Database(tmp_path / "t.db")
+    db.commit(measured(tasks[0], HERE, [3e-3, None, 1e-3, 2e-3], t0=1000.0))
+    db.commit(measured(tasks[1], HERE, [5e-3, None], t0=5000.0))
+    assert db.prune(before=2000.0) == 3
+    left = sorted((s.key == tasks[0].key, s.result.error_kind.name) for s in db.stored())
+    assert left == [(False, "COMPILE_ERROR"), (False, "NO_ERROR"), (True, "NO_ERROR")]
+    assert best(db, tasks[0], HERE).cost == 1e-3
+
+
+def test_sessions_count_what_their_writer_committed(tmp_path, tasks):
+    db = Database(tmp_path / "t.db")
+    session = db.start_session("mlp.onnx", HERE, trials=8)
+    writer = RecordWriter(db, session, "random")
+    recs = measured(tasks[0], HERE, [1e-3, 2e-3, None])
+    writer([i for i, _ in recs], [r for _, r in recs])
+    assert db.end_session(session, "interrupted") == 3 == writer.written
+    assert db.stats()["sessions"] == 1
+
+
+def test_a_file_of_the_previous_schema_is_migrated(tmp_path):
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript((FIXTURES / "tuning_v1.sql").read_text())
+    db = Database(path)
+    assert db.stats() | {"location": None} == {"location": None, "schema_version": SCHEMA_VERSION, "records": 2,
+                                               "failed": 1, "workloads": 1, "targets": 1, "sessions": 1}
+    assert [s.node for s in db.stored()] == [None, None]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+
+
+def test_a_newer_schema_is_refused_naming_the_file_and_both_versions(tmp_path):
+    path = tmp_path / "new.db"
+    Database(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE schema_version SET version = 99")
+    with pytest.raises(DatabaseError, match=rf"{path}: schema version 99 is newer than this autosched's "
+                                            rf"{SCHEMA_VERSION}"):
+        Database(path)
+
+
+def test_bad_files_give_one_error_naming_the_file(tmp_path, tasks):
+    text = tmp_path / "notes.db"
+    text.write_text("not a database\n")
+    with pytest.raises(DatabaseError, match=rf"{text}: not an SQLite database"):
+        Database(text)
+    with pytest.raises(DatabaseError, match=rf"{tmp_path}: is a directory"):
+        Database(tmp_path)
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(DatabaseError, match=rf"{other}: an SQLite database, but not a tuning database"):
+        Database(other)
+    good = tmp_path / "good.db"
+    with Database(good) as db:
+        db.commit(measured(tasks[0], HERE, list(np.linspace(1e-3, 2e-3, 200))))
+    data = good.read_bytes()
+    truncated = tmp_path / "truncated.db"
+    truncated.write_bytes(data[: len(data) // 2])
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(data[:4096] + bytes(range(256)) * ((len(data) - 4096) // 256))
+    for path in (truncated, corrupt):
+        with pytest.raises(DatabaseError, match=rf"{path}: the tuning database is corrupt or truncated"):
+            Database(path).stats()
+
+
+def test_a_path_that_cannot_be_written_is_refused_naming_the_file():
+    with pytest.raises(DatabaseError, match="/proc/autosched.db: cannot open or create the tuning database"):
+        Database("/proc/autosched.db")  # read-only even for root
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def test_a_read_only_database_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "ro.db"
+    Database(path).close()
+    path.chmod(0o444)
+    with pytest.raises(DatabaseError, match=rf"{path}: the tuning database is read-only"):
+        Database(path)
+
+
+def test_two_processes_write_one_file_at_once(tmp_path, tasks):
+    """Each writer commits 60 batches while the other does: no 'database is locked', nothing lost."""
+    script = textwrap.dedent("""
+        import sys, onnx
+        sys.path.insert(0, sys.argv[3])
+        from test_database import measured, HERE
+        from autosched.database import Database
+        from autosched.frontend.onnx import load_onnx
+        from autosched.graph.passes import optimize
+        from autosched.task import extract_tasks
+        tasks = extract_tasks(optimize(load_onnx(sys.argv[2]))).tasks
+        db = Database(sys.argv[1])
+        recs = measured(tasks[0], HERE, [1e-3] * 120, t0=float(sys.argv[4]))
+        for k in range(0, 120, 2):
+            db.commit(recs[k:k + 2])
+    """)
+    model = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), model)
+    path = tmp_path / "shared.db"
+    Database(path).close()
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(path), str(model), str(Path(__file__).parent),
+                               str(t0)], stderr=subprocess.PIPE, text=True) for t0 in (1e6, 2e6)]
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert Database(path).stats()["records"] == 240
+
+
+def test_builds_use_each_tasks_best_and_shipped_records_only_where_the_database_has_none(tmp_path, tasks, caplog):
+    from autosched.database import TunedSchedules, shipped_database
+    user = Database(tmp_path / "user.db")
+    user.commit(measured(tasks[0], HERE, [3e-3, 2e-3]))
+    with Database(tmp_path / "ship.db") as ship, open(tmp_path / "zoo.jsonl", "w") as f:
+        ship.commit(measured(tasks[0], OTHER_CPU, [1e-4]))  # faster, but the user's own records win
+        ship.commit(measured(tasks[1], OTHER_CPU, [5e-4, 4e-4]))
+        export_jsonl(ship, f)
+    shipped = shipped_database(tmp_path)
+    schedules = TunedSchedules(user, shipped)
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        for task in tasks:
+            schedules(task, HERE)
+    assert {k: b.cost for k, b in schedules.used.items()} == {tasks[0].key: 2e-3, tasks[1].key: 4e-4}
+    assert schedules.from_fallback == {tasks[1].key} and caplog.text == ""
+    other = TunedSchedules(user, shipped)
+    for task in tasks:
+        other(task, OTHER_ISA)
+    assert other.used == {}  # shipped records never cross an ISA either
+    assert shipped_database(tmp_path / "nothing-here") is None
+
+
+def test_records_of_another_cpu_of_the_same_isa_are_used_with_one_notice(tmp_path, tasks, caplog):
+    from autosched.database import TunedSchedules
+    db = Database(tmp_path / "t.db")
+    for task in tasks[:2]:
+        db.commit(measured(task, OTHER_CPU, [1e-3]))
+    schedules = TunedSchedules(db)
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        for task in tasks:
+            schedules(task, HERE)
+    assert len(schedules.used) == 2
+    assert caplog.text.count("records measured on another CPU of the same ISA (Example CPU B") == 1
+
+
+def test_the_checkout_ships_records_for_both_x86_isa_classes():
+    from autosched.database import shipped_database, shipped_dir
+    assert shipped_dir() is not None
+    shipped = shipped_database()
+    assert {s.target.isa for s in shipped.stored()} == {"x86_64-avx512", "x86_64-avx2"}
+    assert all(s.result.ok for s in shipped.stored())

@@ -1,0 +1,29 @@
+"""`autosched report`: one self-contained HTML file with its figures embedded."""
+import onnx
+
+from autosched.cli import main
+from autosched.database import Database
+from autosched.target import Target
+from autosched.zoo import mlp
+from test_database import measured
+
+
+def test_report_embeds_four_figures_and_the_task_table(tmp_path, tasks, capsys):
+    host = Target.parse("llvm")
+    db, model, out = tmp_path / "t.db", tmp_path / "mlp.onnx", tmp_path / "report.html"
+    onnx.save(mlp(), model)
+    with Database(db) as database:
+        database.commit(measured(tasks[0], host, [3e-3, None, 1e-3]))
+        database.commit(measured(tasks[1], host, [2e-3], t0=5000.0))
+    assert main(["report", str(model), "--db", str(db), "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out} (4 records)\n"
+    page = out.read_text()
+    assert page.count('<img src="data:image/png;base64,') == 4
+    assert page.count("<tr>") == 3  # header and the two tasks with records
+    assert "<td>Gemm</td><td>[[64, 784], [1024, 784], [1024]]</td><td>1</td><td>3</td><td>1</td><td>1</td>" in page
+
+
+def test_report_without_records_is_one_error_line(tmp_path, capsys):
+    db = tmp_path / "empty.db"
+    assert main(["report", "--db", str(db), "-o", str(tmp_path / "r.html")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {db}: no records for all workloads on this machine")

@@ -1,0 +1,133 @@
+"""Tuning runs that end badly: Ctrl-C, kill -9, two tuners on one file. Real processes, real
+gcc builds, a real SQLite file; the model is test_tune_model's two small Gemms."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import autosched
+from autosched.database import Database, best
+from autosched.target import Target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_tune(model, db, trials, mark, *extra):
+    """`autosched tune` in its own process group (as a shell runs it), its processes marked."""
+    env = {**os.environ, "AUTOSCHED_TEST_MARK": mark, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "autosched.cli", "tune", str(model), "--db", str(db),
+                             "--trials", str(trials), "--round", "4", "--tuner", "random", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, preexec_fn=_as_in_a_terminal)
+
+
+def _as_in_a_terminal():
+    """A shell without job control starts background commands with SIGINT ignored, and the test
+    may run under one: give the tuner the default disposition a terminal's foreground job has."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def marked(mark):
+    """Pids of live processes whose environment carries `mark` (a tuner and its children)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"AUTOSCHED_TEST_MARK={mark}".encode() in environ.split(b"\0") and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def wait_for(condition, limit=120.0):
+    """Poll `condition` until it holds; a guard against hanging, not a timing claim."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "gave up waiting"
+        time.sleep(0.05)
+
+
+def records(db):
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        try:
+            return conn.execute("SELECT count(*) FROM records").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+def measured(db):
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT workload_id, target_id, config FROM records").fetchall()
+
+
+@pytest.mark.parametrize("after", [0, 2])
+def test_ctrl_c_keeps_what_was_measured_says_how_to_resume_and_leaves_no_process(small_model, tmp_path,
+                                                                                 after):
+    db, mark = tmp_path / "t.db", uuid.uuid4().hex
+    proc = start_tune(small_model, db, 400, mark)
+    wait_for(lambda: records(db) >= after and len(marked(mark)) > 1 or proc.poll() is not None)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    [line] = err.splitlines()
+    kept = records(db)
+    assert line == (f"interrupted: {kept} records kept in {db}; run the same command again to resume "
+                    "(nothing measured is measured again)")
+    wait_for(lambda: not marked(mark))
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status, trials_done FROM sessions").fetchall() == [("interrupted", kept)]
+
+
+def test_kill_9_leaves_no_process_and_a_resumed_tune_loses_nothing_and_repeats_nothing(small_model,
+                                                                                       tmp_path):
+    db, mark = tmp_path / "t.db", uuid.uuid4().hex
+    proc = start_tune(small_model, db, 400, mark)
+    wait_for(lambda: records(db) >= 6)
+    assert len(marked(mark)) >= 3  # the tuner, its builders and its measurement worker
+    proc.kill()
+    proc.communicate()
+    wait_for(lambda: not marked(mark))  # every child died with its tuner
+    kept = measured(db)
+    again = start_tune(small_model, db, 8, uuid.uuid4().hex)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert f"resuming from {len(kept)} records" in out
+    after = measured(db)
+    assert set(kept) <= set(after) and len(after) == len(kept) + 8
+    assert len(set(after)) == len(after)  # no (workload, target, config) measured twice
+
+
+def test_two_tuners_share_one_database_file(small_model, tmp_path):
+    db = tmp_path / "shared.db"
+    procs = [start_tune(small_model, db, 8, uuid.uuid4().hex, "--seed", str(seed)) for seed in (1, 2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in results]
+    assert records(db) == 16
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status, trials_done FROM sessions").fetchall() == [("done", 8)] * 2
+
+
+def test_python_api_tunes_then_builds_each_task_from_its_best_record(small_model, tmp_path):
+    db = tmp_path / "api.db"
+    out = autosched.tune(small_model, "llvm", 8, db=db, tuner="random", round_trials=4)
+    assert out.summary.trials == 8 and out.resumed == 0
+    built = autosched.build(small_model, "llvm", db=db, output=tmp_path / "m.so")
+    assert built.files.library.exists() and built.tuned == built.tasks == 2
+    target = Target.parse("llvm")
+    with Database(db) as database, sqlite3.connect(db) as conn:
+        for key, used in built.used.items():
+            fastest = conn.execute("SELECT r.id FROM records r JOIN workloads w ON r.workload_id = w.id "
+                                   "WHERE w.key = ? AND r.cost IS NOT NULL ORDER BY r.cost LIMIT 1", (key,)).fetchone()
+            assert used.record == fastest[0]
+            assert best(database, next(p.task for p in out.summary.progress if p.task.key == key), target) == used
