@@ -37,6 +37,8 @@ class ResourceUsage:
 
 @dataclass(frozen=True)
 class CubinBuild:
+    """What nvcc built (a cubin or a shared library) and ptxas's account of each kernel."""
+
     path: Path
     usage: dict  # kernel name -> ResourceUsage
 
@@ -65,29 +67,28 @@ def compile_cuda(source: str, arch: str, flags: Sequence[str] = DEFAULT_FLAGS, c
     cache.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256("\0".join([source, arch, *flags, *OUTPUTS[output], nvcc, nvcc_version(nvcc)]).encode())
     key = key.hexdigest()[:32]
-    cubin, usage_file = cache / f"{key}.{output}", cache / f"{key}.usage.json"
-    if cubin.exists() and usage_file.exists():
+    built, usage_file = cache / f"{key}.{output}", cache / f"{key}.usage.json"
+    if built.exists() and usage_file.exists():
         usage = {k: ResourceUsage(**v) for k, v in json.loads(usage_file.read_text()).items()}
-        return CubinBuild(cubin, usage)
+        return CubinBuild(built, usage)
     with tempfile.TemporaryDirectory(prefix="autosched-nvcc-") as tmp:
         src = Path(tmp) / "kernel.cu"
         src.write_text(source)
         out = Path(tmp) / f"kernel.{output}"
         try:
             proc = subprocess.run([nvcc, *OUTPUTS[output], f"-arch={arch}", "--resource-usage", *flags, str(src),
-                                   "-o", str(out)],
-                                  capture_output=True, text=True, timeout=timeout)
+                                   "-o", str(out)], capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CompileError(f"nvcc did not finish within {timeout:.0f} s") from None
         if proc.returncode != 0:
             raise CompileError(format_diagnostics(proc.stderr + proc.stdout, source, str(src)))
         usage = parse_resource_usage(proc.stdout + proc.stderr)
         for path, data in ((usage_file, json.dumps({k: asdict(v) for k, v in usage.items()}).encode()),
-                           (cubin, out.read_bytes())):
+                           (built, out.read_bytes())):
             staged = cache / f".{path.name}.{os.getpid()}.tmp"
             staged.write_bytes(data)
             os.replace(staged, path)
-    return CubinBuild(cubin, usage)
+    return CubinBuild(built, usage)
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
