@@ -140,11 +140,13 @@ class BuildOutcome:
 
 
 def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = None, output: PathLike | None = None,
-          shapes: Mapping[str, Sequence[int]] | None = None, shipped: bool | PathLike = True) -> BuildOutcome:
+          shapes: Mapping[str, Sequence[int]] | None = None, shipped: bool | PathLike = True,
+          emulate: bool = False) -> BuildOutcome:
     """Compile `model` into the library `output` (default: the model's path with .so; manifest and
     weights beside it), each task with its best valid config in `db` (this machine first, else
     the same ISA), else in the shipped records (`shipped`: True for the package's, a directory
-    of JSON-lines files, or False for none), else its default schedule."""
+    of JSON-lines files, or False for none), else its default schedule. `emulate` (cuda targets):
+    the kernels run in the CPU emulation, for checking a model without a GPU."""
     target = Target.parse(target) if isinstance(target, str) else target
     output = Path(model).with_suffix(".so") if output is None else output
     graph, tasks = model_tasks(model, shapes)
@@ -152,7 +154,7 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
     with open_database(db) as database:
         schedules = TunedSchedules(database, fallback)
         try:
-            files = build_model(graph, Path(output), target, schedules)
+            files = build_model(graph, Path(output), target, schedules, emulate=emulate)
         except OSError as e:
             raise AutoschedError(f"{output}: cannot write the built model: {e.strerror or e}") from None
     return BuildOutcome(files, len(tasks), dict(schedules.used), dict(schedules.other_isa),

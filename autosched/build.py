@@ -23,6 +23,7 @@ from autosched.codegen import renderer_for
 from autosched.codegen.c import C_TYPES
 from autosched.codegen.gcc import compile_c, target_flags
 from autosched.compute import default_schedule, task_compute
+from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
 from autosched.graph.passes import FusedGroup, fuse, optimize, plan_memory
 from autosched.lower import PrimFunc, lower
@@ -56,6 +57,9 @@ def default_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
 
 def library_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
     """The op library's default schedule of a task, with no template involved."""
+    if target.ray_resource == "GPU":
+        raise AutoschedError(f"task {task.key}: op {task.op} has no GPU template for target {target} "
+                             "(the op library's schedules are CPU schedules)")
     args, outs = task_compute(task, target.capabilities)
     return default_schedule(task, outs, target.capabilities), args + outs
 
@@ -76,13 +80,19 @@ class _KernelPlan:
 
 
 def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
-                schedule_for: ScheduleFor = default_kernel) -> ModelFiles:
-    """Compile `graph` into `out` (a .so) with its manifest (.json) and weights (.weights) beside it."""
+                schedule_for: ScheduleFor = default_kernel, emulate: bool = False) -> ModelFiles:
+    """Compile `graph` into `out` (a .so) with its manifest (.json) and weights (.weights) beside it.
+
+    `emulate` (cuda targets): the GPU kernels run in the CPU emulation of the CUDA execution
+    model, so the model is checked on a machine without a GPU.
+    """
     target = Target.parse(target) if isinstance(target, str) else target
+    if emulate and target.kind != "cuda":
+        raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
     graph = optimize(graph)
     groups = fuse(graph)
     taskset = extract_tasks(graph, groups)
-    renderer = renderer_for(target.kind)
+    renderer = renderer_for("cuda-emulate" if emulate else target.kind)
     weights = _Weights()
     plans: dict[tuple, _KernelPlan] = {}
     calls = []
@@ -106,23 +116,45 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
             weights.add(v.name, graph.constants[v.name])
     memory = plan_memory(graph, groups)
     funcs = [p.func for p in plans.values()]
-    executor = _executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
-    source = renderer.render_module(funcs, tail=executor)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(compile_c(source, target_flags(target)), out)
+    if target.kind == "cuda" and not emulate:
+        source, library = _cuda_library(graph, calls, funcs, renderer, weights, memory, target)
+        isa, isa_flags = target.isa, []
+    else:
+        executor = _executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
+        source = renderer.render_module(funcs, tail=executor)
+        binary = Target.parse("llvm") if emulate else target  # the emulation is a program for this CPU
+        library, isa, isa_flags = compile_c(source, target_flags(binary)), binary.isa, sorted(binary.capabilities.flags)
+    shutil.copyfile(library, out)
     files = ModelFiles(out, out.with_suffix(".json"), out.with_suffix(".weights"))
     files.weights.write_bytes(weights.blob)
     files.manifest.write_text(json.dumps({
         "format": 1, "library": out.name, "weights": files.weights.name, "weights_bytes": len(weights.blob),
-        "target": str(target), "isa": target.isa, "isa_flags": sorted(target.capabilities.flags), "inputs": [_value_json(v) for v in graph.inputs],
+        "target": str(target), "emulated": emulate, "isa": isa, "isa_flags": isa_flags,
+        "inputs": [_value_json(v) for v in graph.inputs],
         "outputs": [_value_json(v) for v in graph.outputs],
         "tasks": [{"key": t.key, "weight": t.weight} for t in taskset.tasks],
         "kernels": [{"symbol": renderer.symbol(p.func), "task": key[0], "precomputed_stages": len(p.folded)}
                     for key, p in plans.items()],
     }, indent=1))
-    out.with_suffix(".c").write_text(source)
+    out.with_suffix(".cu" if target.kind == "cuda" and not emulate else ".c").write_text(source)
     return files
+
+
+def _cuda_library(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, memory,
+                  target: Target) -> tuple[str, Path]:
+    """Source and nvcc-built library of a cuda model: kernels, host executor, CUDA runtime."""
+    from autosched.build_cuda import cuda_executor
+    from autosched.codegen.gpu import check_limits, plan_kernel
+    from autosched.codegen.nvcc import compile_cuda
+    geometries = {}
+    for f in funcs:
+        geometries[renderer.symbol(f)] = plan_kernel(f).geometry
+        check_limits(renderer.symbol(f), geometries[renderer.symbol(f)], target.capabilities)
+    executor = cuda_executor(graph, calls, geometries, weights, memory.buffers, memory.arena_size)
+    source = renderer.render_module(funcs, tail=executor)
+    return source, compile_cuda(source, target.capabilities.arch, output="so").path
 
 
 @dataclass(frozen=True)
@@ -186,7 +218,8 @@ def _weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
     outputs = {id(sched.stage_of(o)) for o in sched.outputs}
     for st in sched.stages:  # producers first
         ins = st.op.inputs()
-        const[id(st)] = bool(ins) and id(st) not in outputs and all(
+        # a stage computed inside another's loops (a shared-memory tile) is part of that nest
+        const[id(st)] = bool(ins) and id(st) not in outputs and st.attach == ("root",) and all(
             id(t.op) in const_ops if sched.stage_of(t) is None else const.get(id(sched.stage_of(t)), False) for t in ins)
     frontier = []
     for st in sched.stages:
@@ -242,8 +275,12 @@ def _run_precompute(kernel: Kernel, arrays: list[np.ndarray]) -> np.ndarray:
 
 # --- the executor ---------------------------------------------------------------------------------
 
-def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, buffers,
-              arena_size: int) -> str:
+#: the C arrays a kernel argument points into: the caller's inputs and outputs, the weights, the arena
+HOST_BASES = {"inputs": "inputs", "outputs": "outputs", "weights": "model_weights", "arena": "model_arena"}
+
+
+def arg_pointer(graph: Graph, weights: _Weights, buffers, bases: dict = HOST_BASES) -> Callable[[_Arg], str]:
+    """C for a kernel argument's pointer into the arrays named by `bases` (host or device copies)."""
     inputs = {v.name: k for k, v in enumerate(graph.inputs)}
     outputs = {v.name: k for k, v in enumerate(graph.outputs)}
 
@@ -252,13 +289,20 @@ def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weight
         if name is None:
             return "NULL"
         if name in inputs:  # before outputs: a graph input may also be an output
-            return f"({C_TYPES[graph.values[name].dtype]}*)inputs[{inputs[name]}]"
+            return f"({C_TYPES[graph.values[name].dtype]}*){bases['inputs']}[{inputs[name]}]"
         if name in weights.offsets:
-            return f"({C_TYPES[weights.dtypes[name]]}*)(model_weights + {weights.offsets[name]})"
+            return f"({C_TYPES[weights.dtypes[name]]}*)({bases['weights']} + {weights.offsets[name]})"
         if name in outputs:
-            return f"({C_TYPES[graph.values[name].dtype]}*)outputs[{outputs[name]}]"
-        return f"({C_TYPES[graph.values[name].dtype]}*)(model_arena + {buffers[name].offset})"
+            return f"({C_TYPES[graph.values[name].dtype]}*){bases['outputs']}[{outputs[name]}]"
+        return f"({C_TYPES[graph.values[name].dtype]}*)({bases['arena']} + {buffers[name].offset})"
+    return ptr
 
+
+def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, buffers,
+              arena_size: int) -> str:
+    inputs = {v.name: k for k, v in enumerate(graph.inputs)}
+    outputs = {v.name: k for k, v in enumerate(graph.outputs)}
+    ptr = arg_pointer(graph, weights, buffers)
     lines = []
     for group, symbol, args in calls:
         lines.append(f"  /* {group.anchor.op.value} {group.name} */")

@@ -121,7 +121,7 @@ def _build(args: argparse.Namespace, output: Path):
     """Build from the database; say once which tasks have records only for another ISA."""
     from autosched.api import build
     out = build(args.model, args.target, db=args.db, output=output, shapes=dict(args.shape),
-                shipped=not args.no_shipped)
+                shipped=not args.no_shipped, emulate=getattr(args, "emulate", False))
     if out.other_isa:
         isas = sorted({isa for found in out.other_isa.values() for isa in found})
         print(f"note: {len(out.other_isa)} tasks have records only for {', '.join(isas)}, not for this target's "
@@ -148,6 +148,9 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which task gets the next round: the one costing the model most time (default) or "
                              "Ansor's gradient (expected latency decrease per trial)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--emulate", action="store_true",
+                        help="with --target cuda: measure candidates in the CPU emulation (proves them correct; "
+                             "the times are the CPU's)")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", dest="progress", action="store_const", const="quiet", default="auto",
                        help="no progress, only the last line")
@@ -159,12 +162,29 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="build and measure on the Ray fleet there (see 'autosched fleet') instead of this machine")
 
 
-def _fleet_measurers(ray_address: str | None) -> tuple:
-    """(builder, runner) of the fleet at `ray_address`; (None, None): this machine's."""
-    if not ray_address:
-        return None, None
+def _fleet_measurers(target: Target, ray_address: str):
+    """Builder and runner of the Ray fleet at `ray_address` (CPU targets: its device actors hold
+    the CPU worker)."""
+    if target.kind != "llvm":
+        raise AutoschedError(f"--ray-address: the fleet builds and measures CPU (llvm) targets so far, not {target}")
     from autosched.fleet import fleet_measurers
     return fleet_measurers(ray_address)
+
+
+def _measurers(target: Target, emulate: bool):
+    """Builder and runner for `target`: gcc and the CPU worker, nvcc and the GPU worker, or the
+    CUDA emulation's gcc build and the CPU worker (correctness only: its times are the CPU's)."""
+    from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
+    if target.kind != "cuda":
+        if emulate:
+            raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
+        return LocalBuilder(), LocalRunner()
+    if emulate:
+        from autosched.measure.emulate import EmulationBuilder
+        return EmulationBuilder(), LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.0, timeout=300.0))
+    from autosched.measure.gpu import GpuRunner
+    from autosched.measure.nvcc import NvccBuilder
+    return NvccBuilder(), GpuRunner()
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -173,10 +193,12 @@ def run_tune(args: argparse.Namespace) -> int:
     from autosched.progress import display_for, summary_table
     target = Target.parse(args.target)
     display = display_for(args.progress)
-    builder, runner = _fleet_measurers(args.ray_address)
-    out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
-               seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), callbacks=[display],
-               builder=builder, runner=runner)
+    builder, runner = (_fleet_measurers(target, args.ray_address) if args.ray_address
+                       else _measurers(target, args.emulate))
+    with runner:
+        out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
+                   seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
+                   callbacks=[display])
     summary = out.summary
     if args.progress == "json-lines":
         display.emit("summary", session=out.session, **display.tally.snapshot(),
@@ -217,6 +239,8 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--emulate", action="store_true",
+                        help="with --target cuda: run the CUDA kernels in the CPU emulation (no GPU needed)")
 
 
 def _built(args: argparse.Namespace, tmp: str):

@@ -51,6 +51,7 @@ class Stage:
     annotations: dict = field(default_factory=dict)  # IterVar -> "unroll" | "vectorize" | "parallel" | thread tag
     pragmas: dict = field(default_factory=dict)      # IterVar -> {name: value}
     attach: tuple = ("root",)  # ("root",) | ("inline",) | ("at", Stage, IterVar) | ("precomputed",)
+    double_buffer: bool = False  # a shared tile kept twice, alternating with its loop (see `double_buffered`)
 
     def __post_init__(self):
         self.leaf_axes = list(self.op.axes) + list(self.op.reduce_axes)
@@ -175,6 +176,14 @@ class Stage:
         if scope not in SCOPES:
             raise self._err(f"unknown memory scope {scope!r}; one of {', '.join(SCOPES)}")
         self.scope = scope
+
+    def double_buffered(self) -> None:
+        """Keep two copies of this shared tile, the loop it is computed at alternating between them:
+        writing one while slower threads may still read the other needs no barrier before the
+        write, only the one after it (half the block-wide waits of a k loop)."""
+        if self.scope != "shared":
+            raise self._err(f"only a shared-memory stage can be double buffered, not a {self.scope} one")
+        self.double_buffer = True
 
 
 def _rel_axes(rel) -> tuple:

@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import subprocess
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +60,33 @@ class CpuCapabilities:
 
 @dataclass(frozen=True)
 class GpuCapabilities:
+    """Per-architecture device limits: what a CUDA schedule is checked against before it
+    reaches nvcc or a device (a config over a limit can never launch)."""
+
     arch: str
     max_threads_per_block: int = 1024
-    max_shared_memory_per_block: int = 48 * 1024  # static limit; opt-in larger sizes are per-arch
+    max_shared_memory_per_block: int = 48 * 1024  # static __shared__ limit
+    max_shared_memory_per_block_optin: int = 48 * 1024  # dynamic shared memory after cudaFuncSetAttribute
+    max_registers_per_thread: int = 255
+    registers_per_sm: int = 64 * 1024
     warp_size: int = 32
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        """(major, minor) from the arch name: sm_90a -> (9, 0)."""
+        digits = re.match(r"sm_([0-9]+)", self.arch).group(1)
+        return int(digits[:-1]), int(digits[-1])
+
+
+#: compute capability -> opt-in shared memory per block (bytes); the other limits are common
+#: to every architecture since Volta (CUDA C Programming Guide, table of technical specifications)
+log = logging.getLogger("autosched.target")
+
+_SHARED_OPTIN = {(7, 0): 96 * 1024, (7, 2): 96 * 1024, (7, 5): 64 * 1024, (8, 0): 163 * 1024,
+                 (8, 6): 99 * 1024, (8, 7): 163 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024,
+                 (10, 0): 227 * 1024, (10, 3): 227 * 1024, (11, 0): 227 * 1024, (12, 0): 99 * 1024,
+                 (12, 1): 99 * 1024}
+DEFAULT_CUDA_ARCH = "sm_80"
 
 
 Capabilities = Union[CpuCapabilities, GpuCapabilities]
@@ -201,9 +225,40 @@ def _describe_llvm(options: Mapping[str, str], host: CpuInfo | None) -> tuple[st
     return "|".join(parts), caps
 
 
+def gpu_capabilities(arch: str) -> GpuCapabilities:
+    """The limits of `arch`; an architecture newer than the table takes the newest older entry."""
+    caps = GpuCapabilities(arch=arch)
+    known = [cc for cc in sorted(_SHARED_OPTIN) if cc <= caps.compute_capability]
+    if not known:
+        raise TargetError(f"architecture {arch} is older than Volta (sm_70); autosched needs sm_70 or newer")
+    return GpuCapabilities(arch=arch, max_shared_memory_per_block_optin=_SHARED_OPTIN[known[-1]])
+
+
+def detect_cuda_arch() -> str | None:
+    """The compute capability of this node's first GPU as sm_XX, or None without a driver."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.fullmatch(r"([0-9]+)\.([0-9])", out[0]) if out else None
+    return f"sm_{m.group(1)}{m.group(2)}" if m else None
+
+
+def _default_cuda_options(given: Mapping[str, str]) -> dict[str, str]:
+    """-arch of the GPU here when the user gave none, else sm_80 with a notice."""
+    if "arch" in given:
+        return {}
+    arch = detect_cuda_arch()
+    if arch is None:
+        arch = DEFAULT_CUDA_ARCH
+        log.warning("target cuda: no -arch given and no GPU found; using -arch=%s", arch)
+    return {"arch": arch}
+
+
 def _describe_cuda(options: Mapping[str, str], host: CpuInfo | None) -> tuple[str, Capabilities]:
     arch = options["arch"]
-    return f"cuda|{arch}", GpuCapabilities(arch=arch)
+    return f"cuda|{arch}", gpu_capabilities(arch)
 
 
 @dataclass(frozen=True)
@@ -216,6 +271,7 @@ class TargetKind:
     required: frozenset[str]
     ray_resource: str
     describe: Callable[[Mapping[str, str], CpuInfo | None], tuple[str, Capabilities]]
+    defaults: Callable[[Mapping[str, str]], Mapping[str, str]] = lambda given: {}  # options to fill in
 
 
 TARGET_KINDS: Mapping[str, TargetKind] = {
@@ -231,9 +287,10 @@ TARGET_KINDS: Mapping[str, TargetKind] = {
         TargetKind(
             name="cuda",
             options={"arch": re.compile(r"sm_[0-9]{2,3}[af]?\Z")},
-            required=frozenset({"arch"}),
+            required=frozenset(),
             ray_resource="GPU",
             describe=_describe_cuda,
+            defaults=_default_cuda_options,
         ),
     )
 }
@@ -272,6 +329,7 @@ class Target:
             if not kind.options[key].match(value):
                 raise TargetError(f"target {text!r}: bad value {value!r} for -{key}")
             options[key] = value
+        options.update(kind.defaults(options))
         missing = sorted(kind.required - options.keys())
         if missing:
             example = {"arch": "sm_90"}.get(missing[0], "...")

@@ -63,3 +63,20 @@ def softmax_task(shape: Sequence[int]) -> Task:
     b = GraphBuilder()
     b.output(b.node(Op.SOFTMAX, [b.input("x", shape)], axis=-1))
     return _task(b)
+
+
+def unary_task(op, shape: Sequence[int], **attrs) -> Task:
+    """One node of `op` on one input: pooling, reductions, layout ops, LayerNorm (with constants)."""
+    b = GraphBuilder()
+    ins = [b.input("x", shape)]
+    if op is Op.LAYER_NORM:
+        ins += [_const(b, "scale", shape[attrs["axis"]:]), _const(b, "bias", shape[attrs["axis"]:])]
+    b.output(b.node(op, ins, **attrs))
+    return _task(b)
+
+
+def add_relu_task(shape: Sequence[int], other: Sequence[int]) -> Task:
+    """Add with numpy broadcasting, then Relu: an elementwise anchor with an epilogue."""
+    b = GraphBuilder()
+    b.output(b.node(Op.RELU, [b.node(Op.ADD, [b.input("x", shape), b.input("y", other)])]))
+    return _task(b)

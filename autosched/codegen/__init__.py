@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from autosched.codegen.c import CRenderer
+from autosched.codegen.cuda import CudaRenderer
+from autosched.codegen.cuda_emulate import EmulationRenderer
 from autosched.codegen.errors import CodegenError, CompileError
 
 #: target kind -> renderer class; a new back end is one module and one line here
-RENDERERS = {"llvm": CRenderer, "c": CRenderer}
+RENDERERS = {"llvm": CRenderer, "c": CRenderer, "cuda": CudaRenderer, "cuda-emulate": EmulationRenderer}
 
 
 def renderer_for(kind: str):
@@ -15,4 +17,4 @@ def renderer_for(kind: str):
         raise CodegenError(f"no code generator for target {kind!r}; known: {', '.join(sorted(RENDERERS))}") from None
 
 
-__all__ = ["RENDERERS", "renderer_for", "CRenderer", "CodegenError", "CompileError"]
+__all__ = ["RENDERERS", "renderer_for", "CRenderer", "CudaRenderer", "EmulationRenderer", "CodegenError", "CompileError"]

@@ -43,6 +43,8 @@ class CRenderer:
     """Renders one PrimFunc as a self-contained C translation unit."""
 
     capabilities = {"threads": False, "shared_memory": False}
+    #: storage and linkage of generated helper functions (a GPU back end adds its device qualifier)
+    INLINE = "static inline"
 
     @staticmethod
     def symbol(func: PrimFunc) -> str:
@@ -236,7 +238,7 @@ class CRenderer:
             rt = ret or vt
             params = ", ".join(f"{vt} a{k}" for k in range(n_args))
             expr = scalar_fmt.format(*[f"a{k}[l]" for k in range(n_args)])
-            self._helpers[fn] = (f"static inline {rt} {fn}({params}) {{ {rt} r; "
+            self._helpers[fn] = (f"{self.INLINE} {rt} {fn}({params}) {{ {rt} r; "
                                  f"for (int l = 0; l < {lanes}; ++l) r[l] = {expr}; return r; }}")
         return fn
 
@@ -293,7 +295,7 @@ class CRenderer:
         x, y = [code if is_vec else f"(({ct}){{0}} + ({code}))" for code, is_vec in operands]
         fn = f"sel_{e.cond.op}_{SHORT[e.cond.a.dtype]}_{vt}"
         if fn not in self._helpers:
-            self._helpers[fn] = (f"static inline {vt} {fn}({ct} x, {ct} y, {vt} t, {vt} f) {{ {vt} r; "
+            self._helpers[fn] = (f"{self.INLINE} {vt} {fn}({ct} x, {ct} y, {vt} t, {vt} f) {{ {vt} r; "
                                  f"for (int l = 0; l < {lanes}; ++l) r[l] = x[l] {_CMP[e.cond.op]} y[l] ? t[l] : f[l]; "
                                  "return r; }")
         return (f"{fn}({x}, {y}, {t}, {f})", True)
@@ -323,7 +325,7 @@ class CRenderer:
                 if fn not in self._helpers:
                     t = C_TYPES[e.dtype]
                     cmp = "<" if e.op == "min" else ">"
-                    self._helpers[fn] = f"static inline {t} {fn}({t} a, {t} b) {{ return a {cmp} b ? a : b; }}"
+                    self._helpers[fn] = f"{self.INLINE} {t} {fn}({t} a, {t} b) {{ return a {cmp} b ? a : b; }}"
                 return f"{fn}({a}, {b})"
             return self._divmod(e, a, b)
         if isinstance(e, Cmp):
@@ -350,14 +352,15 @@ class CRenderer:
         if fn not in self._helpers:
             body = ("{ T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }" if e.op == "floordiv"
                     else "{ T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }")
-            self._helpers[fn] = f"static inline {t} {fn}({t} a, {t} b) " + body.replace("T ", f"{t} ")
+            self._helpers[fn] = f"{self.INLINE} {t} {fn}({t} a, {t} b) " + body.replace("T ", f"{t} ")
         return f"{fn}({a}, {b})"
 
 
-def _param_decls(func: PrimFunc, names: list[str]) -> list[str]:
+def _param_decls(func: PrimFunc, names: list[str], restrict: str = "restrict") -> list[str]:
     """Parameter declarations; inputs are const, since the kernel never writes them."""
     written = {id(s.buffer) for s in walk_stmts(func.body) if isinstance(s, Store)}
-    return [f"{'' if id(b) in written else 'const '}{C_TYPES[b.dtype]}* restrict {n}" for b, n in zip(func.params, names)]
+    return [f"{'' if id(b) in written else 'const '}{C_TYPES[b.dtype]}* {restrict} {n}"
+            for b, n in zip(func.params, names)]
 
 
 def _timer(fname: str, params: list[str]) -> str:

@@ -8,6 +8,7 @@ ranges in hand.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from autosched.lower import arith
@@ -35,6 +36,8 @@ class _Lowerer:
         self.mins: dict[int, list] = {}        # id(stage) -> region minimum per dimension
         self.ranges: dict = {}                 # Var -> (lo, hi) of every loop in scope
         self.attached: dict[int, list[Stage]] = {}  # id(IterVar) -> stages computed at it
+        self.block_shared: dict = {}  # Var -> range of loops bound to threadIdx/vthread (one block's threads)
+        self.offsets: dict[int, Expr] = {}  # id(stage) -> where its current copy starts in a double buffer
 
     # --- entry -------------------------------------------------------------------------------
     def run(self) -> PrimFunc:
@@ -113,6 +116,8 @@ class _Lowerer:
         leaves = st.leaf_axes
         for iv in leaves:
             self.ranges[iv.var] = (0, ext[id(iv)] - 1)
+            if str(st.annotations.get(iv, "")).startswith(("threadIdx", "vthread")):
+                self.block_shared[iv.var] = self.ranges[iv.var]
 
         value: dict[int, Expr] = {id(iv): iv.var for iv in leaves}
         lets: dict[int, list] = {}  # id(leaf) -> [(var, expr)] bound right inside that loop
@@ -131,6 +136,8 @@ class _Lowerer:
                         lets.setdefault(id(leaf), []).append((iv.var, e))
                         self.ranges[iv.var] = (0, ext[id(iv)] - 1)
                         value[id(iv)] = iv.var
+                        if leaf.var in self.block_shared:  # a fused thread axis: its parts are thread indices too
+                            self.block_shared[iv.var] = self.ranges[iv.var]
                 else:
                     value[id(rel.outer)], value[id(rel.inner)] = outer_v, inner_v
 
@@ -153,7 +160,7 @@ class _Lowerer:
                 pre[id(iv)] = seq(*[self._attached(a, body_te, inner) for a in self.attached[id(iv)]])
 
         buf = self.buffers[id(st)]
-        idx = self._flat(local_idx, region_ext)
+        idx = self._offset(st, self._flat(local_idx, region_ext))
         value_expr = self._resolve(body_te)
         if isinstance(op.body, Reduce):
             old = Load(buf, (idx,), buf.dtype)
@@ -161,7 +168,11 @@ class _Lowerer:
         else:
             main = Store(buf, idx, value_expr)
         if st.attach[0] == "at" and self._in_bounds(main):
-            guards = []  # the overhang lands in scratch rows of a local buffer that no one reads
+            # a spatial overhang lands in scratch rows of a local buffer that no one reads; a
+            # reduction's overhang would add terms to the sum, so its guards stay
+            reduce_vars = {v for iv in leaves if st.axis_kind(iv) == REDUCE
+                           for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
+            guards = [g for g in guards if _vars(g) & reduce_vars]
         main = self._guard(main, guards)
 
         kinds = [self._kind(st, iv) for iv in leaves]
@@ -239,8 +250,15 @@ class _Lowerer:
 
     # --- compute_at ----------------------------------------------------------------------------
     def _attached(self, st: Stage, consumer_body: Expr, inner: dict) -> Stmt:
-        """Bound inference for `st` from the consumer's reads, then its nest in that region."""
+        """Bound inference for `st` from the consumer's reads, then its nest in that region.
+
+        A shared buffer serves every thread of a block: its region spans all the block's thread
+        indices, not only the reading thread's (each thread's own loops bound to the same axes
+        then fill their share of it).
+        """
         op = st.op
+        if st.scope == "shared":
+            inner = {**self.block_shared, **inner}
         lo_hi: list[list] = [[] for _ in op.axes]
         for x in walk(consumer_body):
             if isinstance(x, Load) and isinstance(x.source, Tensor) and self.sched.stage_of(x.source) is st:
@@ -252,12 +270,21 @@ class _Lowerer:
             mins.append(lo)
             exts.append(e)
         self.mins[id(st)] = mins
-        buf = Buffer(st.name, op.dtype, tuple(exts), st.scope if st.scope != "global" else "local")
+        shape = tuple(exts)
+        if st.double_buffer:  # two copies, one after the other; the first extent never enters an index
+            shape = (2 * shape[0],) + shape[1:]
+            self.offsets[id(st)] = arith.simplify((st.attach[2].var % 2) * math.prod(exts), self.ranges)
+        buf = Buffer(st.name, op.dtype, shape, st.scope if st.scope != "global" else "local")
         self.buffers[id(st)] = buf
         nest = self._stage(st, exts)
         if st.scope == "shared":
-            nest = seq(Barrier(), nest, Barrier())
+            nest = seq(nest, Barrier()) if st.double_buffer else seq(Barrier(), nest, Barrier())
         return Allocate(buf, nest)
+
+    def _offset(self, st: Stage | None, index: Expr) -> Expr:
+        """`index` in the copy of a double-buffered stage that the current iteration uses."""
+        off = self.offsets.get(id(st))
+        return index if off is None else arith.simplify(index + off, self.ranges)
 
     def _cover(self, intervals: list, full: int) -> tuple[Expr, int]:
         """One region [lo, lo + extent) covering every access; extent a constant."""
@@ -307,7 +334,7 @@ class _Lowerer:
                                         "(compute_at into a loop that does not enclose its reader?)")
                 mins = self.mins.get(key, [Const(0, "int32")] * len(buf.shape))
                 rel = [i - m for i, m in zip(x.indices, mins)]
-                return Load(buf, (self._flat(rel, list(buf.shape)),), x.dtype)
+                return Load(buf, (self._offset(st, self._flat(rel, list(buf.shape))),), x.dtype)
             return None
         return arith.simplify(transform(e, res), self.ranges)
 

@@ -33,7 +33,7 @@ def _isa(target: Target) -> str:
 def device_resource(target: Target) -> str:
     """The resource of a device that may measure `target`: the CPU's ISA class or the
     GPU's compute capability."""
-    return f"{PREFIX}gpu-{target.option('arch')}" if target.kind == "cuda" else f"{PREFIX}cpu-{_isa(target)}"
+    return f"{PREFIX}gpu-{target.capabilities.arch}" if target.kind == "cuda" else f"{PREFIX}cpu-{_isa(target)}"
 
 
 def toolchain_resource(target: Target) -> str:

@@ -26,6 +26,7 @@ from autosched.codegen import CodegenError, CompileError, renderer_for
 from autosched.codegen.gcc import compile_c, target_flags
 from autosched.errors import AutoschedError
 from autosched.lower import lower
+from autosched.lower.ir import PrimFunc
 from autosched.measure.interface import Builder, Runner
 from autosched.measure.lifetime import die_with_parent
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
@@ -49,24 +50,44 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
         func = lower(sched, args, "candidate")
         renderer = renderer_for(inp.target.kind)
         code = renderer.render(func)
+        flags = target_flags(inp.target)
     except (AutoschedError, ScheduleError, CodegenError, ValueError, KeyError, IndexError, TypeError) as e:
         return BuildResult(None, ErrorKind.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
+    return compile_candidate(code, func, renderer.symbol(func), flags, cache_dir, compile_timeout, start)
+
+
+def compile_candidate(code: str, func: PrimFunc, symbol: str, flags: Sequence[str], cache_dir: str | None,
+                      timeout: float, start: float) -> BuildResult:
+    """gcc-compile generated C into a library the worker loads; failures are results."""
     try:
-        lib = compile_c(code, target_flags(inp.target), cache_dir=Path(cache_dir) if cache_dir else None, timeout=compile_timeout)
+        lib = compile_c(code, flags, cache_dir=Path(cache_dir) if cache_dir else None, timeout=timeout)
     except CompileError as e:
         kind = ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR
         return BuildResult(None, kind, str(e), time.perf_counter() - start)
     manifest = lib.with_suffix(".json")
-    if not manifest.exists():
-        params = [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)} for b in func.params]
-        tmp = manifest.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"lib": str(lib), "symbol": renderer.symbol(func), "params": params}))
-        os.replace(tmp, manifest)
+    write_manifest(manifest, func, symbol, lib=str(lib))
     return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", time.perf_counter() - start)
 
 
+def write_manifest(path: Path, func: PrimFunc, symbol: str, **fields) -> None:
+    """What a runner needs to load a built candidate (symbol, parameters, `fields`), written once
+    and atomically: parallel builders of identical code share it."""
+    if path.exists():
+        return
+    params = [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)} for b in func.params]
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**fields, "symbol": symbol, "params": params}))
+    os.replace(tmp, path)
+
+
 class LocalBuilder(Builder):
-    """Compiles candidates in `n_parallel` processes; each build may take `timeout` seconds."""
+    """Compiles candidates in `n_parallel` processes; each build may take `timeout` seconds.
+
+    `build_one` builds one candidate in a child; other back ends (nvcc, the CUDA emulation)
+    replace it and keep the pool, the timeouts and the failure handling.
+    """
+
+    build_one = staticmethod(_build_one)
 
     def __init__(self, n_parallel: int | None = None, timeout: float = 60.0, cache_dir: Path | None = None,
                  instantiate: Instantiate = instantiate_from_template):
@@ -84,7 +105,8 @@ class LocalBuilder(Builder):
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         finished = False
         try:
-            pending = [pool.apply_async(_build_one, (inp, self.instantiate, cache, self.timeout)) for inp in inputs]
+            pending = [pool.apply_async(self.build_one, (inp, self.instantiate, cache, self.timeout))
+                       for inp in inputs]
             out = [self._result(p) for p in pending]
             finished = all(p.ready() for p in pending)
         finally:
@@ -122,6 +144,9 @@ class RunnerOptions:
 class LocalRunner(Runner):
     """Runs built candidates one at a time in a restartable worker process."""
 
+    #: the worker's module (`python -m`); a device runner names its own, speaking the same protocol
+    WORKER = "autosched.measure.worker"
+
     def __init__(self, options: RunnerOptions = RunnerOptions()):
         self.options = options
         self._proc: subprocess.Popen | None = None
@@ -144,7 +169,7 @@ class LocalRunner(Runner):
     # --- worker ---------------------------------------------------------------------------
     def _worker(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen([sys.executable, "-m", "autosched.measure.worker", str(os.getpid())],
+            self._proc = subprocess.Popen([sys.executable, "-m", self.WORKER, str(os.getpid())],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                           start_new_session=True)
         return self._proc

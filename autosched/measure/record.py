@@ -32,7 +32,8 @@ class ErrorKind(Enum):
     RUNTIME_ERROR = 4
     RUN_TIMEOUT = 5
     WRONG_ANSWER = 6  # ran, but its output differs from the reference
-    LOST = 7  # every device it was sent to vanished mid-measurement: says nothing about the config
+    RESOURCE_LIMIT = 7  # over the device's limits (threads, shared memory, registers): could never launch
+    LOST = 8  # every device it was sent to vanished mid-measurement: says nothing about the config
 
 
 class TaskLike(Protocol):

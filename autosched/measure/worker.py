@@ -21,7 +21,7 @@ from autosched.runtime import Kernel
 _DATA: dict[str, tuple[list, list]] = {}
 
 
-def _load_data(path: str) -> tuple[list, list]:
+def load_data(path: str) -> tuple[list, list]:
     if path not in _DATA:
         with np.load(path) as z:
             n_in, n_out = int(z["n_inputs"]), int(z["n_outputs"])
@@ -30,26 +30,34 @@ def _load_data(path: str) -> tuple[list, list]:
     return _DATA[path]
 
 
-def handle(req: dict) -> dict:
-    manifest = json.loads(open(req["manifest"]).read())
-    params = [Buffer(p["name"], p["dtype"], tuple(p["shape"])) for p in manifest["params"]]
-    kern = Kernel(manifest["lib"], manifest["symbol"], params, "")
-    kern.set_num_threads(int(req["threads"]))
-    inputs, expected = _load_data(req["data"])
-    outputs = [np.full(b.shape, np.nan, dtype=e.dtype) for b, e in zip(params[len(inputs):], expected)]
-    args = kern.bind(list(inputs) + outputs)
-    kern.run(args)
+def compare_outputs(outputs: list, expected: list, rtol: float, atol: float) -> dict | None:
+    """None when every output matches its reference, else the WRONG_ANSWER reply naming the worst element."""
     for k, (got, want) in enumerate(zip(outputs, expected)):
         # long float32 reductions summed in another order differ by up to ~sqrt(k)·eps of the
         # terms' magnitude, which near a zero crossing dwarfs any fixed atol: scale it by the output's
         finite = np.abs(want[np.isfinite(want)]) if want.dtype.kind == "f" else np.zeros(0)
         scale = max(1.0, float(finite.max())) if finite.size else 1.0
-        if not np.allclose(got, want, rtol=req["rtol"], atol=req["atol"] * scale, equal_nan=False):
+        if not np.allclose(got, want, rtol=rtol, atol=atol * scale, equal_nan=False):
             err = np.abs(got.astype(np.float64) - want.astype(np.float64))
             where = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))), err.shape)
             return {"error": "WRONG_ANSWER",
                     "msg": f"output {k} differs from the reference: at {tuple(int(i) for i in where)} got "
                            f"{got[where]!r}, expected {want[where]!r}"}
+    return None
+
+
+def handle(req: dict) -> dict:
+    manifest = json.loads(open(req["manifest"]).read())
+    params = [Buffer(p["name"], p["dtype"], tuple(p["shape"])) for p in manifest["params"]]
+    kern = Kernel(manifest["lib"], manifest["symbol"], params, "")
+    kern.set_num_threads(int(req["threads"]))
+    inputs, expected = load_data(req["data"])
+    outputs = [np.full(b.shape, np.nan, dtype=e.dtype) for b, e in zip(params[len(inputs):], expected)]
+    args = kern.bind(list(inputs) + outputs)
+    kern.run(args)
+    wrong = compare_outputs(outputs, expected, req["rtol"], req["atol"])
+    if wrong is not None:
+        return wrong
     costs = kern.time(args, repeat=int(req["repeat"]), min_repeat_ms=float(req["min_repeat_ms"]),
                       flush_bytes=int(req["flush_bytes"]), stop_above=float(req["stop_above"]))
     return {"costs": costs}

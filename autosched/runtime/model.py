@@ -31,13 +31,18 @@ class Model:
         self.outputs = self.manifest["outputs"]
         self._ffi = FFI()
         self._ffi.cdef("int32_t autosched_model_init(const char*); void autosched_model_free(void);"
-                       "int32_t autosched_model_run(void**, void**); void autosched_set_num_threads(int32_t);")
+                       "int32_t autosched_model_run(void**, void**); void autosched_set_num_threads(int32_t);"
+                       "const char* autosched_last_error(void);")
         _pin_openmp()
         self._lib = self._ffi.dlopen(str(self.library.resolve()))
         weights = self.library.with_name(self.manifest["weights"])
         status = self._lib.autosched_model_init(str(weights).encode())
         if status == 2:
             raise ModelError(f"{weights}: missing, unreadable or not {self.manifest['weights_bytes']} bytes")
+        if status == 3:  # a CUDA build on a machine without a usable GPU, or out of device memory
+            raise ModelError(f"{self.library}: CUDA error loading the model: "
+                             f"{self._ffi.string(self._lib.autosched_last_error()).decode()} (no usable GPU here? "
+                             "'autosched check --emulate' runs a cuda model's kernels on the CPU)")
         if status != 0:
             raise ModelError(f"{self.library}: out of memory loading the model")
 
@@ -71,7 +76,10 @@ class Model:
         in_ptrs = self._ffi.new("void*[]", [self._ffi.cast("void*", a.ctypes.data) for a in ins] or [self._ffi.NULL])
         out_ptrs = self._ffi.new("void*[]", [self._ffi.cast("void*", a.ctypes.data) for a in outs])
         if self._lib.autosched_model_run(in_ptrs, out_ptrs) != 0:
-            raise ModelError(f"{self.library}: a kernel could not allocate its temporary memory")
+            try:  # the CUDA emulation says which kernel failed and why
+                raise ModelError(f"{self.library}: {self._ffi.string(self._lib.autosched_last_error()).decode()}")
+            except AttributeError:
+                raise ModelError(f"{self.library}: a kernel could not allocate its temporary memory") from None
 
     def close(self) -> None:
         if self._lib is not None:

@@ -28,6 +28,10 @@ def _pin_openmp():
     return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
 
 
+class KernelError(RuntimeError):
+    """A kernel reported an error while running (the CUDA emulation's checks)."""
+
+
 class Kernel:
     """One compiled function: checks its arguments, then calls straight into C."""
 
@@ -39,7 +43,8 @@ class Kernel:
         ptrs = ", ".join(t + "*" for t in ctypes)
         self._ffi.cdef(f"int32_t {name}({ptrs});\n"
                        f"int32_t {name}_time({ptrs}, int32_t, double, int64_t, double, double*);\n"
-                       "void autosched_set_num_threads(int32_t);")
+                       "void autosched_set_num_threads(int32_t);\n"
+                       "const char* autosched_last_error(void);")
         _pin_openmp()
         self._lib = self._ffi.dlopen(str(self.path))
         self._fn = getattr(self._lib, name)
@@ -69,7 +74,16 @@ class Kernel:
 
     def run(self, args: "BoundArgs") -> None:
         if self._fn(*args.pointers) != 0:
-            raise MemoryError(f"{self.name}: a temporary buffer could not be allocated")
+            self._fail()
+
+    def _fail(self):
+        """Raise the kernel's own error: a message where the library has one (the CUDA emulation's
+        out-of-bounds and barrier reports), else the C back end's only failure."""
+        try:
+            message = self._ffi.string(self._lib.autosched_last_error()).decode()
+        except AttributeError:
+            raise MemoryError(f"{self.name}: a temporary buffer could not be allocated") from None
+        raise KernelError(message)
 
     def time(self, args: "BoundArgs", repeat: int = 3, min_repeat_ms: float = 50.0, flush_bytes: int = 0,
              stop_above: float = 0.0) -> list[float]:
@@ -77,7 +91,7 @@ class Kernel:
         costs = self._ffi.new("double[]", max(1, repeat))
         done = self._time(*args.pointers, int(repeat), float(min_repeat_ms), int(flush_bytes), float(stop_above), costs)
         if done < 0:
-            raise MemoryError(f"{self.name}: a temporary buffer could not be allocated")
+            self._fail()
         return [costs[i] for i in range(done)]
 
     def set_num_threads(self, n: int) -> None:

@@ -1,0 +1,109 @@
+"""The host side of a model built for target cuda: one shared library holding every task's kernel
+(compiled by nvcc into its embedded fatbin), a graph executor launching them, and the CUDA
+runtime, linked statically.
+
+It exports the C executor's functions, so `autosched.runtime.Model` loads and runs it like a CPU
+build: `autosched_model_init` uploads the weights and allocates the device arena and one device
+buffer per model input and output; `autosched_model_run` copies the inputs in, launches the
+kernels in order with each one's launch geometry, and copies the outputs back. Building needs
+nvcc only; running needs a GPU and its driver. A CUDA error is returned as status 3, its text
+by `autosched_last_error`.
+"""
+from __future__ import annotations
+
+from autosched.build import WEIGHT_ALIGN, arg_pointer
+from autosched.codegen.gpu import LaunchGeometry
+from autosched.graph.ir import Graph
+
+DEVICE_BASES = {"inputs": "device_inputs", "outputs": "device_outputs", "weights": "device_weights",
+                "arena": "device_arena"}
+STATIC_SHARED_LIMIT = 48 * 1024  # above it a kernel must opt in to its dynamic shared memory
+
+
+def cuda_executor(graph: Graph, calls: list, geometries: dict[str, LaunchGeometry], weights, buffers,
+                  arena_size: int) -> str:
+    """CUDA C++ for the executor of a model whose kernels precede it in the same source."""
+    ptr = arg_pointer(graph, weights, buffers, DEVICE_BASES)
+    inputs = {v.name: k for k, v in enumerate(graph.inputs)}
+    outputs = {v.name: k for k, v in enumerate(graph.outputs)}
+    produced = {n for group, _, _ in calls for n in group.outputs}
+    launches = []
+    for group, symbol, args in calls:
+        g = geometries[symbol]
+        launches += [f"  /* {group.anchor.op.value} {group.name} */",
+                     f"  {symbol}<<<dim3({', '.join(map(str, g.grid))}), dim3({', '.join(map(str, g.block))}), "
+                     f"{g.shared_bytes}>>>({', '.join(ptr(a) for a in args)});",
+                     "  CHECK(cudaGetLastError());"]
+    copy_in = [f"  CHECK(cudaMemcpy(device_inputs[{k}], inputs[{k}], {v.nbytes}, cudaMemcpyHostToDevice));"
+               for k, v in enumerate(graph.inputs)]
+    copy_out = []
+    for v in graph.outputs:
+        k = outputs[v.name]
+        if v.name in produced:
+            copy_out.append(f"  CHECK(cudaMemcpy(outputs[{k}], device_outputs[{k}], {v.nbytes}, cudaMemcpyDeviceToHost));")
+        else:  # an output that is an input or a constant: copy it on the host
+            src = f"inputs[{inputs[v.name]}]" if v.name in inputs else f"model_weights + {weights.offsets[v.name]}"
+            copy_out.append(f"  memcpy(outputs[{k}], {src}, {v.nbytes});")
+    opt_in = [f"  CHECK(cudaFuncSetAttribute({s}, cudaFuncAttributeMaxDynamicSharedMemorySize, {g.shared_bytes}));"
+              for s, g in geometries.items() if g.shared_bytes > STATIC_SHARED_LIMIT]
+    allocs = [f"  CHECK(cudaMalloc(&device_inputs[{k}], {max(1, v.nbytes)}));" for k, v in enumerate(graph.inputs)]
+    allocs += [f"  CHECK(cudaMalloc(&device_outputs[{k}], {max(1, v.nbytes)}));" for k, v in enumerate(graph.outputs)]
+    n_weights = len(weights.blob)
+    nl = "\n"
+    return f"""/* ---- graph executor (host) ---------------------------------------------------- */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+
+static char* model_weights = NULL;
+static char* device_weights = NULL;
+static char* device_arena = NULL;
+static void* device_inputs[{max(1, len(graph.inputs))}];
+static void* device_outputs[{max(1, len(graph.outputs))}];
+static cudaError_t model_error = cudaSuccess;
+#define CHECK(call) do {{ cudaError_t e_ = (call); if (e_ != cudaSuccess) {{ model_error = e_; return 3; }} }} while (0)
+
+extern "C" const char* autosched_last_error(void) {{ return cudaGetErrorString(model_error); }}
+extern "C" void autosched_set_num_threads(int32_t n) {{ (void)n; }}
+
+/* Loads the weights onto the GPU: 0, or 1 (no host memory), 2 (weights file unreadable or of the wrong size),
+   3 (a CUDA error: no device, no device memory; see autosched_last_error). */
+extern "C" int32_t autosched_model_init(const char* weights_path) {{
+  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {max(WEIGHT_ALIGN, -(-n_weights // WEIGHT_ALIGN) * WEIGHT_ALIGN)});
+  if (model_weights == NULL) return 1;
+  FILE* f = fopen(weights_path, "rb");
+  if (f == NULL) return 2;
+  size_t got = fread(model_weights, 1, {n_weights}, f);
+  int extra = fgetc(f);
+  fclose(f);
+  if (got != {n_weights} || extra != EOF) return 2;
+  CHECK(cudaMalloc((void**)&device_weights, {max(1, n_weights)}));
+  CHECK(cudaMemcpy(device_weights, model_weights, {n_weights}, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc((void**)&device_arena, {max(1, arena_size)}));
+{nl.join(allocs)}
+{nl.join(opt_in)}
+  return 0;
+}}
+
+extern "C" void autosched_model_free(void) {{
+  cudaFree(device_weights);
+  cudaFree(device_arena);
+  for (int k = 0; k < {len(graph.inputs)}; ++k) cudaFree(device_inputs[k]);
+  for (int k = 0; k < {len(graph.outputs)}; ++k) cudaFree(device_outputs[k]);
+  free(model_weights);
+  model_weights = device_weights = device_arena = NULL;
+}}
+
+/* Runs the model: {len(calls)} kernel launches. 0 on success, 3 on a CUDA error. */
+extern "C" int32_t autosched_model_run(void** inputs, void** outputs) {{
+{nl.join(copy_in)}
+{nl.join(launches)}
+{nl.join(copy_out)}
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}}
+"""
+
+
+__all__ = ["cuda_executor"]

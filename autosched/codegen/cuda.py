@@ -1,0 +1,122 @@
+"""CUDA C code generation: one `extern "C" __global__` kernel per lowered function.
+
+Thread-bound loops become the block and thread indices (see `gpu.py` for the launch geometry
+and the checks), shared buffers are carved out of the block's dynamic shared memory (so a
+kernel may use an architecture's opt-in maximum), local buffers are per-thread arrays that
+nvcc keeps in registers once unrolled loops index them by constants, barriers are
+`__syncthreads()`. A vectorized loop of 2 or 4 float32 lanes whose store (and any load) is
+contiguous and provably 16- or 8-byte aligned becomes one float4/float2 access; otherwise it is
+an unrolled scalar loop, which is always correct.
+"""
+from __future__ import annotations
+
+from autosched.codegen.c import _free, _has_var_in_atoms, _param_decls, _without
+from autosched.codegen.gpu import GpuRenderer, LaunchGeometry, plan_kernel
+from autosched.lower import arith
+from autosched.lower.ir import Allocate, For, IfThenElse, PrimFunc, Store
+from autosched.te.expr import Const, Expr, Load, Var, substitute, transform, walk
+
+_LANES = "xyzw"
+
+
+class CudaRenderer(GpuRenderer):
+    """Renders lowered functions as a CUDA translation unit (for nvcc -cubin)."""
+
+    capabilities = {"threads": True, "shared_memory": True, "vector_bytes": 16}
+    INLINE = "static __device__ __forceinline__"
+    INDEX = {axis: f"(int32_t){axis}" for axis in
+             ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")}
+
+    def render(self, func: PrimFunc) -> str:
+        return self.render_module([func])
+
+    def render_module(self, funcs: list[PrimFunc], timers: bool = False, tail: str = "") -> str:
+        """Every kernel of `funcs` in one .cu source; `timers` has no meaning on a GPU (events time it)."""
+        self._helpers: dict[str, str] = {}
+        bodies = [self._function(f) for f in funcs]
+        head = ["#include <stdint.h>", "#include <math.h>", ""]
+        return "\n".join(head + list(self._helpers.values()) + [""] + bodies + [tail])
+
+    def geometry(self, func: PrimFunc) -> LaunchGeometry:
+        """How the host launches the rendered kernel."""
+        return plan_kernel(func).geometry
+
+    def _function(self, func: PrimFunc, timer: bool = False) -> str:
+        plan = self._begin(func)
+        g = plan.geometry
+        params = ", ".join(_param_decls(func, [self._name(b) for b in func.params], "__restrict__"))
+        lines = [f"/* grid {g.grid}, block {g.block}, {g.shared_bytes} bytes of dynamic shared memory */",
+                 f'extern "C" __global__ void __launch_bounds__({g.threads_per_block}) {self.symbol(func)}({params}) {{']
+        if g.shared_bytes:
+            lines.append(f"  extern __shared__ __align__(16) unsigned char {self.SHARED_BASE}[];")
+        lines += [self._stmt(func.body, 1).rstrip("\n"), "}", ""]
+        return "\n".join(lines)
+
+    def _barrier(self) -> str:
+        return "__syncthreads();"
+
+    def _allocate(self, s: Allocate, d: int) -> str:
+        if s.buffer.scope == "local":  # aligned so a float4 access to it is legal
+            pad = "  " * d
+            return (f"{pad}__align__(16) {self._type(s.buffer)} {self._name(s.buffer)}[{s.buffer.size}];\n"
+                    + self._stmt(s.body, d))
+        return super()._allocate(s, d)
+
+    def _loop(self, s: For, d: int) -> str:
+        if s.kind == "vectorize":
+            vec = self._vector(s, d)
+            if vec is not None:
+                return vec
+        return super()._loop(s, d)
+
+    # --- float2 / float4 ---------------------------------------------------------------------
+    def _vector(self, s: For, d: int) -> str | None:
+        """One vector store (and vector loads) for a contiguous, aligned float32 loop, or None."""
+        v, lanes, body, cond = s.var, s.extent, s.body, None
+        if isinstance(body, IfThenElse) and body.orelse is None and v not in _free(body.cond):
+            cond, body = body.cond, body.then
+        if lanes not in (2, 4) or not isinstance(body, Store) or body.buffer.dtype != "float32":
+            return None
+        base = self._contiguous_base(body.index, v, lanes)
+        if base is None:
+            return None
+        vt = f"float{lanes}"
+        loads: dict = {}  # key of a vector load -> (placeholder name, base)
+        for x in walk(body.value):
+            if isinstance(x, Load) and v in _free(x) and x.key() not in loads and x.dtype == "float32":
+                lb = self._contiguous_base(x.indices[0], v, lanes)
+                if lb is not None:
+                    loads[x.key()] = (f"_vl{len(loads)}", lb, x.source)
+        holders: dict = {}
+        pad = "  " * d
+        out = [f"{pad}{{ /* {v.name}: {lanes} lanes, {vt} */\n"]
+        for key, (name, lb, src) in loads.items():
+            out.append(f"{pad}  const {vt} {name} = *(const {vt}*)&{self._name(src)}[{self._expr(lb)}];\n")
+        out.append(f"{pad}  {vt} _vs;\n")
+        for k in range(lanes):
+            for key, (name, _, _) in loads.items():
+                holders[key] = Var(f"{name}_{k}", "float32")
+                self._names[id(holders[key])] = f"{name}.{_LANES[k]}"
+            lane = transform(body.value, lambda x: holders.get(x.key()) if isinstance(x, Load) else None)
+            lane = arith.simplify(substitute(lane, {v: Const(k, v.dtype)}), self._ranges)
+            out.append(f"{pad}  _vs.{_LANES[k]} = {self._expr(lane)};\n")
+        out.append(f"{pad}  *({vt}*)&{self._name(body.buffer)}[{self._expr(base)}] = _vs;\n{pad}}}\n")
+        self._ranges.pop(v, None)
+        code = "".join(out)
+        if cond is not None:
+            code = f"{pad}if ({self._expr(cond)})\n{code}"
+        return code
+
+    def _contiguous_base(self, index: Expr, v: Var, lanes: int) -> Expr | None:
+        """The index of lane 0 when lanes are consecutive and lane 0 is a multiple of `lanes`."""
+        lin = arith.linear(index)
+        if _has_var_in_atoms(lin, v) or lin.coeff(v) != 1:
+            return None
+        base = arith.simplify(_without(index, v), self._ranges)
+        aligned = arith.linear(base)
+        if aligned.const % lanes or any(c % lanes for c, _ in aligned.terms.values()):
+            return None
+        return base
+
+
+__all__ = ["CudaRenderer"]

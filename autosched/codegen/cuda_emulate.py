@@ -1,0 +1,218 @@
+"""The CUDA program run on the CPU: the lowered GPU kernel as C with CUDA's execution model.
+
+Blocks run one after another in a scrambled order (a kernel that relies on block order is
+wrong on a GPU). Each thread of a block runs the kernel body on its own stack (a ucontext
+coroutine), so its locals are its registers; at a barrier it yields, and the block moves on
+only when every thread waits at the same barrier: threads run in lockstep between barriers,
+in alternating order, so a read of shared memory another thread writes in the same phase is
+likely to see the wrong value here as on a GPU. Shared memory is one buffer per block, filled
+with NaN bytes when the block starts. Every access is bounds-checked.
+
+The kernel keeps the C back end's signature (returns 0, or 1 with a message in
+`autosched_last_error()`), so the C runtime, the measurement worker and the model executor
+call it unchanged. Errors reported: an out-of-bounds access (naming buffer, index, block and
+thread), a barrier not every thread of a block reaches, threads waiting at different barriers.
+The emulator's state is static: a module runs one kernel at a time (as the executor calls them).
+"""
+from __future__ import annotations
+
+from autosched.codegen.c import _param_decls, _timer
+from autosched.codegen.gpu import GpuRenderer
+from autosched.lower.ir import Barrier, PrimFunc, Store, walk_stmts
+from autosched.te.expr import Expr, Load
+
+#: the emulator's runtime, shared by every kernel of a module
+RUNTIME = r"""
+typedef struct { int32_t x, y, z; } emu_dim3;
+enum { EMU_RUN, EMU_WAIT, EMU_DONE };
+typedef struct { ucontext_t ctx; emu_dim3 tid; int state, site; } emu_thread;
+#define EMU_STACK_BYTES (128 * 1024)
+static emu_dim3 emu_bid, emu_tid;
+static emu_thread* emu_threads;
+static char* emu_stacks;
+static int64_t emu_capacity;
+static unsigned char* emu_smem;
+static int64_t emu_smem_capacity;
+static ucontext_t emu_main;
+static emu_thread* emu_cur;
+static void (*emu_body)(void);
+static int emu_failed;
+static char emu_error[600];
+static const char* emu_kernel;
+
+const char* autosched_last_error(void) { return emu_error; }
+void autosched_set_num_threads(int32_t n) { (void)n; }
+
+static void emu_fail(const char* what, int64_t a, int64_t b) {
+  if (emu_failed) return;
+  emu_failed = 1;
+  int n = snprintf(emu_error, sizeof emu_error, "%s: block (%d, %d, %d) thread (%d, %d, %d): ", emu_kernel,
+                   emu_bid.x, emu_bid.y, emu_bid.z, emu_tid.x, emu_tid.y, emu_tid.z);
+  snprintf(emu_error + n, sizeof emu_error - n, what, (long long)a, (long long)b);
+}
+
+static inline int64_t emu_idx(int64_t i, int64_t size, const char* buffer) {
+  if (__builtin_expect(i < 0 || i >= size, 0)) {
+    char what[160];
+    snprintf(what, sizeof what, "%s[%%lld] is out of bounds (size %%lld)", buffer);
+    emu_fail(what, i, size);
+    return 0;
+  }
+  return i;
+}
+
+static void emu_barrier(int site) {
+  emu_cur->state = EMU_WAIT;
+  emu_cur->site = site;
+  swapcontext(&emu_cur->ctx, &emu_main);
+}
+
+static void emu_start(void) {
+  emu_body();
+  emu_cur->state = EMU_DONE;
+}
+
+/* One phase: every runnable thread until it waits at a barrier or finishes. */
+static void emu_phase(int64_t n, int reverse) {
+  for (int64_t k = 0; k < n && !emu_failed; ++k) {
+    emu_thread* t = &emu_threads[reverse ? n - 1 - k : k];
+    if (t->state != EMU_RUN) continue;
+    emu_cur = t;
+    emu_tid = t->tid;
+    swapcontext(&emu_main, &t->ctx);
+  }
+}
+
+static void emu_block(const int32_t* block, int64_t n, int barriers) {
+  for (int64_t k = 0; k < n; ++k) {
+    emu_thread* t = &emu_threads[k];
+    t->tid = (emu_dim3){(int32_t)(k % block[0]), (int32_t)(k / block[0] % block[1]),
+                        (int32_t)(k / ((int64_t)block[0] * block[1]))};
+    if (!barriers) {  /* no barrier: each thread runs to completion, no coroutine needed */
+      emu_tid = t->tid;
+      emu_body();
+      if (emu_failed) return;
+      continue;
+    }
+    t->state = EMU_RUN;
+    getcontext(&t->ctx);
+    t->ctx.uc_stack.ss_sp = emu_stacks + k * EMU_STACK_BYTES;
+    t->ctx.uc_stack.ss_size = EMU_STACK_BYTES;
+    t->ctx.uc_link = &emu_main;
+    makecontext(&t->ctx, emu_start, 0);
+  }
+  for (int phase = 0; barriers && !emu_failed; ++phase) {
+    emu_phase(n, phase & 1);
+    int64_t waiting = 0, done = 0, site = -1, other = -1;
+    for (int64_t k = 0; k < n; ++k) {
+      emu_thread* t = &emu_threads[k];
+      if (t->state == EMU_DONE) { ++done; continue; }
+      ++waiting;
+      if (site < 0) site = t->site; else if (t->site != site) other = t->site;
+    }
+    if (emu_failed || waiting == 0) return;
+    emu_tid = (emu_dim3){0, 0, 0};
+    if (done) { emu_fail("barrier %lld reached by only %lld threads, the others finished: a barrier under "
+                         "thread-divergent control flow", site, waiting); return; }
+    if (other >= 0) { emu_fail("threads wait at different barriers (%lld and %lld): a barrier under "
+                               "thread-divergent control flow", site, other); return; }
+    for (int64_t k = 0; k < n; ++k) emu_threads[k].state = EMU_RUN;
+  }
+}
+
+static int32_t emu_launch(const int32_t* grid, const int32_t* block, int64_t shared_bytes, int barriers,
+                          void (*body)(void), const char* name) {
+  int64_t n = (int64_t)block[0] * block[1] * block[2];
+  if (n > emu_capacity) {
+    free(emu_threads); free(emu_stacks);
+    emu_threads = (emu_thread*)calloc(n, sizeof(emu_thread));
+    emu_stacks = (char*)malloc(n * EMU_STACK_BYTES);
+    emu_capacity = (emu_threads && emu_stacks) ? n : 0;
+    if (!emu_capacity) { snprintf(emu_error, sizeof emu_error, "%s: no memory for %lld threads", name, (long long)n); return 1; }
+  }
+  if (shared_bytes > emu_smem_capacity) {
+    free(emu_smem);
+    emu_smem = (unsigned char*)aligned_alloc(64, (shared_bytes + 63) / 64 * 64);
+    emu_smem_capacity = emu_smem ? shared_bytes : 0;
+    if (!emu_smem) { snprintf(emu_error, sizeof emu_error, "%s: no memory for shared memory", name); return 1; }
+  }
+  emu_failed = 0;
+  emu_error[0] = 0;
+  emu_body = body;
+  emu_kernel = name;
+  int64_t blocks = (int64_t)grid[0] * grid[1] * grid[2], stride = 1;
+  static const int64_t primes[] = {7919, 104729, 1299709, 15485863};
+  for (int p = 0; p < 4 && blocks > 1; ++p) if (blocks % primes[p]) { stride = primes[p]; break; }
+  for (int64_t b = 0; b < blocks && !emu_failed; ++b) {
+    int64_t lin = (b * stride + blocks / 2) % blocks;  /* every block once, in a scrambled order */
+    emu_bid = (emu_dim3){(int32_t)(lin % grid[0]), (int32_t)(lin / grid[0] % grid[1]),
+                         (int32_t)(lin / ((int64_t)grid[0] * grid[1]))};
+    if (shared_bytes) memset(emu_smem, 0xff, shared_bytes);
+    emu_block(block, n, barriers);
+  }
+  return emu_failed ? 1 : 0;
+}
+"""
+
+
+class EmulationRenderer(GpuRenderer):
+    """Renders lowered GPU kernels as C that runs them on the CPU with CUDA semantics."""
+
+    capabilities = {"threads": True, "shared_memory": True, "vector_bytes": 0}
+    INDEX = {**{f"blockIdx.{a}": f"emu_bid.{a}" for a in "xyz"}, **{f"threadIdx.{a}": f"emu_tid.{a}" for a in "xyz"}}
+    SHARED_BASE = "emu_smem"
+    UNROLL_PRAGMA = ""
+
+    def render(self, func: PrimFunc) -> str:
+        return self.render_module([func], timers=True)
+
+    def render_module(self, funcs: list[PrimFunc], timers: bool = False, tail: str = "") -> str:
+        """Kernels with the C back end's signatures (and, with `timers`, its timing entry points)."""
+        self._helpers: dict[str, str] = {}
+        bodies = [self._function(f, timers) for f in funcs]
+        head = ["#define _GNU_SOURCE", "#include <math.h>", "#include <stdint.h>", "#include <stdio.h>",
+                "#include <stdlib.h>", "#include <string.h>", "#include <time.h>", "#include <ucontext.h>", RUNTIME]
+        return "\n".join(head + list(self._helpers.values()) + [""] + bodies + [tail])
+
+    def _function(self, func: PrimFunc, timer: bool) -> str:
+        g = self._begin(func).geometry
+        self._sites = 0
+        name = self.symbol(func)
+        names = [self._name(b) for b in func.params]
+        decls = _param_decls(func, names)
+        body = self._stmt(func.body, 1).rstrip("\n")
+        casts = ", ".join(f"({d.rsplit('*', 1)[0]}*){name}_argv[{k}]" for k, d in enumerate(decls))
+        barriers = int(any(isinstance(s, Barrier) for s in walk_stmts(func.body)))
+        lines = [f"static void {name}_body({', '.join(decls)}) {{", body, "}", "",
+                 f"static void* {name}_argv[{len(decls)}];",
+                 f"static void {name}_thread(void) {{ {name}_body({casts}); }}", "",
+                 f"/* grid {g.grid}, block {g.block}, {g.shared_bytes} bytes of shared memory */",
+                 f"{self.signature(func, names)} {{"]
+        lines += [f"  {name}_argv[{k}] = (void*){n};" for k, n in enumerate(names)]
+        lines += [f"  static const int32_t grid[3] = {{{', '.join(map(str, g.grid))}}}, "
+                  f"block[3] = {{{', '.join(map(str, g.block))}}};",
+                  f'  return emu_launch(grid, block, {g.shared_bytes}, {barriers}, {name}_thread, "{func.name}");',
+                  "}", ""]
+        if timer:
+            lines.append(_timer(name, _param_decls(func, [f"p{k}" for k in range(len(func.params))])))
+        return "\n".join(lines)
+
+    def _barrier(self) -> str:
+        self._sites += 1
+        return f"emu_barrier({self._sites});"
+
+    def _stmt(self, s, d: int) -> str:
+        if isinstance(s, Store):
+            return f"{'  ' * d}{self._name(s.buffer)}[{self._checked(s.buffer, s.index)}] = {self._expr(s.value)};\n"
+        return super()._stmt(s, d)
+
+    def _expr(self, e: Expr) -> str:
+        if isinstance(e, Load):
+            return f"{self._name(e.source)}[{self._checked(e.source, e.indices[0])}]"
+        return super()._expr(e)
+
+    def _checked(self, buf, index: Expr) -> str:
+        return f'emu_idx({self._expr(index)}, {buf.size}, "{buf.name}")'
+
+
+__all__ = ["EmulationRenderer", "RUNTIME"]

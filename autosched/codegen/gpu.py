@@ -1,0 +1,209 @@
+"""What every GPU back end (CUDA, its CPU emulation) needs from a lowered kernel.
+
+Thread-bound loops are not loops on a GPU: every thread of every block runs the kernel body
+with its loop variables fixed to its block and thread index, and two loops bound to the same
+axis (a consumer's and the copy stage nested in it) name the same index. The launch geometry is
+therefore the largest extent bound to each axis; a smaller loop is guarded. This module derives
+that geometry and the shared-memory layout once, checks what would make the kernel wrong on
+any GPU (nothing bound, global writes outside every bound loop, a barrier that only some
+threads reach) and, given a device, what would stop it launching.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autosched.codegen.c import C_TYPES, DTYPE_BYTES, CRenderer
+from autosched.codegen.errors import CodegenError
+from autosched.lower.ir import Allocate, Barrier, Buffer, For, IfThenElse, Let, PrimFunc, Stmt, Store, stmt_children
+from autosched.target import GpuCapabilities
+from autosched.te.expr import Var, walk
+
+BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+#: per-dimension limits common to every architecture since Volta
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
+SHARED_ALIGN = 16  # bytes: every shared buffer may be read as float4
+
+
+class LimitError(CodegenError):
+    """A schedule that is correct but cannot launch on the device (too many threads, too much
+    shared memory, too many registers): rejected before any device time."""
+
+
+@dataclass(frozen=True)
+class LaunchGeometry:
+    """How to launch one kernel: grid and block extents (x, y, z) and dynamic shared memory."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    def to_json(self) -> dict:
+        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+
+
+@dataclass(frozen=True)
+class GpuKernelPlan:
+    """The geometry plus where each shared buffer lives in the block's shared memory."""
+
+    geometry: LaunchGeometry
+    shared_offsets: dict  # id(Buffer) -> byte offset
+
+
+def plan_kernel(func: PrimFunc) -> GpuKernelPlan:
+    """Geometry and shared layout of `func`, or a CodegenError naming the kernel and the problem."""
+    extents: dict[str, int] = {}
+    offsets: dict[int, int] = {}
+    total = 0
+    for s in _walk(func.body):
+        if isinstance(s, For) and s.kind == "parallel":
+            raise CodegenError(f"{func.name}: loop {s.var.name} is parallel (a CPU annotation); "
+                               "bind it to blockIdx/threadIdx for a GPU")
+        if isinstance(s, For) and s.kind == "thread" and s.thread != "vthread":
+            extents[s.thread] = max(extents.get(s.thread, 1), s.extent)
+        if isinstance(s, Allocate) and s.buffer.scope == "shared" and id(s.buffer) not in offsets:
+            offsets[id(s.buffer)] = total
+            total += -(-s.buffer.size * DTYPE_BYTES[s.buffer.dtype] // SHARED_ALIGN) * SHARED_ALIGN
+    if not any(a in extents for a in BLOCK_AXES + THREAD_AXES):
+        raise CodegenError(f"{func.name}: the schedule binds no loop to blockIdx/threadIdx; "
+                           "a GPU kernel would run the whole computation in one thread")
+    geometry = LaunchGeometry(tuple(extents.get(a, 1) for a in BLOCK_AXES),
+                              tuple(extents.get(a, 1) for a in THREAD_AXES), total)
+    _check_structure(func, geometry)
+    for axis, n, most in zip(THREAD_AXES + BLOCK_AXES, geometry.block + geometry.grid, MAX_BLOCK_DIMS + MAX_GRID_DIMS):
+        if n > most:
+            raise LimitError(f"{func.name}: {n} along {axis} exceeds the limit of {most}")
+    if geometry.threads_per_block > MAX_BLOCK_DIMS[0]:
+        raise LimitError(f"{func.name}: {geometry.threads_per_block} threads per block {geometry.block} "
+                         f"exceed the limit of {MAX_BLOCK_DIMS[0]}")
+    return GpuKernelPlan(geometry, offsets)
+
+
+def check_limits(name: str, geometry: LaunchGeometry, caps: GpuCapabilities, registers: int | None = None) -> None:
+    """Raise LimitError when `geometry` (and, after nvcc, `registers` per thread) cannot launch
+    on `caps`' architecture."""
+    if geometry.threads_per_block > caps.max_threads_per_block:
+        raise LimitError(f"{name}: {geometry.threads_per_block} threads per block exceed {caps.arch}'s "
+                         f"{caps.max_threads_per_block}")
+    if geometry.shared_bytes > caps.max_shared_memory_per_block_optin:
+        raise LimitError(f"{name}: {geometry.shared_bytes} bytes of shared memory exceed {caps.arch}'s "
+                         f"{caps.max_shared_memory_per_block_optin} per block")
+    if registers is not None:
+        if registers > caps.max_registers_per_thread:
+            raise LimitError(f"{name}: {registers} registers per thread exceed {caps.max_registers_per_thread}")
+        if registers * geometry.threads_per_block > caps.registers_per_sm:
+            raise LimitError(f"{name}: {registers} registers × {geometry.threads_per_block} threads exceed the "
+                             f"{caps.registers_per_sm} registers of one {caps.arch} multiprocessor")
+
+
+def _walk(s: Stmt):
+    yield s
+    for c in stmt_children(s):
+        yield from _walk(c)
+
+
+def _check_structure(func: PrimFunc, geometry: LaunchGeometry) -> None:
+    """Global writes inside some bound loop; barriers reached by every thread of a block."""
+    launch = dict(zip(BLOCK_AXES + THREAD_AXES, geometry.grid + geometry.block))
+
+    def visit(s: Stmt, bound: bool, divergent: set, why: str) -> None:
+        if isinstance(s, Store) and s.buffer.scope == "global" and not bound:
+            raise CodegenError(f"{func.name}: buffer {s.buffer.name} is written outside every "
+                               "blockIdx/threadIdx loop: every thread would write all of it")
+        if isinstance(s, Barrier) and why:
+            raise CodegenError(f"{func.name}: a barrier (__syncthreads) under thread-divergent control flow "
+                               f"({why}): threads that skip it would deadlock the block")
+        if isinstance(s, For) and s.kind == "thread" and s.thread in THREAD_AXES:
+            guard = f"{s.var.name} < {s.extent} of {launch[s.thread]} threads along {s.thread}"
+            visit(s.body, True, divergent | {s.var}, why or (guard if s.extent < launch[s.thread] else ""))
+            return
+        if isinstance(s, For):
+            visit(s.body, bound or s.kind == "thread", divergent, why)
+            return
+        if isinstance(s, Let):
+            dep = divergent | ({s.var} if _vars(s.value) & divergent else set())
+            visit(s.body, bound, dep, why)
+            return
+        if isinstance(s, IfThenElse):
+            cond_why = why or (f"if {s.cond!r}" if _vars(s.cond) & divergent else "")
+            for c in stmt_children(s):
+                visit(c, bound, divergent, cond_why)
+            return
+        for c in stmt_children(s):
+            visit(c, bound, divergent, why)
+
+    visit(func.body, False, set(), "")
+
+
+def _vars(e) -> set:
+    return {x for x in walk(e) if isinstance(x, Var)}
+
+
+class GpuRenderer(CRenderer):
+    """The C renderer's statements and expressions with GPU semantics for thread loops, shared
+    buffers and barriers; subclasses say how an index, a shared buffer and a barrier are spelt."""
+
+    #: thread axis -> C expression of this thread's index along it
+    INDEX: dict[str, str] = {}
+    #: a `unsigned char*` expression: the start of this block's shared memory
+    SHARED_BASE = "autosched_smem"
+    #: the line before a loop to unroll (empty: leave it to the compiler)
+    UNROLL_PRAGMA = "#pragma unroll"
+
+    def _begin(self, func: PrimFunc) -> GpuKernelPlan:
+        """Reset per-kernel state (names, ranges) and plan the kernel."""
+        self._names, self._used, self._ranges = {}, set(), {}
+        self._plan = plan_kernel(func)
+        return self._plan
+
+    def _for(self, s: For, d: int) -> str:
+        pad, v = "  " * d, self._name(s.var)
+        self._ranges[s.var] = (0, s.extent - 1)
+        if s.kind == "thread" and s.thread != "vthread":
+            g = self._plan.geometry
+            launch = dict(zip(BLOCK_AXES + THREAD_AXES, g.grid + g.block))[s.thread]
+            head = f"{pad}{{\n{pad}  const int32_t {v} = {self.INDEX[s.thread]};\n"
+            if s.extent < launch:
+                return (head + f"{pad}  if ({v} < {s.extent}) {{\n{self._stmt(s.body, d + 2)}{pad}  }}\n{pad}}}\n")
+            return head + self._stmt(s.body, d + 1) + f"{pad}}}\n"
+        return self._loop(s, d)
+
+    def _loop(self, s: For, d: int) -> str:
+        """A plain loop; unrolled, vectorized and vthread loops as fully unrolled ones."""
+        pad, v = "  " * d, self._name(s.var)
+        head = f"{pad}{self.UNROLL_PRAGMA}\n" if s.kind in ("unroll", "vectorize", "thread") and self.UNROLL_PRAGMA else ""
+        return (f"{head}{pad}for (int32_t {v} = 0; {v} < {s.extent}; ++{v}) {{\n"
+                f"{self._stmt(s.body, d + 1)}{pad}}}\n")
+
+    def _stmt(self, s: Stmt, d: int) -> str:
+        if isinstance(s, Barrier):
+            return "  " * d + self._barrier() + "\n"
+        return super()._stmt(s, d)
+
+    def _allocate(self, s: Allocate, d: int) -> str:
+        pad, b = "  " * d, s.buffer
+        t, name = self._type(b), self._name(b)
+        if b.scope == "shared":
+            off = self._plan.shared_offsets[id(b)]
+            return f"{pad}{t}* {name} = ({t}*)({self.SHARED_BASE} + {off});\n" + self._stmt(s.body, d)
+        if b.scope == "local":
+            return f"{pad}{t} {name}[{b.size}];\n" + self._stmt(s.body, d)
+        raise CodegenError(f"buffer {b.name}: a GPU kernel cannot allocate global memory inside itself; "
+                           "compute the stage at a loop of its consumer (compute_at) or inline it")
+
+    def _barrier(self) -> str:
+        raise NotImplementedError
+
+    def _type(self, b: Buffer) -> str:
+        if b.dtype == "float16":
+            raise CodegenError(f"buffer {b.name}: float16 is not supported by the GPU back ends yet")
+        return C_TYPES[b.dtype]
+
+
+__all__ = ["LaunchGeometry", "GpuKernelPlan", "LimitError", "plan_kernel", "check_limits", "GpuRenderer"]

@@ -1,0 +1,51 @@
+"""Running CUDA candidates on this machine's GPU: the local runner's design with a GPU worker.
+
+Candidates run one at a time in a child process (`gpu_worker`) that holds the GPU's context,
+checks each kernel's output against the task's reference and times it with CUDA events; a
+kernel that hangs, crashes or leaves a sticky CUDA error costs one trial and a fresh worker.
+The worker's first line names the GPU, or says why there is none: without a driver or a GPU
+the runner refuses to start, with one message, instead of failing every trial.
+"""
+from __future__ import annotations
+
+import json
+import select
+
+from autosched.errors import AutoschedError
+from autosched.measure.local import LocalRunner, RunnerOptions
+
+
+class GpuUnavailableError(AutoschedError):
+    """No CUDA driver, no GPU, or no cuda-bindings where the GPU runner was asked to run."""
+
+
+class GpuRunner(LocalRunner):
+    """Times built cubins (NvccBuilder's manifests) on the first GPU, one at a time."""
+
+    WORKER = "autosched.measure.gpu_worker"
+
+    def __init__(self, options: RunnerOptions = RunnerOptions(), start_timeout: float = 60.0):
+        super().__init__(options)
+        self.start_timeout = start_timeout
+        self.device: dict = {}
+        try:
+            self._worker()  # fail here, once, where no GPU can be used
+        except GpuUnavailableError:
+            self.close()
+            raise
+
+    def _worker(self):
+        fresh = self._proc is None or self._proc.poll() is not None
+        proc = super()._worker()
+        if fresh:
+            ready, _, _ = select.select([proc.stdout], [], [], self.start_timeout)
+            line = proc.stdout.readline() if ready else ""
+            hello = json.loads(line) if line.strip() else {"error": "the GPU worker did not start"}
+            if "error" in hello:
+                self._kill()
+                raise GpuUnavailableError(hello["error"])
+            self.device = hello
+        return proc
+
+
+__all__ = ["GpuRunner", "GpuUnavailableError"]

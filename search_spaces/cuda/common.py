@@ -1,0 +1,83 @@
+"""What the GPU templates share: the template contract (the CPU templates' own, which is not
+CPU-specific), the thread counts lowering will give a tiled axis, and the cooperative copy
+that stages a tile through shared memory with every thread of the block.
+
+The one invariant every GPU template keeps: loops that enclose a barrier are bound to exactly
+the block's thread extents, so every thread reaches every barrier. A copy stage uses at most
+those threads; the GPU code generation refuses (and the emulation reports) anything else.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autosched.schedule import Schedule, Stage
+from autosched.space import Config, ConfigSpace
+from autosched.target import GpuCapabilities, Target
+from autosched.te import Tensor
+from search_spaces.llvm.common import CpuTemplate as GpuTemplate
+from search_spaces.llvm.common import InvalidConfigError, inline_epilogue, task_tensors
+from search_spaces.registry import TemplateError
+
+THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def gpu_caps(target: Target) -> GpuCapabilities:
+    caps = target.capabilities
+    if not isinstance(caps, GpuCapabilities):
+        raise TemplateError(f"target {target} is not a GPU target")
+    return caps
+
+
+def config_near(space: ConfigSpace, want: Mapping[str, int]) -> Config:
+    """For each knob the largest option not above the wanted value (else the smallest): a
+    textbook fallback shrunk to what a small problem's space offers."""
+    values = {}
+    for name, v in want.items():
+        options = space.knob(name).values
+        values[name] = max((o for o in options if o <= v), default=min(options))
+    return space.from_values(values)
+
+
+def local_accumulator(s: Schedule, out: Tensor, anchor_tag: str) -> Stage:
+    """The anchor's stage in registers, its epilogue inlined into the output's store: a copy
+    of it when the anchor is the output, else the anchor itself."""
+    anchor = next(st for st in s.stages if st.op.tag == anchor_tag)
+    inline_epilogue(s, out)
+    if out.op is anchor.op:
+        return s[s.cache_write(out, "local")]
+    anchor.set_scope("local")
+    return anchor
+
+
+def tile_threads(extent: int, block: int, per_thread: int) -> int:
+    """Threads along an axis of `extent` split into blocks of `block` and per-thread tiles of
+    `per_thread`, as lowering clamps them when the block overhangs the axis."""
+    b = min(block, extent)
+    return -(-b // min(per_thread, b))
+
+
+def cooperative_copy(s: Schedule, copy: Tensor, at: Stage, axis, threads: tuple[int, ...], vec: int,
+                     double_buffer: bool = False) -> None:
+    """Compute the shared-memory `copy` at `axis` of `at`, its elements spread over the block's
+    `threads` (x first) `vec` contiguous elements at a time, then through a serial loop; with
+    `double_buffer`, in two alternating copies."""
+    st = s[copy]
+    s.compute_at(st, at, axis)
+    if double_buffer:
+        st.double_buffered()
+    fused = st.fuse(*st.op.axes)
+    rest, lanes = st.split(fused, vec)
+    total = 1
+    for n in threads:
+        total *= n
+    rest, t = st.split(rest, total)
+    for tag, n in zip(THREAD_AXES, threads[:-1]):
+        t, inner = st.split(t, n)
+        st.bind(inner, tag)
+    st.bind(t, THREAD_AXES[len(threads) - 1])
+    if vec > 1:
+        st.vectorize(lanes)
+
+
+__all__ = ["GpuTemplate", "InvalidConfigError", "config_near", "cooperative_copy", "gpu_caps", "local_accumulator",
+           "task_tensors", "tile_threads"]

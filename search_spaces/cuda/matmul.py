@@ -1,0 +1,112 @@
+"""GPU template for MatMul and Gemm (batched, transposed, with fused epilogue).
+
+The classic shared-memory tiling: each block computes a (threads_y · tile_m) × (threads_x ·
+tile_n) tile of the output, each thread a tile_m × tile_n register tile of it; the reduction
+runs in steps of `tile_k`, each step staging the block's slices of A and B through shared
+memory (loaded by all the block's threads, `vec` elements at a time, between barriers). Batch
+dimensions are fused onto blockIdx.z. The knobs:
+
+- `threads_x`, `threads_y`: the block's shape (at most 1024 threads; 32 × 32);
+- `tile_m`, `tile_n`: each thread's register tile (tile_n also the width of its vector stores);
+- `tile_k`: the reduction step staged through shared memory (with the block tile, its size);
+- `vec`: elements per thread per load of the shared copies (float2/float4 where aligned);
+- `unroll_k`: unroll the reduction step's loop (more registers, no loop overhead);
+- `double_buffer`: two alternating copies of each shared tile, one barrier per step instead of two.
+"""
+from __future__ import annotations
+
+from autosched.ops import matmul as mm
+from autosched.ops.epilogue import apply_epilogue
+from autosched.schedule import Schedule, create_schedule
+from autosched.space import ChoiceKnob, Config, ConfigSpace
+from autosched.target import Target
+from autosched.task import Task
+from autosched.te import Tensor
+from search_spaces.cuda.common import (
+    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads,
+)
+from search_spaces.llvm.matmul import _gemm_epilogue, matmul_dims
+
+THREADS = (1, 2, 4, 8, 16, 32)
+TILES = (1, 2, 4, 8)
+TILE_K = (4, 8, 16, 32)
+VEC = (1, 2, 4)
+
+
+def _compute(task: Task) -> tuple[list[Tensor], Tensor]:
+    tt = task_tensors(task)
+    attrs = dict(task.attrs)
+    gemm = task.op == "Gemm"
+    trans_a, trans_b = gemm and bool(attrs.get("transA", 0)), gemm and bool(attrs.get("transB", 0))
+    y = mm.matmul(tt.anchor[0], tt.anchor[1], trans_a, trans_b)
+    pre = _gemm_epilogue(tt.anchor[2] if len(tt.anchor) > 2 else None, attrs.get("alpha", 1.0),
+                         attrs.get("beta", 1.0)) if gemm else ()
+    return list(tt.args), apply_epilogue(y, pre + tt.epilogue)
+
+
+def _up_to(options: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """The options not larger than the axis (at least the smallest)."""
+    return tuple(v for v in options if v == options[0] or v <= n)
+
+
+class MatmulTemplate(GpuTemplate):
+    name = "matmul_tiled_cuda"
+
+    def space(self, task: Task, target: Target) -> ConfigSpace:
+        gpu_caps(target)
+        d = matmul_dims(task)
+        return ConfigSpace(self.name, (
+            ChoiceKnob("threads_x", _up_to(THREADS, d.n)),
+            ChoiceKnob("threads_y", _up_to(THREADS, d.m)),
+            ChoiceKnob("tile_n", _up_to(TILES, d.n)),
+            ChoiceKnob("tile_m", _up_to(TILES, d.m)),
+            ChoiceKnob("tile_k", _up_to(TILE_K, d.k)),
+            ChoiceKnob("vec", VEC),
+            ChoiceKnob("unroll_k", (1, 0)),
+            ChoiceKnob("double_buffer", (0, 1)),
+        ))
+
+    def fallback(self, task: Task, target: Target) -> Config:
+        """16 × 16 threads of 4 × 4 outputs (64 × 64 block tiles), k steps of 8, float4 copies:
+        the textbook SGEMM shape, shrunk to what the space allows for a small problem."""
+        return config_near(self.space(task, target), {"threads_x": 16, "threads_y": 16, "tile_n": 4, "tile_m": 4,
+                                                       "tile_k": 8, "vec": 4, "unroll_k": 1, "double_buffer": 0})
+
+    def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
+        d = matmul_dims(task)
+        args, out = _compute(task)
+        s = create_schedule(out)
+        acc = local_accumulator(s, out, mm.MATMUL_TAG)
+        a_shared, b_shared = (s.cache_read(t, "shared", [acc]) for t in acc.op.inputs()[:2])
+
+        tx, ty, tn, tm = config["threads_x"], config["threads_y"], config["tile_n"], config["tile_m"]
+        o = s[out]
+        *batch, i, j = o.op.axes
+        bi, ii = o.split(i, ty * tm)
+        bj, jj = o.split(j, tx * tn)
+        thy, ri = o.split(ii, tm)
+        thx, rj = o.split(jj, tn)
+        outer = [o.fuse(*batch)] if batch else []
+        o.reorder(*outer, bi, bj, thy, thx, ri, rj)
+        for axis, tag in zip(outer, ("blockIdx.z",)):
+            o.bind(axis, tag)
+        for axis, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (thy, "threadIdx.y"), (thx, "threadIdx.x")):
+            o.bind(axis, tag)
+        o.unroll(ri)
+        (o.vectorize if tn in (2, 4) else o.unroll)(rj)
+        s.compute_at(acc, o, thx)
+
+        *acc_batch, ci, cj = acc.op.axes
+        ko, ki = acc.split(acc.op.reduce_axes[0], config["tile_k"])
+        acc.reorder(*acc_batch, ko, ki, ci, cj)
+        if config["unroll_k"]:
+            acc.unroll(ki)
+        acc.unroll(ci)
+        acc.unroll(cj)
+        threads = (tile_threads(d.n, tx * tn, tn), tile_threads(d.m, ty * tm, tm))
+        for copy in (a_shared, b_shared):
+            cooperative_copy(s, copy, acc, ko, threads, config["vec"], bool(config["double_buffer"]))
+        return s, args + [out]
+
+
+TEMPLATE = MatmulTemplate()

@@ -1,0 +1,105 @@
+"""GPU template for every op that is not a matmul or convolution: elementwise ops, layout ops
+(Reshape, Transpose, Concat, Pad, Slice, Gather), pooling, reductions, Softmax, LayerNorm.
+
+One thread computes `per_thread` consecutive outputs of the flattened output (or, with `rows`,
+whole rows: every axis but the last is spread over threads, the last runs serially in the
+thread). Producer stages are inlined; a reduction is computed in registers at the thread's loop,
+so a row-wise op (Softmax, LayerNorm) with `rows` reduces each row once, and without it once per
+output element (more work, more parallelism: the tuner weighs the two). No barriers, so no
+thread can miss one. The knobs:
+
+- `threads`: threads per block;
+- `per_thread`: consecutive outputs per thread, unrolled;
+- `rows` (ops with an inner reduction stage and at least 2 output dims): 1 keeps the last
+  output axis serial inside a thread, 0 spreads it too.
+"""
+from __future__ import annotations
+
+from autosched.compute import task_compute
+from autosched.schedule import Schedule, create_schedule
+from autosched.space import ChoiceKnob, Config, ConfigSpace
+from autosched.target import Target
+from autosched.task import Task
+from autosched.te import Tensor
+from search_spaces.cuda.common import GpuTemplate, config_near, gpu_caps
+from search_spaces.registry import TemplateError
+
+THREADS = (32, 64, 128, 256, 512, 1024)
+PER_THREAD = (1, 2, 4)
+
+
+def _compute(task: Task, target: Target) -> tuple[list[Tensor], Tensor]:
+    # the capabilities only size the CPU panels of matmuls, which no op of this template has
+    args, outs = task_compute(task, target.capabilities)
+    if len(outs) != 1:
+        raise TemplateError(f"{task.op} with {len(outs)} outputs has no GPU template (one output only)")
+    return args, outs[0]
+
+
+def _has_inner_reduction(out: Tensor) -> bool:
+    """Whether a stage other than the output reduces (a row-wise op)."""
+    return any(st.op.reduce_axes for st in create_schedule(out).stages if st.op is not out.op)
+
+
+class PointwiseTemplate(GpuTemplate):
+    name = "pointwise_cuda"
+
+    def space(self, task: Task, target: Target) -> ConfigSpace:
+        gpu_caps(target)
+        _, out = _compute(task, target)
+        size = 1
+        for n in out.shape:
+            size *= n
+        knobs = [ChoiceKnob("threads", tuple(t for t in THREADS if t == THREADS[0] or t <= size)),
+                 ChoiceKnob("per_thread", PER_THREAD)]
+        if out.ndim >= 2 and _has_inner_reduction(out):
+            knobs.append(ChoiceKnob("rows", (1, 0)))
+        return ConfigSpace(self.name, tuple(knobs))
+
+    def fallback(self, task: Task, target: Target) -> Config:
+        """256 threads of one output (or one row) each: enough blocks to fill a GPU for all but
+        the smallest tensors."""
+        space = self.space(task, target)
+        rows = {"rows": 1} if "rows" in {k.name for k in space.knobs} else {}
+        return config_near(space, {"threads": 256, "per_thread": 1, **rows})
+
+    def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
+        args, out = _compute(task, target)
+        s = create_schedule(out)
+        if out.op.reduce_axes:  # pooling, a reduction: accumulate in a register, store once
+            acc = s[s.cache_write(out, "local")]
+        else:
+            acc = None
+        o = s[out]
+        axes = list(o.op.axes)
+        rows = "rows" in {k.name for k in config.space.knobs} and config["rows"]
+        serial = axes[-1:] if rows else []
+        lead = axes[:len(axes) - len(serial)]
+        rest, elems = o.split(o.fuse(*lead), config["per_thread"])
+        blocks, threads = o.split(rest, config["threads"])
+        o.reorder(blocks, threads, elems, *serial)
+        o.bind(blocks, "blockIdx.x")
+        o.bind(threads, "threadIdx.x")
+        o.unroll(elems)
+        at = serial[-1] if acc is not None and serial else elems
+        if acc is not None:
+            s.compute_at(acc, o, at)
+        for st in reversed(s.stages):  # consumers first: each reduction goes where its reader is
+            if st is o or st is acc:
+                continue
+            if not st.op.reduce_axes:
+                s.compute_inline(st)
+                continue
+            st.set_scope("local")
+            direct = [r for r in s.readers(st) if r.attach != ("inline",)]
+            if direct in ([], [o]):  # read by the output, maybe also through inlined stages (Softmax's max)
+                s.compute_at(st, o, elems)
+            elif len(direct) == 1 and direct[0].op.axes:  # inside another reduction (LayerNorm's mean)
+                s.compute_at(st, direct[0], direct[0].op.axes[-1])
+            else:
+                raise TemplateError(f"{task.op}: no GPU schedule for reduction {st.name} read by "
+                                    f"{', '.join(r.name for r in direct)}")
+        return s, args + [out]
+
+
+TEMPLATE = PointwiseTemplate()

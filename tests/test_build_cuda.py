@@ -1,0 +1,65 @@
+"""Whole models for target cuda, checked here through the CPU emulation against onnxruntime."""
+import json
+
+import onnx
+import pytest
+
+from autosched import zoo
+from autosched.build import build_model
+from autosched.cli import main
+from autosched.errors import AutoschedError
+from autosched.frontend.onnx import load_onnx
+from tests.cuda_markers import needs_gpu, needs_nvcc, no_gpu_here
+
+CUDA = "cuda -arch=sm_80"
+
+
+@pytest.fixture(scope="module")
+def mlp_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("zoo") / "mlp.onnx"
+    onnx.save(zoo.mlp(), path)
+    return path
+
+
+def test_emulated_mlp_matches_onnxruntime(mlp_path, capsys):
+    assert main(["check", str(mlp_path), "--target", CUDA, "--emulate"]) == 0
+    out = capsys.readouterr().out
+    assert "fc3/Gemm" in out and "ok" in out and "MISMATCH" not in out
+
+
+@pytest.mark.slow
+def test_emulated_resnet18_matches_onnxruntime(tmp_path, capsys):
+    path = tmp_path / "resnet18.onnx"
+    onnx.save(zoo.resnet18(), path)
+    assert main(["check", str(path), "--target", CUDA, "--emulate"]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out
+
+
+@needs_nvcc
+def test_cuda_build_is_one_library_of_kernels_and_executor(mlp_path, tmp_path):
+    assert main(["build", str(mlp_path), "--target", CUDA, "-o", str(tmp_path / "mlp.so")]) == 0
+    manifest = json.loads((tmp_path / "mlp.json").read_text())
+    assert manifest["isa"] == "cuda-sm_80" and manifest["target"] == CUDA and not manifest["emulated"]
+    source = (tmp_path / "mlp.cu").read_text()
+    assert source.count('extern "C" __global__') == 3 and source.count("<<<dim3(") == 3
+    assert (tmp_path / "mlp.weights").stat().st_size == manifest["weights_bytes"]
+
+
+@needs_nvcc
+@no_gpu_here
+def test_cuda_check_without_a_gpu_says_how(mlp_path, capsys):
+    assert main(["check", str(mlp_path), "--target", CUDA]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA error loading the model" in err and "--emulate" in err
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_cuda_mlp_on_the_gpu_matches_onnxruntime(mlp_path, capsys):
+    assert main(["check", str(mlp_path), "--target", "cuda"]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out
+
+
+def test_emulate_needs_a_cuda_target(mlp_path, tmp_path):
+    with pytest.raises(AutoschedError, match="not a cuda target"):
+        build_model(load_onnx(mlp_path), tmp_path / "m.so", "llvm", emulate=True)

@@ -1,0 +1,123 @@
+"""The GPU runner. Without a GPU (this machine): one clear message, from Python and the CLI. The
+tests marked `cuda` need a real NVIDIA GPU and are deselected by default (`-m cuda` runs them)."""
+import enum
+import sys
+import types
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import pytest
+
+from autosched import te, zoo
+from autosched.cli import main
+from autosched.measure import gpu_worker
+from autosched.measure.gpu import GpuRunner, GpuUnavailableError
+from autosched.measure.interface import measure_with
+from autosched.measure.local import RunnerOptions
+from autosched.measure.nvcc import NvccBuilder
+from autosched.measure.record import ErrorKind, MeasureInput
+from autosched.schedule import create_schedule
+from autosched.space import ChoiceKnob, ConfigSpace
+from autosched.target import Target
+from autosched.tuner.api import tune_task
+from tests.cuda_markers import needs_gpu, no_gpu_here
+from tests.gpu_schedules import tiled_matmul
+from tests.task_helpers import gemm_task
+
+
+
+@no_gpu_here
+def test_without_a_gpu_the_runner_refuses_once_and_says_what_to_do():
+    with pytest.raises(GpuUnavailableError, match="--emulate checks CUDA kernels on the CPU"):
+        GpuRunner()
+
+
+@no_gpu_here
+def test_cli_tune_for_cuda_without_a_gpu(tmp_path, capsys):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(), path)
+    assert main(["tune", str(path), "--target", "cuda -arch=sm_80", "--trials", "2",
+                 "--db", str(tmp_path / "tuning.db")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "--emulate" in err
+
+
+@dataclass(frozen=True)
+class MatmulTask:
+    key: str = "mm_96x80x72"
+    op: str = "test_gpu_runner"
+
+    def random_inputs(self, seed: int):
+        rng = np.random.default_rng(seed)
+        return [rng.standard_normal((96, 72), dtype=np.float32), rng.standard_normal((72, 80), dtype=np.float32)]
+
+    def reference(self, inputs):
+        return [inputs[0] @ inputs[1]]
+
+
+SPACE = ConfigSpace("test_gpu_runner", [ChoiceKnob("kernel", ("tiled", "illegal_address"))])
+
+
+def instantiate(inp: MeasureInput):
+    if inp.config["kernel"] == "tiled":
+        return tiled_matmul(96, 80, 72, block=(32, 16, 8), thread=(4, 2), vec=2)
+    a, b = te.placeholder((96, 72), name="A"), te.placeholder((72, 80), name="B")
+    c = te.compute((96, 80), lambda i, j: a[i * 50_000_000, j % 72] + b[0, j], name="C")  # far out of bounds
+    s = create_schedule(c)
+    s[c].bind(s[c].op.axes[0], "blockIdx.x")
+    s[c].bind(s[c].op.axes[1], "threadIdx.x")
+    return s, [a, b, c]
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_gpu_runner_times_checked_kernels_and_survives_a_sticky_error(tmp_path):
+    target = Target.parse("cuda")
+    builder = NvccBuilder(n_parallel=2, cache_dir=tmp_path, instantiate=instantiate)
+    good, bad = SPACE.get(0), SPACE.get(1)
+    inputs = [MeasureInput(MatmulTask(), target, c) for c in (good, bad, good)]
+    with GpuRunner(RunnerOptions(repeat=3, min_repeat_ms=5.0)) as runner:
+        first, crashed, again = measure_with(builder, runner)(inputs)
+        assert runner.device["compute_capability"]
+    assert first.ok and len(first.costs) == 3, first.error_msg
+    assert crashed.error_kind is ErrorKind.RUNTIME_ERROR and "CUDA_ERROR" in crashed.error_msg
+    assert again.ok, again.error_msg  # a fresh worker, a fresh context
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_tuning_a_gemm_on_the_gpu(tmp_path):
+    task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
+    with GpuRunner(RunnerOptions(repeat=3, min_repeat_ms=5.0)) as runner:
+        result = tune_task(task, "cuda", 16, "random", runner=runner, builder=NvccBuilder(cache_dir=tmp_path))
+    assert any(res.ok for _, res in result.records)
+
+
+class _NoDeviceDriver:
+    """Stands in for the CUDA driver bindings (the GPU is the only thing mocked): a driver that is
+    installed but finds no device, as on a machine whose GPU is missing or hidden."""
+
+    class CUresult(enum.Enum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_NO_DEVICE = 100
+
+    def cuInit(self, flags):
+        return (self.CUresult.CUDA_ERROR_NO_DEVICE,)
+
+    def cuGetErrorName(self, err):
+        return (self.CUresult.CUDA_SUCCESS, err.name.encode())
+
+
+def test_a_driver_without_a_device_is_one_clear_message(monkeypatch):
+    package = types.ModuleType("cuda.bindings")
+    package.driver = _NoDeviceDriver()
+    monkeypatch.setitem(sys.modules, "cuda", types.ModuleType("cuda"))  # whether cuda-bindings is installed or not
+    monkeypatch.setitem(sys.modules, "cuda.bindings", package)
+    with pytest.raises(RuntimeError, match=r"no usable NVIDIA GPU here \(cuInit: CUDA_ERROR_NO_DEVICE\); --emulate"):
+        gpu_worker.Gpu()
+
+
+def test_sticky_errors_are_the_ones_that_lose_the_context():
+    assert gpu_worker.CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "cuStreamSynchronize").sticky
+    assert not gpu_worker.CudaError("CUDA_ERROR_OUT_OF_MEMORY", "cuMemAlloc").sticky
