@@ -155,11 +155,12 @@ def schedule_matmul(out: Tensor, vector_lanes: int) -> Schedule:
     o.reorder(*axes[:-2], jo, io, ii, ji)
     fused = o.fuse(*axes[:-2], jo, io)
     o.parallel(fused)
-    o.vectorize(ji)
+    lanes = vector_lanes if nr % vector_lanes == 0 else nr
+    jvo, jv = o.split(ji, lanes)
+    o.vectorize(jv)
     s.compute_at(acc_stage, o, fused)
     ci, cj = acc_stage.op.axes[-2:]
     (ck,) = acc_stage.op.reduce_axes
-    lanes = vector_lanes if nr % vector_lanes == 0 else nr
     cjo, cjv = acc_stage.split(cj, lanes)
     acc_stage.reorder(*acc_stage.op.axes[:-2], ck, ci, cjo, cjv)
     acc_stage.unroll(ci)
