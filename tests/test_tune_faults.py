@@ -93,8 +93,9 @@ def test_kill_9_leaves_no_process_and_a_resumed_tune_loses_nothing_and_repeats_n
                                                                                        tmp_path):
     db, mark = tmp_path / "t.db", uuid.uuid4().hex
     proc = start_tune(small_model, db, 400, mark)
-    wait_for(lambda: records(db) >= 6)
-    assert len(marked(mark)) >= 3  # the tuner, its builders and its measurement worker
+    # kill it while its builders live: the builder pool exists only while a batch builds, so wait
+    # for a moment when the tuner, its builders and its measurement worker are all there
+    wait_for(lambda: records(db) >= 6 and len(marked(mark)) >= 3)
     proc.kill()
     proc.communicate()
     wait_for(lambda: not marked(mark))  # every child died with its tuner
