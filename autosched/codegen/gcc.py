@@ -12,13 +12,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from autosched.codegen.errors import CompileError
+from autosched.codegen.errors import CompileError, format_diagnostics as compiler_diagnostics
 from autosched.target import CpuCapabilities, Target, TargetError, gcc_isa_flags
 
 #: every build's flags but the ISA's, which come from the target
@@ -85,14 +84,7 @@ def compile_c(source: str, flags: Sequence[str], cache_dir: Path | None = None,
 
 def format_diagnostics(stderr: str, source: str, src_path: str) -> str:
     """gcc's errors, each followed by the offending line of the generated source."""
-    lines = source.splitlines()
-    out = ["gcc failed to compile the generated code:"]
-    for diag in stderr.splitlines():
-        out.append(diag.replace(src_path, "kernel.c"))
-        m = re.match(rf"{re.escape(src_path)}:(\d+):(\d+): (?:fatal )?error", diag)
-        if m and 0 < int(m.group(1)) <= len(lines):
-            out.append(f"    line {m.group(1)}: {lines[int(m.group(1)) - 1].strip()}")
-    return "\n".join(out)
+    return compiler_diagnostics("gcc", stderr, source, src_path, "kernel.c", r":(\d+):(\d+): (?:fatal )?error")
 
 
 def optimization_report(source: str, flags: Sequence[str], cc: str = "gcc") -> str:

@@ -198,7 +198,9 @@ class GpuRenderer(CRenderer):
                            "compute the stage at a loop of its consumer (compute_at) or inline it")
 
     def _barrier(self) -> str:
-        raise NotImplementedError
+        """How the back end synchronizes a block's threads: `__syncthreads()` on a GPU, a switch
+        to the next thread in the CPU emulation. Each GPU renderer defines it."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how its threads synchronize")
 
     def _type(self, b: Buffer) -> str:
         if b.dtype == "float16":

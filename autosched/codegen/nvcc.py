@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from autosched.codegen.errors import CompileError
+from autosched.codegen.errors import CompileError, format_diagnostics as compiler_diagnostics
 from autosched.codegen.gcc import default_cache_dir
 
 DEFAULT_FLAGS = ("-O3", "--use_fast_math")
@@ -109,14 +109,7 @@ def parse_resource_usage(text: str) -> dict[str, ResourceUsage]:
 
 def format_diagnostics(stderr: str, source: str, src_path: str) -> str:
     """nvcc's errors, each followed by the offending line of the generated source."""
-    lines = source.splitlines()
-    out = ["nvcc failed to compile the generated code:"]
-    for diag in stderr.splitlines():
-        out.append(diag.replace(src_path, "kernel.cu"))
-        m = re.match(rf"{re.escape(src_path)}\((\d+)\): error", diag)
-        if m and 0 < int(m.group(1)) <= len(lines):
-            out.append(f"    line {m.group(1)}: {lines[int(m.group(1)) - 1].strip()}")
-    return "\n".join(out)
+    return compiler_diagnostics("nvcc", stderr, source, src_path, "kernel.cu", r"\((\d+)\): error")
 
 
 __all__ = ["CubinBuild", "ResourceUsage", "compile_cuda", "nvcc_version", "parse_resource_usage"]
