@@ -70,14 +70,17 @@ def compare(model: Model, session, feeds: dict[str, np.ndarray], rtol: float, at
     return diffs
 
 
-def latency(model: Model, session, feeds: dict[str, np.ndarray], runs: int = 30, block: int = 5) -> Latency:
+def latency(model: Model, session, feeds: dict[str, np.ndarray], runs: int = 30, block: int = 10,
+            settle_s: float = 0.15) -> Latency:
     """Median latency of each over `runs` runs, timed in alternating blocks of `block` runs.
 
     Not run by run: after each run onnxruntime's pool threads spin-wait for more work, and
     OpenMP's do the same, so a run started right after the other runtime's shares the cores
-    with its spinning threads (ResNet-18 on 2 cores measured 47 ms interleaved, 23 ms in
-    blocks). Each block starts with an untimed run that absorbs the other's leftover spinning;
-    alternating blocks still expose both to the same drift of a shared machine."""
+    with its spinning threads. On 2 cores the BERT layer took 5.7 ms alone and 8.6-27 ms for the
+    first five or six runs after onnxruntime's (about 60 ms of them), so each block starts with
+    untimed runs for `settle_s` seconds, until the other's threads have gone to sleep; what is
+    timed is each runtime in the steady state a user running only it sees. Alternating blocks
+    still expose both to the same drift of a shared machine."""
     ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
     outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
     names = [o.name for o in session.get_outputs()]
@@ -86,7 +89,10 @@ def latency(model: Model, session, feeds: dict[str, np.ndarray], runs: int = 30,
     while len(times[0]) < runs:
         n = min(block, runs - len(times[0]))
         for run, out in zip(runners, times):
+            start = time.perf_counter()
             run()
+            while time.perf_counter() - start < settle_s:
+                run()
             for _ in range(n):
                 t0 = time.perf_counter()
                 run()
