@@ -31,6 +31,7 @@ from autosched.te import Tensor
 from search_spaces.llvm.common import (
     CpuTemplate, check_register_tile, cpu_capabilities, divisors, inline_epilogue, parallel_copy, task_tensors, vector_lanes,
 )
+from search_spaces.llvm import conv2d_winograd as winograd
 from search_spaces.registry import TemplateError
 
 MAX_TILE_OW = 32
@@ -139,10 +140,17 @@ class _Blocked:
             ReorderKnob("reduce_order", REDUCE_ORDERS[:1] if one_by_one else REDUCE_ORDERS),
             ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
             *_common_knobs(d),
+            *(winograd.winograd_knobs() if self._winograd(d) else ()),
         ))
+
+    @staticmethod
+    def _winograd(d: ConvDims) -> bool:
+        return winograd.eligible((d.kh, d.kw), d.stride, d.dilation, d.groups)
 
     def schedule(self, task: Task, d: ConvDims, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         lanes = vector_lanes(target, task.dtypes[0])
+        if winograd.algorithm(config) != winograd.DIRECT:
+            return winograd.schedule_winograd_nchw(task, config, target, lanes, padding=d.pads)
         oc_bn, ic_bn = config["oc_bn"], config["ic_bn"]
         vec = lanes if oc_bn % lanes == 0 else oc_bn
         check_register_tile(config["tile_oh"] * config["tile_ow"][1] * (oc_bn // vec), config, target)
@@ -195,6 +203,7 @@ class _Blocked:
             "pad": "inline" if "inline" in knobs["pad"].values else knobs["pad"].values[0],
             "outer_order": OUTER_ORDERS[0],
             "parallel_depth": 3,
+            **(winograd.fallback_values() if self._winograd(d) else {}),
         })
 
 

@@ -1,0 +1,181 @@
+"""Winograd schedules for the CPU Conv templates (`autosched.ops.winograd`).
+
+`conv2d.py` adds `winograd_knobs` to the blocked variant's space of eligible tasks (3×3,
+stride 1, dilation 1, groups 1; others keep their space unchanged) and hands configs whose
+`algorithm` is not "direct" to `schedule_winograd_nchw`. `schedule_winograd` schedules the
+stages of `conv2d_winograd_nchwc` wherever they sit, so an NCHW[x]c template can reuse it.
+
+Knobs: `algorithm` (direct, winograd_2, winograd_4: F(2×2,3×3) or F(4×4,3×3)), the channel
+blocks `oc_bn`/`ic_bn` shared with the direct schedule, `wino_tile_t` (tiles per GEMM register
+tile; the largest divisor of the tile count not above it is used, so one knob serves both tile
+sizes), `wino_gemm_order` (whether a weight panel or a tile panel stays hot across the inner
+parallel iterations) and the shared `pad` (padding at root or inlined into the input
+transform).
+
+The batched GEMM follows the direct blocked conv's register discipline: accumulators are
+tile_t tiles × oc_bn/lanes vectors of output channels (innermost, vectorized), at most
+`max_accumulators(target)`; each reduction step broadcasts one transformed input value per
+tile against oc_bn/lanes weight vectors. Lanes come from the target, never the host.
+Transforms vectorize along the channel block, unroll the tile positions (which folds their
+select chains into constants) and run in parallel over tiles.
+"""
+from __future__ import annotations
+
+from autosched.ops import conv_nchwc, winograd
+from autosched.ops.transform import PAD_TAG
+from autosched.schedule import Schedule, Stage, create_schedule
+from autosched.space import ChoiceKnob, Config, Knob
+from autosched.target import Target
+from autosched.task import Task
+from autosched.te import IterVar, Tensor
+from search_spaces.llvm.common import check_register_tile, inline_epilogue, parallel_copy, task_tensors
+
+DIRECT = "direct"
+ALGORITHMS = (DIRECT, "winograd_2", "winograd_4")
+TILE_T = (1, 2, 3, 4, 6, 8)
+GEMM_ORDERS = ("oc_outer", "tile_outer")
+
+
+def eligible(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], groups: int) -> bool:
+    """Whether Winograd F(m×m, 3×3) computes this convolution."""
+    return tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1) and groups == 1
+
+
+def winograd_knobs() -> list[Knob]:
+    """The knobs an eligible task's space gains (the algorithm first)."""
+    return [ChoiceKnob("algorithm", ALGORITHMS), ChoiceKnob("wino_tile_t", TILE_T),
+            ChoiceKnob("wino_gemm_order", GEMM_ORDERS)]
+
+
+def algorithm(config: Config) -> str:
+    """The config's algorithm; "direct" in a space without the knob."""
+    names = {k.name for k in config.space.knobs}
+    return config["algorithm"] if "algorithm" in names else DIRECT
+
+
+def tile_size(config: Config) -> int:
+    """m of F(m×m, 3×3) for a Winograd config."""
+    return int(config["algorithm"].rsplit("_", 1)[1])
+
+
+def fallback_values() -> dict[str, object]:
+    """The added knobs' values in an untuned build: direct (the measured fallback; see the README's figures)."""
+    return {"algorithm": DIRECT, "wino_tile_t": 4, "wino_gemm_order": GEMM_ORDERS[0]}
+
+
+def _vector(st: Stage, axis: IterVar, extent: int, lanes: int) -> tuple[list[IterVar], IterVar]:
+    """Split `axis` so its innermost part is one vector of the target; ([outer parts], vector)."""
+    if extent % lanes == 0 and extent > lanes:
+        outer, inner = st.split(axis, lanes)
+        return [outer], inner
+    return [], axis
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
+
+
+def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, blocked_out: Tensor | None = None
+                      ) -> None:
+    """Schedule the Winograd stages of `s`: padding, weight and input transforms, the batched
+    GEMM (register-tiled) and the output transform. `blocked_out` is the computation's output
+    when it is blocked (`conv2d_winograd_nchwc` with its epilogue, which is inlined into it);
+    None leaves the output transform at root for an unpacking stage to read."""
+    stage = {st.op.tag: st for st in s.stages}
+    for st in s.stages:
+        if st.op.tag == PAD_TAG:
+            if config["pad"] == "inline":
+                s.compute_inline(st)
+            else:
+                parallel_copy(st)
+    # weights: computed at build time in a model (reads only weights), each call while tuning
+    u = stage[winograd.WEIGHT_TAG]
+    e, nu, o, c, ob = u.op.axes
+    u.reorder(o, c, e, nu, ob)
+    u.parallel(u.fuse(o, c))
+    _, obv = _vector(u, ob, u.op.shape[-1], lanes)
+    u.vectorize(obv)
+
+    v = stage[winograd.INPUT_TAG]
+    e, nu, cb, t, ci = v.op.axes
+    v.reorder(cb, t, e, nu, ci)
+    v.parallel(v.fuse(cb, t))
+    v.unroll(e)
+    v.unroll(nu)
+    ci_outer, civ = _vector(v, ci, v.op.shape[-1], lanes)
+    for a in ci_outer:
+        v.unroll(a)
+    v.vectorize(civ)
+
+    _schedule_gemm(s, stage[winograd.GEMM_TAG], config, target, lanes)
+
+    y = stage[winograd.OUTPUT_TAG]
+    m = y.op.attrs["m"]
+    if blocked_out is not None and blocked_out.op is not y.op:
+        inline_epilogue(s, blocked_out, tags=(winograd.OUTPUT_TAG,))
+        y = s[blocked_out]
+    n, o, oh, ow, ob = y.op.axes
+    oho, ohi = y.split(oh, m)
+    owo, owi = y.split(ow, m)
+    y.reorder(n, o, oho, owo, ohi, owi, ob)
+    y.parallel(y.fuse(n, o, oho))
+    y.unroll(ohi)
+    y.unroll(owi)
+    ob_outer, obv = _vector(y, ob, y.op.shape[-1], lanes)
+    for a in ob_outer:
+        y.unroll(a)
+    y.vectorize(obv)
+
+
+def _schedule_gemm(s: Schedule, mm: Stage, config: Config, target: Target, lanes: int) -> None:
+    """M[ε, ν, OC/bo, T, bo]: register tiles of tile_t tiles × bo channels, reduction outside them."""
+    _, _, _, tiles, bo = mm.op.shape
+    tile_t = _largest_divisor(tiles, config["wino_tile_t"])
+    vec = lanes if bo % lanes == 0 else bo
+    check_register_tile(tile_t * (bo // vec), config, target)
+    acc = s[s.cache_write(Tensor(mm.op), "local")]
+    # `mm` now copies the accumulator out: its loops place the register tiles
+    e, nu, o, t, ob = mm.op.axes
+    to, ti = mm.split(t, tile_t)
+    outer = [e, nu, o, to] if config["wino_gemm_order"] == "oc_outer" else [e, nu, to, o]
+    mm.reorder(*outer, ti, ob)
+    mm.parallel(mm.fuse(*outer))
+    obo, obv = mm.split(ob, vec) if bo > vec else (None, ob)
+    mm.vectorize(obv)
+    s.compute_at(acc, mm, mm.leaf_axes[0])
+
+    e, nu, o, t, ob = acc.op.axes
+    rc, ri = acc.op.reduce_axes
+    obo, obv = acc.split(ob, vec)
+    acc.reorder(e, nu, o, rc, ri, t, obo, obv)
+    acc.unroll(t)
+    acc.unroll(obo)
+    acc.vectorize(obv)
+
+
+def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: int, padding: tuple[int, ...]
+                           ) -> tuple[Schedule, list[Tensor]]:
+    """The NCHW task through `conv2d_winograd` (pack, Winograd, unpack + bias + epilogue)."""
+    tt = task_tensors(task)
+    oc_bn, ic_bn = config["oc_bn"], config["ic_bn"]
+    out = winograd.conv2d_winograd(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None,
+                                   padding=padding, m=tile_size(config), ic_bn=ic_bn, oc_bn=oc_bn,
+                                   epilogue=tt.epilogue)
+    s = create_schedule(out)
+    inline_epilogue(s, out, tags=(conv_nchwc.UNPACK_TAG,))
+    for st in s.stages:
+        if st.op.tag == conv_nchwc.PACK_TAG:
+            parallel_copy(st)
+    schedule_winograd(s, config, target, lanes)
+    o = s[out]
+    n, oc, oh, ow = o.op.axes
+    oco, oci = o.split(oc, oc_bn)
+    o.reorder(n, oco, oh, oci, ow)
+    o.parallel(o.fuse(n, oco, oh))
+    owo, owv = o.split(ow, lanes) if o.op.shape[-1] > lanes else (None, ow)
+    o.vectorize(owv)
+    return s, list(tt.args) + [out]
+
+
+__all__ = ["ALGORITHMS", "DIRECT", "eligible", "winograd_knobs", "algorithm", "tile_size", "fallback_values",
+           "schedule_winograd", "schedule_winograd_nchw"]
