@@ -17,6 +17,7 @@ from autosched.space import ConfigError
 from autosched.target import Target
 from search_spaces import TemplateError, get_template, templates
 from search_spaces.llvm.common import InvalidConfigError, max_accumulators
+from search_spaces.llvm.conv2d_winograd import fallback_values
 
 from isa import AVX2, HOST, ISAS, RUN_TARGETS
 from task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task
@@ -41,6 +42,8 @@ TASKS = {
     "grouped_stride2": (lambda: conv_task((1, 8, 9, 9), (12, 4, 3, 3), stride=2, pad=1, group=2, epilogue="relu"),
                         "conv2d_grouped_llvm"),
 }
+#: the knobs 3×3 stride-1 convolutions gain (tests/test_winograd.py), at the direct algorithm
+DIRECT = fallback_values()
 # one task per template variant draws 20 configs in the fast suite; every task does under -m slow
 PRIMARY = ("matmul_relu", "conv3x3_bias_relu", "depthwise_bias")
 
@@ -139,7 +142,7 @@ def test_narrow_vectors_follow_the_target():
     ("matmul_relu", {"mr": 6, "nr": 2, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2}),
     ("conv3x3_bias_relu", {"oc_bn": 2, "layout": "nchwc", "ic_bn": 8, "reduce_order": ["ico", "kh", "kw", "ici"],
                            "unroll_kw": False, "tile_ow": [1, 11], "tile_oh": 1, "pad": "root",
-                           "outer_order": ["oc", "oh", "ow"], "parallel_depth": 3}),
+                           "outer_order": ["oc", "oh", "ow"], "parallel_depth": 3, **DIRECT}),
 ])
 def test_register_tiles_become_simd_and_threads(name, values, isa):
     """The fast configs the benchmark finds are in each ISA's space (two vectors of columns or
@@ -165,7 +168,7 @@ def test_oversized_register_tiles_are_refused_before_compiling(measure, isa, lim
     space = template.space(task, target)
     values = {"oc_bn": 4 * lanes, "layout": "nchw", "ic_bn": 4 * lanes, "reduce_order": ["ico", "kh", "kw", "ici"],
               "unroll_kw": True, "tile_ow": [1, 28], "tile_oh": 4, "pad": "inline", "outer_order": ["oc", "oh", "ow"],
-              "parallel_depth": 2}
+              "parallel_depth": 2, **DIRECT}
     config = space.from_values(values)
     with pytest.raises(InvalidConfigError, match=f"448 vector accumulators exceeds {limit} .*{target.isa}"):
         template.apply(task, config, target)

@@ -1,0 +1,127 @@
+"""Direct against Winograd convolution, per 3×3 stride-1 Conv task of a model (ResNet-18 by default).
+
+    python benchmarks/winograd.py [MODEL.onnx] [--trials 24] [--threads 2] [--target llvm] [--json]
+
+For each eligible task: `direct` is the untuned build's kernel (the template's fallback config,
+direct algorithm); `winograd` the fastest of `--trials` random Winograd configs of the same
+template (algorithm winograd_2/winograd_4, channel blocks, GEMM tile and order, padding; the
+direct-only knobs stay at the fallback's values), timed as the tuner times it (the weight
+transform runs in every call) and as a built model runs it (`built`: the weight transform
+precomputed, as `autosched build` does). Best per-call time over rounds, same threads for all.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _timing import best_seconds  # noqa: E402
+
+from autosched.frontend.onnx import load_onnx  # noqa: E402
+from autosched.graph.passes import optimize  # noqa: E402
+from autosched.kernel import build_kernel  # noqa: E402
+from autosched.ops import winograd as wino_ops  # noqa: E402
+from autosched.target import Target  # noqa: E402
+from autosched.te import Tensor  # noqa: E402
+from autosched.task import Task, extract_tasks  # noqa: E402
+from search_spaces import get_template  # noqa: E402
+from search_spaces.llvm import conv2d_winograd as wino  # noqa: E402
+from search_spaces.llvm.common import InvalidConfigError  # noqa: E402
+
+SEARCHED = ("algorithm", "oc_bn", "ic_bn", "wino_tile_t", "wino_gemm_order", "pad")
+
+
+def _time(task: Task, sched, args, threads: int, extra: list[np.ndarray] = ()) -> float:
+    kern = build_kernel(sched, args, "task")
+    kern.set_num_threads(threads)
+    outs = [np.empty(shape, dtype) for shape, dtype in zip(task.out_shapes, task.out_dtypes)]
+    bound = kern.bind(task.random_inputs(0) + outs + list(extra))
+    return 1e3 * best_seconds(lambda: kern.run(bound), min_s=0.1, rounds=3)
+
+
+def transformed_weights(w: np.ndarray, m: int, oc_bn: int) -> np.ndarray:
+    """U[ε, ν, OC/bo, C, bo] = G g Gᵀ, what the build precomputes, in numpy."""
+    _, g, _ = wino_ops.winograd_matrices(m)
+    u = np.einsum("ek,ockl,nl->enoc", g, w.astype(np.float64), g)
+    oc, c = w.shape[:2]
+    return np.ascontiguousarray(u.reshape(*u.shape[:2], oc // oc_bn, oc_bn, c).transpose(0, 1, 2, 4, 3)
+                                ).astype(np.float32)
+
+
+def built_ms(task: Task, tpl, config, target: Target, threads: int) -> float:
+    """The kernel as a built model runs it: the weight transform is an argument, not a stage."""
+    sched, args = tpl.apply(task, config, target)
+    u = next(st for st in sched.stages if st.op.tag == wino_ops.WEIGHT_TAG)
+    sched.precompute(u)
+    w = task.random_inputs(0)[1]
+    return _time(task, sched, list(args) + [Tensor(u.op)], threads,
+                 [transformed_weights(w, wino.tile_size(config), config["oc_bn"])])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model", type=Path, nargs="?", default=Path("models/resnet18.onnx"))
+    p.add_argument("--trials", type=int, default=24, help="random Winograd configs per task")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    target = Target.parse(args.target)
+    tpl = get_template("Conv", "llvm")
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for task in extract_tasks(optimize(load_onnx(args.model))).tasks:
+        if task.op != "Conv":
+            continue
+        space = tpl.space(task, target)
+        if "algorithm" not in {k.name for k in space.knobs}:
+            continue
+        base = tpl.fallback(task, target)
+        direct = _time(task, *tpl.apply(task, base, target), args.threads)
+        best = None
+        for _ in range(args.trials):
+            values = {k.name: base[k.name] for k in space.knobs}
+            for name in SEARCHED:
+                opts = [v for v in space.knob(name).values if name != "algorithm" or v != wino.DIRECT]
+                values[name] = opts[int(rng.integers(len(opts)))]
+            config = space.from_values(values)
+            try:
+                ms = _time(task, *tpl.apply(task, config, target), args.threads)
+            except InvalidConfigError:
+                continue
+            if best is None or ms < best[0]:
+                best = (ms, config)
+        row = {"shapes": [list(s) for s in task.shapes[:2]], "weight": task.weight, "direct_ms": round(direct, 4)}
+        if best is not None:
+            row.update(winograd_ms=round(best[0], 4), built_ms=round(built_ms(task, tpl, best[1], target, args.threads), 4),
+                       config={n: best[1][n] for n in SEARCHED})
+            row["ratio"] = round(row["winograd_ms"] / direct, 3)
+            row["built_ratio"] = round(row["built_ms"] / direct, 3)
+        rows.append(row)
+    result = {"model": args.model.name, "target": str(target), "isa": target.isa, "threads": args.threads,
+              "trials": args.trials, "tasks": rows}
+    if args.json:
+        print(json.dumps(result))
+        return result
+    print(f"{args.model.name}, {target.isa}, {args.threads} threads: kernel ms per call; winograd = best of "
+          f"{args.trials} random configs (weight transform in the call), built = the same with it precomputed")
+    print(f"{'input':16} {'weights':14} {'direct':>8} {'winograd':>9} {'ratio':>6} {'built':>8} {'ratio':>6}  config")
+    for r in rows:
+        x, w = ("x".join(map(str, s)) for s in r["shapes"])
+        if "winograd_ms" in r:
+            cfg = " ".join(f"{k}={v}" for k, v in r["config"].items())
+            print(f"{x:16} {w:14} {r['direct_ms']:8.3f} {r['winograd_ms']:9.3f} {r['ratio']:6.2f} "
+                  f"{r['built_ms']:8.3f} {r['built_ratio']:6.2f}  {cfg}")
+        else:
+            print(f"{x:16} {w:14} {r['direct_ms']:8.3f}  (no Winograd config built)")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""Winograd convolution: the generated matrices, the op against a float64 direct convolution, the
+template's algorithm knob (random configs per ISA through the real builder and runner), and the
+weight transform leaving the model's run time.
+
+Tolerance: max |y - y64| ≤ 3e-5 · max |y64| (float32 kernel against a float64 numpy direct
+convolution). Winograd's rounding error is larger than the direct algorithm's because the
+transforms mix inputs with coefficients up to 8 (F(4,3)) before the channel sums; the float32
+simulation below measures ≤ 1e-6 (F(2,3)) and ≤ 5e-6 (F(4,3), points 0, ±1, 2, -1/2) of max |y|
+at up to 512 channels, and these tests use at most 24 channels, so 3e-5 leaves a 6× margin while
+still catching any wrong coefficient (which errs by O(1) of max |y|). The tuner's runner checks
+with its own, looser, rtol 1e-3 / atol 1e-4 · max |y|.
+"""
+import zlib
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from autosched import te
+from autosched.build import _plan_kernel
+from autosched.codegen import renderer_for
+from autosched.kernel import build_kernel
+from autosched.lower import lower
+from autosched.measure import MeasureInput, measure_with
+from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
+from autosched.ops import winograd
+from autosched.schedule import create_schedule
+from search_spaces import get_template
+from search_spaces.llvm import conv2d_winograd as wino
+from search_spaces.llvm.common import InvalidConfigError
+
+from isa import ISAS, runs_here
+from task_helpers import conv_task
+
+TOLERANCE = 3e-5
+TEXTBOOK_F4 = (Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2))
+
+
+def _direct64(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = xp.shape[2] - 2, xp.shape[3] - 2
+    y = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for kh in range(3):
+        for kw in range(3):
+            y += np.einsum("nchw,oc->nohw", xp[:, :, kh:kh + oh, kw:kw + ow], w[:, :, kh, kw].astype(np.float64))
+    return y
+
+
+def _float32_winograd(x: np.ndarray, w: np.ndarray, m: int, points=None) -> np.ndarray:
+    """Valid (unpadded) Winograd convolution in numpy with every stage rounded to float32: how
+    the error bounds in autosched/ops/winograd.py were measured. H - 2 and W - 2 divide by m."""
+    at, g, bt = (a.astype(np.float32) for a in winograd.winograd_matrices(m, points))
+    alpha, (n, c, h, wd) = m + 2, x.shape
+    th, tw = (h - 2) // m, (wd - 2) // m
+    u = np.einsum("ek,ockl,nl->enoc", g, w.astype(np.float32), g).astype(np.float32)
+    tiles = np.stack([np.stack([x[:, :, i * m:i * m + alpha, j * m:j * m + alpha] for j in range(tw)], 2)
+                      for i in range(th)], 2).astype(np.float32)
+    v = np.einsum("ei,nctsij,qj->eqncts", bt, tiles, bt).astype(np.float32)
+    mm = np.einsum("eqoc,eqncts->eqnots", u, v).astype(np.float32)
+    y = np.einsum("ie,eqnots,jq->notsij", at, mm, at).astype(np.float32)
+    return y.transpose(0, 1, 2, 4, 3, 5).reshape(n, -1, th * m, tw * m)
+
+
+def _rel_error(y: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(y - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.parametrize("m", winograd.TILE_SIZES)
+def test_generated_matrices_satisfy_the_correlation_identity(m):
+    at, g, bt = winograd.winograd_matrices(m)
+    assert at.shape == (m, m + 2) and g.shape == (m + 2, 3) and bt.shape == (m + 2, m + 2)
+    rng = np.random.default_rng(m)
+    for _ in range(5):
+        d, k = rng.standard_normal(m + 2), rng.standard_normal(3)
+        np.testing.assert_allclose(at @ ((g @ k) * (bt @ d)), np.correlate(d, k, "valid"), rtol=0, atol=1e-12)
+
+
+def test_f2_matrices_are_the_papers():
+    at, _, bt = winograd.winograd_matrices(2)
+    assert at.tolist() == [[1, 1, 1, 0], [0, 1, -1, 1]]
+    assert np.abs(bt).tolist() == [[1, 0, 1, 0], [0, 1, 1, 0], [0, 1, 1, 0], [0, 1, 0, 1]]
+
+
+def test_chosen_f4_points_round_less_than_the_textbook_points():
+    """The documented choice: 0, ±1, 2, -1/2 against 0, ±1, ±2, same data (float32 simulation)."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 128, 18, 18)), rng.standard_normal((32, 128, 3, 3))
+    ref = _direct64(x, w, 0)
+    chosen = _rel_error(_float32_winograd(x, w, 4), ref)
+    textbook = _rel_error(_float32_winograd(x, w, 4, TEXTBOOK_F4), ref)
+    f2 = _rel_error(_float32_winograd(x, w, 2), ref)
+    assert chosen < textbook and chosen < 1e-5 and f2 < 2e-6
+
+
+# (N, C, H, W, OC, pad, ic_bn, oc_bn): odd sizes, partial tiles, channel counts not multiples of 16
+SHAPES = [(1, 6, 7, 9, 10, 1, 3, 5), (2, 12, 11, 10, 6, 2, 4, 3), (1, 8, 5, 5, 8, 0, 8, 8),
+          (1, 24, 9, 13, 20, 1, 6, 4), (1, 5, 6, 6, 3, 2, 5, 1)]
+
+
+@pytest.mark.parametrize("m", winograd.TILE_SIZES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_op_matches_float64_direct_convolution(m, shape):
+    """The NCHW wrapper (pack, Winograd, unpack) with bias, at the op library's plain schedule."""
+    n, c, h, wd, oc, pad, ic_bn, oc_bn = shape
+    x, w, b = te.placeholder((n, c, h, wd), name="x"), te.placeholder((oc, c, 3, 3), name="w"), te.placeholder((oc,), name="b")
+    out = winograd.conv2d_winograd(x, w, b, pad, m=m, ic_bn=ic_bn, oc_bn=oc_bn)
+    kernel = build_kernel(create_schedule(out), [x, w, b, out], "winograd")
+    rng = np.random.default_rng(zlib.crc32(repr(shape).encode()))
+    xs, ws, bs = (rng.standard_normal(s).astype(np.float32) for s in ((n, c, h, wd), (oc, c, 3, 3), (oc,)))
+    y = np.empty(out.shape, np.float32)
+    kernel(xs, ws, bs, y)
+    assert _rel_error(y, _direct64(xs, ws, pad) + bs[None, :, None, None]) <= TOLERANCE
+
+
+def test_blocked_op_takes_and_gives_nchwc_with_a_blocked_epilogue():
+    n, c, h, wd, oc, bi, bo = 1, 8, 7, 7, 12, 4, 6
+    x = te.placeholder((n, c // bi, h, wd, bi), name="x")
+    w, b = te.placeholder((oc, c, 3, 3), name="w"), te.placeholder((oc,), name="b")
+    relu = lambda v, i: te.max(v, te.const(0.0, v.dtype))  # noqa: E731
+    out = winograd.conv2d_winograd_nchwc(x, w, b, 1, m=4, oc_bn=bo, epilogue=(relu,))
+    assert out.shape == (n, oc // bo, h, wd, bo)
+    kernel = build_kernel(create_schedule(out), [x, w, b, out], "winograd_nchwc")
+    rng = np.random.default_rng(1)
+    xs, ws, bs = (rng.standard_normal(s).astype(np.float32) for s in ((n, c, h, wd), (oc, c, 3, 3), (oc,)))
+    y = np.empty(out.shape, np.float32)
+    kernel(np.ascontiguousarray(xs.reshape(n, c // bi, bi, h, wd).transpose(0, 1, 3, 4, 2)), ws, bs, y)
+    ref = np.maximum(_direct64(xs, ws, 1) + bs[None, :, None, None], 0)
+    got = y.transpose(0, 1, 4, 2, 3).reshape(n, oc, h, wd)
+    assert _rel_error(got, ref) <= TOLERANCE
+
+
+def test_ineligible_convolutions_are_refused():
+    x = te.placeholder((1, 2, 8, 8, 4), name="x")
+    with pytest.raises(ValueError, match="only 3x3"):
+        winograd.conv2d_winograd_nchwc(x, te.placeholder((8, 8, 5, 5), name="w"), m=2, oc_bn=4)
+    with pytest.raises(ValueError, match="tile size 3"):
+        winograd.conv2d_winograd_nchwc(x, te.placeholder((8, 8, 3, 3), name="w"), m=3, oc_bn=4)
+
+
+# --- the template --------------------------------------------------------------------------------
+
+TEMPLATE = get_template("Conv", "llvm")
+TASK = dict(x_shape=(1, 12, 9, 11), w_shape=(24, 12, 3, 3), pad=1, bias=True, epilogue="residual")
+
+
+def test_only_eligible_convolutions_get_the_algorithm_knob(cpu_target):
+    def knobs(task):
+        return {k.name for k in TEMPLATE.space(task, cpu_target).knobs}
+    assert {"algorithm", "wino_tile_t", "wino_gemm_order"} <= knobs(conv_task((1, 8, 9, 9), (16, 8, 3, 3), pad=1))
+    for other in (conv_task((1, 8, 9, 9), (16, 8, 1, 1)), conv_task((1, 8, 9, 9), (16, 8, 3, 3), stride=2, pad=1),
+                  conv_task((1, 8, 9, 9), (8, 1, 3, 3), pad=1, group=8)):
+        assert "algorithm" not in knobs(other)
+    task = conv_task((1, 8, 9, 9), (16, 8, 3, 3), pad=1)
+    assert TEMPLATE.space(task, cpu_target).knob("algorithm").values == ("direct", "winograd_2", "winograd_4")
+    assert TEMPLATE.fallback(task, cpu_target)["algorithm"] == "direct"
+
+
+def _winograd_configs(task, target, n: int, seed: int) -> list:
+    space = TEMPLATE.space(task, target)
+    position = space.position("algorithm")
+    out = []
+    for i in space.sample(20 * n, np.random.default_rng(seed)):
+        config = space.get(i)
+        if config.digits[position] == 0:  # direct: tests/test_templates_llvm.py draws those
+            continue
+        try:
+            TEMPLATE.apply(task, config, target)
+        except InvalidConfigError:
+            continue
+        out.append(config)
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.fixture(scope="module")
+def measure(tmp_path_factory):
+    runner = LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.2, timeout=20.0, stop_factor=0))
+    yield measure_with(LocalBuilder(n_parallel=2, cache_dir=tmp_path_factory.mktemp("kernels")), runner)
+    runner.close()
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_twenty_random_winograd_configs_are_correct(isa, measure):
+    """Built for each ISA's target (its lanes and registers) on any host; run where the host can."""
+    target, register, lanes = ISAS[isa]
+    task = conv_task(**TASK)
+    configs = _winograd_configs(task, target, 20, zlib.crc32(isa.encode()))
+    assert len(configs) == 20
+    assert {c["algorithm"] for c in configs} == {"winograd_2", "winograd_4"}
+    for config in configs[:3]:
+        code = renderer_for("llvm").render(lower(*TEMPLATE.apply(task, config, target), "k"))
+        assert "#pragma omp parallel for" in code  # vectors: 24 channels give blocks of 6, 8, 12, 24
+    if not runs_here(target):
+        pytest.skip(f"the host cannot run {isa} code (generated and rendered above)")
+    results = measure([MeasureInput(task, target, c) for c in configs])
+    bad = [(c.to_json()["knobs"], r.error_kind.name, r.error_msg[:300]) for c, r in zip(configs, results) if not r.ok]
+    assert not bad, bad
+
+
+def test_winograd_outputs_within_the_stated_tolerance_at_template_schedules(cpu_target):
+    """The runner's check is looser than the stated bound: check the bound on scheduled kernels too."""
+    if not runs_here(cpu_target):
+        pytest.skip("host cannot run this ISA")
+    task = conv_task(**TASK)
+    inputs = task.random_inputs(0)
+    ref = task.reference(inputs)
+    ref = ref[0] if isinstance(ref, (list, tuple)) else ref
+    for config in _winograd_configs(task, cpu_target, 4, 7):
+        kernel = build_kernel(*TEMPLATE.apply(task, config, cpu_target), "k")
+        y = np.empty(task.out_shapes[0], np.float32)
+        kernel(*inputs, y)
+        assert _rel_error(y, ref) <= TOLERANCE, config.to_json()["knobs"]
+
+
+def test_every_sampled_config_of_the_space_builds_or_is_refused_by_name(cpu_target):
+    """The tuner draws from the whole space (both algorithms): each draw lowers and renders, or
+    is an InvalidConfigError (a register tile over the target's limit)."""
+    task = conv_task((1, 16, 14, 14), (32, 16, 3, 3), pad=1, bias=True, epilogue="relu")
+    space = TEMPLATE.space(task, cpu_target)
+    built = 0
+    for i in space.sample(30, np.random.default_rng(3)):
+        try:
+            sched, args = TEMPLATE.apply(task, space.get(i), cpu_target)
+        except InvalidConfigError:
+            continue
+        code = renderer_for("llvm").render(lower(sched, args, "k"))
+        assert f"f32x{cpu_target.capabilities.lanes(4)}" in code  # vector widths are the target's
+        built += 1
+    assert built >= 15
+
+
+@pytest.mark.parametrize("algorithm", ["winograd_2", "winograd_4"])
+def test_the_weight_transform_is_computed_at_build_time(algorithm, cpu_target):
+    """A model build precomputes the weight-only frontier: for Winograd that is the transformed
+    weights U, so the kernel reads U and never the raw weights."""
+    task = conv_task((1, 8, 9, 9), (16, 8, 3, 3), pad=1, bias=True)
+    space = TEMPLATE.space(task, cpu_target)
+    config = space.from_values({**TEMPLATE.fallback(task, cpu_target).to_json()["knobs"], "algorithm": algorithm})
+    sched, args = TEMPLATE.apply(task, config, cpu_target)
+    weights = next(i for i, v in enumerate(task.input_values) if v.shape == (16, 8, 3, 3))
+    plan = _plan_kernel(sched, args, (weights, 2), "k")
+    (_, sources), = plan.folded
+    assert sources == [weights]
+    assert [st.op.tag for st in sched.stages if st.attach == ("precomputed",)] == [winograd.WEIGHT_TAG]
+    assert not plan.used[weights]  # the kernel no longer reads the OIHW weights
