@@ -7,13 +7,18 @@ direct algorithm); `winograd` the fastest of `--trials` random Winograd configs 
 template (algorithm winograd_2/winograd_4, channel blocks, GEMM tile and order, padding; the
 direct-only knobs stay at the fallback's values), timed as the tuner times it (the weight
 transform runs in every call) and as a built model runs it (`built`: the weight transform
-precomputed, as `autosched build` does). Best per-call time over rounds, same threads for all.
+precomputed, as `autosched build` does). Kernels are compiled first, then timed in interleaved
+rounds (best round kept), so a burst of load from another process hits every candidate alike;
+same threads for all. With `--threads 1` the time is the thread's CPU time, which other
+processes on the machine inflate far less than wall-clock time.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +41,38 @@ from search_spaces.llvm.common import InvalidConfigError  # noqa: E402
 SEARCHED = ("algorithm", "oc_bn", "ic_bn", "wino_tile_t", "wino_gemm_order", "pad")
 
 
-def _time(task: Task, sched, args, threads: int, extra: list[np.ndarray] = ()) -> float:
-    kern = build_kernel(sched, args, "task")
-    kern.set_num_threads(threads)
-    outs = [np.empty(shape, dtype) for shape, dtype in zip(task.out_shapes, task.out_dtypes)]
-    bound = kern.bind(task.random_inputs(0) + outs + list(extra))
-    return 1e3 * best_seconds(lambda: kern.run(bound), min_s=0.1, rounds=3)
+class _Timed:
+    """A compiled kernel bound to the task's seeded inputs; `ms` keeps the best round seen, so
+    candidates timed in interleaved rounds each get the machine's quiet moments."""
+
+    def __init__(self, task: Task, sched, args, threads: int, extra: Sequence[np.ndarray] = ()):
+        kern = build_kernel(sched, args, "task")
+        kern.set_num_threads(threads)
+        outs = [np.empty(shape, dtype) for shape, dtype in zip(task.out_shapes, task.out_dtypes)]
+        self._kern, self._bound = kern, kern.bind(task.random_inputs(0) + outs + list(extra))
+        self.ms = float("inf")
+
+        self._threads = threads
+
+    def round(self) -> float:
+        run = lambda: self._kern.run(self._bound)  # noqa: E731
+        if self._threads == 1:  # CPU time of this thread: blind to other processes taking the core
+            run()
+            n, start = 0, time.thread_time()
+            while time.thread_time() - start < 0.05:
+                run()
+                n += 1
+            seconds = (time.thread_time() - start) / n
+        else:
+            seconds = best_seconds(run, min_s=0.05, rounds=1)
+        self.ms = min(self.ms, 1e3 * seconds)
+        return self.ms
+
+
+def interleaved(kernels: Sequence[_Timed], rounds: int) -> None:
+    for _ in range(rounds):
+        for k in kernels:
+            k.round()
 
 
 def transformed_weights(w: np.ndarray, m: int, oc_bn: int) -> np.ndarray:
@@ -53,14 +84,14 @@ def transformed_weights(w: np.ndarray, m: int, oc_bn: int) -> np.ndarray:
                                 ).astype(np.float32)
 
 
-def built_ms(task: Task, tpl, config, target: Target, threads: int) -> float:
+def built_kernel(task: Task, tpl, config, target: Target, threads: int) -> _Timed:
     """The kernel as a built model runs it: the weight transform is an argument, not a stage."""
     sched, args = tpl.apply(task, config, target)
     u = next(st for st in sched.stages if st.op.tag == wino_ops.WEIGHT_TAG)
     sched.precompute(u)
     w = task.random_inputs(0)[1]
-    return _time(task, sched, list(args) + [Tensor(u.op)], threads,
-                 [transformed_weights(w, wino.tile_size(config), config["oc_bn"])])
+    return _Timed(task, sched, list(args) + [Tensor(u.op)], threads,
+                  [transformed_weights(w, wino.tile_size(config), config["oc_bn"])])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -70,6 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--target", default="llvm")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (best kept)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     target = Target.parse(args.target)
@@ -83,8 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
         if "algorithm" not in {k.name for k in space.knobs}:
             continue
         base = tpl.fallback(task, target)
-        direct = _time(task, *tpl.apply(task, base, target), args.threads)
-        best = None
+        direct = _Timed(task, *tpl.apply(task, base, target), args.threads)
+        candidates = []
         for _ in range(args.trials):
             values = {k.name: base[k.name] for k in space.knobs}
             for name in SEARCHED:
@@ -92,17 +124,20 @@ def main(argv: list[str] | None = None) -> dict:
                 values[name] = opts[int(rng.integers(len(opts)))]
             config = space.from_values(values)
             try:
-                ms = _time(task, *tpl.apply(task, config, target), args.threads)
+                candidates.append((config, _Timed(task, *tpl.apply(task, config, target), args.threads)))
             except InvalidConfigError:
                 continue
-            if best is None or ms < best[0]:
-                best = (ms, config)
-        row = {"shapes": [list(s) for s in task.shapes[:2]], "weight": task.weight, "direct_ms": round(direct, 4)}
-        if best is not None:
-            row.update(winograd_ms=round(best[0], 4), built_ms=round(built_ms(task, tpl, best[1], target, args.threads), 4),
-                       config={n: best[1][n] for n in SEARCHED})
-            row["ratio"] = round(row["winograd_ms"] / direct, 3)
-            row["built_ratio"] = round(row["built_ms"] / direct, 3)
+        interleaved([direct] + [k for _, k in candidates], args.rounds)
+        row = {"shapes": [list(s) for s in task.shapes[:2]], "weight": task.weight}
+        if candidates:
+            config, best = min(candidates, key=lambda ck: ck[1].ms)
+            built = built_kernel(task, tpl, config, target, args.threads)
+            interleaved([direct, best, built], args.rounds)  # the three compared in the same moments
+            row.update(winograd_ms=round(best.ms, 4), built_ms=round(built.ms, 4),
+                       config={n: config[n] for n in SEARCHED})
+            row["ratio"] = round(best.ms / direct.ms, 3)
+            row["built_ratio"] = round(built.ms / direct.ms, 3)
+        row["direct_ms"] = round(direct.ms, 4)
         rows.append(row)
     result = {"model": args.model.name, "target": str(target), "isa": target.isa, "threads": args.threads,
               "trials": args.trials, "tasks": rows}

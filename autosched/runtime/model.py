@@ -9,7 +9,7 @@ import numpy as np
 from cffi import FFI
 
 from autosched.errors import AutoschedError
-from autosched.runtime.module import _NP, _pin_openmp
+from autosched.runtime.module import _NP, _keep_freed_memory, _pin_openmp
 from autosched.target import CpuInfo, read_cpuinfo
 
 
@@ -34,6 +34,7 @@ class Model:
                        "int32_t autosched_model_run(void**, void**); void autosched_set_num_threads(int32_t);"
                        "const char* autosched_last_error(void);")
         _pin_openmp()
+        _keep_freed_memory()
         self._lib = self._ffi.dlopen(str(self.library.resolve()))
         weights = self.library.with_name(self.manifest["weights"])
         status = self._lib.autosched_model_init(str(weights).encode())
