@@ -32,7 +32,7 @@ from search_spaces.llvm.common import check_register_tile, inline_epilogue, para
 
 DIRECT = "direct"
 ALGORITHMS = (DIRECT, "winograd_2", "winograd_4")
-TILE_T = (1, 2, 3, 4, 6, 8)
+TILE_T = (2, 4, 6, 7, 8, 12, 14, 16)
 GEMM_ORDERS = ("oc_outer", "tile_outer")
 
 
@@ -60,7 +60,7 @@ def tile_size(config: Config) -> int:
 
 def fallback_values() -> dict[str, object]:
     """The added knobs' values in an untuned build: direct (the measured fallback; see the README's figures)."""
-    return {"algorithm": DIRECT, "wino_tile_t": 4, "wino_gemm_order": GEMM_ORDERS[0]}
+    return {"algorithm": DIRECT, "wino_tile_t": 7, "wino_gemm_order": GEMM_ORDERS[0]}
 
 
 def _vector(st: Stage, axis: IterVar, extent: int, lanes: int) -> tuple[list[IterVar], IterVar]:
@@ -76,11 +76,12 @@ def _largest_divisor(n: int, at_most: int) -> int:
 
 
 def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, blocked_out: Tensor | None = None
-                      ) -> None:
+                      ) -> Stage:
     """Schedule the Winograd stages of `s`: padding, weight and input transforms, the batched
     GEMM (register-tiled) and the output transform. `blocked_out` is the computation's output
     when it is blocked (`conv2d_winograd_nchwc` with its epilogue, which is inlined into it);
-    None leaves the output transform at root for an unpacking stage to read."""
+    None leaves the output transform for the caller to place (the NCHW unpacking computes it
+    per row of tiles). Returns the output transform's stage."""
     stage = {st.op.tag: st for st in s.stages}
     for st in s.stages:
         if st.op.tag == PAD_TAG:
@@ -118,13 +119,15 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
     oho, ohi = y.split(oh, m)
     owo, owi = y.split(ow, m)
     y.reorder(n, o, oho, owo, ohi, owi, ob)
-    y.parallel(y.fuse(n, o, oho))
+    if blocked_out is not None:  # else the caller's loops around it run in parallel
+        y.parallel(y.fuse(n, o, oho))
     y.unroll(ohi)
     y.unroll(owi)
     ob_outer, obv = _vector(y, ob, y.op.shape[-1], lanes)
     for a in ob_outer:
         y.unroll(a)
     y.vectorize(obv)
+    return y
 
 
 def _schedule_gemm(s: Schedule, mm: Stage, config: Config, target: Target, lanes: int) -> None:
@@ -166,14 +169,18 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     for st in s.stages:
         if st.op.tag == conv_nchwc.PACK_TAG:
             parallel_copy(st)
-    schedule_winograd(s, config, target, lanes)
+    y = schedule_winograd(s, config, target, lanes)
+    # the output transform fills one row of tiles (m rows × OW × oc_bn, in L1) that the
+    # unpacking then transposes to NCHW rows
     o = s[out]
     n, oc, oh, ow = o.op.axes
     oco, oci = o.split(oc, oc_bn)
-    o.reorder(n, oco, oh, oci, ow)
-    o.parallel(o.fuse(n, oco, oh))
+    oho, ohi = o.split(oh, tile_size(config))
+    o.reorder(n, oco, oho, ohi, oci, ow)
+    o.parallel(o.fuse(n, oco, oho))
     owo, owv = o.split(ow, lanes) if o.op.shape[-1] > lanes else (None, ow)
     o.vectorize(owv)
+    s.compute_at(y, o, o.leaf_axes[0])
     return s, list(tt.args) + [out]
 
 
