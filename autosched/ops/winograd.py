@@ -32,8 +32,10 @@ chain, so a transform costs its non-zero terms only.
 
 Stages (tags): "pad" (the input grown to whole tiles; absent when nothing to pad),
 "winograd_weight" U[ε,ν,OC/bo,C,bo] (reads only weights: `autosched.build` precomputes it at
-build time), "winograd_input" V[ε,ν,C/bi,T,bi], "winograd_gemm" M[ε,ν,OC/bo,T,bo],
-"winograd_output" Y[N,OC/bo,OH,OW,bo] with bias and epilogue. T = N·⌈OH/m⌉·⌈OW/m⌉ tiles.
+build time), "winograd_input_rows" (d B) and "winograd_input" V[ε,ν,C/bi,T,bi] (Bᵀ d B),
+"winograd_gemm" M[ε,ν,OC/bo,T,bo], "winograd_output_rows" (M A) and "winograd_output"
+Y[N,OC/bo,OH,OW,bo] (Aᵀ M A) with bias and epilogue. T = N·⌈OH/m⌉·⌈OW/m⌉ tiles. The input and
+output transforms run as two 1-D passes each (about half the terms of the 2-D sums).
 """
 from __future__ import annotations
 
@@ -52,6 +54,8 @@ from autosched.te import Expr, Tensor
 
 WEIGHT_TAG = "winograd_weight"
 INPUT_TAG = "winograd_input"
+INPUT_ROWS_TAG = "winograd_input_rows"
+OUTPUT_ROWS_TAG = "winograd_output_rows"
 GEMM_TAG = "winograd_gemm"
 OUTPUT_TAG = "winograd_output"
 KERNEL = 3
@@ -144,6 +148,11 @@ def _by_position(i: Expr, j: Expr, ni: int, nj: int, value) -> Expr:
     return out
 
 
+def _by_index(i: Expr, n: int, value) -> Expr:
+    """value(a) at a = i, as `_by_position` for one index."""
+    return _by_position(i, i, 1, n, lambda _, a: value(a))
+
+
 def tile_counts(oh: int, ow: int, m: int) -> tuple[int, int]:
     return -(-oh // m), -(-ow // m)
 
@@ -173,19 +182,27 @@ def weight_transform(w: Tensor, m: int, oc_bn: int) -> Tensor:
 
 
 def input_transform(xp: Tensor, m: int, tiles: tuple[int, int]) -> Tensor:
-    """V[ε, ν, C/bi, T, bi] = (Bᵀ d B)[ε, ν] for each tile t = (n·TH + th)·TW + tw of the padded input."""
+    """V[ε, ν, C/bi, T, bi] = (Bᵀ d B)[ε, ν] for each tile t = (n·TH + th)·TW + tw of the padded input.
+
+    Two 1-D passes (tag "winograd_input_rows" for d B, then Bᵀ ·): 2·α·nnz(Bᵀ) terms per tile
+    and channel instead of nnz(Bᵀ)² (312 against 676 for F(4,3)); schedules compute the first
+    pass per tile, in registers or L1.
+    """
     n, cb, _, _, bi = xp.shape
     th_, tw_ = tiles
     _, _, bt = winograd_matrices(m)
     alpha = m + 2
 
-    def body(e, nu, c, t, ci):
+    def rows(i, nu, c, t, ci):
         b, y, x = t // (th_ * tw_), (t // tw_) % th_ * m, t % tw_ * m
+        return _by_index(nu, alpha, lambda q: _combine(
+            [(bt[q, j], xp[b, c, y + i, x + j, ci]) for j in range(alpha)], xp.dtype))
+    d_b = te.compute((alpha, alpha, cb, n * th_ * tw_, bi), rows, name=f"{xp.name}_winograd_rows",
+                     tag=INPUT_ROWS_TAG, attrs={"m": m})
 
-        def at(a, q):
-            return _combine([(bt[a, i] * bt[q, j], xp[b, c, y + i, x + j, ci])
-                             for i in range(alpha) for j in range(alpha)], xp.dtype)
-        return _by_position(e, nu, alpha, alpha, at)
+    def body(e, nu, c, t, ci):
+        return _by_index(e, alpha, lambda a: _combine(
+            [(bt[a, i], d_b[i, nu, c, t, ci]) for i in range(alpha)], xp.dtype))
     return te.compute((alpha, alpha, cb, n * th_ * tw_, bi), body, name=f"{xp.name}_winograd", tag=INPUT_TAG,
                       attrs={"m": m})
 
@@ -208,13 +225,15 @@ def output_transform(mm: Tensor, n: int, out_hw: tuple[int, int], m: int, bias: 
     th_, tw_ = tiles = tile_counts(oh_, ow_, m)
     at, _, _ = winograd_matrices(m)
 
+    # two 1-D passes, as in `input_transform`: M A per tile (tag "winograd_output_rows"), then Aᵀ ·
+    m_a = te.compute((alpha, m, ocb, mm.shape[3], bo), lambda e, j, o, t, ob: _by_index(j, m, lambda jj: _combine(
+        [(at[jj, q], mm[e, q, o, t, ob]) for q in range(alpha)], mm.dtype)), name=f"{name}_winograd_out_rows",
+        tag=OUTPUT_ROWS_TAG, attrs={"m": m})
+
     def body(b, o, y, x, ob):
         t = (b * th_ + y // m) * tw_ + x // m
-
-        def at_pos(i, j):
-            return _combine([(at[i, e] * at[j, q], mm[e, q, o, t, ob]) for e in range(alpha) for q in range(alpha)],
-                            mm.dtype)
-        v = _by_position(y % m, x % m, m, m, at_pos)
+        v = _by_index(y % m, m, lambda i: _combine([(at[i, e], m_a[e, x % m, o, t, ob]) for e in range(alpha)],
+                                                    mm.dtype))
         return v + bias[o * bo + ob] if bias is not None else v
     y = te.compute((n, ocb, oh_, ow_, bo), body, name=f"{name}_winograd_out", tag=OUTPUT_TAG,
                    attrs={"m": m, "tiles": tiles})
@@ -268,4 +287,4 @@ def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: i
 
 __all__ = ["winograd_matrices", "conv2d_winograd", "conv2d_winograd_nchwc", "weight_transform", "input_transform",
            "batched_gemm", "output_transform", "check_eligible", "tile_counts", "WEIGHT_TAG", "INPUT_TAG", "GEMM_TAG",
-           "OUTPUT_TAG", "POINTS", "TILE_SIZES"]
+           "OUTPUT_TAG", "INPUT_ROWS_TAG", "OUTPUT_ROWS_TAG", "POINTS", "TILE_SIZES"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from autosched.ops import conv_nchwc, winograd
 from autosched.ops.transform import PAD_TAG
+from autosched.ops.util import vector_width
 from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, Knob
 from autosched.target import Target
@@ -100,13 +101,15 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
     v = stage[winograd.INPUT_TAG]
     e, nu, cb, t, ci = v.op.axes
     v.reorder(cb, t, e, nu, ci)
-    v.parallel(v.fuse(cb, t))
+    tile = v.fuse(cb, t)
+    v.parallel(tile)
     v.unroll(e)
     v.unroll(nu)
     ci_outer, civ = _vector(v, ci, v.op.shape[-1], lanes)
     for a in ci_outer:
         v.unroll(a)
     v.vectorize(civ)
+    _per_tile(s, stage[winograd.INPUT_ROWS_TAG], v, tile, lanes)
 
     _schedule_gemm(s, stage[winograd.GEMM_TAG], config, target, lanes)
 
@@ -127,7 +130,21 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
     for a in ob_outer:
         y.unroll(a)
     y.vectorize(obv)
+    _per_tile(s, stage[winograd.OUTPUT_ROWS_TAG], y, owo, lanes)
     return y
+
+
+def _per_tile(s: Schedule, rows: Stage, parent: Stage, tile_loop: IterVar, lanes: int) -> None:
+    """A transform's first 1-D pass, computed for one tile inside the second's tile loop:
+    α × α (or α × m) vectors that stay in registers or L1."""
+    s.compute_at(rows, parent, tile_loop)
+    a, b, _, _, c = rows.op.axes
+    rows.unroll(a)
+    rows.unroll(b)
+    outer, vec = _vector(rows, c, rows.op.shape[-1], lanes)
+    for x in outer:
+        rows.unroll(x)
+    rows.vectorize(vec)
 
 
 def _schedule_gemm(s: Schedule, mm: Stage, config: Config, target: Target, lanes: int) -> None:
@@ -178,7 +195,8 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     oho, ohi = o.split(oh, tile_size(config))
     o.reorder(n, oco, oho, ohi, oci, ow)
     o.parallel(o.fuse(n, oco, oho))
-    owo, owv = o.split(ow, lanes) if o.op.shape[-1] > lanes else (None, ow)
+    width = vector_width(o.op.shape[-1], lanes)  # a divisor where one exists: no scalar tail
+    owo, owv = o.split(ow, width) if o.op.shape[-1] > width else (None, ow)
     o.vectorize(owv)
     s.compute_at(y, o, o.leaf_axes[0])
     return s, list(tt.args) + [out]
