@@ -32,7 +32,7 @@ chain, so a transform costs its non-zero terms only.
 
 Stages (tags): "pad" (the input grown to whole tiles; absent when nothing to pad),
 "winograd_weight" U[ε,ν,OC/bo,C,bo] (reads only weights: `autosched.build` precomputes it at
-build time), "winograd_input_rows" (d B) and "winograd_input" V[ε,ν,C/bi,T,bi] (Bᵀ d B),
+build time; "winograd_weight_rows" is its first 1-D pass G g), "winograd_input_rows" (d B) and "winograd_input" V[ε,ν,C/bi,T,bi] (Bᵀ d B),
 "winograd_gemm" M[ε,ν,OC/bo,T,bo], "winograd_output_rows" (M A) and "winograd_output"
 Y[N,OC/bo,OH,OW,bo] (Aᵀ M A) with bias and epilogue. T = N·⌈OH/m⌉·⌈OW/m⌉ tiles. The input and
 output transforms run as two 1-D passes each (about half the terms of the 2-D sums).
@@ -47,7 +47,7 @@ import numpy as np
 
 from autosched import te
 from autosched.ops.conv import conv_geometry
-from autosched.ops.conv_nchwc import UNPACK_TAG, pack_data
+from autosched.ops.conv_nchwc import UNPACK_TAG, pack_data, pack_weights
 from autosched.ops.epilogue import EpilogueFn, apply_epilogue, bias_add
 from autosched.ops.transform import pad
 from autosched.te import Expr, Tensor
@@ -55,6 +55,7 @@ from autosched.te import Expr, Tensor
 WEIGHT_TAG = "winograd_weight"
 INPUT_TAG = "winograd_input"
 INPUT_ROWS_TAG = "winograd_input_rows"
+WEIGHT_ROWS_TAG = "winograd_weight_rows"
 OUTPUT_ROWS_TAG = "winograd_output_rows"
 GEMM_TAG = "winograd_gemm"
 OUTPUT_TAG = "winograd_output"
@@ -167,18 +168,20 @@ def check_eligible(x_shape: Sequence[int], w_shape: Sequence[int], stride, dilat
 
 
 def weight_transform(w: Tensor, m: int, oc_bn: int) -> Tensor:
-    """U[ε, ν, OC/oc_bn, C, oc_bn] = (G g Gᵀ)[ε, ν] per (output, input) channel pair."""
+    """U[ε, ν, OC/oc_bn, C, oc_bn] = (G g Gᵀ)[ε, ν] per (output, input) channel pair, from the
+    weights packed to [OC/oc_bn, C, 3, 3, oc_bn] first (tag "pack") so a vector of output
+    channels is one load, not a gather across OIHW rows."""
     oc, c = w.shape[:2]
     _, g, _ = winograd_matrices(m)
     alpha = m + 2
-
-    def body(e, n, o, i, ob):
-        def at(a, b):
-            return _combine([(g[a, k] * g[b, l], w[o * oc_bn + ob, i, k, l])
-                             for k in range(KERNEL) for l in range(KERNEL)], w.dtype)
-        return _by_position(e, n, alpha, alpha, at)
-    return te.compute((alpha, alpha, oc // oc_bn, c, oc_bn), body, name=f"{w.name}_winograd", tag=WEIGHT_TAG,
-                      attrs={"m": m})
+    wp = pack_weights(w, oc_bn, None)
+    # two 1-D passes, as in `input_transform`: G g (tag "winograd_weight_rows"), then · Gᵀ
+    g_w = te.compute((alpha, KERNEL, oc // oc_bn, c, oc_bn), lambda e, l, o, i, ob: _by_index(e, alpha, lambda a: _combine(
+        [(g[a, k], wp[o, i, k, l, ob]) for k in range(KERNEL)], w.dtype)), name=f"{w.name}_winograd_rows",
+        tag=WEIGHT_ROWS_TAG, attrs={"m": m})
+    return te.compute((alpha, alpha, oc // oc_bn, c, oc_bn), lambda e, n, o, i, ob: _by_index(n, alpha, lambda b: _combine(
+        [(g[b, l], g_w[e, l, o, i, ob]) for l in range(KERNEL)], w.dtype)), name=f"{w.name}_winograd", tag=WEIGHT_TAG,
+        attrs={"m": m})
 
 
 def input_transform(xp: Tensor, m: int, tiles: tuple[int, int]) -> Tensor:
@@ -287,4 +290,4 @@ def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: i
 
 __all__ = ["winograd_matrices", "conv2d_winograd", "conv2d_winograd_nchwc", "weight_transform", "input_transform",
            "batched_gemm", "output_transform", "check_eligible", "tile_counts", "WEIGHT_TAG", "INPUT_TAG", "GEMM_TAG",
-           "OUTPUT_TAG", "INPUT_ROWS_TAG", "OUTPUT_ROWS_TAG", "POINTS", "TILE_SIZES"]
+           "OUTPUT_TAG", "INPUT_ROWS_TAG", "OUTPUT_ROWS_TAG", "WEIGHT_ROWS_TAG", "POINTS", "TILE_SIZES"]

@@ -94,9 +94,15 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
     u = stage[winograd.WEIGHT_TAG]
     e, nu, o, c, ob = u.op.axes
     u.reorder(o, c, e, nu, ob)
-    u.parallel(u.fuse(o, c))
-    _, obv = _vector(u, ob, u.op.shape[-1], lanes)
+    pair = u.fuse(o, c)
+    u.parallel(pair)
+    u.unroll(e)  # folds the select chains: 36 constant sums per channel pair
+    u.unroll(nu)
+    ob_outer, obv = _vector(u, ob, u.op.shape[-1], lanes)
+    for a in ob_outer:
+        u.unroll(a)
     u.vectorize(obv)
+    _per_tile(s, stage[winograd.WEIGHT_ROWS_TAG], u, pair, lanes)
 
     v = stage[winograd.INPUT_TAG]
     e, nu, cb, t, ci = v.op.axes
@@ -135,8 +141,8 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
 
 
 def _per_tile(s: Schedule, rows: Stage, parent: Stage, tile_loop: IterVar, lanes: int) -> None:
-    """A transform's first 1-D pass, computed for one tile inside the second's tile loop:
-    α × α (or α × m) vectors that stay in registers or L1."""
+    """A transform's first 1-D pass, computed for one tile (or channel pair) inside the second's
+    loop over them: α × α (α × m, α × 3) vectors that stay in registers or L1."""
     s.compute_at(rows, parent, tile_loop)
     a, b, _, _, c = rows.op.axes
     rows.unroll(a)
