@@ -94,15 +94,25 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
     u = stage[winograd.WEIGHT_TAG]
     e, nu, o, c, ob = u.op.axes
     u.reorder(o, c, e, nu, ob)
-    pair = u.fuse(o, c)
-    u.parallel(pair)
+    u.parallel(u.fuse(o, c))
     u.unroll(e)  # folds the select chains: 36 constant sums per channel pair
     u.unroll(nu)
     ob_outer, obv = _vector(u, ob, u.op.shape[-1], lanes)
     for a in ob_outer:
         u.unroll(a)
     u.vectorize(obv)
-    _per_tile(s, stage[winograd.WEIGHT_ROWS_TAG], u, pair, lanes)
+    # its first pass stays at root: `autosched.build` precomputes only stages at root, and a
+    # stage computed inside U's loops would make U look like run-time work
+    rows = stage[winograd.WEIGHT_ROWS_TAG]
+    e, l, o, c, ob = rows.op.axes
+    rows.reorder(o, c, e, l, ob)
+    rows.parallel(rows.fuse(o, c))
+    rows.unroll(e)
+    rows.unroll(l)
+    ob_outer, obv = _vector(rows, ob, rows.op.shape[-1], lanes)
+    for a in ob_outer:
+        rows.unroll(a)
+    rows.vectorize(obv)
 
     v = stage[winograd.INPUT_TAG]
     e, nu, cb, t, ci = v.op.axes
@@ -141,8 +151,8 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
 
 
 def _per_tile(s: Schedule, rows: Stage, parent: Stage, tile_loop: IterVar, lanes: int) -> None:
-    """A transform's first 1-D pass, computed for one tile (or channel pair) inside the second's
-    loop over them: α × α (α × m, α × 3) vectors that stay in registers or L1."""
+    """A transform's first 1-D pass, computed for one tile inside the second's loop over
+    tiles: α × α (or α × m) vectors that stay in registers or L1."""
     s.compute_at(rows, parent, tile_loop)
     a, b, _, _, c = rows.op.axes
     rows.unroll(a)
