@@ -17,7 +17,7 @@ from autosched.space import ConfigError
 from autosched.target import Target
 from search_spaces import TemplateError, get_template, templates
 from search_spaces.llvm.common import InvalidConfigError, max_accumulators
-from search_spaces.llvm.conv2d_winograd import fallback_values
+from search_spaces.llvm.conv2d_winograd import direct_values
 
 from isa import AVX2, HOST, ISAS, RUN_TARGETS
 from task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task
@@ -43,7 +43,7 @@ TASKS = {
                         "conv2d_grouped_llvm"),
 }
 #: the knobs 3×3 stride-1 convolutions gain (tests/test_winograd.py), at the direct algorithm
-DIRECT = fallback_values()
+DIRECT = direct_values()
 # one task per template variant draws 20 configs in the fast suite; every task does under -m slow
 PRIMARY = ("matmul_relu", "conv3x3_bias_relu", "depthwise_bias")
 

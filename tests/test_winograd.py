@@ -244,3 +244,21 @@ def test_the_weight_transform_is_computed_at_build_time(algorithm, cpu_target):
     assert sources == [weights]
     assert [st.op.tag for st in sched.stages if st.attach == ("precomputed",)] == [winograd.WEIGHT_TAG]
     assert not plan.used[weights]  # the kernel no longer reads the OIHW weights
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_fallback_picks_winograd_for_wide_layers_and_is_correct(isa, measure):
+    """Untuned builds run Winograd where both channel counts are whole vectors (≥ 32): F(4) on
+    maps of at least 16, F(2) below; few or odd channels keep the direct algorithm."""
+    target, _, lanes = ISAS[isa]
+    wide, small = conv_task((1, 32, 18, 17), (64, 32, 3, 3), pad=1, bias=True, epilogue="relu"), \
+        conv_task((1, 64, 7, 7), (32, 64, 3, 3), pad=1, epilogue="residual")
+    configs = [TEMPLATE.fallback(t, target) for t in (wide, small)]
+    assert [c["algorithm"] for c in configs] == ["winograd_4", "winograd_2"]
+    for config in configs:
+        assert config["oc_bn"] % lanes == 0 and config["ic_bn"] % lanes == 0
+    assert TEMPLATE.fallback(conv_task((1, 24, 9, 9), (24, 24, 3, 3), pad=1), target)["algorithm"] == "direct"
+    if not runs_here(target):
+        pytest.skip(f"the host cannot run {isa} code")
+    results = measure([MeasureInput(t, target, c) for t, c in zip((wide, small), configs)])
+    assert all(r.ok for r in results), [r.error_msg[:300] for r in results]

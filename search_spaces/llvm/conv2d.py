@@ -192,7 +192,7 @@ class _Blocked:
         columns = min(MAX_FALLBACK_COLUMNS, (cpu_capabilities(target).vector_registers - 3) // 2)
         widths = [w for w in knobs["tile_ow"].values if w[1] <= columns]
         exact = [w for w in widths if w[0] * w[1] == d.ow] or widths
-        return space.from_values({
+        values = {
             "oc_bn": max([b for b in knobs["oc_bn"].values if b <= 2 * lanes] or knobs["oc_bn"].values[:1]),
             "layout": "nchw" if d.kh == d.kw == 1 else "nchwc",
             "ic_bn": max([b for b in knobs["ic_bn"].values if b <= lanes] or knobs["ic_bn"].values[:1]),
@@ -203,8 +203,10 @@ class _Blocked:
             "pad": "inline" if "inline" in knobs["pad"].values else knobs["pad"].values[0],
             "outer_order": OUTER_ORDERS[0],
             "parallel_depth": 3,
-            **(winograd.fallback_values() if self._winograd(d) else {}),
-        })
+        }
+        if self._winograd(d):  # Winograd where it pays (its own rule), else these direct values
+            values.update(winograd.fallback_values(space, d.c, d.oc, (d.oh, d.ow), lanes, target))
+        return space.from_values(values)
 
 
 class _Grouped:

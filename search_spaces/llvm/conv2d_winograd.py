@@ -25,11 +25,13 @@ from autosched.ops import conv_nchwc, winograd
 from autosched.ops.transform import PAD_TAG
 from autosched.ops.util import vector_width
 from autosched.schedule import Schedule, Stage, create_schedule
-from autosched.space import ChoiceKnob, Config, Knob
+from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import IterVar, Tensor
-from search_spaces.llvm.common import check_register_tile, inline_epilogue, parallel_copy, task_tensors
+from search_spaces.llvm.common import (
+    check_register_tile, cpu_capabilities, inline_epilogue, parallel_copy, task_tensors,
+)
 
 DIRECT = "direct"
 ALGORITHMS = (DIRECT, "winograd_2", "winograd_4")
@@ -59,9 +61,37 @@ def tile_size(config: Config) -> int:
     return int(config["algorithm"].rsplit("_", 1)[1])
 
 
-def fallback_values() -> dict[str, object]:
-    """The added knobs' values in an untuned build: direct (the measured fallback; see the README's figures)."""
+def direct_values() -> dict[str, object]:
+    """The added knobs at the direct algorithm (what a space without them would mean)."""
     return {"algorithm": DIRECT, "wino_tile_t": 7, "wino_gemm_order": GEMM_ORDERS[0]}
+
+
+#: the fallback uses Winograd only where both channel counts are whole vectors and at least this many
+MIN_FALLBACK_CHANNELS = 32
+#: F(4×4) for outputs at least this wide and tall (56, 28), F(2×2) below (14, 7): on smaller maps
+#: F(4)'s tiles overhang more and its transforms weigh more per GEMM step
+MIN_F4_SIZE = 16
+
+
+def fallback_values(space: ConfigSpace, channels: int, out_channels: int, out_hw: tuple[int, int], lanes: int,
+                    target: Target) -> dict[str, object]:
+    """The added knobs' values in an untuned build, with the channel blocks they need.
+
+    Winograd for every eligible task with whole vectors of channels (≥ 32 of them): built
+    (weight transform precomputed) it ran ResNet-18's four 3×3 stride-1 shapes in 0.34–0.51×
+    the direct fallback's time, AVX-512, 2 threads (benchmarks/winograd.py; README of the
+    issue's branch). Blocks: `oc_bn` of 4 vectors where the target has 32 registers (2 with
+    16), `ic_bn` of 2 vectors, 7 tiles per register tile (7 divides the tile counts 196 and 49
+    of 56- and 28-wide maps under F(4), and of 28 and 14 under F(2)): ≤ 28 accumulators.
+    Otherwise the direct algorithm, whose knobs the caller sets."""
+    if channels % lanes or out_channels % lanes or min(channels, out_channels) < MIN_FALLBACK_CHANNELS:
+        return direct_values()
+    wide = cpu_capabilities(target).vector_registers >= 32
+    oc_bn = max(b for b in space.knob("oc_bn").values if b <= (4 if wide else 2) * lanes)
+    ic_bn = max(b for b in space.knob("ic_bn").values if b <= 2 * lanes)
+    return {"algorithm": "winograd_4" if min(out_hw) >= MIN_F4_SIZE else "winograd_2", "oc_bn": oc_bn,
+            "ic_bn": ic_bn, "wino_tile_t": 7, "wino_gemm_order": GEMM_ORDERS[0], "pad": "inline"
+            if "inline" in space.knob("pad").values else space.knob("pad").values[0]}
 
 
 def _vector(st: Stage, axis: IterVar, extent: int, lanes: int) -> tuple[list[IterVar], IterVar]:
@@ -218,5 +248,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "DIRECT", "eligible", "winograd_knobs", "algorithm", "tile_size", "fallback_values",
+__all__ = ["ALGORITHMS", "DIRECT", "eligible", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values",
            "schedule_winograd", "schedule_winograd_nchw"]
