@@ -14,14 +14,20 @@ processes on the machine inflate far less than wall-clock time.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
-from collections.abc import Sequence
+import os
+
+# numpy's OpenBLAS threads (woken by the graph passes' constant folding) spin on the 2 cores the
+# kernels' OpenMP threads need: a kernel timed right after ran 130x slower
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from pathlib import Path
 
-import numpy as np
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
