@@ -2,32 +2,30 @@
 
     python benchmarks/winograd.py [MODEL.onnx] [--trials 24] [--threads 2] [--target llvm] [--json]
 
-For each eligible task: `direct` is the untuned build's kernel (the template's fallback config,
-direct algorithm); `winograd` the fastest of `--trials` random Winograd configs of the same
+For each eligible task: `direct` is the direct algorithm's fallback config (the untuned build's
+kernel before Winograd); `untuned` the fallback config now (Winograd where its rule says so),
+built; `winograd` the fastest of `--trials` random Winograd configs of the same
 template (algorithm winograd_2/winograd_4, channel blocks, GEMM tile and order, padding; the
 direct-only knobs stay at the fallback's values), timed as the tuner times it (the weight
 transform runs in every call) and as a built model runs it (`built`: the weight transform
 precomputed, as `autosched build` does). Kernels are compiled first, then timed in interleaved
 rounds (best round kept), so a burst of load from another process hits every candidate alike;
 same threads for all. With `--threads 1` the time is the thread's CPU time, which other
-processes on the machine inflate far less than wall-clock time.
+processes on the machine inflate far less than wall-clock time: on a shared 2-core machine a
+2-thread kernel whose OpenMP barrier waits on a descheduled thread takes a whole time slice
+(30 or 52 ms seen for 0.3 ms kernels, in every round of a task), so read 2-thread figures from
+a quiet machine only.
 """
 from __future__ import annotations
 
-import os
-
-# numpy's OpenBLAS threads (woken by the graph passes' constant folding) spin on the 2 cores the
-# kernels' OpenMP threads need: a kernel timed right after ran 130x slower
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -120,8 +118,9 @@ def main(argv: list[str] | None = None) -> dict:
         space = tpl.space(task, target)
         if "algorithm" not in {k.name for k in space.knobs}:
             continue
-        base = tpl.fallback(task, target)
+        base = tpl.fallback(task, target, direct_only=True)
         direct = _Timed(task, *tpl.apply(task, base, target), args.threads)
+        untuned = tpl.fallback(task, target)
         candidates = []
         for _ in range(args.trials):
             values = {k.name: base[k.name] for k in space.knobs}
@@ -138,9 +137,12 @@ def main(argv: list[str] | None = None) -> dict:
         if candidates:
             config, best = min(candidates, key=lambda ck: ck[1].ms)
             built = built_kernel(task, tpl, config, target, args.threads)
-            interleaved([direct, best, built], args.rounds)  # the three compared in the same moments
+            fallback = built_kernel(task, tpl, untuned, target, args.threads) if wino.algorithm(untuned) != \
+                wino.DIRECT else direct
+            interleaved([direct, best, built, fallback], args.rounds)  # compared in the same moments
             row.update(winograd_ms=round(best.ms, 4), built_ms=round(built.ms, 4),
-                       config={n: config[n] for n in SEARCHED})
+                       config={n: config[n] for n in SEARCHED}, fallback_ms=round(fallback.ms, 4),
+                       fallback={n: untuned[n] for n in SEARCHED})
             row["ratio"] = round(best.ms / direct.ms, 3)
             row["built_ratio"] = round(built.ms / direct.ms, 3)
         row["direct_ms"] = round(direct.ms, 4)
@@ -152,13 +154,14 @@ def main(argv: list[str] | None = None) -> dict:
         return result
     print(f"{args.model.name}, {target.isa}, {args.threads} threads: kernel ms per call; winograd = best of "
           f"{args.trials} random configs (weight transform in the call), built = the same with it precomputed")
-    print(f"{'input':16} {'weights':14} {'direct':>8} {'winograd':>9} {'ratio':>6} {'built':>8} {'ratio':>6}  config")
+    print(f"{'input':16} {'weights':14} {'direct':>8} {'winograd':>9} {'ratio':>6} {'built':>8} {'ratio':>6} "
+          f"{'untuned':>8}  config")
     for r in rows:
         x, w = ("x".join(map(str, s)) for s in r["shapes"])
         if "winograd_ms" in r:
             cfg = " ".join(f"{k}={v}" for k, v in r["config"].items())
             print(f"{x:16} {w:14} {r['direct_ms']:8.3f} {r['winograd_ms']:9.3f} {r['ratio']:6.2f} "
-                  f"{r['built_ms']:8.3f} {r['built_ratio']:6.2f}  {cfg}")
+                  f"{r['built_ms']:8.3f} {r['built_ratio']:6.2f} {r['fallback_ms']:8.3f}  {cfg}")
         else:
             print(f"{x:16} {w:14} {r['direct_ms']:8.3f}  (no Winograd config built)")
     return result

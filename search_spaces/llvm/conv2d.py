@@ -181,7 +181,7 @@ class _Blocked:
         return s, list(tt.args) + [out]
 
 
-    def fallback(self, d: ConvDims, space: ConfigSpace, lanes: int, target: Target) -> Config:
+    def fallback(self, d: ConvDims, space: ConfigSpace, lanes: int, target: Target, direct_only: bool = False) -> Config:
         """Two vectors of output channels per register tile and as many output columns as leave
         registers for the two weight vectors and the broadcast input: up to 8 columns (16
         accumulators) with AVX-512's 32 registers, 6 with AVX2's 16. Inputs are packed to
@@ -205,7 +205,8 @@ class _Blocked:
             "parallel_depth": 3,
         }
         if self._winograd(d):  # Winograd where it pays (its own rule), else these direct values
-            values.update(winograd.fallback_values(space, d.c, d.oc, (d.oh, d.ow), lanes, target))
+            values.update(winograd.direct_values() if direct_only else
+                          winograd.fallback_values(space, d.c, d.oc, (d.oh, d.ow), lanes, target))
         return space.from_values(values)
 
 
@@ -257,13 +258,14 @@ class Conv2dTemplate(CpuTemplate):
         d = conv_dims(task)
         return self._variant(d).space(d, vector_lanes(target, task.dtypes[0]))
 
-    def fallback(self, task: Task, target: Target) -> Config | None:
-        """The blocked variant's rule of thumb; depthwise and grouped convolutions keep the op
-        library's schedule, which beat every simple rule tried on MobileNetV2's."""
+    def fallback(self, task: Task, target: Target, direct_only: bool = False) -> Config | None:
+        """The blocked variant's rule of thumb (`direct_only`: without Winograd's); depthwise and
+        grouped convolutions keep the op library's schedule, which beat every simple rule tried
+        on MobileNetV2's."""
         d = conv_dims(task)
         if self._variant(d) is not _BLOCKED:
             return None
-        return _BLOCKED.fallback(d, self.space(task, target), vector_lanes(target, task.dtypes[0]), target)
+        return _BLOCKED.fallback(d, self.space(task, target), vector_lanes(target, task.dtypes[0]), target, direct_only)
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)
