@@ -8,7 +8,9 @@ is the variant's):
   tile is tile_oh × tile_ow pixels × oc_bn channels with the channels vectorized; the input is
   broadcast from NCHW or, with `layout` "nchwc", packed to NCHW[ic_bn]c first. Knobs: the
   blocks, the reduction order and whether kw is unrolled, the order of the output tile loops
-  and how many fuse into the parallel loop, padding at root or inline.
+  and how many fuse into the parallel loop, padding at root or inline. On 3×3 stride-1 tasks
+  the knob `algorithm` also offers Winograd F(2×2)/F(4×4) (`conv2d_winograd`, which owns those
+  knobs, their schedule and their share of the fallback).
 - `grouped` (groups > 1, depthwise included): the NCHW compute of `autosched.ops.conv`,
   vectorized along the output columns (the contiguous axis of a per-channel convolution),
   with tile_oc channel rows unrolled; the same tile-order, padding and parallel knobs.
