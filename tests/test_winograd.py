@@ -207,7 +207,7 @@ def test_winograd_outputs_within_the_stated_tolerance_at_template_schedules(cpu_
     ref = task.reference(inputs)
     ref = ref[0] if isinstance(ref, (list, tuple)) else ref
     for config in _winograd_configs(task, cpu_target, 4, 7):
-        kernel = build_kernel(*TEMPLATE.apply(task, config, cpu_target), "k")
+        kernel = build_kernel(*TEMPLATE.apply(task, config, cpu_target), "k", target=cpu_target)
         y = np.empty(task.out_shapes[0], np.float32)
         kernel(*inputs, y)
         assert _rel_error(y, ref) <= TOLERANCE, config.to_json()["knobs"]
@@ -262,3 +262,31 @@ def test_fallback_picks_winograd_for_wide_layers_and_is_correct(isa, measure):
         pytest.skip(f"the host cannot run {isa} code")
     results = measure([MeasureInput(t, target, c) for t, c in zip((wide, small), configs)])
     assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
+
+
+def test_the_blocked_schedule_serves_an_nchwc_computation(cpu_target):
+    """`schedule_winograd` on `conv2d_winograd_nchwc` (what an NCHW[x]c template will call),
+    with a blocked epilogue inlined into the output transform."""
+    if not runs_here(cpu_target):
+        pytest.skip("host cannot run this ISA")
+    lanes = cpu_target.capabilities.lanes(4)
+    n, c, h, wd, oc, bi, bo = 1, 2 * lanes, 9, 10, 2 * lanes, lanes, lanes
+    task = conv_task((n, c, h, wd), (oc, c, 3, 3), pad=1)
+    space = TEMPLATE.space(task, cpu_target)
+    for algorithm, pad in (("winograd_2", "root"), ("winograd_4", "inline")):
+        config = space.from_values({**TEMPLATE.fallback(task, cpu_target).to_json()["knobs"], "algorithm": algorithm,
+                                    "pad": pad, "oc_bn": bo})
+        x = te.placeholder((n, c // bi, h, wd, bi), name="x")
+        w, b = te.placeholder((oc, c, 3, 3), name="w"), te.placeholder((oc,), name="b")
+        relu = lambda v, i: te.max(v, te.const(0.0, v.dtype))  # noqa: E731
+        out = winograd.conv2d_winograd_nchwc(x, w, b, 1, m=wino.tile_size(config), oc_bn=bo, epilogue=(relu,))
+        s = create_schedule(out)
+        wino.schedule_winograd(s, config, cpu_target, lanes, blocked_out=out)
+        kernel = build_kernel(s, [x, w, b, out], "winograd_nchwc", target=cpu_target)
+        assert f"f32x{lanes}" in kernel.source and "#pragma omp parallel for" in kernel.source
+        rng = np.random.default_rng(2)
+        xs, ws, bs = (rng.standard_normal(sh).astype(np.float32) for sh in ((n, c, h, wd), (oc, c, 3, 3), (oc,)))
+        y = np.empty(out.shape, np.float32)
+        kernel(np.ascontiguousarray(xs.reshape(n, c // bi, bi, h, wd).transpose(0, 1, 3, 4, 2)), ws, bs, y)
+        ref = np.maximum(_direct64(xs, ws, 1) + bs[None, :, None, None], 0)
+        assert _rel_error(y.transpose(0, 1, 4, 2, 3).reshape(n, oc, h, wd), ref) <= TOLERANCE, algorithm

@@ -115,11 +115,10 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
     per row of tiles). Returns the output transform's stage."""
     stage = {st.op.tag: st for st in s.stages}
     for st in s.stages:
-        if st.op.tag == PAD_TAG:
-            if config["pad"] == "inline":
-                s.compute_inline(st)
-            else:
-                parallel_copy(st)
+        if st.op.tag == PAD_TAG and config["pad"] == "inline":
+            s.compute_inline(st)
+        elif st.op.tag in (PAD_TAG, conv_nchwc.PACK_TAG):  # the padding, input and weight packing
+            parallel_copy(st)
     # weights: computed at build time in a model (reads only weights), each call while tuning
     u = stage[winograd.WEIGHT_TAG]
     e, nu, o, c, ob = u.op.axes
@@ -229,9 +228,6 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
                                    epilogue=tt.epilogue)
     s = create_schedule(out)
     inline_epilogue(s, out, tags=(conv_nchwc.UNPACK_TAG,))
-    for st in s.stages:
-        if st.op.tag == conv_nchwc.PACK_TAG:
-            parallel_copy(st)
     y = schedule_winograd(s, config, target, lanes)
     # the output transform fills one row of tiles (m rows × OW × oc_bn, in L1) that the
     # unpacking then transposes to NCHW rows
