@@ -290,3 +290,40 @@ def test_the_blocked_schedule_serves_an_nchwc_computation(cpu_target):
         kernel(np.ascontiguousarray(xs.reshape(n, c // bi, bi, h, wd).transpose(0, 1, 3, 4, 2)), ws, bs, y)
         ref = np.maximum(_direct64(xs, ws, 1) + bs[None, :, None, None], 0)
         assert _rel_error(y.transpose(0, 1, 4, 2, 3).reshape(n, oc, h, wd), ref) <= TOLERANCE, algorithm
+
+
+# --- the ConvNCHWc template (layout planning's tasks) ---------------------------------------------
+
+def test_blocked_conv_tasks_get_winograd_when_their_input_is_blocked(cpu_target):
+    from task_helpers import blocked_conv_task
+    template = get_template("ConvNCHWc", "llvm")
+    lanes = cpu_target.capabilities.lanes(4)
+
+    def knobs(task):
+        return {k.name for k in template.space(task, cpu_target).knobs}
+    c = max(32, 2 * lanes)  # the fallback wants >= 32 channels
+    wide = blocked_conv_task((1, c, 14, 14), (c, c, 3, 3), lanes, lanes, pad=1, bias=True)
+    assert "algorithm" in knobs(wide)
+    assert template.fallback(wide, cpu_target)["algorithm"] == "winograd_2"  # 14 wide: F(2)
+    assert "algorithm" not in knobs(blocked_conv_task((1, 3, 13, 13), (16, 3, 3, 3), 0, 8, pad=1))  # plain input
+    assert "algorithm" not in knobs(blocked_conv_task((1, 16, 9, 9), (16, 16, 3, 3), 8, 8, stride=2, pad=1))
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_random_winograd_configs_of_blocked_conv_tasks_are_correct(isa, measure):
+    from task_helpers import blocked_conv_task
+    target, _, lanes = ISAS[isa]
+    template = get_template("ConvNCHWc", "llvm")
+    task = blocked_conv_task((1, 16, 9, 11), (32, 16, 3, 3), 8, 16, pad=1, bias=True, residual=True)
+    space = template.space(task, target)
+    position = space.position("algorithm")
+    configs = [space.get(i) for i in space.sample(200, np.random.default_rng(5))
+               if space.get(i).digits[position] != 0][:12]
+    configs.append(template.fallback(task, target))
+    if not runs_here(target):
+        for config in configs:
+            renderer_for("llvm").render(lower(*template.apply(task, config, target), "k"))
+        pytest.skip(f"the host cannot run {isa} code (generated and rendered above)")
+    results = measure([MeasureInput(task, target, c) for c in configs])
+    bad = [(c.to_json()["knobs"], r.error_kind.name, r.error_msg[:300]) for c, r in zip(configs, results) if not r.ok]
+    assert not bad, bad

@@ -8,7 +8,8 @@ tile and the loops around it.
   × tile_ow columns, one vector per (block, pixel); each reduction step broadcasts one input
   element against tile_oc vectors of weights. Knobs: the tile, the reduction order (input
   channel blocks, window, channels within a block), kw unrolled or not, the order of the tile
-  loops and how many fuse into the parallel loop, padding at root or inline.
+  loops and how many fuse into the parallel loop, padding at root or inline. On 3×3 stride-1
+  tasks with a blocked input, `algorithm` also offers Winograd (`conv2d_winograd`).
 - depthwise: a vector of channels times the vector of their filters' taps, per pixel of a
   tile_oh × tile_ow tile, the window unrolled or not; the stride never touches the vector.
 
@@ -28,7 +29,9 @@ from autosched.task import Task
 from autosched.te import Tensor
 from search_spaces.llvm.common import (
     CpuTemplate, check_register_tile, cpu_capabilities, divisors, inline_epilogue, parallel_copy, task_tensors,
+    vector_lanes,
 )
+from search_spaces.llvm import conv2d_winograd as winograd
 from search_spaces.llvm.conv2d import OUTER_ORDERS, REDUCE_ORDERS, _common_knobs, _place_pad
 from search_spaces.registry import TemplateError
 
@@ -83,6 +86,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
             ReorderKnob("reduce_order", REDUCE_ORDERS[:1] if one_by_one else REDUCE_ORDERS),
             ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
             *_common_knobs(d),
+            *(winograd.winograd_knobs() if _winograd(d) else ()),
         ))
 
     def fallback(self, task: Task, target: Target) -> Config:
@@ -114,10 +118,18 @@ class Conv2dNCHWcTemplate(CpuTemplate):
                 "reduce_order": REDUCE_ORDERS[0],
                 "unroll_kw": False,
             })
+            if _winograd(d):
+                values.update(winograd.blocked_fallback_values(d.c, d.oc, (d.oh, d.ow), d.in_block, d.out_block,
+                                                               vector_lanes(target, task.dtypes[0])))
         return space.from_values(values)
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = blocked_conv_dims(task)
+        if winograd.algorithm(config) != winograd.DIRECT:  # the direct knobs do not apply
+            tt = task_tensors(task)
+            bias = (conv_nchwc.blocked_bias(tt.anchor[2], d.out_block),) if len(tt.anchor) > 2 else ()
+            return winograd.schedule_winograd_blocked(tt, config, target, vector_lanes(target, task.dtypes[0]),
+                                                      d.pads, d.out_block, bias)
         tile_oc = 1 if d.depthwise else config["tile_oc"]
         check_register_tile(tile_oc * config["tile_oh"] * config["tile_ow"][1], config, target)
         tt = task_tensors(task)
@@ -155,6 +167,11 @@ class Conv2dNCHWcTemplate(CpuTemplate):
             acc.unroll(axis)
         acc.vectorize(ocb)
         return s, list(tt.args) + [out]
+
+
+def _winograd(d: BlockedConvDims) -> bool:
+    """Winograd needs the input in blocks too (`conv2d_winograd_nchwc`)."""
+    return not d.depthwise and bool(d.in_block) and winograd.eligible((d.kh, d.kw), d.stride, d.dilation, 1)
 
 
 def _tile_blocked_output(s: Schedule, out: Tensor, acc: Stage, config: Config, tile_oc: int) -> None:

@@ -30,7 +30,7 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import IterVar, Tensor
 from search_spaces.llvm.common import (
-    check_register_tile, cpu_capabilities, inline_epilogue, parallel_copy, task_tensors,
+    TaskTensors, check_register_tile, cpu_capabilities, inline_epilogue, parallel_copy, task_tensors,
 )
 
 DIRECT = "direct"
@@ -92,6 +92,30 @@ def fallback_values(space: ConfigSpace, channels: int, out_channels: int, out_hw
     return {"algorithm": "winograd_4" if min(out_hw) >= MIN_F4_SIZE else "winograd_2", "oc_bn": oc_bn,
             "ic_bn": ic_bn, "wino_tile_t": 7, "wino_gemm_order": GEMM_ORDERS[0], "pad": "inline"
             if "inline" in space.knob("pad").values else space.knob("pad").values[0]}
+
+
+def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int, int], in_block: int,
+                            out_block: int, lanes: int) -> dict[str, object]:
+    """The added knobs of the ConvNCHWc template's fallback: Winograd on the same terms as
+    `fallback_values` (blocks are the graph's there: whole vectors both ways), else direct."""
+    if (in_block % lanes or out_block % lanes or channels % lanes or out_channels % lanes
+            or min(channels, out_channels) < MIN_FALLBACK_CHANNELS):
+        return direct_values()
+    return {"algorithm": "winograd_4" if min(out_hw) >= MIN_F4_SIZE else "winograd_2", "wino_tile_t": 7,
+            "wino_gemm_order": GEMM_ORDERS[0]}
+
+
+def schedule_winograd_blocked(tt: TaskTensors, config: Config, target: Target, lanes: int,
+                              padding: tuple[int, ...], out_block: int, bias_epilogue: tuple = ()
+                              ) -> tuple[Schedule, list[Tensor]]:
+    """A ConvNCHWc task's tensors (input and output in channel blocks, fixed by layout planning)
+    through `conv2d_winograd_nchwc`; `bias_epilogue` (the template's blocked bias, over the same
+    tensors) is applied first."""
+    out = winograd.conv2d_winograd_nchwc(tt.anchor[0], tt.anchor[1], None, padding, m=tile_size(config),
+                                         oc_bn=out_block, epilogue=tuple(bias_epilogue) + tuple(tt.epilogue))
+    s = create_schedule(out)
+    schedule_winograd(s, config, target, lanes, blocked_out=out)
+    return s, list(tt.args) + [out]
 
 
 def _vector(st: Stage, axis: IterVar, extent: int, lanes: int) -> tuple[list[IterVar], IterVar]:
@@ -244,5 +268,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "DIRECT", "eligible", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values",
+__all__ = ["ALGORITHMS", "DIRECT", "eligible", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
            "schedule_winograd", "schedule_winograd_nchw"]
