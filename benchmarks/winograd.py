@@ -42,7 +42,7 @@ from search_spaces import get_template  # noqa: E402
 from search_spaces.llvm import conv2d_winograd as wino  # noqa: E402
 from search_spaces.llvm.common import InvalidConfigError  # noqa: E402
 
-SEARCHED = ("algorithm", "oc_bn", "ic_bn", "wino_tile_t", "wino_gemm_order", "pad")
+SEARCHED = ("algorithm", "oc_bn", "ic_bn", "wino_tile_t", "wino_gemm_order", "pad")  # those in the task's space
 
 
 class _Timed:
@@ -95,7 +95,15 @@ def built_kernel(task: Task, tpl, config, target: Target, threads: int) -> _Time
     sched.precompute(u)
     w = task.random_inputs(0)[1]
     return _Timed(task, sched, list(args) + [Tensor(u.op)], threads,
-                  [transformed_weights(w, wino.tile_size(config), config["oc_bn"])])
+                  [transformed_weights(w, wino.tile_size(config), u.op.shape[-1])])
+
+
+def direct_fallback(tpl, task: Task, target: Target):
+    """The fallback config with the direct algorithm (the untuned kernel before Winograd)."""
+    if task.op == "Conv":  # its Winograd fallback also changes the channel blocks
+        return tpl.fallback(task, target, direct_only=True)
+    config = tpl.fallback(task, target)
+    return config.space.from_values({**{k.name: config[k.name] for k in config.space.knobs}, **wino.direct_values()})
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -109,22 +117,23 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     target = Target.parse(args.target)
-    tpl = get_template("Conv", "llvm")
     rng = np.random.default_rng(args.seed)
     rows = []
-    for task in extract_tasks(optimize(load_onnx(args.model))).tasks:
-        if task.op != "Conv":
+    # the tasks the build runs: with layout planning, ConvNCHWc
+    for task in extract_tasks(optimize(load_onnx(args.model), target.layout_lanes)).tasks:
+        if task.op not in ("Conv", "ConvNCHWc"):
             continue
+        tpl = get_template(task.op, "llvm")
         space = tpl.space(task, target)
         if "algorithm" not in {k.name for k in space.knobs}:
             continue
-        base = tpl.fallback(task, target, direct_only=True)
+        base = direct_fallback(tpl, task, target)
         direct = _Timed(task, *tpl.apply(task, base, target), args.threads)
         untuned = tpl.fallback(task, target)
         candidates = []
         for _ in range(args.trials):
             values = {k.name: base[k.name] for k in space.knobs}
-            for name in SEARCHED:
+            for name in (n for n in SEARCHED if n in values):
                 opts = [v for v in space.knob(name).values if name != "algorithm" or v != wino.DIRECT]
                 values[name] = opts[int(rng.integers(len(opts)))]
             config = space.from_values(values)
@@ -133,7 +142,8 @@ def main(argv: list[str] | None = None) -> dict:
             except InvalidConfigError:
                 continue
         interleaved([direct] + [k for _, k in candidates], args.rounds)
-        row = {"shapes": [list(s) for s in task.shapes[:2]], "weight": task.weight}
+        row = {"op": task.op, "shapes": [list(s) for s in task.shapes[:2]], "weight": task.weight}
+        base_names = {k.name for k in space.knobs}
         if candidates:
             config, best = min(candidates, key=lambda ck: ck[1].ms)
             built = built_kernel(task, tpl, config, target, args.threads)
@@ -141,8 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
                 wino.DIRECT else direct
             interleaved([direct, best, built, fallback], args.rounds)  # compared in the same moments
             row.update(winograd_ms=round(best.ms, 4), built_ms=round(built.ms, 4),
-                       config={n: config[n] for n in SEARCHED}, fallback_ms=round(fallback.ms, 4),
-                       fallback={n: untuned[n] for n in SEARCHED})
+                       config={n: config[n] for n in SEARCHED if n in base_names}, fallback_ms=round(fallback.ms, 4),
+                       fallback={n: untuned[n] for n in SEARCHED if n in base_names})
             row["ratio"] = round(best.ms / direct.ms, 3)
             row["built_ratio"] = round(built.ms / direct.ms, 3)
         row["direct_ms"] = round(direct.ms, 4)
