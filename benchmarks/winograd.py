@@ -2,13 +2,14 @@
 
     python benchmarks/winograd.py [MODEL.onnx] [--trials 24] [--threads 2] [--target llvm] [--json]
 
-For each eligible task: `direct` is the direct algorithm's fallback config (the untuned build's
-kernel before Winograd); `untuned` the fallback config now (Winograd where its rule says so),
-built; `winograd` the fastest of `--trials` random Winograd configs of the same
-template (algorithm winograd_2/winograd_4, channel blocks, GEMM tile and order, padding; the
-direct-only knobs stay at the fallback's values), timed as the tuner times it (the weight
-transform runs in every call) and as a built model runs it (`built`: the weight transform
-precomputed, as `autosched build` does). Kernels are compiled first, then timed in interleaved
+For each eligible task, every kernel timed as a built model runs it, which is also how the tuner
+times it (stages that read only weights, the direct algorithm's packing and Winograd's weight
+transform alike, precomputed: `autosched.measure.fold`): `direct` is the direct algorithm's
+fallback config (the untuned kernel before Winograd), `winograd` the fastest of `--trials`
+random Winograd configs of the same template (algorithm winograd_2/winograd_4, channel blocks
+where the template has them, GEMM tile and order, padding; the direct-only knobs stay at the
+fallback's values), `untuned` the fallback config now (Winograd where its rule says so).
+Kernels are compiled first, then timed in interleaved
 rounds (best round kept), so a burst of load from another process hits every candidate alike;
 same threads for all. With `--threads 1` the time is the thread's CPU time, which other
 processes on the machine inflate far less than wall-clock time: on a shared 2-core machine a
@@ -33,10 +34,12 @@ from _timing import best_seconds  # noqa: E402
 
 from autosched.frontend.onnx import load_onnx  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
+from autosched.codegen import renderer_for  # noqa: E402
+from autosched.codegen.gcc import compile_c, target_flags  # noqa: E402
 from autosched.kernel import build_kernel  # noqa: E402
-from autosched.ops import winograd as wino_ops  # noqa: E402
+from autosched.measure.fold import fold_weights  # noqa: E402
+from autosched.runtime import Kernel  # noqa: E402
 from autosched.target import Target  # noqa: E402
-from autosched.te import Tensor  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
 from search_spaces import get_template  # noqa: E402
 from search_spaces.llvm import conv2d_winograd as wino  # noqa: E402
@@ -79,23 +82,19 @@ def interleaved(kernels: Sequence[_Timed], rounds: int) -> None:
             k.round()
 
 
-def transformed_weights(w: np.ndarray, m: int, oc_bn: int) -> np.ndarray:
-    """U[ε, ν, OC/bo, C, bo] = G g Gᵀ, what the build precomputes, in numpy."""
-    _, g, _ = wino_ops.winograd_matrices(m)
-    u = np.einsum("ek,ockl,nl->enoc", g, w.astype(np.float64), g)
-    oc, c = w.shape[:2]
-    return np.ascontiguousarray(u.reshape(*u.shape[:2], oc // oc_bn, oc_bn, c).transpose(0, 1, 2, 4, 3)
-                                ).astype(np.float32)
-
-
 def built_kernel(task: Task, tpl, config, target: Target, threads: int) -> _Timed:
-    """The kernel as a built model runs it: the weight transform is an argument, not a stage."""
+    """The kernel as a built model runs it (and the tuner times it): stages that read only
+    weights precomputed (`autosched.measure.fold`), their values passed as arguments."""
     sched, args = tpl.apply(task, config, target)
-    u = next(st for st in sched.stages if st.op.tag == wino_ops.WEIGHT_TAG)
-    sched.precompute(u)
-    w = task.random_inputs(0)[1]
-    return _Timed(task, sched, list(args) + [Tensor(u.op)], threads,
-                  [transformed_weights(w, wino.tile_size(config), u.op.shape[-1])])
+    args, folded = fold_weights(sched, args, task)
+    inputs, extra = task.random_inputs(0), []
+    renderer = renderer_for("llvm")
+    for f in folded:
+        code = renderer.render(f.func)
+        pre = Kernel(compile_c(code, target_flags(Target.parse("llvm"))), renderer.symbol(f.func), f.func.params, code)
+        extra.append(np.empty(f.func.params[-1].shape, f.func.params[-1].dtype))
+        pre(*[inputs[i] for i in f.sources], extra[-1])
+    return _Timed(task, sched, args, threads, extra)
 
 
 def direct_fallback(tpl, task: Task, target: Target):
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
         if "algorithm" not in {k.name for k in space.knobs}:
             continue
         base = direct_fallback(tpl, task, target)
-        direct = _Timed(task, *tpl.apply(task, base, target), args.threads)
+        direct = built_kernel(task, tpl, base, target, args.threads)
         untuned = tpl.fallback(task, target)
         candidates = []
         for _ in range(args.trials):
@@ -138,23 +137,20 @@ def main(argv: list[str] | None = None) -> dict:
                 values[name] = opts[int(rng.integers(len(opts)))]
             config = space.from_values(values)
             try:
-                candidates.append((config, _Timed(task, *tpl.apply(task, config, target), args.threads)))
+                candidates.append((config, built_kernel(task, tpl, config, target, args.threads)))
             except InvalidConfigError:
                 continue
         interleaved([direct] + [k for _, k in candidates], args.rounds)
         row = {"op": task.op, "shapes": [list(s) for s in task.shapes[:2]], "weight": task.weight}
-        base_names = {k.name for k in space.knobs}
+        names = {k.name for k in space.knobs}
         if candidates:
             config, best = min(candidates, key=lambda ck: ck[1].ms)
-            built = built_kernel(task, tpl, config, target, args.threads)
             fallback = built_kernel(task, tpl, untuned, target, args.threads) if wino.algorithm(untuned) != \
                 wino.DIRECT else direct
-            interleaved([direct, best, built, fallback], args.rounds)  # compared in the same moments
-            row.update(winograd_ms=round(best.ms, 4), built_ms=round(built.ms, 4),
-                       config={n: config[n] for n in SEARCHED if n in base_names}, fallback_ms=round(fallback.ms, 4),
-                       fallback={n: untuned[n] for n in SEARCHED if n in base_names})
-            row["ratio"] = round(best.ms / direct.ms, 3)
-            row["built_ratio"] = round(built.ms / direct.ms, 3)
+            interleaved([direct, best, fallback], args.rounds)  # compared in the same moments
+            row.update(winograd_ms=round(best.ms, 4), ratio=round(best.ms / direct.ms, 3),
+                       config={n: config[n] for n in SEARCHED if n in names}, fallback_ms=round(fallback.ms, 4),
+                       fallback={n: untuned[n] for n in SEARCHED if n in names})
         row["direct_ms"] = round(direct.ms, 4)
         rows.append(row)
     result = {"model": args.model.name, "target": str(target), "isa": target.isa, "threads": args.threads,
@@ -162,16 +158,15 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         print(json.dumps(result))
         return result
-    print(f"{args.model.name}, {target.isa}, {args.threads} threads: kernel ms per call; winograd = best of "
-          f"{args.trials} random configs (weight transform in the call), built = the same with it precomputed")
-    print(f"{'input':16} {'weights':14} {'direct':>8} {'winograd':>9} {'ratio':>6} {'built':>8} {'ratio':>6} "
-          f"{'untuned':>8}  config")
+    print(f"{args.model.name}, {target.isa}, {args.threads} threads: kernel ms per call as a built model runs it "
+          f"(weight-only stages precomputed); winograd = best of {args.trials} random configs; untuned = the fallback")
+    print(f"{'input':16} {'weights':14} {'direct':>8} {'winograd':>9} {'ratio':>6} {'untuned':>8}  config")
     for r in rows:
         x, w = ("x".join(map(str, s)) for s in r["shapes"])
         if "winograd_ms" in r:
             cfg = " ".join(f"{k}={v}" for k, v in r["config"].items())
             print(f"{x:16} {w:14} {r['direct_ms']:8.3f} {r['winograd_ms']:9.3f} {r['ratio']:6.2f} "
-                  f"{r['built_ms']:8.3f} {r['built_ratio']:6.2f} {r['fallback_ms']:8.3f}  {cfg}")
+                  f"{r['fallback_ms']:8.3f}  {cfg}")
         else:
             print(f"{x:16} {w:14} {r['direct_ms']:8.3f}  (no Winograd config built)")
     return result

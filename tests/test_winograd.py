@@ -50,7 +50,7 @@ def _float32_winograd(x: np.ndarray, w: np.ndarray, m: int, points=None) -> np.n
     """Valid (unpadded) Winograd convolution in numpy with every stage rounded to float32: how
     the error bounds in autosched/ops/winograd.py were measured. H - 2 and W - 2 divide by m."""
     at, g, bt = (a.astype(np.float32) for a in winograd.winograd_matrices(m, points))
-    alpha, (n, c, h, wd) = m + 2, x.shape
+    alpha, (n, _, h, wd) = m + 2, x.shape
     th, tw = (h - 2) // m, (wd - 2) // m
     u = np.einsum("ek,ockl,nl->enoc", g, w.astype(np.float32), g).astype(np.float32)
     tiles = np.stack([np.stack([x[:, :, i * m:i * m + alpha, j * m:j * m + alpha] for j in range(tw)], 2)
@@ -249,10 +249,11 @@ def test_the_weight_transform_is_computed_at_build_time(algorithm, cpu_target):
 @pytest.mark.parametrize("isa", sorted(ISAS))
 def test_fallback_picks_winograd_for_wide_layers_and_is_correct(isa, measure):
     """Untuned builds run Winograd where both channel counts are whole vectors (≥ 32): F(4) on
-    maps of at least 16, F(2) below; few or odd channels keep the direct algorithm."""
+    maps of at least 16, F(2) down to 8; few or odd channels and 7×7 maps keep the direct algorithm."""
     target, _, lanes = ISAS[isa]
     wide, small = conv_task((1, 32, 18, 17), (64, 32, 3, 3), pad=1, bias=True, epilogue="relu"), \
-        conv_task((1, 64, 7, 7), (32, 64, 3, 3), pad=1, epilogue="residual")
+        conv_task((1, 64, 9, 8), (32, 64, 3, 3), pad=1, epilogue="residual")
+    assert TEMPLATE.fallback(conv_task((1, 64, 7, 7), (64, 64, 3, 3), pad=1), target)["algorithm"] == "direct"
     configs = [TEMPLATE.fallback(t, target) for t in (wide, small)]
     assert [c["algorithm"] for c in configs] == ["winograd_4", "winograd_2"]
     for config in configs:
@@ -327,3 +328,41 @@ def test_random_winograd_configs_of_blocked_conv_tasks_are_correct(isa, measure)
     results = measure([MeasureInput(task, target, c) for c in configs])
     bad = [(c.to_json()["knobs"], r.error_kind.name, r.error_msg[:300]) for c, r in zip(configs, results) if not r.ok]
     assert not bad, bad
+
+
+def test_tuning_times_the_kernel_a_built_model_runs(tmp_path, cpu_target):
+    """The builder precomputes the weight-only frontier as the build does (measure/fold.py):
+    the candidate takes the transformed weights as an argument and its manifest names the
+    kernel that computes them, which the worker runs before checking and timing."""
+    import json
+    from pathlib import Path
+    task = conv_task(**TASK)
+    (config,) = _winograd_configs(task, cpu_target, 1, 11)
+    (build,) = LocalBuilder(n_parallel=1, cache_dir=tmp_path).build([MeasureInput(task, cpu_target, config)])
+    manifest = json.loads(Path(build.artifact).read_text())
+    (folded,) = manifest["folded"]
+    alpha = wino.tile_size(config) + 2
+    assert folded["sources"] == [1] and folded["params"][-1]["shape"][:2] == [alpha, alpha]
+    assert len(manifest["params"]) == len(task.input_values) + 2  # + the output, + the transformed weights
+
+
+def test_a_fleet_built_candidate_carries_its_precomputed_stages(tmp_path, monkeypatch):
+    """A build shipped between Ray nodes (`BuiltKernel`) brings its precomputed stages' kernels,
+    and the installed copy measures correctly."""
+    pytest.importorskip("ray")
+    from autosched.measure.ray import BuiltKernel
+    target = ISAS["avx2"][0]
+    if not runs_here(target):
+        pytest.skip("host cannot run AVX2 code")
+    task = conv_task(**TASK)
+    (config,) = _winograd_configs(task, target, 1, 12)
+    inp = MeasureInput(task, target, config)
+    (build,) = LocalBuilder(n_parallel=1, cache_dir=tmp_path / "here").build([inp])
+    shipped = BuiltKernel.from_manifest(build.artifact)
+    assert len(shipped.folded) == 1
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "there"))
+    installed = shipped.install()
+    assert str(tmp_path / "there") in installed
+    with LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.2, timeout=20.0, stop_factor=0)) as runner:
+        (result,) = runner.run([inp], [type(build)(installed, build.error_kind, "", build.build_s)])
+    assert result.ok, result.error_msg

@@ -27,6 +27,7 @@ from autosched.codegen.gcc import compile_c, target_flags
 from autosched.errors import AutoschedError
 from autosched.lower import lower
 from autosched.lower.ir import PrimFunc
+from autosched.measure.fold import fold_weights
 from autosched.measure.interface import Builder, Runner
 from autosched.measure.lifetime import die_with_parent
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
@@ -47,25 +48,33 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
     start = time.perf_counter()
     try:
         sched, args = instantiate(inp)
+        args, folded = fold_weights(sched, args, inp.task)  # timed as a built model runs it
         func = lower(sched, args, "candidate")
         renderer = renderer_for(inp.target.kind)
         code = renderer.render(func)
         flags = target_flags(inp.target)
+        pre = [(renderer.render(f.func), f.func, renderer.symbol(f.func), f.sources) for f in folded]
     except (AutoschedError, ScheduleError, CodegenError, ValueError, KeyError, IndexError, TypeError) as e:
         return BuildResult(None, ErrorKind.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - start)
-    return compile_candidate(code, func, renderer.symbol(func), flags, cache_dir, compile_timeout, start)
+    return compile_candidate(code, func, renderer.symbol(func), flags, cache_dir, compile_timeout, start, pre)
 
 
 def compile_candidate(code: str, func: PrimFunc, symbol: str, flags: Sequence[str], cache_dir: str | None,
-                      timeout: float, start: float) -> BuildResult:
-    """gcc-compile generated C into a library the worker loads; failures are results."""
+                      timeout: float, start: float, folded: Sequence[tuple] = ()) -> BuildResult:
+    """gcc-compile generated C into a library the worker loads; failures are results. `folded`:
+    (code, func, symbol, sources) of each precomputed stage's kernel (`fold.fold_weights`), which
+    the worker runs on the inputs first; they are listed in the manifest."""
+    cache = Path(cache_dir) if cache_dir else None
     try:
-        lib = compile_c(code, flags, cache_dir=Path(cache_dir) if cache_dir else None, timeout=timeout)
+        lib = compile_c(code, flags, cache_dir=cache, timeout=timeout)
+        pre = [{"lib": str(compile_c(c, flags, cache_dir=cache, timeout=timeout)), "symbol": sym, "sources": list(src),
+                "params": [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)} for b in f.params]}
+               for c, f, sym, src in folded]
     except CompileError as e:
         kind = ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR
         return BuildResult(None, kind, str(e), time.perf_counter() - start)
     manifest = lib.with_suffix(".json")
-    write_manifest(manifest, func, symbol, lib=str(lib))
+    write_manifest(manifest, func, symbol, lib=str(lib), **({"folded": pre} if pre else {}))
     return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", time.perf_counter() - start)
 
 

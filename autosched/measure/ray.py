@@ -46,26 +46,38 @@ class BuiltKernel:
     lib: bytes
     symbol: str
     params: tuple[dict, ...]
+    folded: tuple[tuple[bytes, dict], ...] = ()  # precomputed stages' kernels: (library, manifest entry)
 
     @classmethod
     def from_manifest(cls, path: str) -> BuiltKernel:
         manifest = json.loads(Path(path).read_text())
-        return cls(Path(manifest["lib"]).read_bytes(), manifest["symbol"], tuple(manifest["params"]))
+        folded = tuple((Path(f["lib"]).read_bytes(), f) for f in manifest.get("folded", ()))
+        return cls(Path(manifest["lib"]).read_bytes(), manifest["symbol"], tuple(manifest["params"]), folded)
 
     def install(self) -> str:
-        """Write the library (named by its digest: identical builds share one file) and its
-        manifest into this machine's kernel cache; the manifest's path is the artifact a runner takes."""
+        """Write the library (named by its digest: identical builds share one file), those of
+        its precomputed stages, and its manifest into this machine's kernel cache; the
+        manifest's path is the artifact a runner takes."""
         directory = default_cache_dir() / "from-fleet"
         directory.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(self.lib).hexdigest()[:32]
         lib, manifest = directory / f"{digest}.so", directory / f"{digest}.json"
         if not manifest.exists():  # written whole under a private name first: nodes' actors share the cache
-            for path, data in ((lib, self.lib), (manifest, json.dumps({"lib": str(lib), "symbol": self.symbol,
-                                                                       "params": list(self.params)}).encode())):
-                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
+            folded = []
+            for data, entry in self.folded:
+                path = directory / f"{hashlib.sha256(data).hexdigest()[:32]}.so"
+                _write_atomically(path, data)
+                folded.append({**entry, "lib": str(path)})
+            fields = {"lib": str(lib), "symbol": self.symbol, "params": list(self.params)}
+            _write_atomically(lib, self.lib)
+            _write_atomically(manifest, json.dumps({**fields, **({"folded": folded} if folded else {})}).encode())
         return str(manifest)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def _build_remote(inp: MeasureInput, instantiate: Instantiate, timeout: float) -> tuple[BuildResult, BuiltKernel | None]:

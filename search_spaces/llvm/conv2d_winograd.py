@@ -68,23 +68,27 @@ def direct_values() -> dict[str, object]:
 
 #: the fallback uses Winograd only where both channel counts are whole vectors and at least this many
 MIN_FALLBACK_CHANNELS = 32
-#: F(4×4) for outputs at least this wide and tall (56, 28), F(2×2) below (14, 7): on smaller maps
+#: F(4×4) for outputs at least this wide and tall (56, 28), F(2×2) below (14): on smaller maps
 #: F(4)'s tiles overhang more and its transforms weigh more per GEMM step
 MIN_F4_SIZE = 16
+#: no Winograd in the fallback below this width or height: on 7×7 maps (2×2 tiles of 4, or 4×4
+#: of 2, cover 8×8) the built F(2) fallback ran 1.4–1.5× the direct kernel, 512 channels, 1 thread
+MIN_FALLBACK_SIZE = 8
 
 
 def fallback_values(space: ConfigSpace, channels: int, out_channels: int, out_hw: tuple[int, int], lanes: int,
                     target: Target) -> dict[str, object]:
     """The added knobs' values in an untuned build, with the channel blocks they need.
 
-    Winograd for every eligible task with whole vectors of channels (≥ 32 of them): built
-    (weight transform precomputed) it ran ResNet-18's four 3×3 stride-1 shapes in 0.34–0.51×
-    the direct fallback's time, AVX-512, 2 threads (benchmarks/winograd.py; README of the
-    issue's branch). Blocks: `oc_bn` of 4 vectors where the target has 32 registers (2 with
+    Winograd for every eligible task with whole vectors of channels (≥ 32 of them) and maps of
+    at least 8×8: with weight-only stages precomputed on both sides, ResNet-18's 56×56, 28×28
+    and 14×14 layers ran in 0.35–0.65× the direct fallback's time (AVX-512, 1 thread,
+    benchmarks/winograd.py). Blocks: `oc_bn` of 4 vectors where the target has 32 registers (2 with
     16), `ic_bn` of 2 vectors, 7 tiles per register tile (7 divides the tile counts 196 and 49
     of 56- and 28-wide maps under F(4), and of 28 and 14 under F(2)): ≤ 28 accumulators.
     Otherwise the direct algorithm, whose knobs the caller sets."""
-    if channels % lanes or out_channels % lanes or min(channels, out_channels) < MIN_FALLBACK_CHANNELS:
+    if (channels % lanes or out_channels % lanes or min(channels, out_channels) < MIN_FALLBACK_CHANNELS
+            or min(out_hw) < MIN_FALLBACK_SIZE):
         return direct_values()
     wide = cpu_capabilities(target).vector_registers >= 32
     oc_bn = max(b for b in space.knob("oc_bn").values if b <= (4 if wide else 2) * lanes)
@@ -99,7 +103,7 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
     """The added knobs of the ConvNCHWc template's fallback: Winograd on the same terms as
     `fallback_values` (blocks are the graph's there: whole vectors both ways), else direct."""
     if (in_block % lanes or out_block % lanes or channels % lanes or out_channels % lanes
-            or min(channels, out_channels) < MIN_FALLBACK_CHANNELS):
+            or min(channels, out_channels) < MIN_FALLBACK_CHANNELS or min(out_hw) < MIN_FALLBACK_SIZE):
         return direct_values()
     return {"algorithm": "winograd_4" if min(out_hw) >= MIN_F4_SIZE else "winograd_2", "wino_tile_t": 7,
             "wino_gemm_order": GEMM_ORDERS[0]}

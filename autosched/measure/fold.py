@@ -1,0 +1,60 @@
+"""Measure what a built model runs: stages that read only weights are precomputed, not timed.
+
+A model build (`autosched.build`) computes the stages that read only constants (packed
+weights, Winograd's transformed filters) once, at build time, and the kernel takes them as
+arguments. Timing a candidate with those stages inside would charge it for work the model never
+does at run time: Winograd's weight transform made ResNet-18's 512-channel 7×7 layers look 2×
+slower than the direct algorithm when built they are 0.6× (benchmarks/winograd.py), so the
+tuner kept the slower algorithm. Here the builder precomputes the same frontier the build does
+and compiles each precomputed stage as its own small kernel; the runner's worker runs those
+on the task's inputs before it checks and times the candidate.
+
+Which inputs are weights is a graph fact a task does not carry; `CONSTANT_INPUTS` names them for
+the ops whose weights are constants in every model the frontend builds (a convolution's filter
+and bias). Other ops are timed whole, as before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.lower import PrimFunc, lower
+from autosched.schedule import Schedule, create_schedule
+from autosched.task import Task
+from autosched.te import Tensor
+
+#: per op, the anchor inputs (by position) that are constants in a model
+CONSTANT_INPUTS: dict[str, tuple[int, ...]] = {"Conv": (1, 2), "ConvNCHWc": (1, 2)}
+
+
+@dataclass(frozen=True)
+class FoldedStage:
+    """One precomputed stage: its kernel (computing it from `sources`, positions among the
+    candidate's inputs) and the tensor it becomes, an extra argument after the outputs."""
+
+    func: PrimFunc
+    sources: tuple[int, ...]
+
+
+def constant_inputs(task: Task) -> tuple[int, ...]:
+    return tuple(i for i in CONSTANT_INPUTS.get(task.op, ()) if i < len(task.shapes))
+
+
+def fold_weights(sched: Schedule, args: list[Tensor], task: Task) -> tuple[list[Tensor], list[FoldedStage]]:
+    """Mark the weight-only frontier of `sched` precomputed, as `autosched.build` does; returns
+    the candidate's arguments (inputs, outputs, then the precomputed tensors) and their kernels."""
+    from autosched.build import _reads, _weight_only_frontier
+    consts = constant_inputs(task)
+    if not consts:
+        return list(args), []
+    folded, extra = [], []
+    for st in _weight_only_frontier(sched, {id(args[i].op) for i in consts}):
+        sched.precompute(st)
+        t = Tensor(st.op)
+        sources = tuple(i for i in consts if _reads(st, args[i]))
+        pre = create_schedule(t)
+        for s in pre.stages:  # as build's precompute kernels: the outer axis in parallel
+            if s.op.axes and s.op.axes[0].extent > 1:
+                s.parallel(s.op.axes[0])
+        folded.append(FoldedStage(lower(pre, [args[i] for i in sources] + [t], f"precompute{len(folded)}"), sources))
+        extra.append(t)
+    return list(args) + extra, folded
