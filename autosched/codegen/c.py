@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from autosched.codegen import vmath
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
 from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
@@ -45,6 +46,8 @@ class CRenderer:
     capabilities = {"threads": False, "shared_memory": False}
     #: storage and linkage of generated helper functions (a GPU back end adds its device qualifier)
     INLINE = "static inline"
+    #: vector exp/erf/sigmoid from autosched.codegen.vmath rather than libm lane by lane
+    VECTOR_MATH = True
 
     @staticmethod
     def symbol(func: PrimFunc) -> str:
@@ -268,6 +271,11 @@ class CRenderer:
         if isinstance(e, BinOp) and e.op in ("min", "max"):
             fn = self._lanewise(e.op, vt, 2, lanes, "({0} " + ("<" if e.op == "min" else ">") + " {1} ? {0} : {1})")
             return (f"{fn}({bc[0]}, {bc[1]})", True)
+        if isinstance(e, Call) and e.dtype == "float32" and e.name in vmath.FUNCTIONS and self.VECTOR_MATH:
+            it = self._vtype("int32", lanes)
+            for name, code in vmath.helpers(e.name, vt, it):
+                self._helpers.setdefault(name, code)
+            return (f"{vmath.helper_name(e.name, vt)}({bc[0]})", True)
         if isinstance(e, Call) and is_float(e.dtype) and e.name in _MATH:
             fmt = _math_fmt(e.name, e.dtype)
             fn = self._lanewise(e.name, vt, len(bc), lanes, fmt)
