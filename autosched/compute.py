@@ -158,6 +158,12 @@ def task_compute(task: Task, caps: CpuCapabilities) -> tuple[list[Tensor], list[
         outs = [ANCHORS[task.op](task, ins, epi, caps)]
     elif task.op in ELEMENTWISE:
         outs = [_elementwise_anchor(task, ins, epi)]
+    elif task.op in BY_LANES:
+        if epi is not None:
+            raise UnsupportedTaskError(f"{task.op} takes no fused epilogue")
+        # GPU capabilities have no vector width: the plain forms, which the GPU templates schedule
+        lanes = caps.lanes(np.dtype(ins[0].dtype).itemsize) if isinstance(caps, CpuCapabilities) else None
+        outs = BY_LANES[task.op](task, ins, lanes)
     elif task.op in OTHERS:
         if epi is not None:
             raise UnsupportedTaskError(f"{task.op} takes no fused epilogue")
@@ -203,10 +209,11 @@ def _reduce(task: Task, ins: list[Tensor]) -> list[Tensor]:
     return [fn(ins[0], at["axes"], bool(at.get("keepdims", 1)))]
 
 
-def _layer_norm(task: Task, ins: list[Tensor]) -> list[Tensor]:
+def _layer_norm(task: Task, ins: list[Tensor], lanes: int | None) -> list[Tensor]:
     at = dict(task.attrs)
     x, axis, eps = ins[0], at["axis"], at.get("epsilon", 1e-5)
-    y = nn.layer_norm(x, ins[1], ins[2] if len(ins) > 2 else None, axis, eps)
+    y = nn.layer_norm(x, ins[1], ins[2] if len(ins) > 2 else None, axis, eps,
+                      lanes=lanes if len(task.out_shapes) == 1 else None)
     if len(task.out_shapes) == 1:
         return [y]
     # the optional Mean and InvStdDev outputs, over the same axes, kept as size-1 dims
@@ -276,12 +283,17 @@ def _gather(task: Task, ins: list[Tensor]) -> list[Tensor]:
 OTHERS: dict[str, Callable[[Task, list[Tensor]], list[Tensor]]] = {
     "MaxPool": _pool, "AveragePool": _pool,
     "ReduceMean": _reduce, "ReduceSum": _reduce, "ReduceMax": _reduce,
-    "Softmax": lambda task, ins: [nn.softmax(ins[0], dict(task.attrs)["axis"])],
-    "LayerNormalization": _layer_norm,
     "Reshape": lambda task, ins: [transform.reshape(ins[0], task.out_shapes[0])],
     "Transpose": lambda task, ins: [transform.transpose(ins[0], dict(task.attrs)["perm"])],
     "Concat": lambda task, ins: [transform.concat(ins, dict(task.attrs)["axis"])],
     "Pad": _pad, "Slice": _slice, "Split": _split, "Gather": _gather,
+}
+
+
+#: ops whose compute definition takes the target's vector width (reductions split into lanes)
+BY_LANES: dict[str, Callable[[Task, list[Tensor], int | None], list[Tensor]]] = {
+    "Softmax": lambda task, ins, lanes: [nn.softmax(ins[0], dict(task.attrs)["axis"], lanes=lanes)],
+    "LayerNormalization": _layer_norm,
 }
 
 
