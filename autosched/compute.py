@@ -139,7 +139,7 @@ def _gemm(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabi
     m = ins[0].shape[1] if ta else ins[0].shape[0]
     n = ins[1].shape[0] if tb else ins[1].shape[1]
     return mm_ops.gemm(ins[0], ins[1], ins[2] if len(ins) > 2 else None, at.get("alpha", 1.0), at.get("beta", 1.0),
-                       ta, tb, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n, caps))
+                       ta, tb, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n, caps, trans_a=ta))
 
 
 ANCHORS: dict[str, Callable[[Task, list[Tensor], EpilogueFn | None, CpuCapabilities], Tensor]] = {

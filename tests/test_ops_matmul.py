@@ -110,10 +110,47 @@ def test_batched_accumulator_covers_one_tile():
     assert "allocate matmul_local: float32[1, 6, 32] in local" in str(lower(ops.schedule_matmul(y, 16), [a, b, y]))
 
 
-@pytest.mark.parametrize("isa, tile", [("avx2", (6, 16)), ("avx512", (6, 32))])
+@pytest.mark.parametrize("isa, tile", [("avx2", (6, 16, True)), ("avx512", (8, 32, False))])
 def test_default_register_tile_fits_the_targets_registers(isa, tile):
-    """BLIS-style tiles: 12 accumulators of AVX2's 16 ymm registers, 12 of AVX-512's 32 zmm."""
+    """BLIS-style tiles: 12 accumulators of AVX2's 16 ymm registers, 16 of AVX-512's 32 zmm
+    (8 rows divide m, so A stays unpacked)."""
     target, _, lanes = ISAS[isa]
     packing = default_packing(1024, 1024, target.capabilities)
-    assert (packing.mr, packing.nr) == tile
+    assert (packing.mr, packing.nr, packing.pack_a) == tile
     assert packing.mr * packing.nr // lanes + packing.nr // lanes + 1 <= target.capabilities.vector_registers
+
+
+@pytest.mark.parametrize("m, trans_a, want", [(128, False, (8, False)), (96, False, (8, False)), (30, False, (6, False)),
+                                              (127, False, (6, True)), (128, True, (6, True))])
+def test_default_packing_reads_a_in_place_where_rows_divide(m, trans_a, want):
+    p = default_packing(m, 256, AVX512.capabilities, trans_a=trans_a)
+    assert (p.mr, p.pack_a) == want
+
+
+def test_unpacked_a_needs_rows_that_divide_m():
+    a, b = te.placeholder((10, 8), name="a"), te.placeholder((8, 16), name="b")
+    with pytest.raises(ValueError, match="divide m"):
+        matmul(a, b, packing=Packing(mr=4, nr=16, pack_a=False))
+
+
+def _unpacked_configs(n: int, seed: int) -> list[tuple]:
+    """(batch of A, batch of B, mr, m, k, n, nr, trans_b) with mr dividing m."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        mr = int(rng.choice([1, 2, 4, 6, 8]))
+        batch = [(), (3,), (2, 1)][int(rng.integers(0, 3))]
+        batch_b = batch if rng.random() < 0.5 else ()
+        out.append((batch, batch_b, mr, mr * int(rng.integers(1, 5)), int(rng.integers(1, 70)),
+                    int(rng.integers(1, 70)), int(rng.choice([4, 8, 16, 32])), bool(rng.random() < 0.3)))
+    return out
+
+
+@pytest.mark.parametrize("ba, bb, mr, m, k, n, nr, trans_b", _unpacked_configs(20, 3))
+def test_matmul_with_a_unpacked_random(ba, bb, mr, m, k, n, nr, trans_b, cpu_target):
+    sa, sb = ba + (m, k), bb + ((n, k) if trans_b else (k, n))
+    a, b = te.placeholder(sa, name="a"), te.placeholder(sb, name="b")
+    da, db = rand(*sa), rand(*sb)
+    y = matmul(a, b, trans_b=trans_b, packing=Packing(mr=mr, nr=nr, pack_a=False))
+    got = run(y, [a, b], [da, db], ops.schedule_matmul, cpu_target)
+    np.testing.assert_allclose(got, np.matmul(da.astype(np.float64), _t(db, trans_b)), rtol=1e-3, atol=1e-4)
