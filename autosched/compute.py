@@ -12,6 +12,7 @@ import numpy as np
 
 from autosched import te
 from autosched.errors import AutoschedError
+from autosched.graph.views import operand_views, view_tensor
 from autosched.ops import conv as conv_ops
 from autosched.ops import elementwise as ew
 from autosched.ops import matmul as mm_ops
@@ -126,11 +127,14 @@ def _conv(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabi
 
 
 def _matmul(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:
-    a, b = ins[0], ins[1]
+    view_a, view_b = operand_views(task.attrs)
+    a, b = view_tensor(ins[0], view_a), view_tensor(ins[1], view_b)
     if a.ndim < 2 or b.ndim < 2:
         raise UnsupportedTaskError("MatMul with a 1-D operand is not compiled (only 2-D and batched operands)")
     m, n = a.shape[-2], b.shape[-1]
-    return mm_ops.matmul(a, b, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n, caps))
+    # A read through a view is packed: its index arithmetic then runs once per element, not per FMA
+    packing = mm_ops.default_packing(m, n, caps, trans_a=bool(view_a))
+    return mm_ops.matmul(a, b, epilogue=(epi,) if epi else (), packing=packing)
 
 
 def _gemm(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from autosched import te
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue, bias_add, scale, add
+from autosched.ops.transform import INJECTIVE_TAG
 from autosched.schedule import Schedule, create_schedule
 from autosched.target import CpuCapabilities
 from autosched.te import Tensor
@@ -134,7 +135,8 @@ def default_packing(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4,
     as leave, beside their 2·mr accumulators, registers for the two B vectors and the broadcast
     A element (6×16 floats with AVX2's 16 ymm registers, 6×32 with AVX-512's 32 zmm).
 
-    Where a row count in UNPACKED_ROWS that the registers allow divides m, A stays unpacked
+    `trans_a`: A is not row-major as the kernel reads it (transposed, or seen through a view), so
+    it is packed. Otherwise, where a row count in UNPACKED_ROWS that the registers allow divides m, A stays unpacked
     with that mr: packing A is a strided copy of the activations at every call. Measured on a
     Zen 5 (AVX-512, 2 threads) on BERT's 128×3072·3072×768: 6 rows packed 1.33 ms, 8 rows
     packed 1.26, 8 rows unpacked 1.19.
@@ -163,8 +165,8 @@ def schedule_matmul(out: Tensor, vector_lanes: int) -> Schedule:
     packing: Packing | None = anchor.op.attrs.get("packing")
     mr, nr = (packing.mr, packing.nr) if packing else (1, min(anchor.shape[-1], vector_lanes))
     for st in s.stages:
-        if st.op.tag == EPILOGUE_TAG and st.op is not out.op:
-            s.compute_inline(st)
+        if st.op.tag in (EPILOGUE_TAG, INJECTIVE_TAG) and st.op is not out.op:
+            s.compute_inline(st)  # the epilogue into the output; operand views into the packing
         elif st.op.tag == "pack" or st.op.name == "gemm_beta_c":
             _schedule_copy(st)
     if out.op is anchor.op:

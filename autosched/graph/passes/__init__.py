@@ -12,6 +12,7 @@ from autosched.graph.passes.cse import eliminate_common_subexpressions
 from autosched.graph.passes.dce import eliminate_dead_code
 from autosched.graph.passes.fold_batchnorm import fold_batchnorm
 from autosched.graph.passes.fold_constants import fold_constants
+from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
 from autosched.graph.passes.remove_identity import remove_identity
@@ -24,6 +25,7 @@ __all__ = [
     "eliminate_dead_code",
     "fold_batchnorm",
     "fold_constants",
+    "fold_views",
     "fuse",
     "optimize",
     "plan_memory",
@@ -37,10 +39,12 @@ def optimize(graph: Graph) -> Graph:
     Identity removal first exposes Conv→BN pairs an Identity sat between;
     constant folding before BN folding turns computed BN parameters into
     constants; CSE after folding sees the final constants; DCE last drops
-    whatever the others orphaned.
+    whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
+    MatMuls share is merged first and stays a node (it has two readers).
     """
     graph = remove_identity(graph)
     graph = fold_constants(graph)
     graph = fold_batchnorm(graph)
     graph = eliminate_common_subexpressions(graph)
+    graph = fold_views(graph)
     return eliminate_dead_code(graph)
