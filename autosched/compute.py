@@ -206,11 +206,11 @@ def _pool(task: Task, ins: list[Tensor]) -> list[Tensor]:
     return [nn.avg_pool2d(ins[0], count_include_pad=bool(at.get("count_include_pad", 0)), **common)]
 
 
-def _reduce(task: Task, ins: list[Tensor]) -> list[Tensor]:
+def _reduce(task: Task, ins: list[Tensor], lanes: int | None) -> list[Tensor]:
     at = dict(task.attrs)
     fn = {"ReduceMean": reduce_ops.reduce_mean, "ReduceSum": reduce_ops.reduce_sum,
           "ReduceMax": reduce_ops.reduce_max}[task.op]
-    return [fn(ins[0], at["axes"], bool(at.get("keepdims", 1)))]
+    return [fn(ins[0], at["axes"], bool(at.get("keepdims", 1)), lanes=lanes)]
 
 
 def _layer_norm(task: Task, ins: list[Tensor], lanes: int | None) -> list[Tensor]:
@@ -286,7 +286,6 @@ def _gather(task: Task, ins: list[Tensor]) -> list[Tensor]:
 
 OTHERS: dict[str, Callable[[Task, list[Tensor]], list[Tensor]]] = {
     "MaxPool": _pool, "AveragePool": _pool,
-    "ReduceMean": _reduce, "ReduceSum": _reduce, "ReduceMax": _reduce,
     "Reshape": lambda task, ins: [transform.reshape(ins[0], task.out_shapes[0])],
     "Transpose": lambda task, ins: [transform.transpose(ins[0], dict(task.attrs)["perm"])],
     "Concat": lambda task, ins: [transform.concat(ins, dict(task.attrs)["axis"])],
@@ -298,6 +297,7 @@ OTHERS: dict[str, Callable[[Task, list[Tensor]], list[Tensor]]] = {
 BY_LANES: dict[str, Callable[[Task, list[Tensor], int | None], list[Tensor]]] = {
     "Softmax": lambda task, ins, lanes: [nn.softmax(ins[0], dict(task.attrs)["axis"], lanes=lanes)],
     "LayerNormalization": _layer_norm,
+    "ReduceMean": _reduce, "ReduceSum": _reduce, "ReduceMax": _reduce,
 }
 
 
