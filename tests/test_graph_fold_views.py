@@ -46,17 +46,19 @@ def _attention(seq=6, heads=2, dim=4, softmax=True):
 
 
 def test_attention_copies_fold_into_its_matmuls():
+    """Head splits fold into the attention MatMuls; the merge before the output dense stays,
+    since the dense reads its activation in place (a view would make it pack it)."""
     graph = _attention()
     folded = fold_views(graph)
-    assert Op.RESHAPE not in _ops(folded) and Op.TRANSPOSE not in _ops(folded)
-    assert _ops(folded) == [Op.MATMUL, Op.SOFTMAX, Op.MATMUL, Op.MATMUL]
+    assert _ops(folded) == [Op.MATMUL, Op.SOFTMAX, Op.MATMUL, Op.TRANSPOSE, Op.RESHAPE, Op.MATMUL]
+    assert VIEWS_ATTR not in folded.nodes[-1].attrs
     key_view = operand_views(folded.nodes[0].attrs)[1]
     assert key_view == (("reshape", (1, 6, 2, 4)), ("transpose", (0, 2, 3, 1)))
     _same_results(graph, folded)
 
 
 def test_the_standard_pipeline_folds_views():
-    assert Op.TRANSPOSE not in _ops(optimize(_attention()))
+    assert _ops(optimize(_attention())).count(Op.TRANSPOSE) == 1
 
 
 def test_a_chain_with_another_reader_stays():

@@ -3,7 +3,8 @@
 A chain is folded when each of its nodes has that MatMul as its only reader and its output is
 no graph output: then the copy exists only to feed the MatMul, which can read the chain's
 source through the view instead. Constant operands are left alone (constant folding already
-made them plain arrays, and a weight's layout is the packing's business).
+made them plain arrays, and a weight's layout is the packing's business), and so is the
+activation of a MatMul with a constant B (see below).
 """
 from __future__ import annotations
 
@@ -28,7 +29,12 @@ def fold_views(graph: Graph) -> Graph:
             nodes.append(node)
             continue
         inputs, views = list(node.inputs), list(operand_views(node.attrs))
-        for slot, name in enumerate(node.inputs):
+        # a dense layer (constant B) reads its A in place, row by row, with no copy at all; a
+        # view would make it pack A (BERT's output projection, 1 thread: 0.59 -> 0.77 ms,
+        # against 0.016 ms for the Transpose and Reshape it saves)
+        slots = (1,) if node.inputs[1] in graph.constants else (0, 1)
+        for slot in slots:
+            name = node.inputs[slot]
             source, steps = name, list(views[slot])
             while len(steps) < MAX_STEPS and source not in outputs:
                 producer = producers.get(source)
