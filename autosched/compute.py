@@ -12,7 +12,7 @@ import numpy as np
 
 from autosched import te
 from autosched.errors import AutoschedError
-from autosched.graph.views import operand_views, view_tensor
+from autosched.graph.views import keeps_rows, operand_views, view_tensor
 from autosched.ops import conv as conv_ops
 from autosched.ops import elementwise as ew
 from autosched.ops import matmul as mm_ops
@@ -132,8 +132,9 @@ def _matmul(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapa
     if a.ndim < 2 or b.ndim < 2:
         raise UnsupportedTaskError("MatMul with a 1-D operand is not compiled (only 2-D and batched operands)")
     m, n = a.shape[-2], b.shape[-1]
-    # A read through a view is packed: its index arithmetic then runs once per element, not per FMA
-    packing = mm_ops.default_packing(m, n, caps, trans_a=bool(view_a))
+    # A seen through a view is packed (its index arithmetic then runs once per element, not per
+    # FMA) unless the view keeps A's rows contiguous: then the index is affine and A is read in place
+    packing = mm_ops.default_packing(m, n, caps, trans_a=not keeps_rows(ins[0].shape, view_a))
     return mm_ops.matmul(a, b, epilogue=(epi,) if epi else (), packing=packing)
 
 

@@ -8,7 +8,7 @@ from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.passes import fold_views, optimize
 from autosched.graph.reference import random_inputs, run_graph
-from autosched.graph.views import VIEWS_ATTR, operand_views, view_shape
+from autosched.graph.views import VIEWS_ATTR, keeps_rows, operand_views, view_shape
 from autosched.kernel import build_kernel
 from autosched.task import extract_tasks, task_from_key
 
@@ -93,6 +93,16 @@ def test_views_survive_the_task_key():
     assert again.attrs == task.attrs and operand_views(again.attrs) == operand_views(task.attrs)
 
 
+@pytest.mark.parametrize("view, rows", [
+    ((("reshape", (1, 6, 2, 4)), ("transpose", (0, 2, 1, 3))), True),   # attention's query
+    ((("reshape", (1, 6, 2, 4)), ("transpose", (0, 2, 3, 1))), False),  # attention's key
+    ((("reshape", (1, 48)),), False),
+    ((), True),
+])
+def test_views_that_keep_rows_contiguous(view, rows):
+    assert keeps_rows((1, 6, 8), view) is rows
+
+
 def test_view_shape_refuses_what_does_not_fit():
     with pytest.raises(ValueError, match="reshape"):
         view_shape((2, 3), (("reshape", (4, 2)),))
@@ -104,7 +114,8 @@ def _random_graphs(n: int, seed: int):
     """(seq, heads, dim, perm of the second operand, whether the first is viewed too)."""
     rng = np.random.default_rng(seed)
     return [(int(rng.integers(1, 12)), int(rng.integers(1, 4)), int(rng.choice([1, 3, 4, 8, 16])),
-             [(0, 2, 3, 1), (0, 2, 1, 3)][int(rng.integers(0, 2))], bool(rng.random() < 0.5)) for _ in range(n)]
+             [(0, 2, 3, 1), (0, 2, 1, 3)][int(rng.integers(0, 2))], ["none", "rows", "columns"][int(rng.integers(0, 3))])
+            for _ in range(n)]
 
 
 @pytest.mark.parametrize("seq, heads, dim, perm, view_a", _random_graphs(20, 7))
@@ -116,9 +127,12 @@ def test_folded_matmul_compiles_to_the_unfolded_results(seq, heads, dim, perm, v
     x = b.node(Op.TRANSPOSE, [x], perm=perm)
     inner = x if perm == (0, 2, 3, 1) else None
     k, n = (dim, seq) if inner is not None else (seq, dim)
-    if view_a:
-        a = b.node(Op.RESHAPE, [b.input("a", (1, k, heads, seq))], shape=(1, k, heads, seq))
+    if view_a == "columns":  # packed: the view's rows are strided columns of the source
+        a = b.node(Op.RESHAPE, [b.input("a", (1, k, heads * seq))], shape=(1, k, heads, seq))
         a = b.node(Op.TRANSPOSE, [a], perm=(0, 2, 3, 1))  # [1, heads, seq, k]
+    elif view_a == "rows":  # read in place: a head split, rows contiguous along k
+        a = b.node(Op.RESHAPE, [b.input("a", (1, seq, heads * k))], shape=(1, seq, heads, k))
+        a = b.node(Op.TRANSPOSE, [a], perm=(0, 2, 1, 3))  # [1, heads, seq, k]
     else:
         a = b.input("a", (1, heads, seq, k))
     b.output(b.node(Op.MATMUL, [a, x]))

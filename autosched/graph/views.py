@@ -46,6 +46,22 @@ def view_shape(shape: Sequence[int], view: View) -> tuple[int, ...]:
     return shape
 
 
+def keeps_rows(shape: Sequence[int], view: View) -> bool:
+    """Whether the view's innermost axis is the source's innermost, unit stride, so the rows it
+    presents are contiguous runs of the source (attention's head split: [s, h·d] seen as
+    [h, s, d]). Index arithmetic then simplifies to an affine offset and a MatMul can read such
+    an A in place; other views are read once, by a packing copy."""
+    shape = tuple(shape)
+    for kind, arg in view:
+        if kind == "transpose":
+            if arg[-1] != len(shape) - 1:
+                return False
+        elif shape[-1] % arg[-1]:  # a reshape may only split the innermost axis (or keep it)
+            return False
+        shape = view_shape(shape, ((kind, arg),))
+    return True
+
+
 def view_array(x: np.ndarray, view: View) -> np.ndarray:
     """The numpy meaning of a view (the reference evaluator's)."""
     for kind, arg in view:
@@ -61,4 +77,4 @@ def view_tensor(t, view: View):
     return t
 
 
-__all__ = ["VIEWS_ATTR", "View", "operand_views", "view_shape", "view_array", "view_tensor"]
+__all__ = ["VIEWS_ATTR", "View", "keeps_rows", "operand_views", "view_shape", "view_array", "view_tensor"]
