@@ -110,12 +110,13 @@ def test_batched_accumulator_covers_one_tile():
     assert "allocate matmul_local: float32[1, 6, 32] in local" in str(lower(ops.schedule_matmul(y, 16), [a, b, y]))
 
 
-@pytest.mark.parametrize("isa, tile", [("avx2", (6, 16, True)), ("avx512", (8, 32, False))])
-def test_default_register_tile_fits_the_targets_registers(isa, tile):
-    """BLIS-style tiles: 12 accumulators of AVX2's 16 ymm registers, 16 of AVX-512's 32 zmm
-    (8 rows divide m, so A stays unpacked)."""
+@pytest.mark.parametrize("isa, m, tile", [("avx2", 1024, (4, 24, False)), ("avx512", 1024, (8, 32, False)),
+                                          ("avx2", 127, (6, 16, True)), ("avx512", 127, (6, 32, True))])
+def test_default_register_tile_fits_the_targets_registers(isa, m, tile):
+    """12 accumulators of AVX2's 16 ymm registers, 16 of AVX-512's 32 zmm where rows divide m
+    (A read in place); the 6-row packed BLIS tile where none does."""
     target, _, lanes = ISAS[isa]
-    packing = default_packing(1024, 1024, target.capabilities)
+    packing = default_packing(m, 1024, target.capabilities)
     assert (packing.mr, packing.nr, packing.pack_a) == tile
     assert packing.mr * packing.nr // lanes + packing.nr // lanes + 1 <= target.capabilities.vector_registers
 
@@ -125,6 +126,13 @@ def test_default_register_tile_fits_the_targets_registers(isa, tile):
 def test_default_packing_reads_a_in_place_where_rows_divide(m, trans_a, want):
     p = default_packing(m, 256, AVX512.capabilities, trans_a=trans_a)
     assert (p.mr, p.pack_a) == want
+
+
+@pytest.mark.parametrize("n, want", [(768, (4, 24, False)), (64, (6, 16, True)), (10, (8, 8, False))])
+def test_avx2_in_place_tile_unless_its_columns_pad_more_than_packing_costs(n, want):
+    """AVX2's in-place tile is 4 rows × 3 vectors; on 64 columns it would compute 72."""
+    p = default_packing(128, n, ISAS["avx2"][0].capabilities)
+    assert (p.mr, p.nr, p.pack_a) == want
 
 
 def test_unpacked_a_needs_rows_that_divide_m():

@@ -22,9 +22,12 @@ MATMUL_TAG = "matmul"
 #: rows within 2% of each other (223–229 GFLOP/s), 12 rows 152; more rows only grow the m edge (a
 #: partial tile is computed whole)
 MAX_PANEL_ROWS = 6
-#: rows of A per register tile when A is read in place, first choice first (see default_packing);
-#: fewer rows leave too few accumulators to hide the FMA latency (a 4 × 2-vector tile has 8)
-UNPACKED_ROWS = (8, 6)
+#: (rows of A, vectors of B) per register tile when A is read in place, first choice first (see
+#: default_packing); each has at least 12 accumulators to hide the FMA latency
+UNPACKED_TILES = ((8, 2), (6, 2), (4, 3))
+#: the packed tile's time over an in-place tile's of the same shape (packing A's copy; ~6% on
+#: the measurements in default_packing), against which the in-place tiles' column padding weighs
+PACKING_COST = 1.06
 
 
 @dataclass(frozen=True)
@@ -136,21 +139,36 @@ def default_packing(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4,
     A element (6×16 floats with AVX2's 16 ymm registers, 6×32 with AVX-512's 32 zmm).
 
     `trans_a`: A is not row-major as the kernel reads it (transposed, or seen through a view), so
-    it is packed. Otherwise, where a row count in UNPACKED_ROWS that the registers allow divides m, A stays unpacked
-    with that mr: packing A is a strided copy of the activations at every call. Measured on a
-    Zen 5 (AVX-512, 2 threads) on BERT's 128×3072·3072×768: 6 rows packed 1.33 ms, 8 rows
-    packed 1.26, 8 rows unpacked 1.19.
+    it is packed. Otherwise the first tile of UNPACKED_TILES whose rows divide m and whose
+    accumulators, B vectors and broadcast fit the registers reads A in place: packing A is a
+    strided copy of the activations at every call. Measured on a Zen 5, BERT's
+    128×3072·3072×768: AVX-512, 2 threads: 6×32 packed 1.33 ms, 8×32 packed 1.26, 8×32 in
+    place 1.19; AVX2 code (-mcpu=haswell), 1 thread: 6×16 packed 5.24 ms, 4×24 in place 4.89,
+    4×16 in place 5.51 (MLP's 64×1024·1024×1024: 1.13, 1.07, 1.16).
     """
     lanes = caps.lanes(dtype_bytes)
     vectors = 2 if n >= 2 * lanes else 1
     nr = vectors * lanes if n >= lanes else max(1, n)
-    most = (caps.vector_registers - vectors - 1) // vectors
-    if not trans_a:
-        for rows in UNPACKED_ROWS:
-            if rows <= most and m % rows == 0:
-                return Packing(mr=rows, nr=nr, pack_a=False)
-    mr = min(MAX_PANEL_ROWS, most)
-    return Packing(mr=max(1, min(mr, m)), nr=nr)
+    mr = max(1, min(MAX_PANEL_ROWS, (caps.vector_registers - vectors - 1) // vectors, m))
+    packed = Packing(mr=mr, nr=nr)
+    if trans_a:
+        return packed
+    # a narrow B (one vector or less) has room for rows: the tiles of one vector
+    tiles = UNPACKED_TILES if vectors == 2 else ((8, 1), (6, 1))
+    options = []  # (work computed per useful output, preference, tile)
+    for rank, (rows, width) in enumerate(tiles):
+        fits = rows * width + width + 1 <= caps.vector_registers
+        if fits and (width == 1 or n >= width * lanes) and m % rows == 0:
+            tile = Packing(mr=rows, nr=nr if width == 1 else width * lanes, pack_a=False)
+            options.append((_padded(n, tile.nr), rank, tile))
+    if options and min(options)[0] <= PACKING_COST * _padded(m, mr) * _padded(n, nr):
+        return min(options)[2]
+    return packed
+
+
+def _padded(extent: int, block: int) -> float:
+    """Work on `extent` in whole blocks, per useful element (1.0: no padding)."""
+    return -(-extent // block) * block / extent
 
 
 def schedule_matmul(out: Tensor, vector_lanes: int) -> Schedule:
