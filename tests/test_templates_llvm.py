@@ -140,7 +140,10 @@ def test_narrow_vectors_follow_the_target():
 
 @pytest.mark.parametrize("isa", sorted(ISAS))
 @pytest.mark.parametrize("name, values", [
-    ("matmul_relu", {"mr": 6, "nr": 2, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2}),
+    ("matmul_relu", {"mr": 6, "nr": 2, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2,
+                     "pack_a": True}),
+    ("matmul_relu", {"mr": 6, "nr": 2, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2,
+                     "pack_a": False}),
     ("conv3x3_bias_relu", {"oc_bn": 2, "layout": "nchwc", "ic_bn": 8, "reduce_order": ["ico", "kh", "kw", "ici"],
                            "unroll_kw": False, "tile_ow": [1, 11], "tile_oh": 1, "pad": "root",
                            "outer_order": ["oc", "oh", "ow"], "parallel_depth": 3}),
