@@ -45,10 +45,13 @@ def open_database(db: DatabaseLike) -> Iterator[Database]:
         database.close()
 
 
-def model_tasks(model: PathLike, shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Graph, list[Task]]:
-    """The model imported, and its deduplicated tasks."""
+def model_tasks(model: PathLike, target: Target | str = "llvm",
+                shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Graph, list[Task]]:
+    """The model imported, and the deduplicated tasks its build for `target` runs (the graph
+    is optimized and its layout planned for the target, as `build_model` does)."""
+    target = Target.parse(target) if isinstance(target, str) else target
     graph = load_onnx(model, dict(shapes or {}))
-    return graph, list(extract_tasks(optimize(graph)).tasks)
+    return graph, list(extract_tasks(optimize(graph, target.layout_lanes)).tasks)
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     from autosched.measure.local import LocalBuilder, LocalRunner
     from autosched.task_scheduler import tune_tasks
     target = Target.parse(target) if isinstance(target, str) else target
-    _, tasks = model_tasks(model, shapes)
+    _, tasks = model_tasks(model, target, shapes)
     with open_database(db) as database:
         found, own, transferred = resumable(tasks, target, database)
         plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
@@ -149,7 +152,7 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
     the kernels run in the CPU emulation, for checking a model without a GPU."""
     target = Target.parse(target) if isinstance(target, str) else target
     output = Path(model).with_suffix(".so") if output is None else output
-    graph, tasks = model_tasks(model, shapes)
+    graph, tasks = model_tasks(model, target, shapes)
     fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
     with open_database(db) as database:
         schedules = TunedSchedules(database, fallback)

@@ -89,7 +89,7 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     target = Target.parse(target) if isinstance(target, str) else target
     if emulate and target.kind != "cuda":
         raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
-    graph = optimize(graph)
+    graph = optimize(graph, target.layout_lanes)
     groups = fuse(graph)
     taskset = extract_tasks(graph, groups)
     renderer = renderer_for("cuda-emulate" if emulate else target.kind)

@@ -59,9 +59,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_graph(args: argparse.Namespace) -> Graph:
-    """The model named on the command line, imported and optimized."""
-    return optimize(load_onnx(args.model, dict(args.shape)))
+def load_graph(args: argparse.Namespace, target: Target) -> Graph:
+    """The model named on the command line, imported and optimized for `target` (its --target)."""
+    return optimize(load_onnx(args.model, dict(args.shape)), target.layout_lanes)
 
 
 def _tasks_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +70,7 @@ def _tasks_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_tasks(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
-    tasks = extract_tasks(load_graph(args))
+    tasks = extract_tasks(load_graph(args, target))
     print(f"model: {args.model}")
     print(f"target: {target}")
     print(format_task_table(tasks))
@@ -299,7 +299,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from autosched.api import model_tasks, open_database
     from autosched.report import write_report
-    tasks = model_tasks(args.model, dict(args.shape))[1] if args.model else None
+    tasks = model_tasks(args.model, args.target, dict(args.shape))[1] if args.model else None
     with open_database(args.db) as db:
         n = write_report(db, args.output, Target.parse(args.target), args.model, tasks)
     print(f"wrote {args.output} ({n} records)")

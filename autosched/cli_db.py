@@ -94,7 +94,7 @@ def _best(db, args) -> int:
     from autosched.database import best
     from autosched.target import Target
     target = Target.parse(args.target)
-    _, tasks = model_tasks(args.model, dict(args.shape))
+    _, tasks = model_tasks(args.model, target, dict(args.shape))
     print(f"{'op':<10} {'weight':>6} {'best ms':>9} {'GFLOP/s':>8} {'record':>7}  shapes / where")
     total = 0.0
     for task in tasks:

@@ -14,10 +14,11 @@ from autosched import te
 from autosched.errors import AutoschedError
 from autosched.graph.views import keeps_rows, operand_views, view_tensor
 from autosched.ops import conv as conv_ops
+from autosched.ops import conv_nchwc as conv_blocked
 from autosched.ops import elementwise as ew
 from autosched.ops import matmul as mm_ops
 from autosched.ops import nn, reduce as reduce_ops, transform
-from autosched.ops.epilogue import EpilogueFn
+from autosched.ops.epilogue import EpilogueFn, apply_epilogue
 from autosched.schedule import Schedule, create_schedule
 from autosched.target import CpuCapabilities
 from autosched.task import EpilogueOp, Task
@@ -126,6 +127,19 @@ def _conv(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabi
                            groups=at.get("group", 1), epilogue=(epi,) if epi else ())
 
 
+def _conv_nchwc(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:
+    """A convolution the layout planner blocked: bias and epilogue on the blocked output."""
+    at = dict(task.attrs)
+    p = at.get("pads", (0, 0, 0, 0))
+    x, w = ins[0], ins[1]
+    depthwise = at.get("group", 1) != 1
+    y = conv_blocked.conv2d_blocked(x, w, at.get("strides", (1, 1)), (p[0], p[1], p[2], p[3]),
+                                    at.get("dilations", (1, 1)), in_block=at["in_block"],
+                                    out_block=at["out_block"], depthwise=depthwise)
+    pre = (conv_blocked.blocked_bias(ins[2], at["out_block"]),) if len(ins) > 2 else ()
+    return apply_epilogue(y, pre + ((epi,) if epi else ()))
+
+
 def _matmul(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:
     view_a, view_b = operand_views(task.attrs)
     a, b = view_tensor(ins[0], view_a), view_tensor(ins[1], view_b)
@@ -148,7 +162,7 @@ def _gemm(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabi
 
 
 ANCHORS: dict[str, Callable[[Task, list[Tensor], EpilogueFn | None, CpuCapabilities], Tensor]] = {
-    "Conv": _conv, "MatMul": _matmul, "Gemm": _gemm,
+    "Conv": _conv, "MatMul": _matmul, "Gemm": _gemm, "ConvNCHWc": _conv_nchwc,
 }
 
 
@@ -188,6 +202,8 @@ def default_schedule(task: Task, outs: list[Tensor], caps: CpuCapabilities) -> S
         return mm_ops.schedule_matmul(outs[0], vector_lanes)
     if task.op == "Conv":
         return conv_ops.schedule_conv2d(outs[0], vector_lanes)
+    if task.op == "ConvNCHWc":
+        return conv_blocked.schedule_conv2d_blocked(outs[0], vector_lanes)
     if task.op in ELEMENTWISE:
         return ew.schedule_elementwise(outs[0], vector_lanes)
     if len(outs) > 1:
@@ -197,7 +213,7 @@ def default_schedule(task: Task, outs: list[Tensor], caps: CpuCapabilities) -> S
 
 def _pool(task: Task, ins: list[Tensor]) -> list[Tensor]:
     at = dict(task.attrs)
-    if len(task.shapes[0]) != 4:
+    if len(task.shapes[0]) != (5 if at.get("block") else 4):
         raise UnsupportedTaskError(f"{task.op} over {len(task.shapes[0]) - 2} spatial dims: only 2-D pooling is compiled")
     p = at["pads"]
     common = dict(kernel=at["kernel_shape"], stride=at["strides"], padding=(p[0], p[1], p[2], p[3]),
@@ -291,6 +307,8 @@ OTHERS: dict[str, Callable[[Task, list[Tensor]], list[Tensor]]] = {
     "Transpose": lambda task, ins: [transform.transpose(ins[0], dict(task.attrs)["perm"])],
     "Concat": lambda task, ins: [transform.concat(ins, dict(task.attrs)["axis"])],
     "Pad": _pad, "Slice": _slice, "Split": _split, "Gather": _gather,
+    "LayoutTransform": lambda task, ins: [conv_blocked.layout_transform(ins[0], dict(task.attrs)["src_block"],
+                                                                        dict(task.attrs)["dst_block"])],
 }
 
 
@@ -321,5 +339,6 @@ OTHER_SCHEDULES: dict[str, Callable[[list[Tensor], int], Schedule]] = {
     "ReduceMean": _each(reduce_ops.schedule_reduce), "ReduceSum": _each(reduce_ops.schedule_reduce),
     "ReduceMax": _each(reduce_ops.schedule_reduce),
     "Softmax": _each(nn.schedule_softmax), "LayerNormalization": _each(nn.schedule_layer_norm),
-    **{op: _each(transform.schedule_injective) for op in ("Reshape", "Transpose", "Concat", "Pad", "Slice", "Gather")},
+    **{op: _each(transform.schedule_injective)
+       for op in ("Reshape", "Transpose", "Concat", "Pad", "Slice", "Gather", "LayoutTransform")},
 }

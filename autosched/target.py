@@ -352,6 +352,13 @@ class Target:
         caps = self.capabilities
         return caps.isa if isinstance(caps, CpuCapabilities) else f"cuda-{caps.arch}"
 
+    @property
+    def layout_lanes(self) -> int | None:
+        """float32 lanes of a vector, whose multiples of channels the graph's layout planning
+        blocks convolutions into; None for targets whose templates read plain NCHW (cuda)."""
+        caps = self.capabilities
+        return caps.lanes(4) if isinstance(caps, CpuCapabilities) else None
+
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)
 

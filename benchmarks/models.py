@@ -22,6 +22,7 @@ from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.database import Database, TunedSchedules
 from autosched.runtime import load_model
+from autosched.target import Target
 from autosched.task import extract_tasks
 
 
@@ -38,7 +39,7 @@ def _timed(library: Path, session, feeds: dict, threads: int, runs: int) -> tupl
 def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database | None) -> dict:
     path = workdir / f"{name}.onnx"
     graph = load_onnx(path)
-    tasks = extract_tasks(optimize(graph))
+    tasks = extract_tasks(optimize(graph, Target.parse("llvm").layout_lanes))
     session = onnxruntime_session(path, threads)
     feeds = sample_inputs(graph, 0)
     lat, ok = _timed(build_model(graph, workdir / f"{name}.so").library, session, feeds, threads, runs)

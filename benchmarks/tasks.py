@@ -1,13 +1,14 @@
 """Where a model's time goes, task by task: the op library's schedule, the untuned build's, and the tuned one.
 
-    python benchmarks/tasks.py MODEL.onnx [--db tuning.db] [--threads 2] [--json]
+    python benchmarks/tasks.py MODEL.onnx [--db tuning.db] [--threads 2] [--target llvm] [--json]
 
 Each task's kernel is compiled alone and timed on the task's seeded inputs (best of rounds,
 warm caches, the same thread count for all). Columns: `library` is the op library's default
 schedule, `untuned` what `autosched build` uses without tuning records (a template's fallback config
 where it has one, else the library's), `tuned` the database's best config (blank without one).
 Totals weigh each task by how often the model runs it, so they compare with whole-model
-latency minus the executor's own work.
+latency minus the executor's own work. A second table gives each op kind's share of the
+untuned and tuned totals (depthwise convolutions apart from dense ones).
 """
 from __future__ import annotations
 
@@ -38,20 +39,35 @@ def kernel_ms(task: Task, schedule, args, threads: int) -> float:
     return 1e3 * best_seconds(lambda: kern.run(bound))
 
 
+def op_kind(task: Task) -> str:
+    groups = dict(task.attrs).get("group", 1)
+    return f"{task.op} depthwise" if task.op.startswith("Conv") and groups != 1 else task.op
+
+
+def shares(rows: list[dict], column: str) -> dict[str, float]:
+    """Per op kind, its share (0..1) of the weighted total of `column` (untuned where missing)."""
+    spent: dict[str, float] = {}
+    for r in rows:
+        spent[r["kind"]] = spent.get(r["kind"], 0.0) + r["weight"] * r.get(column, r["untuned_ms"])
+    total = sum(spent.values())
+    return {k: round(v / total, 4) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", type=Path)
     p.add_argument("--db", type=Path, metavar="PATH", help="tuning database whose best configs make the tuned column")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--target", default="llvm", help="the build's target (its layout planning and schedules)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
-    target = Target.parse("llvm")
-    tasks = extract_tasks(optimize(load_onnx(args.model))).tasks
+    target = Target.parse(args.target)
+    tasks = extract_tasks(optimize(load_onnx(args.model), target.layout_lanes)).tasks
     db = Database(args.db) if args.db else None
     tuned = TunedSchedules(db) if db else None
     rows = []
     for task in tasks:
-        row = {"op": task.op, "shapes": [list(s) for s in task.shapes], "weight": task.weight,
+        row = {"op": task.op, "kind": op_kind(task), "shapes": [list(s) for s in task.shapes], "weight": task.weight,
                "library_ms": kernel_ms(task, *library_kernel(task, target), args.threads),
                "untuned_ms": kernel_ms(task, *default_kernel(task, target), args.threads)}
         if tuned is not None and best(db, task, target) is not None:
@@ -59,7 +75,9 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append(row)
     totals = {col: round(sum(r["weight"] * r.get(col, r["untuned_ms"]) for r in rows), 3)
               for col in ("library_ms", "untuned_ms", "tuned_ms")}
-    result = {"model": args.model.name, "threads": args.threads, "tasks": rows, "totals": totals}
+    by_kind = {col: shares(rows, col) for col in ("untuned_ms", "tuned_ms")}
+    result = {"model": args.model.name, "threads": args.threads, "target": str(target), "tasks": rows,
+              "totals": totals, "share_by_op": by_kind}
     if args.json:
         print(json.dumps(result))
         return result
@@ -71,6 +89,9 @@ def main(argv: list[str] | None = None) -> dict:
         shapes = " ".join("x".join(map(str, s)) for s in r["shapes"][:2])
         print(f"{r['op']:10} {shapes:44} {r['weight']:6d} {r['library_ms']:9.3f} {r['untuned_ms']:9.3f} {tuned_ms}")
     print(f"{'total (weighted)':61} {totals['library_ms']:9.3f} {totals['untuned_ms']:9.3f} {totals['tuned_ms']:9.3f}")
+    print(f"\n{'op kind':24} {'untuned share':>14} {'tuned share':>12}")
+    for kind, share in by_kind["untuned_ms"].items():
+        print(f"{kind:24} {100 * share:13.1f}% {100 * by_kind['tuned_ms'][kind]:11.1f}%")
     return result
 
 

@@ -6,6 +6,7 @@ from typing import Sequence
 import numpy as np
 
 from autosched.graph.builder import GraphBuilder
+from autosched.graph.layout import blocked_shape
 from autosched.graph.ir import Op
 from autosched.graph.passes import fold_views
 from autosched.task import Task, extract_tasks
@@ -75,6 +76,21 @@ def conv_task(x_shape: Sequence[int], w_shape: Sequence[int], stride: int = 1, p
         y = b.node(Op.ADD, [y, b.input("r", b.values[y].shape)])
     if epilogue:
         y = b.node(Op.RELU, [y])
+    b.output(y)
+    return _task(b)
+
+
+def blocked_conv_task(x_shape: Sequence[int], w_shape: Sequence[int], in_block: int, out_block: int, stride: int = 1,
+                      pad: int = 0, depthwise: bool = False, bias: bool = False, residual: bool = False) -> Task:
+    """ConvNCHWc as layout planning emits it: x plain NCHW (in_block 0) or in blocks, output in
+    blocks of out_block; optional bias, and a blocked residual Add then Relu."""
+    b = GraphBuilder()
+    x = b.input("x", blocked_shape(x_shape, in_block))
+    ins = [x, _const(b, "w", w_shape)] + ([_const(b, "bias", (w_shape[0],))] if bias else [])
+    y = b.node(Op.CONV_NCHWC, ins, strides=(stride, stride), pads=(pad,) * 4, dilations=(1, 1),
+               group=x_shape[1] if depthwise else 1, in_block=in_block, out_block=out_block)
+    if residual:
+        y = b.node(Op.RELU, [b.node(Op.ADD, [y, b.input("r", b.values[y].shape)])])
     b.output(y)
     return _task(b)
 

@@ -13,6 +13,7 @@ from autosched.cli import main
 from autosched.evaluate import compare, onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import import_model, load_onnx
 from autosched.graph.passes import fuse, optimize
+from autosched.target import Target
 from autosched.runtime import ModelError, load_model
 
 
@@ -56,7 +57,7 @@ def test_identical_tasks_share_one_kernel(tmp_path):
     graph = import_model(zoo.resnet18())
     files = build_model(graph, tmp_path / "r18.so")
     manifest = load_model(files.library).manifest
-    groups = fuse(optimize(graph))
+    groups = fuse(optimize(graph, Target.parse("llvm").layout_lanes))
     assert len(manifest["tasks"]) < len(groups)
     assert sum(t["weight"] for t in manifest["tasks"]) == len(groups)
     source = files.library.with_suffix(".c").read_text()

@@ -34,12 +34,14 @@ def test_tasks_table_for_resnet18(models, capsys):
     assert out[0] == f"model: {models['resnet18']}" and out[1] == "target: llvm"
     assert out[2].split()[:6] == ["#", "op", "weight", "GFLOPs", "share", "shapes"]
     rows = out[3:-1]
-    assert len(rows) == 19
-    assert out[-1].startswith("19 tasks for 24 fused groups, 3.6")
-    assert sum(int(row.split()[2]) for row in rows) == 24
+    # the convolutions in channel blocks (layout planning): no conversion but the one before the Reshape
+    assert len(rows) == 20
+    assert out[-1].startswith("20 tasks for 25 fused groups, 3.6")
+    assert sum(int(row.split()[2]) for row in rows) == 25
+    assert [row.split()[1] for row in rows].count("LayoutTransform") == 1
     assert abs(sum(float(row.split()[4].rstrip("%")) for row in rows) - 100) < 0.1
     first = rows[0].split()
-    assert first[1] == "Conv+Relu" and first[5] == "1x3x224x224,64x3x7x7,64" and first[6].startswith('{"attrs"')
+    assert first[1] == "ConvNCHWc+Relu" and first[5] == "1x3x224x224,64x3x7x7,64" and first[6].startswith('{"attrs"')
 
 
 def test_shape_binding(models, capsys):

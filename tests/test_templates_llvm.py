@@ -20,7 +20,7 @@ from search_spaces.llvm.common import InvalidConfigError, max_accumulators
 
 from isa import AVX2, HOST, ISAS, RUN_TARGETS
 from task_helpers import (
-    attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task, viewed_attention_task,
+    attention_scores_task, blocked_conv_task, conv_task, gemm_task, matmul_task, softmax_task, viewed_attention_task,
 )
 
 TARGET = HOST
@@ -44,9 +44,21 @@ TASKS = {
                        "conv2d_grouped_llvm"),
     "grouped_stride2": (lambda: conv_task((1, 8, 9, 9), (12, 4, 3, 3), stride=2, pad=1, group=2, epilogue="relu"),
                         "conv2d_grouped_llvm"),
+    # what layout planning hands the tuner: blocked in and out, or plain in (a model's first layer)
+    "blocked_conv3x3_residual": (lambda: blocked_conv_task((1, 16, 9, 11), (32, 16, 3, 3), 8, 16, pad=1, bias=True,
+                                                           residual=True), "conv2d_nchwc_layout_llvm"),
+    "blocked_conv_plain_input_stride2": (lambda: blocked_conv_task((1, 3, 13, 13), (16, 3, 3, 3), 0, 8, stride=2,
+                                                                   pad=1), "conv2d_nchwc_layout_llvm"),
+    "blocked_depthwise_stride2": (lambda: blocked_conv_task((1, 16, 11, 10), (16, 1, 3, 3), 8, 8, stride=2, pad=1,
+                                                            depthwise=True, bias=True),
+                                  "conv2d_nchwc_layout_llvm_depthwise"),
+    "blocked_depthwise_residual": (lambda: blocked_conv_task((1, 32, 7, 9), (32, 1, 3, 3), 16, 16, pad=1,
+                                                             depthwise=True, residual=True),
+                                   "conv2d_nchwc_layout_llvm_depthwise"),
 }
 # one task per template variant draws 20 configs in the fast suite; every task does under -m slow
-PRIMARY = ("matmul_relu", "conv3x3_bias_relu", "depthwise_bias")
+PRIMARY = ("matmul_relu", "conv3x3_bias_relu", "depthwise_bias", "blocked_conv3x3_residual",
+           "blocked_depthwise_stride2")
 
 
 @pytest.fixture(scope="module")
@@ -191,16 +203,19 @@ def test_fallback_configs_are_in_the_space_and_correct(measure, target):
     for name, (make, variant) in TASKS.items():
         task = make()
         config = get_template(task.op, "llvm").fallback(task, target)
-        if variant != "conv2d_nchwc_llvm":
+        if not variant.startswith("conv2d_nchwc"):
             assert config is None, name
             continue
         assert config.space == get_template(task.op, "llvm").space(task, target)
-        vectors = -(-config["oc_bn"] // lanes)
+        if variant == "conv2d_nchwc_llvm":
+            vectors = -(-config["oc_bn"] // lanes)
+        else:  # the layout's blocks are at most one vector each
+            vectors = config["tile_oc"] if any(k.name == "tile_oc" for k in config.space.knobs) else 1
         assert vectors * config["tile_ow"][1] + vectors + 1 <= target.capabilities.vector_registers, name
         inputs.append(MeasureInput(task, target, config))
-    assert len(inputs) == 3
+    assert len(inputs) == 7
     results = measure(inputs)
-    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 3, [r.error_msg for r in results]
+    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 7, [r.error_msg for r in results]
 
 
 def test_untuned_build_of_a_conv_uses_the_fallback_config():

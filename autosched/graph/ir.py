@@ -61,6 +61,10 @@ class Op(str, enum.Enum):
     SLICE = "Slice"
     GATHER = "Gather"
     PAD = "Pad"
+    # not ONNX: what layout planning (graph/passes/layout.py) rewrites convolutions and the
+    # tensors between them into, channels cut into blocks that are the innermost axis
+    CONV_NCHWC = "ConvNCHWc"
+    LAYOUT_TRANSFORM = "LayoutTransform"
 
     def __str__(self) -> str:
         return self.value
@@ -80,6 +84,7 @@ OP_KIND: Mapping[Op, OpKind] = {
     Op.CONV: OpKind.ANCHOR,
     Op.GEMM: OpKind.ANCHOR,
     Op.MATMUL: OpKind.ANCHOR,
+    Op.CONV_NCHWC: OpKind.ANCHOR,
     **{
         op: OpKind.ELEMWISE
         for op in (
@@ -98,7 +103,8 @@ OP_KIND: Mapping[Op, OpKind] = {
     Op.AVERAGE_POOL: OpKind.POOL,
     **{
         op: OpKind.INJECTIVE
-        for op in (Op.RESHAPE, Op.TRANSPOSE, Op.CONCAT, Op.SPLIT, Op.SLICE, Op.GATHER, Op.PAD)
+        for op in (Op.RESHAPE, Op.TRANSPOSE, Op.CONCAT, Op.SPLIT, Op.SLICE, Op.GATHER, Op.PAD,
+                   Op.LAYOUT_TRANSFORM)
     },
 }
 

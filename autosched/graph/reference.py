@@ -17,6 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from autosched.errors import GraphError
 from autosched.graph.ir import Graph, Node, Op, Value
+from autosched.graph.layout import convert, to_blocked, to_plain
 from autosched.graph.shapes import pooled_size
 from autosched.graph.views import operand_views, view_array
 
@@ -217,6 +218,24 @@ def _conv(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
     return [_contiguous(y).astype(x.dtype, copy=False)]
 
 
+def _conv_nchwc(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    """Conv on a blocked (or, with in_block 0, plain) input, writing the blocked output."""
+    x = to_plain(args[0], attrs["in_block"])
+    return [to_blocked(_conv(attrs, [x, *args[1:]])[0], attrs["out_block"])]
+
+
+def _blocked_pool(pool: Kernel) -> Kernel:
+    """A pool that layout planning left in channel blocks (attribute `block`, 0 or absent: plain)."""
+    def kernel(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+        block = attrs.get("block", 0)
+        return [to_blocked(pool(attrs, [to_plain(args[0], block)])[0], block)]
+    return kernel
+
+
+def _layout_transform(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    return [convert(args[0], attrs["src_block"], attrs["dst_block"])]
+
+
 def _pool_input(attrs: Mapping[str, Any], x: np.ndarray, fill: Any) -> tuple[np.ndarray, list[int], list[int]]:
     """`x` padded by the explicit pads plus the end padding ceil mode needs.
 
@@ -389,8 +408,8 @@ _KERNELS: dict[Op, Kernel] = {
     Op.IDENTITY: _identity,
     Op.DROPOUT: _identity,
     Op.BATCH_NORM: _batch_norm,
-    Op.MAX_POOL: _max_pool,
-    Op.AVERAGE_POOL: _average_pool,
+    Op.MAX_POOL: _blocked_pool(_max_pool),
+    Op.AVERAGE_POOL: _blocked_pool(_average_pool),
     Op.SOFTMAX: _softmax,
     Op.LAYER_NORM: _layer_norm,
     Op.REDUCE_MEAN: _reduce(np.mean),
@@ -403,4 +422,6 @@ _KERNELS: dict[Op, Kernel] = {
     Op.SLICE: _slice,
     Op.GATHER: _gather,
     Op.PAD: _pad,
+    Op.CONV_NCHWC: _conv_nchwc,
+    Op.LAYOUT_TRANSFORM: _layout_transform,
 }

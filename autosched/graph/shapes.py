@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from autosched.errors import GraphError
+from autosched.graph.layout import blocked_shape, plain_shape
 from autosched.graph.ir import OP_KIND, Node, Op, OpKind, Value
 from autosched.graph.views import operand_views, view_shape
 
@@ -103,8 +104,21 @@ def _conv(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
 
 def _pool(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
     x = inputs[0]
-    spatial = _windows(node, x.shape[2:], node.attrs["kernel_shape"], bool(node.attrs["ceil_mode"]))
-    return [((*x.shape[:2], *spatial), x.dtype)]
+    block = x.shape[-1:] if node.attrs.get("block") else ()  # a pool left in channel blocks
+    spatial = _windows(node, x.shape[2:len(x.shape) - len(block)], node.attrs["kernel_shape"],
+                       bool(node.attrs["ceil_mode"]))
+    return [((*x.shape[:2], *spatial, *block), x.dtype)]
+
+
+def _conv_nchwc(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = Value(inputs[0].name, plain_shape(inputs[0].shape, node.attrs["in_block"]), inputs[0].dtype)
+    ((shape, dtype),) = _conv(node, [x, *inputs[1:]])
+    return [(blocked_shape(shape, node.attrs["out_block"]), dtype)]
+
+
+def _layout_transform(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = inputs[0]
+    return [(blocked_shape(plain_shape(x.shape, node.attrs["src_block"]), node.attrs["dst_block"]), x.dtype)]
 
 
 def _gemm(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
@@ -239,4 +253,6 @@ _SHAPE_FNS: dict[Op, ShapeFn] = {
     Op.SLICE: _slice,
     Op.GATHER: _gather,
     Op.PAD: _pad,
+    Op.CONV_NCHWC: _conv_nchwc,
+    Op.LAYOUT_TRANSFORM: _layout_transform,
 }

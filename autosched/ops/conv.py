@@ -25,8 +25,9 @@ def conv_out_size(size: int, kernel: int, stride: int, pad_before: int, pad_afte
 
 
 def conv_geometry(x: Tensor, w: Tensor, stride, padding, dilation, name: str) -> tuple:
-    """(strides, dilations, pads (top, left, bottom, right), output (h, w), padded input) of a 2-D convolution."""
-    h, wd = x.shape[2:]
+    """(strides, dilations, pads (top, left, bottom, right), output (h, w), padded input) of a 2-D
+    convolution; x is NCHW, or blocked NCHW[b]c (its trailing block axis is not padded)."""
+    h, wd = x.shape[2:4]
     kh_, kw_ = w.shape[2:]
     sh, sw = as_pair(stride, "stride")
     dh, dw = as_pair(dilation, "dilation")
@@ -35,7 +36,8 @@ def conv_geometry(x: Tensor, w: Tensor, stride, padding, dilation, name: str) ->
     if oh_ < 1 or ow_ < 1:
         raise ValueError(f"{name}: the {kh_}x{kw_} kernel does not fit the padded {h}x{wd} input")
     padded = top or left or bottom or right
-    xp = pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), name=f"{name}_pad") if padded else x
+    widths = ((0, 0), (0, 0), (top, bottom), (left, right)) + ((0, 0),) * (x.ndim - 4)
+    xp = pad(x, widths, name=f"{name}_pad") if padded else x
     return (sh, sw), (dh, dw), (top, left, bottom, right), (oh_, ow_), xp
 
 

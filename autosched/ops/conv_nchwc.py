@@ -17,7 +17,10 @@ from typing import Sequence
 
 from autosched import te
 from autosched.ops.conv import conv_geometry
-from autosched.ops.epilogue import EpilogueFn, apply_epilogue, bias_add
+from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue, bias_add
+from autosched.ops.transform import PAD_TAG
+from autosched.schedule import Schedule, create_schedule
+from autosched.graph.layout import blocked_shape, plain_shape
 from autosched.te import Tensor
 
 CONV2D_NCHWC_TAG = "conv2d_nchwc"
@@ -43,51 +46,122 @@ def pack_data(x: Tensor, ic_bn: int) -> Tensor:
                       name=f"{x.name}_packed", tag=PACK_TAG)
 
 
-def conv2d_nchwc(x: Tensor, w: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
-                 padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, *, oc_bn: int,
-                 ic_bn: int | None = None, epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
-    """The NCHW result of conv2d(x, w) (+ bias, epilogue), computed blocked by `oc_bn` output channels.
+def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                   dilation: int | Sequence[int] = 1, *, in_block: int, out_block: int, depthwise: bool = False,
+                   name: str = "conv2d") -> Tensor:
+    """The convolution's blocked stage (tag "conv2d_nchwc"): [N, OC/out_block, OH, OW, out_block].
 
-    Stages: padding (tag "pad", when there is any), weight and data packing (tag "pack"), the
-    blocked convolution (tag "conv2d_nchwc"), its unpacking to NCHW (tag "unpack"), then one
-    stage per epilogue function.
+    x is NCHW[in_block]c, or plain NCHW with `in_block` 0 (each element broadcast as it is).
+    A depthwise convolution (one filter per channel) reads x in blocks of `out_block` and
+    multiplies a vector of channels by a vector of their filters' taps.
     """
-    if x.ndim != 4 or w.ndim != 4:
-        raise ValueError(f"{name}: expects NCHW input and OIHW weights, got {list(x.shape)} and {list(w.shape)}")
-    n, c, h, wd = x.shape
-    oc, ic, kh_, kw_ = w.shape
-    if ic != c:
-        raise ValueError(f"{name}: {c} input channels but weights {list(w.shape)} (grouped convolutions "
-                         "are not blocked)")
-    if oc_bn < 1 or oc % oc_bn:
-        raise ValueError(f"{name}: output channel block {oc_bn} does not divide {oc} channels")
-    if ic_bn is not None and (ic_bn < 1 or c % ic_bn):
-        raise ValueError(f"{name}: input channel block {ic_bn} does not divide {c} channels")
-    (sh, sw), (dh, dw), (top, left, bottom, right), (oh_, ow_), xp = conv_geometry(x, w, stride, padding, dilation, name)
-    wp = pack_weights(w, oc_bn, ic_bn)
-    kh = te.reduce_axis(kh_, "kh")
-    kw = te.reduce_axis(kw_, "kw")
-    if ic_bn is None:
+    n, c = x.shape[0], x.shape[1] * (in_block or 1)
+    oc, icg, kh_, kw_ = w.shape
+    if out_block < 1 or oc % out_block:
+        raise ValueError(f"{name}: output channel block {out_block} does not divide {oc} channels")
+    if depthwise and (icg != 1 or oc != c or in_block != out_block):
+        raise ValueError(f"{name}: a depthwise convolution needs one filter per channel and equal blocks in and "
+                         f"out; got weights {list(w.shape)} for {c} channels, blocks {in_block} and {out_block}")
+    if not depthwise and icg != c:
+        raise ValueError(f"{name}: {c} input channels but weights {list(w.shape)} (grouped convolutions other "
+                         "than depthwise are not blocked)")
+    (sh, sw), (dh, dw), pads, (oh_, ow_), xp = conv_geometry(x, w, stride, padding, dilation, name)
+    kh, kw = te.reduce_axis(kh_, "kh"), te.reduce_axis(kw_, "kw")
+    if depthwise:
+        wp = te.compute((oc // out_block, kh_, kw_, out_block), lambda o, y, z, ob: w[o * out_block + ob, 0, y, z],
+                        name=f"{w.name}_packed", tag=PACK_TAG)
+
+        def body(b, o, y, z, ob):
+            return te.sum(xp[b, o, y * sh + kh * dh, z * sw + kw * dw, ob] * wp[o, kh, kw, ob], [kh, kw])
+    elif not in_block:
+        wp = pack_weights(w, out_block, None)
         icr = te.reduce_axis(c, "ic")
 
         def body(b, o, y, z, ob):
             return te.sum(xp[b, icr, y * sh + kh * dh, z * sw + kw * dw] * wp[o, icr, kh, kw, ob], [icr, kh, kw])
     else:
-        xc = pack_data(xp, ic_bn)
-        icc, icb = te.reduce_axis(c // ic_bn, "icc"), te.reduce_axis(ic_bn, "icb")
+        wp = pack_weights(w, out_block, in_block)
+        icc, icb = te.reduce_axis(c // in_block, "icc"), te.reduce_axis(in_block, "icb")
 
         def body(b, o, y, z, ob):
-            return te.sum(xc[b, icc, y * sh + kh * dh, z * sw + kw * dw, icb] * wp[o, icc, kh, kw, icb, ob],
+            return te.sum(xp[b, icc, y * sh + kh * dh, z * sw + kw * dw, icb] * wp[o, icc, kh, kw, icb, ob],
                           [icc, kh, kw, icb])
 
-    attrs = {"stride": (sh, sw), "padding": (top, left, bottom, right), "dilation": (dh, dw), "oc_bn": oc_bn,
-             "ic_bn": ic_bn}
-    blocked = te.compute((n, oc // oc_bn, oh_, ow_, oc_bn), body, name=f"{name}_nchwc", tag=CONV2D_NCHWC_TAG,
-                         attrs=attrs)
-    y = te.compute((n, oc, oh_, ow_), lambda b, o, r, s: blocked[b, o // oc_bn, r, s, o % oc_bn], name=name,
+    attrs = {"stride": (sh, sw), "padding": pads, "dilation": (dh, dw), "oc_bn": out_block,
+             "ic_bn": in_block or None, "depthwise": depthwise}
+    return te.compute((n, oc // out_block, oh_, ow_, out_block), body, name=f"{name}_nchwc",
+                      tag=CONV2D_NCHWC_TAG, attrs=attrs)
+
+
+def blocked_bias(bias: Tensor, block: int) -> EpilogueFn:
+    """Adds bias[channel] to a blocked output, whose channel is block index · block + lane."""
+    return lambda v, i: v + bias[i[1] * block + i[-1]]
+
+
+def conv2d_nchwc(x: Tensor, w: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+                 padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, *, oc_bn: int,
+                 ic_bn: int | None = None, epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
+    """The NCHW result of conv2d(x, w) (+ bias, epilogue), computed blocked by `oc_bn` output channels.
+
+    Stages: data packing (tag "pack", with `ic_bn`), padding (tag "pad", when there is any),
+    weight packing (tag "pack"), the blocked convolution (tag "conv2d_nchwc"), its unpacking to
+    NCHW (tag "unpack"), then one stage per epilogue function.
+    """
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"{name}: expects NCHW input and OIHW weights, got {list(x.shape)} and {list(w.shape)}")
+    if ic_bn is not None and (ic_bn < 1 or x.shape[1] % ic_bn):
+        raise ValueError(f"{name}: input channel block {ic_bn} does not divide {x.shape[1]} channels")
+    xc = pack_data(x, ic_bn) if ic_bn else x
+    blocked = conv2d_blocked(xc, w, stride, padding, dilation, in_block=ic_bn or 0, out_block=oc_bn, name=name)
+    n, _, oh_, ow_, _ = blocked.shape
+    y = te.compute((n, w.shape[0], oh_, ow_), lambda b, o, r, s: blocked[b, o // oc_bn, r, s, o % oc_bn], name=name,
                    tag=UNPACK_TAG)
     pre = (bias_add(bias, 1),) if bias is not None else ()
     return apply_epilogue(y, pre + tuple(epilogue))
 
 
-__all__ = ["conv2d_nchwc", "pack_weights", "pack_data", "CONV2D_NCHWC_TAG", "PACK_TAG", "UNPACK_TAG"]
+def layout_transform(x: Tensor, src_block: int, dst_block: int, name: str = "layout_transform") -> Tensor:
+    """x converted between the plain layout (block 0) and channel blocks (autosched.graph.layout)."""
+    plain = plain_shape(x.shape, src_block)
+    c = plain[1]
+
+    def body(*i):
+        ch = i[1] * dst_block + i[-1] if dst_block else i[1]  # plain channel of the output element
+        spatial = i[2:-1] if dst_block else i[2:]
+        if src_block:
+            return x[(i[0], ch // src_block, *spatial, ch % src_block)]
+        return x[(i[0], ch, *spatial)]
+    if dst_block and c % dst_block:
+        raise ValueError(f"{name}: {c} channels do not split into blocks of {dst_block}")
+    return te.compute(blocked_shape(plain, dst_block), body, name=name, tag="injective")
+
+
+def schedule_conv2d_blocked(out: Tensor, vector_lanes: int) -> Schedule:
+    """Register tiles of one block of output channels (the vector) × up to 4 output columns,
+    the reduction outside them; padding and packing at root. The tunable template
+    (search_spaces/llvm/conv2d_nchwc.py) does better; this is the op library's plain baseline."""
+    s = create_schedule(out)
+    anchor = next(t for t in te.post_order([out]) if getattr(t.op, "tag", "") == CONV2D_NCHWC_TAG)
+    for st in s.stages:
+        if st.op.tag == EPILOGUE_TAG and st.op is not out.op:
+            s.compute_inline(st)
+        elif st.op.tag in (PAD_TAG, PACK_TAG) and len(st.op.axes) > 1:
+            st.parallel(st.fuse(*st.op.axes[:-1]))
+    acc = s[s.cache_write(anchor, "local")] if out.op is anchor.op else s[anchor]
+    acc.set_scope("local")
+    o = s[out]
+    n, ocb, oh, ow, b = o.op.axes
+    owo, owi = o.split(ow, next(t for t in (4, 3, 2, 1) if ow.extent % t == 0))
+    o.reorder(n, ocb, oh, owo, owi, b)
+    tile = o.fuse(n, ocb, oh, owo)
+    o.parallel(tile)
+    o.vectorize(b)
+    s.compute_at(acc, o, tile)
+    axes, reduce = acc.op.axes, acc.op.reduce_axes
+    acc.reorder(*axes[:3], *reduce, axes[3], axes[4])
+    acc.unroll(axes[3])
+    acc.vectorize(axes[4])
+    return s
+
+
+__all__ = ["schedule_conv2d_blocked", "conv2d_nchwc", "conv2d_blocked", "blocked_bias", "layout_transform", "pack_weights", "pack_data", "CONV2D_NCHWC_TAG", "PACK_TAG", "UNPACK_TAG"]

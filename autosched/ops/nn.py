@@ -82,10 +82,10 @@ def avg_pool2d(x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[in
     `count_include_pad`; cells past the padding (a ceil_mode overhang) never count.
     """
     window_sum = _pool(x, "sum", kernel, stride, padding, dilation, ceil_mode, 0.0)
-    n, c, oh, ow = window_sum.shape
+    oh, ow = window_sum.shape[2:4]
     a = window_sum.op.attrs
     (kh, kw), (sh, sw), (dh, dw), (top, left, bottom, right) = a["kernel"], a["stride"], a["dilation"], a["padding"]
-    h, w = x.shape[2:]
+    h, w = x.shape[2:4]
     lo_h, hi_h = (-top, h + bottom) if count_include_pad else (0, h)
     lo_w, hi_w = (-left, w + right) if count_include_pad else (0, w)
     rows = _window_counts(oh, kh, sh, dh, top, lo_h, hi_h)
@@ -93,11 +93,11 @@ def avg_pool2d(x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[in
     attrs = dict(a, count_include_pad=count_include_pad)
     if len(set(rows)) == 1 and len(set(cols)) == 1:
         inv = te.const(1.0 / (rows[0] * cols[0]), x.dtype)
-        return te.compute((n, c, oh, ow), lambda *i: window_sum[i] * inv, name="avg_pool2d", tag=POOL_TAG + "_avg",
+        return te.compute(window_sum.shape, lambda *i: window_sum[i] * inv, name="avg_pool2d", tag=POOL_TAG + "_avg",
                           attrs=attrs)
     row_inv = _count_table(rows, "avg_pool2d_row_inv", x.dtype)
     col_inv = _count_table(cols, "avg_pool2d_col_inv", x.dtype)
-    return te.compute((n, c, oh, ow), lambda n_, c_, y, z: window_sum[n_, c_, y, z] * row_inv[y] * col_inv[z],
+    return te.compute(window_sum.shape, lambda *i: window_sum[i] * row_inv[i[2]] * col_inv[i[3]],
                       name="avg_pool2d", tag=POOL_TAG + "_avg", attrs=attrs)
 
 
@@ -120,10 +120,12 @@ def _count_table(counts: list[int], name: str, dtype: str) -> Tensor:
 
 def _pool(x: Tensor, combiner: str, kernel: int | Sequence[int], stride: int | Sequence[int],
           padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool, fill: float) -> Tensor:
-    """The windowed max or sum (tag "pool"), reading a padded copy wherever a window leaves the input."""
-    if x.ndim != 4:
-        raise ValueError(f"pool2d expects an NCHW tensor, got {list(x.shape)}")
-    n, c, h, w = x.shape
+    """The windowed max or sum (tag "pool"), reading a padded copy wherever a window leaves the input.
+    x is NCHW, or blocked NCHW[b]c: a trailing block axis rides along untouched."""
+    if x.ndim not in (4, 5):
+        raise ValueError(f"pool2d expects an NCHW or NCHW[b]c tensor, got {list(x.shape)}")
+    n, c, h, w = x.shape[:4]
+    block = tuple(x.shape[4:])
     (kh, kw), (sh, sw), (dh, dw) = as_pair(kernel, "kernel"), as_pair(stride, "stride"), as_pair(dilation, "dilation")
     top, left, bottom, right = as_pads2d(padding)
     oh = pool_out_size(h, kh, sh, top, bottom, dh, ceil_mode)
@@ -136,13 +138,14 @@ def _pool(x: Tensor, combiner: str, kernel: int | Sequence[int], stride: int | S
     beyond = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - w - left)
     xp = x
     if top or left or below or beyond:
-        xp = pad(x, ((0, 0), (0, 0), (top, below), (left, beyond)), fill, name=f"{combiner}_pool2d_pad")
+        xp = pad(x, ((0, 0), (0, 0), (top, below), (left, beyond)) + ((0, 0),) * len(block), fill,
+                 name=f"{combiner}_pool2d_pad")
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     reducer = te.max_reduce if combiner == "max" else te.sum
     attrs = {"kernel": (kh, kw), "stride": (sh, sw), "padding": (top, left, bottom, right), "dilation": (dh, dw),
              "ceil_mode": ceil_mode}
-    return te.compute((n, c, oh, ow),
-                      lambda n_, c_, y, z: reducer(xp[n_, c_, y * sh + ry * dh, z * sw + rx * dw], [ry, rx]),
+    return te.compute((n, c, oh, ow, *block),
+                      lambda n_, c_, y, z, *b: reducer(xp[(n_, c_, y * sh + ry * dh, z * sw + rx * dw, *b)], [ry, rx]),
                       name="max_pool2d" if combiner == "max" else "avg_pool2d_sum", tag=POOL_TAG, attrs=attrs)
 
 

@@ -1,7 +1,8 @@
 """CPU templates (target kind "llvm"), registered by ONNX op name when this package is imported."""
-from search_spaces.llvm import conv2d, matmul
+from search_spaces.llvm import conv2d, conv2d_nchwc, matmul
 from search_spaces.registry import register
 
 register("MatMul", "llvm", matmul.TEMPLATE)
 register("Gemm", "llvm", matmul.TEMPLATE)
 register("Conv", "llvm", conv2d.TEMPLATE)
+register("ConvNCHWc", "llvm", conv2d_nchwc.TEMPLATE)

@@ -1,0 +1,48 @@
+"""The blocked channel layout NC[H W…][b]c: what layout planning converts tensors to.
+
+A plain [N, C, *spatial] tensor in blocks of b channels is [N, C/b, *spatial, b]: a vector of
+b consecutive channels is contiguous, so a convolution's register tile is a vector of output
+channels whatever the image width, and an elementwise op keeps its one-to-one indexing. Block
+0 names the plain layout. These numpy conversions are the meaning of the `LayoutTransform`
+op; compiled kernels and the reference evaluator both follow them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
+    """[N, C, *S] → [N, C/block, *S, block]; block 0 leaves the shape plain."""
+    if not block:
+        return tuple(shape)
+    n, c, *spatial = shape
+    if c % block:
+        raise ValueError(f"{c} channels do not split into blocks of {block}")
+    return (n, c // block, *spatial, block)
+
+
+def plain_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
+    """The inverse of `blocked_shape`."""
+    if not block:
+        return tuple(shape)
+    n, cb, *spatial, b = shape
+    return (n, cb * b, *spatial)
+
+
+def to_blocked(x: np.ndarray, block: int) -> np.ndarray:
+    if not block:
+        return x
+    n, c, *spatial = x.shape
+    y = x.reshape(n, c // block, block, *spatial)
+    return np.ascontiguousarray(np.moveaxis(y, 2, -1))
+
+
+def to_plain(x: np.ndarray, block: int) -> np.ndarray:
+    if not block:
+        return x
+    y = np.moveaxis(x, -1, 2)
+    return np.ascontiguousarray(y.reshape(plain_shape(x.shape, block)))
+
+
+def convert(x: np.ndarray, src_block: int, dst_block: int) -> np.ndarray:
+    return to_blocked(to_plain(x, src_block), dst_block)

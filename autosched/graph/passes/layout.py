@@ -1,0 +1,200 @@
+"""Layout planning: convolutions and the ops between them run in the blocked NCHW[b]c layout.
+
+Per convolution that converts, the register tile becomes a vector of output channels, which
+fills the vector whatever the image's width (NCHW vectorizes along rows of 7, 14 or 56).
+Converting each convolution alone would pack its input and unpack its output at every layer;
+this pass instead keeps tensors blocked from one convolution to the next, through the
+elementwise ops (bias, activations, residual adds), pools, channel concats and spatial
+reductions between them, and converts back only where a plain-layout op (a reshape, a
+softmax, the model's outputs) reads a value. It is TVM's AlterOpLayout idea on this IR.
+
+The block of a tensor depends on its channel count alone (the widest of one, then half a
+target vector that divides it), so producers and consumers of a value agree on it without
+negotiation; where two blocks meet (a convolution from 24 to 32 channels on AVX-512 reads
+blocks of 8, writes blocks of 16) the convolution reads one and writes the other. A
+convolution whose input is plain and does not divide into blocks (a model's first layer,
+3 channels) reads the plain input directly. Weights stay OIHW constants: the kernels' weight
+packing reads only weights, so the build precomputes it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autosched.graph.ir import Graph, Node, Op, OpKind, Value
+from autosched.graph.layout import blocked_shape, to_blocked
+
+def channel_block(channels: int, lanes: int) -> int:
+    """The block for a tensor of `channels` channels: a whole vector of `lanes`, else half of
+    one; 0 (stay plain) when neither divides the channels."""
+    return next((b for b in (lanes, lanes // 2) if b > 1 and channels % b == 0), 0)
+
+
+def plan_layout(graph: Graph, lanes: int) -> Graph:
+    """`graph` with its 2-D convolutions (dense and depthwise, float32) and the ops between
+    them in blocks of `lanes` (or `lanes/2`) channels."""
+    return _Planner(graph, lanes).run()
+
+
+class _Planner:
+    def __init__(self, graph: Graph, lanes: int):
+        self.graph, self.lanes = graph, lanes
+        self.values: dict[str, Value] = dict(graph.values)
+        self.constants: dict[str, np.ndarray] = dict(graph.constants)
+        self.nodes: list[Node] = []
+        self.blocked: dict[str, tuple[str, int]] = {}  # plain value -> (its blocked copy, block)
+        self.plain: set[str] = {v.name for v in graph.inputs} | set(graph.constants)
+        self.converted: dict[tuple[str, int], str] = {}  # (value, block) -> blocked copy in that block
+
+    def run(self) -> Graph:
+        for node in self.graph.nodes:
+            if not (self._conv(node) or self._elementwise(node) or self._reduce(node) or self._pool(node) or self._concat(node)):
+                self._keep(node)
+        if not self.blocked:
+            return self.graph  # no convolution to block: nothing changes
+        for v in self.graph.outputs:
+            self._plain(v.name)
+        return self.graph.replace(nodes=tuple(self.nodes), values=self.values, constants=self.constants)
+
+    # --- values in either layout ------------------------------------------------------------
+
+    def _block_of(self, name: str) -> int:
+        return self.blocked[name][1] if name in self.blocked else 0
+
+    def _plain(self, name: str) -> str:
+        """`name` in the plain layout, converting it back from its blocked copy the first time."""
+        if name not in self.plain:
+            copy, block = self.blocked[name]
+            self._add(Node(f"{name}:to_plain", Op.LAYOUT_TRANSFORM, (copy,), (name,),
+                           {"src_block": block, "dst_block": 0}))
+            self.plain.add(name)
+        return name
+
+    def _in_block(self, name: str, block: int) -> str:
+        """`name` in blocks of `block`, converting it (once per block) when it is not already."""
+        if self._block_of(name) == block:
+            return self.blocked[name][0]
+        if (name, block) not in self.converted:
+            src_block = self._block_of(name)
+            src = self.blocked[name][0] if src_block else self._plain(name)
+            copy = self._new_value(name, block)
+            self._add(Node(f"{name}:to_nchw{block}c", Op.LAYOUT_TRANSFORM, (src,), (copy,),
+                           {"src_block": src_block, "dst_block": block}))
+            self.converted[(name, block)] = copy
+        return self.converted[(name, block)]
+
+    def _new_value(self, name: str, block: int) -> str:
+        plain = self.values[name]
+        copy = f"{name}@nchw{block}c"
+        self.values[copy] = Value(copy, blocked_shape(plain.shape, block), plain.dtype)
+        return copy
+
+    def _produce_blocked(self, node: Node, inputs: tuple[str, ...], block: int, op: Op | None = None,
+                         attrs: dict[str, Any] | None = None) -> None:
+        """Emit `node` computing its (single) output in blocks of `block` from `inputs`."""
+        out = node.outputs[0]
+        copy = self._new_value(out, block)
+        self._add(Node(node.name, op or node.op, inputs, (copy,), dict(node.attrs if attrs is None else attrs)))
+        self.blocked[out] = (copy, block)
+        self.converted[(out, block)] = copy
+
+    def _add(self, node: Node) -> None:
+        self.nodes.append(node)
+
+    def _keep(self, node: Node) -> None:
+        self._add(Node(node.name, node.op, tuple(self._plain(n) for n in node.inputs), node.outputs, node.attrs))
+        self.plain.update(node.outputs)
+
+    # --- the ops that convert ---------------------------------------------------------------
+
+    def _conv(self, node: Node) -> bool:
+        if node.op is not Op.CONV or len(node.inputs) < 2 or node.inputs[1] not in self.constants:
+            return False
+        x, w = self.values[node.inputs[0]], self.values[node.inputs[1]]
+        if len(x.shape) != 4 or x.dtype != "float32" or any(name not in self.constants for name in node.inputs[2:]):
+            return False
+        c, oc, group = x.shape[1], w.shape[0], node.attrs.get("group", 1)
+        out_block = channel_block(oc, self.lanes)
+        if not out_block:
+            return False
+        if group == 1:
+            in_block = self._block_of(x.name)  # blocked input read as it is; a plain one too
+            source = self.blocked[x.name][0] if in_block else self._plain(x.name)
+        elif group == c == oc and w.shape[1] == 1:  # depthwise: channel blocks stay aligned in and out
+            in_block = out_block
+            source = self._in_block(x.name, in_block)
+        else:
+            return False
+        attrs = {**node.attrs, "in_block": in_block, "out_block": out_block}
+        self._produce_blocked(node, (source, *node.inputs[1:]), out_block, Op.CONV_NCHWC, attrs)
+        return True
+
+    def _elementwise(self, node: Node) -> bool:
+        """An elementwise op with a blocked operand runs blocked when every other operand is
+        blocked too, converts to blocks, or is a constant broadcast per channel (reshaped here)."""
+        # BatchNorm indexes its parameters by channel position (and is folded into convolutions)
+        if node.kind is not OpKind.ELEMWISE or node.op is Op.BATCH_NORM or len(node.outputs) != 1:
+            return False
+        out = self.values[node.outputs[0]]
+        if len(out.shape) != 4 or not any(n in self.blocked for n in node.inputs):
+            return False
+        block = channel_block(out.shape[1], self.lanes)
+        if not block:
+            return False
+        inputs = []
+        for name in node.inputs:
+            shape = (1,) * (4 - len(self.values[name].shape)) + self.values[name].shape
+            if name in self.constants and shape[1] in (1, out.shape[1]) and len(self.values[name].shape) <= 4:
+                inputs.append(self._blocked_constant(name, shape, block))
+            elif shape == out.shape or (name in self.blocked and shape[1] == out.shape[1]):
+                inputs.append(self._in_block(name, block))
+            else:
+                return False  # e.g. a non-constant tensor broadcast along channels
+        self._produce_blocked(node, tuple(inputs), block)
+        return True
+
+    def _blocked_constant(self, name: str, shape: tuple[int, ...], block: int) -> str:
+        array = self.constants[name].reshape(shape)
+        if shape[1] == 1:  # broadcast along channels: a trailing block axis of 1 keeps broadcasting
+            blocked, blocked_name = array[..., None], f"{name}@bcast5d"
+        else:
+            blocked, blocked_name = to_blocked(array, block), f"{name}@nchw{block}c"
+        if blocked_name not in self.constants:
+            self.constants[blocked_name] = np.ascontiguousarray(blocked)
+            self.values[blocked_name] = Value(blocked_name, tuple(blocked.shape), self.values[name].dtype)
+        return blocked_name
+
+    def _reduce(self, node: Node) -> bool:
+        """Means, sums and maxima over the spatial axes (global pooling) keep channel blocks."""
+        if node.op not in (Op.REDUCE_MEAN, Op.REDUCE_SUM, Op.REDUCE_MAX) or node.inputs[0] not in self.blocked:
+            return False
+        if not node.attrs.get("keepdims", 1) or not set(node.attrs["axes"]) <= {2, 3}:
+            return False
+        if len(self.values[node.inputs[0]].shape) != 4:
+            return False
+        copy, block = self.blocked[node.inputs[0]]
+        self._produce_blocked(node, (copy,), block)
+        return True
+
+    def _pool(self, node: Node) -> bool:
+        """2-D max and average pools run on the blocks (attribute `block`), the block axis riding along."""
+        if node.op not in (Op.MAX_POOL, Op.AVERAGE_POOL) or node.inputs[0] not in self.blocked:
+            return False
+        if len(self.values[node.inputs[0]].shape) != 4 or len(node.outputs) != 1:
+            return False
+        copy, block = self.blocked[node.inputs[0]]
+        self._produce_blocked(node, (copy,), block, attrs={**node.attrs, "block": block})
+        return True
+
+    def _concat(self, node: Node) -> bool:
+        """A concat along channels of tensors that each divide into the result's blocks is the
+        same concat of the blocked tensors along the channel-block axis."""
+        if node.op is not Op.CONCAT or node.attrs["axis"] != 1 or not any(n in self.blocked for n in node.inputs):
+            return False
+        out = self.values[node.outputs[0]]
+        block = channel_block(out.shape[1], self.lanes)
+        if len(out.shape) != 4 or not block or any(self.values[n].shape[1] % block for n in node.inputs):
+            return False
+        self._produce_blocked(node, tuple(self._in_block(n, block) for n in node.inputs), block)
+        return True

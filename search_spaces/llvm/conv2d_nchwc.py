@@ -1,0 +1,178 @@
+"""CPU template for ConvNCHWc: the convolutions layout planning put in channel blocks.
+
+The task's layout is fixed by the graph (input in blocks of `in_block`, or plain; output in
+blocks of `out_block`), so no knob packs or unpacks activations: what is tuned is the register
+tile and the loops around it.
+
+- dense (groups == 1): each register tile is tile_oc blocks of output channels × tile_oh rows
+  × tile_ow columns, one vector per (block, pixel); each reduction step broadcasts one input
+  element against tile_oc vectors of weights. Knobs: the tile, the reduction order (input
+  channel blocks, window, channels within a block), kw unrolled or not, the order of the tile
+  loops and how many fuse into the parallel loop, padding at root or inline.
+- depthwise: a vector of channels times the vector of their filters' taps, per pixel of a
+  tile_oh × tile_ow tile, the window unrolled or not; the stride never touches the vector.
+
+Both refuse a register tile beyond `max_accumulators` of the target (see `common`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.graph.layout import plain_shape
+from autosched.ops import conv_nchwc
+from autosched.ops.epilogue import apply_epilogue
+from autosched.schedule import Schedule, Stage, create_schedule
+from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob
+from autosched.target import Target
+from autosched.task import Task
+from autosched.te import Tensor
+from search_spaces.llvm.common import (
+    CpuTemplate, check_register_tile, cpu_capabilities, divisors, inline_epilogue, parallel_copy, task_tensors,
+)
+from search_spaces.llvm.conv2d import OUTER_ORDERS, REDUCE_ORDERS, _common_knobs, _place_pad
+from search_spaces.registry import TemplateError
+
+MAX_TILE_OC = 4
+MAX_FALLBACK_COLUMNS = 8
+WINDOW_UNROLL = ("none", "kw", "kh_kw")
+
+
+@dataclass(frozen=True)
+class BlockedConvDims:
+    c: int
+    oc: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    in_block: int
+    out_block: int
+    depthwise: bool
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+
+
+def blocked_conv_dims(task: Task) -> BlockedConvDims:
+    if task.op != "ConvNCHWc":
+        raise TemplateError(f"the conv2d_nchwc template does not handle op {task.op}")
+    attrs = dict(task.attrs)
+    in_block, out_block = attrs["in_block"], attrs["out_block"]
+    c = plain_shape(task.shapes[0], in_block)[1]
+    oc, _, kh, kw = task.shapes[1]
+    _, _, oh, ow, _ = task.out_shapes[0]
+    return BlockedConvDims(c, oc, kh, kw, oh, ow, in_block, out_block, attrs.get("group", 1) != 1,
+                           tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("pads", (0, 0, 0, 0))),
+                           tuple(attrs.get("dilations", (1, 1))))
+
+
+class Conv2dNCHWcTemplate(CpuTemplate):
+    name = "conv2d_nchwc_layout_llvm"
+
+    def space(self, task: Task, target: Target) -> ConfigSpace:
+        d = blocked_conv_dims(task)
+        if d.depthwise:
+            return ConfigSpace(self.name + "_depthwise", (
+                ChoiceKnob("unroll_window", WINDOW_UNROLL if d.kw > 1 else ("none",)),
+                *_common_knobs(d),
+            ))
+        one_by_one = d.kh == d.kw == 1
+        return ConfigSpace(self.name, (
+            ChoiceKnob("tile_oc", divisors(d.oc // d.out_block, MAX_TILE_OC)),
+            ChoiceKnob("ic_bn", (d.in_block,) if d.in_block else divisors(d.c, 64)),
+            ReorderKnob("reduce_order", REDUCE_ORDERS[:1] if one_by_one else REDUCE_ORDERS),
+            ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
+            *_common_knobs(d),
+        ))
+
+    def fallback(self, task: Task, target: Target) -> Config:
+        """Dense: two blocks of output channels (two vectors) by as many columns as leave
+        16), one row, padding at root: inline, every load of the hot loop carries the four
+        bounds checks (ResNet-18's 3×3 layers ran 30% slower that way, 1 thread), where the
+        copy costs one pass over the input. Depthwise: one block by up to 8 columns, the window
+        unrolled, padding inline: there the copy costs as much as the convolution (MobileNetV2's
+        depthwise layers, 1 thread: 0.45-0.59 ms inline, 1.4-1.6 ms with the copy at root)."""
+        d = blocked_conv_dims(task)
+        space = self.space(task, target)
+        knobs = {k.name: k for k in space.knobs}
+        columns = min(MAX_FALLBACK_COLUMNS, (cpu_capabilities(target).vector_registers - 3) // 2)
+        widths = [w for w in knobs["tile_ow"].values if w[1] <= columns]
+        exact = [w for w in widths if w[0] * w[1] == d.ow] or widths
+        values = {
+            "tile_ow": max(exact, key=lambda w: w[1]),
+            "tile_oh": 1,
+            "pad": knobs["pad"].values[-1 if d.depthwise else 0],  # ("root", "inline") or ("none",)
+            "outer_order": OUTER_ORDERS[0],
+            "parallel_depth": 3,
+        }
+        if d.depthwise:
+            values["unroll_window"] = knobs["unroll_window"].values[-1]
+        else:
+            values.update({
+                "tile_oc": 2 if 2 in knobs["tile_oc"].values else 1,
+                "ic_bn": max(b for b in knobs["ic_bn"].values if b <= d.out_block or b == d.in_block),
+                "reduce_order": REDUCE_ORDERS[0],
+                "unroll_kw": False,
+            })
+        return space.from_values(values)
+
+    def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
+        d = blocked_conv_dims(task)
+        tile_oc = 1 if d.depthwise else config["tile_oc"]
+        check_register_tile(tile_oc * config["tile_oh"] * config["tile_ow"][1], config, target)
+        tt = task_tensors(task)
+        x, w = tt.anchor[0], tt.anchor[1]
+        y = conv_nchwc.conv2d_blocked(x, w, d.stride, d.pads, d.dilation, in_block=d.in_block,
+                                      out_block=d.out_block, depthwise=d.depthwise)
+        pre = (conv_nchwc.blocked_bias(tt.anchor[2], d.out_block),) if len(tt.anchor) > 2 else ()
+        out = apply_epilogue(y, pre + tuple(tt.epilogue))
+        s = create_schedule(out)
+        inline_epilogue(s, out)
+        _place_pad(s, config)
+        for st in s.stages:
+            if st.op.tag == conv_nchwc.PACK_TAG:
+                parallel_copy(st)
+        acc = s[y] if y.op is not out.op else s[s.cache_write(out, "local")]
+        acc.set_scope("local")
+        _tile_blocked_output(s, out, acc, config, tile_oc)
+        n, occ, oh, ow, ocb = acc.op.axes
+        if d.depthwise:
+            kh, kw = acc.op.reduce_axes
+            acc.reorder(n, kh, kw, occ, oh, ow, ocb)
+            for axis in {"kw": (kw,), "kh_kw": (kh, kw)}.get(config["unroll_window"], ()):
+                acc.unroll(axis)
+        else:
+            if d.in_block:
+                ico, kh, kw, ici = acc.op.reduce_axes
+            else:
+                ic, kh, kw = acc.op.reduce_axes
+                ico, ici = acc.split(ic, config["ic_bn"])
+            loops = {"ico": ico, "ici": ici, "kh": kh, "kw": kw}
+            acc.reorder(n, *[loops[a] for a in config["reduce_order"]], occ, oh, ow, ocb)
+            if config["unroll_kw"]:
+                acc.unroll(kw)
+        for axis in (occ, oh, ow):
+            acc.unroll(axis)
+        acc.vectorize(ocb)
+        return s, list(tt.args) + [out]
+
+
+def _tile_blocked_output(s: Schedule, out: Tensor, acc: Stage, config: Config, tile_oc: int) -> None:
+    """Tiles of the blocked output (tile_oc blocks × tile_oh rows × tile_ow columns × the block),
+    outer tile loops in the configured order with the first `parallel_depth` fused and parallel;
+    the accumulator is computed per tile."""
+    o = s[out]
+    n, ocb, oh, ow, b = o.op.axes
+    oco, oci = o.split(ocb, tile_oc)
+    oho, ohi = o.split(oh, config["tile_oh"])
+    owo, owi = o.split(ow, config["tile_ow"][1])
+    tiles = {"oc": oco, "oh": oho, "ow": owo}
+    outer = [n] + [tiles[a] for a in config["outer_order"]]
+    o.reorder(*outer, oci, ohi, owi, b)
+    depth = config["parallel_depth"]
+    o.parallel(o.fuse(*outer[:depth]))
+    o.vectorize(b)
+    s.compute_at(acc, o, o.leaf_axes[len(outer) - depth])
+
+
+TEMPLATE = Conv2dNCHWcTemplate()

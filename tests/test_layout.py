@@ -1,0 +1,113 @@
+"""Layout planning: the planned graph computes what the plain one does, converts layouts only
+where it must, and compiles to models that match the numpy reference on each ISA."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from autosched.build import build_model
+from autosched.graph.builder import GraphBuilder
+from autosched.graph.ir import Op
+from autosched.graph.layout import convert, to_blocked, to_plain
+from autosched.graph.passes import optimize, plan_layout
+from autosched.graph.passes.layout import channel_block
+from autosched.graph.reference import random_inputs, run_graph
+from autosched.runtime import load_model
+
+from isa import RUN_TARGETS
+
+RNG = np.random.default_rng(7)
+
+
+def _conv(b, x, oc, k=3, stride=1, group=1, name=None):
+    c = b.values[x].shape[1]
+    w = b.constant(f"{name}_w", (0.2 * RNG.standard_normal((oc, c // group, k, k))).astype(np.float32))
+    bias = b.constant(f"{name}_b", RNG.standard_normal(oc).astype(np.float32))
+    return b.node(Op.CONV, [x, w, bias], name=name, strides=(stride, stride), pads=(k // 2,) * 4, dilations=(1, 1),
+                  group=group)
+
+
+def cnn():
+    """A bit of everything layout planning meets: a plain 3-channel input, a pool, residual adds,
+    a depthwise conv, a block change (24 → 32 channels: blocks of 8, then of 16 on AVX-512), a
+    concat, a per-channel constant, a squeeze-excite gate, a global mean, a reshape, and a
+    blocked value that is also a graph output."""
+    b = GraphBuilder("cnn")
+    x = b.input("x", (1, 3, 18, 18))
+    a = b.node(Op.RELU, [_conv(b, x, 16, stride=2, name="stem")])
+    p = b.node(Op.MAX_POOL, [a], kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1),
+               ceil_mode=0)
+    r = b.node(Op.ADD, [b.node(Op.RELU, [_conv(b, p, 16, name="c1")]), p])
+    d = b.node(Op.CLIP, [_conv(b, r, 16, group=16, name="dw")], min=0.0, max=6.0)
+    e = _conv(b, d, 24, k=1, name="expand24")
+    f = _conv(b, e, 32, k=1, name="to32")
+    cat = b.node(Op.CONCAT, [f, _conv(b, r, 16, k=1, name="side")], axis=1)
+    scaled = b.node(Op.MUL, [cat, b.constant("gamma", RNG.standard_normal((48, 1, 1)).astype(np.float32))])
+    avg = b.node(Op.AVERAGE_POOL, [scaled], kernel_shape=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0), dilations=(1, 1),
+                 ceil_mode=0, count_include_pad=0)
+    se = b.node(Op.SIGMOID, [_conv(b, b.node(Op.REDUCE_MEAN, [avg], axes=(2, 3), keepdims=1), 48, k=1, name="se")])
+    gated = b.node(Op.MUL, [avg, se])
+    flat = b.node(Op.RESHAPE, [b.node(Op.REDUCE_MEAN, [gated], axes=(2, 3), keepdims=1)], shape=(1, 48))
+    b.output(flat, gated)
+    return b.build()
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_planned_graph_matches_the_plain_one(lanes):
+    graph = optimize(cnn())
+    planned = plan_layout(graph, lanes)
+    feeds = random_inputs(graph.inputs, 0)
+    want, got = run_graph(graph, feeds), run_graph(planned, feeds)
+    assert want.keys() == got.keys()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+    ops = Counter(n.op for n in planned.nodes)
+    assert ops[Op.CONV] == 0 and ops[Op.CONV_NCHWC] == 7
+    # conversions only before the Reshape and for the graph output `gated`: where the block
+    # changes (24 → 32 channels, blocks of 8 then 16 on AVX-512) the convolution reads one block
+    # and writes the other
+    transforms = [n for n in planned.nodes if n.op is Op.LAYOUT_TRANSFORM]
+    reshape = next(n for n in graph.nodes if n.op is Op.RESHAPE)
+    assert sorted(n.outputs[0] for n in transforms) == sorted([reshape.inputs[0], graph.outputs[1].name]), \
+        [(n.name, dict(n.attrs)) for n in transforms]
+    assert {v.name: v.shape for v in planned.outputs} == {v.name: v.shape for v in graph.outputs}
+
+
+def test_blocks_follow_the_channel_count():
+    assert [channel_block(c, 16) for c in (3, 24, 32, 48, 96, 1280)] == [0, 8, 16, 16, 16, 16]
+    assert [channel_block(c, 8) for c in (3, 12, 24, 6)] == [0, 4, 8, 0]
+
+
+def test_numpy_conversions_round_trip():
+    x = RNG.standard_normal((2, 48, 5, 3)).astype(np.float32)
+    blocked = to_blocked(x, 16)
+    assert blocked.shape == (2, 3, 5, 3, 16) and blocked[1, 2, 4, 1, 5] == x[1, 2 * 16 + 5, 4, 1]
+    assert np.array_equal(to_plain(blocked, 16), x)
+    assert np.array_equal(convert(blocked, 16, 8), to_blocked(x, 8))
+
+
+def test_graphs_without_convolutions_are_left_alone():
+    b = GraphBuilder()
+    y = b.node(Op.RELU, [b.node(Op.MAX_POOL, [b.input("x", (1, 16, 8, 8))], kernel_shape=(2, 2), strides=(2, 2),
+                                pads=(0, 0, 0, 0), dilations=(1, 1), ceil_mode=0)])
+    b.output(y)
+    graph = b.build()
+    assert plan_layout(graph, 16) is graph
+
+
+@pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
+def test_compiled_planned_model_matches_the_reference(target, tmp_path):
+    """The build plans the layout for its target (blocks of 8 on AVX2, 16 on AVX-512) and runs
+    every blocked kernel: convolutions, depthwise, pools, concat, reductions, conversions."""
+    graph = cnn()
+    files = build_model(graph, tmp_path / "cnn.so", target)
+    model = load_model(files.library)
+    try:
+        feeds = random_inputs(graph.inputs, 1)
+        got, want = model.run(feeds), run_graph(graph, feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+        ops = {t["key"].split('"op":"')[1].split('"')[0] for t in model.manifest["tasks"]}
+        assert {"ConvNCHWc", "MaxPool", "AveragePool", "Concat", "LayoutTransform"} <= ops
+    finally:
+        model.close()
