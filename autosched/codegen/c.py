@@ -49,7 +49,8 @@ class CRenderer:
     capabilities = {"threads": False, "shared_memory": False}
     #: storage and linkage of generated helper functions (a GPU back end adds its device qualifier)
     INLINE = "static inline"
-    #: vector exp/erf/sigmoid from autosched.codegen.vmath rather than libm lane by lane
+    #: vector exp/erf/sigmoid from autosched.codegen.vmath rather than libm lane by lane, and
+    #: min/max as vector compare-and-blend: GCC vector-extension code, for CPU renderers only
     VECTOR_MATH = True
 
     @staticmethod
@@ -271,7 +272,7 @@ class CRenderer:
             (a, _), (b, _) = kids
             return (f"({a} {_BIN[e.op]} {b})", True)
         bc = [code if is_vec else f"(({vt}){{0}} + ({code}))" for code, is_vec in kids]
-        if isinstance(e, BinOp) and e.op in ("min", "max") and e.dtype in _MASK_DTYPE:
+        if isinstance(e, BinOp) and e.op in ("min", "max") and e.dtype in _MASK_DTYPE and self.VECTOR_MATH:
             # compare and blend in vector types: gcc leaves a lane-by-lane ?: loop scalar
             mt = self._vtype(_MASK_DTYPE[e.dtype], lanes)
             fn = f"{e.op}_{vt}"
