@@ -139,9 +139,10 @@ def default_packing(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4,
     A element (6×16 floats with AVX2's 16 ymm registers, 6×32 with AVX-512's 32 zmm).
 
     `trans_a`: A is not row-major as the kernel reads it (transposed, or seen through a view), so
-    it is packed. Otherwise the first tile of UNPACKED_TILES whose rows divide m and whose
-    accumulators, B vectors and broadcast fit the registers reads A in place: packing A is a
-    strided copy of the activations at every call. Measured on a Zen 5, BERT's
+    it is packed. Otherwise A is read in place (packing it is a strided copy of the activations
+    at every call) with the tile of UNPACKED_TILES whose rows divide m, whose accumulators, B
+    vectors and broadcast fit the registers, and whose columns pad n least (first listed on a
+    tie), unless that padding costs more than packing (PACKING_COST) with the packed tile. Measured on a Zen 5, BERT's
     128×3072·3072×768: AVX-512, 2 threads: 6×32 packed 1.33 ms, 8×32 packed 1.26, 8×32 in
     place 1.19; AVX2 code (-mcpu=haswell), 1 thread: 6×16 packed 5.24 ms, 4×24 in place 4.89,
     4×16 in place 5.51 (MLP's 64×1024·1024×1024: 1.13, 1.07, 1.16).

@@ -9,6 +9,7 @@ activation of a MatMul with a constant B (see below).
 from __future__ import annotations
 
 from autosched.graph.ir import Graph, Node, Op
+from autosched.graph.passes.dce import eliminate_dead_code
 from autosched.graph.passes.rewrite import rebuild
 from autosched.graph.views import VIEWS_ATTR, operand_views
 
@@ -55,5 +56,4 @@ def fold_views(graph: Graph) -> Graph:
     if not changed:
         return graph
     # the folded chains now have no reader: drop them with every other dead node
-    from autosched.graph.passes.dce import eliminate_dead_code
     return eliminate_dead_code(rebuild(graph, nodes))
