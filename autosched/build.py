@@ -212,6 +212,30 @@ def _plan_kernel(sched: Schedule, args: list[Tensor], consts: tuple[int, ...], n
     return _KernelPlan(func, pre, used)
 
 
+def weight_positions(graph: Graph, taskset) -> dict[int, tuple[int, ...]]:
+    """Task index → positions of its kernel inputs that are weights in `graph` (as the first
+    group running that task has them): what a build folds at build time."""
+    out: dict[int, tuple[int, ...]] = {}
+    for group, index in zip(taskset.groups, taskset.group_tasks):
+        names = group_arguments(group)
+        inputs = names[:len(names) - len(group.outputs)]
+        out.setdefault(index, tuple(i for i, n in enumerate(inputs) if n in graph.constants))
+    return out
+
+
+def kernel_as_built(sched: Schedule, args: list[Tensor], consts: tuple[int, ...], target: Target,
+                    inputs: list[np.ndarray]) -> tuple[Kernel, list[np.ndarray]]:
+    """A task's kernel compiled as a model build compiles it, its weight-only stages (a matmul's
+    packed B) computed once from `inputs`: (kernel, the precomputed arrays, which follow the
+    outputs among its arguments). What per-kernel timings should measure: the build never
+    repacks a weight at run time."""
+    plan = _plan_kernel(sched, args, consts, "task")
+    renderer = renderer_for(target.kind)
+    code = renderer.render(plan.func)
+    kernel = Kernel(compile_c(code, target_flags(target)), renderer.symbol(plan.func), plan.func.params, code)
+    return kernel, [_run_precompute(pre, [inputs[p] for p in positions]) for pre, positions in plan.folded]
+
+
 def _weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
     """Stages computed from weights alone whose values a weight-dependent stage (or output) reads."""
     const: dict[int, bool] = {}

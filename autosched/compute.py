@@ -12,6 +12,7 @@ import numpy as np
 
 from autosched import te
 from autosched.errors import AutoschedError
+from autosched.graph.views import keeps_rows, operand_views, view_tensor
 from autosched.ops import conv as conv_ops
 from autosched.ops import conv_nchwc as conv_blocked
 from autosched.ops import elementwise as ew
@@ -140,11 +141,15 @@ def _conv_nchwc(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: Cpu
 
 
 def _matmul(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:
-    a, b = ins[0], ins[1]
+    view_a, view_b = operand_views(task.attrs)
+    a, b = view_tensor(ins[0], view_a), view_tensor(ins[1], view_b)
     if a.ndim < 2 or b.ndim < 2:
         raise UnsupportedTaskError("MatMul with a 1-D operand is not compiled (only 2-D and batched operands)")
     m, n = a.shape[-2], b.shape[-1]
-    return mm_ops.matmul(a, b, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n, caps))
+    # A seen through a view is packed (its index arithmetic then runs once per element, not per
+    # FMA) unless the view keeps A's rows contiguous: then the index is affine and A is read in place
+    packing = mm_ops.default_packing(m, n, caps, trans_a=not keeps_rows(ins[0].shape, view_a))
+    return mm_ops.matmul(a, b, epilogue=(epi,) if epi else (), packing=packing)
 
 
 def _gemm(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabilities) -> Tensor:
@@ -153,7 +158,7 @@ def _gemm(task: Task, ins: list[Tensor], epi: EpilogueFn | None, caps: CpuCapabi
     m = ins[0].shape[1] if ta else ins[0].shape[0]
     n = ins[1].shape[0] if tb else ins[1].shape[1]
     return mm_ops.gemm(ins[0], ins[1], ins[2] if len(ins) > 2 else None, at.get("alpha", 1.0), at.get("beta", 1.0),
-                       ta, tb, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n, caps))
+                       ta, tb, epilogue=(epi,) if epi else (), packing=mm_ops.default_packing(m, n, caps, trans_a=ta))
 
 
 ANCHORS: dict[str, Callable[[Task, list[Tensor], EpilogueFn | None, CpuCapabilities], Tensor]] = {
@@ -172,6 +177,12 @@ def task_compute(task: Task, caps: CpuCapabilities) -> tuple[list[Tensor], list[
         outs = [ANCHORS[task.op](task, ins, epi, caps)]
     elif task.op in ELEMENTWISE:
         outs = [_elementwise_anchor(task, ins, epi)]
+    elif task.op in BY_LANES:
+        if epi is not None:
+            raise UnsupportedTaskError(f"{task.op} takes no fused epilogue")
+        # GPU capabilities have no vector width: the plain forms, which the GPU templates schedule
+        lanes = caps.lanes(np.dtype(ins[0].dtype).itemsize) if isinstance(caps, CpuCapabilities) else None
+        outs = BY_LANES[task.op](task, ins, lanes)
     elif task.op in OTHERS:
         if epi is not None:
             raise UnsupportedTaskError(f"{task.op} takes no fused epilogue")
@@ -212,17 +223,18 @@ def _pool(task: Task, ins: list[Tensor]) -> list[Tensor]:
     return [nn.avg_pool2d(ins[0], count_include_pad=bool(at.get("count_include_pad", 0)), **common)]
 
 
-def _reduce(task: Task, ins: list[Tensor]) -> list[Tensor]:
+def _reduce(task: Task, ins: list[Tensor], lanes: int | None) -> list[Tensor]:
     at = dict(task.attrs)
     fn = {"ReduceMean": reduce_ops.reduce_mean, "ReduceSum": reduce_ops.reduce_sum,
           "ReduceMax": reduce_ops.reduce_max}[task.op]
-    return [fn(ins[0], at["axes"], bool(at.get("keepdims", 1)))]
+    return [fn(ins[0], at["axes"], bool(at.get("keepdims", 1)), lanes=lanes)]
 
 
-def _layer_norm(task: Task, ins: list[Tensor]) -> list[Tensor]:
+def _layer_norm(task: Task, ins: list[Tensor], lanes: int | None) -> list[Tensor]:
     at = dict(task.attrs)
     x, axis, eps = ins[0], at["axis"], at.get("epsilon", 1e-5)
-    y = nn.layer_norm(x, ins[1], ins[2] if len(ins) > 2 else None, axis, eps)
+    y = nn.layer_norm(x, ins[1], ins[2] if len(ins) > 2 else None, axis, eps,
+                      lanes=lanes if len(task.out_shapes) == 1 else None)
     if len(task.out_shapes) == 1:
         return [y]
     # the optional Mean and InvStdDev outputs, over the same axes, kept as size-1 dims
@@ -291,15 +303,20 @@ def _gather(task: Task, ins: list[Tensor]) -> list[Tensor]:
 
 OTHERS: dict[str, Callable[[Task, list[Tensor]], list[Tensor]]] = {
     "MaxPool": _pool, "AveragePool": _pool,
-    "ReduceMean": _reduce, "ReduceSum": _reduce, "ReduceMax": _reduce,
-    "Softmax": lambda task, ins: [nn.softmax(ins[0], dict(task.attrs)["axis"])],
-    "LayerNormalization": _layer_norm,
     "Reshape": lambda task, ins: [transform.reshape(ins[0], task.out_shapes[0])],
     "Transpose": lambda task, ins: [transform.transpose(ins[0], dict(task.attrs)["perm"])],
     "Concat": lambda task, ins: [transform.concat(ins, dict(task.attrs)["axis"])],
     "Pad": _pad, "Slice": _slice, "Split": _split, "Gather": _gather,
     "LayoutTransform": lambda task, ins: [conv_blocked.layout_transform(ins[0], dict(task.attrs)["src_block"],
                                                                         dict(task.attrs)["dst_block"])],
+}
+
+
+#: ops whose compute definition takes the target's vector width (reductions split into lanes)
+BY_LANES: dict[str, Callable[[Task, list[Tensor], int | None], list[Tensor]]] = {
+    "Softmax": lambda task, ins, lanes: [nn.softmax(ins[0], dict(task.attrs)["axis"], lanes=lanes)],
+    "LayerNormalization": _layer_norm,
+    "ReduceMean": _reduce, "ReduceSum": _reduce, "ReduceMax": _reduce,
 }
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from autosched.graph.ir import Graph, Node, Op, OpKind, Value
 from autosched.graph.reference import eval_node, random_inputs
 from autosched.graph.passes.fuse import FusedGroup, fuse
+from autosched.graph.views import operand_views, view_shape
 
 Shape = tuple[int, ...]
 Attrs = tuple[tuple[str, Any], ...]
@@ -163,7 +164,12 @@ def task_for_group(graph: Graph, group: FusedGroup) -> Task:
 
 
 def _attrs(attrs: Mapping[str, Any]) -> Attrs:
-    return tuple(sorted((name, tuple(v) if isinstance(v, list) else v) for name, v in attrs.items()))
+    return tuple(sorted((name, _tuples(v)) for name, v in attrs.items()))
+
+
+def _tuples(v: Any) -> Any:
+    """Lists (from JSON) as tuples, at every depth: MatMul's operand views nest them."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
 def _key(fields: Mapping[str, Any]) -> str:
@@ -192,7 +198,7 @@ def _anchor_flops(graph: Graph, node: Node) -> int:
         macs = out_size * math.prod(weight[1:])
         return 2 * macs + (out_size if len(node.inputs) == 3 else 0)
     if node.op in (Op.MATMUL, Op.GEMM):
-        a = shape[node.inputs[0]]
+        a = view_shape(shape[node.inputs[0]], operand_views(node.attrs)[0])
         k = a[0] if node.op is Op.GEMM and node.attrs["transA"] else a[-1]
         return 2 * out_size * k + (out_size if len(node.inputs) == 3 else 0)
     if node.op in (Op.MAX_POOL, Op.AVERAGE_POOL):

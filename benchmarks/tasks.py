@@ -2,8 +2,9 @@
 
     python benchmarks/tasks.py MODEL.onnx [--db tuning.db] [--threads 2] [--target llvm] [--json]
 
-Each task's kernel is compiled alone and timed on the task's seeded inputs (best of rounds,
-warm caches, the same thread count for all). Columns: `library` is the op library's default
+Each task's kernel is compiled alone, as the build compiles it (stages that read only weights,
+such as a dense layer's packed B, computed once beforehand), and timed on the task's seeded
+inputs (best of rounds, warm caches, the same thread count for all). Columns: `library` is the op library's default
 schedule, `untuned` what `autosched build` uses without tuning records (a template's fallback config
 where it has one, else the library's), `tuned` the database's best config (blank without one).
 Totals weigh each task by how often the model runs it, so they compare with whole-model
@@ -22,20 +23,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import best_seconds  # noqa: E402
 
-from autosched.build import default_kernel, library_kernel  # noqa: E402
+from autosched.build import default_kernel, kernel_as_built, library_kernel, weight_positions  # noqa: E402
 from autosched.frontend.onnx import load_onnx  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
 from autosched.database import Database, TunedSchedules, best  # noqa: E402
-from autosched.kernel import build_kernel  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
 
 
-def kernel_ms(task: Task, schedule, args, threads: int) -> float:
-    kern = build_kernel(schedule, args, "task")
+def kernel_ms(task: Task, schedule, args, threads: int, consts: tuple[int, ...], target: Target) -> float:
+    """The kernel as the build runs it: stages reading only the task's weights (`consts`) are
+    computed once beforehand, not timed (a dense layer's packed weights)."""
+    inputs = task.random_inputs(0)
+    kern, folded = kernel_as_built(schedule, args, consts, target, inputs)
     kern.set_num_threads(threads)
     outs = [np.empty(shape, dtype) for shape, dtype in zip(task.out_shapes, task.out_dtypes)]
-    bound = kern.bind(task.random_inputs(0) + outs)
+    bound = kern.bind(inputs + outs + folded)
     return 1e3 * best_seconds(lambda: kern.run(bound))
 
 
@@ -62,16 +65,19 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     target = Target.parse(args.target)
-    tasks = extract_tasks(optimize(load_onnx(args.model), target.layout_lanes)).tasks
+    graph = optimize(load_onnx(args.model), target.layout_lanes)
+    taskset = extract_tasks(graph)
+    tasks, weights = taskset.tasks, weight_positions(graph, taskset)
     db = Database(args.db) if args.db else None
     tuned = TunedSchedules(db) if db else None
     rows = []
-    for task in tasks:
+    for index, task in enumerate(tasks):
+        def timed(schedule_and_args) -> float:
+            return kernel_ms(task, *schedule_and_args, args.threads, weights[index], target)
         row = {"op": task.op, "kind": op_kind(task), "shapes": [list(s) for s in task.shapes], "weight": task.weight,
-               "library_ms": kernel_ms(task, *library_kernel(task, target), args.threads),
-               "untuned_ms": kernel_ms(task, *default_kernel(task, target), args.threads)}
+               "library_ms": timed(library_kernel(task, target)), "untuned_ms": timed(default_kernel(task, target))}
         if tuned is not None and best(db, task, target) is not None:
-            row["tuned_ms"] = kernel_ms(task, *tuned(task, target), args.threads)
+            row["tuned_ms"] = timed(tuned(task, target))
         rows.append(row)
     totals = {col: round(sum(r["weight"] * r.get(col, r["untuned_ms"]) for r in rows), 3)
               for col in ("library_ms", "untuned_ms", "tuned_ms")}

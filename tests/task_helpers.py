@@ -8,6 +8,7 @@ import numpy as np
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.layout import blocked_shape
 from autosched.graph.ir import Op
+from autosched.graph.passes import fold_views
 from autosched.task import Task, extract_tasks
 
 _RNG = np.random.default_rng(0)
@@ -36,6 +37,25 @@ def attention_scores_task(batch: Sequence[int], m: int, k: int, n: int) -> Task:
     y = b.node(Op.DIV, [y, b.constant("scale", np.array(np.sqrt(k), np.float32))])
     b.output(b.node(Op.ADD, [y, b.input("mask", (1,) * len(batch) + (1, n))]))
     return _task(b)
+
+
+def viewed_attention_task(seq: int, heads: int, dim: int, key: bool = True) -> Task:
+    """Attention's batched MatMul with its operands' Reshape/Transpose folded in as views:
+    Q·Kᵀ (`key`) or the context's scores·V, from [1, seq, heads·dim] activations."""
+    b = GraphBuilder()
+
+    def split_heads(name: str, perm: tuple[int, ...]) -> str:
+        x = b.node(Op.RESHAPE, [b.input(name, (1, seq, heads * dim))], shape=(1, seq, heads, dim))
+        return b.node(Op.TRANSPOSE, [x], perm=perm)
+
+    if key:
+        y = b.node(Op.MATMUL, [split_heads("q", (0, 2, 1, 3)), split_heads("k", (0, 2, 3, 1))])
+    else:
+        y = b.node(Op.MATMUL, [b.input("p", (1, heads, seq, seq)), split_heads("v", (0, 2, 1, 3))])
+    b.output(y)
+    (task,) = extract_tasks(fold_views(b.build())).tasks
+    assert dict(task.attrs).get("operand_views"), "the views were not folded"
+    return task
 
 
 def gemm_task(a_shape: Sequence[int], b_shape: Sequence[int], c_shape: Sequence[int] | None, trans_a: int = 0,

@@ -25,7 +25,8 @@ def _row(task, values):
     return dict(zip(feats.names(task, space), feats.extract(task, space, np.array([space.from_values(values).index]))[0]))
 
 
-MM_VALUES = {"mr": 4, "nr": 32, "mb": 2, "tile_k": [2, 8, 2], "tile_order": ["j", "i"], "parallel_depth": 1}
+MM_VALUES = {"mr": 4, "nr": 32, "mb": 2, "tile_k": [2, 8, 2], "tile_order": ["j", "i"], "parallel_depth": 1,
+             "pack_a": True}
 
 
 def test_features_describe_the_hot_loop_nest():

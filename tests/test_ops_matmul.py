@@ -110,10 +110,55 @@ def test_batched_accumulator_covers_one_tile():
     assert "allocate matmul_local: float32[1, 6, 32] in local" in str(lower(ops.schedule_matmul(y, 16), [a, b, y]))
 
 
-@pytest.mark.parametrize("isa, tile", [("avx2", (6, 16)), ("avx512", (6, 32))])
-def test_default_register_tile_fits_the_targets_registers(isa, tile):
-    """BLIS-style tiles: 12 accumulators of AVX2's 16 ymm registers, 12 of AVX-512's 32 zmm."""
+@pytest.mark.parametrize("isa, m, tile", [("avx2", 1024, (4, 24, False)), ("avx512", 1024, (8, 32, False)),
+                                          ("avx2", 127, (6, 16, True)), ("avx512", 127, (6, 32, True))])
+def test_default_register_tile_fits_the_targets_registers(isa, m, tile):
+    """12 accumulators of AVX2's 16 ymm registers, 16 of AVX-512's 32 zmm where rows divide m
+    (A read in place); the 6-row packed BLIS tile where none does."""
     target, _, lanes = ISAS[isa]
-    packing = default_packing(1024, 1024, target.capabilities)
-    assert (packing.mr, packing.nr) == tile
+    packing = default_packing(m, 1024, target.capabilities)
+    assert (packing.mr, packing.nr, packing.pack_a) == tile
     assert packing.mr * packing.nr // lanes + packing.nr // lanes + 1 <= target.capabilities.vector_registers
+
+
+@pytest.mark.parametrize("m, trans_a, want", [(128, False, (8, False)), (96, False, (8, False)), (30, False, (6, False)),
+                                              (127, False, (6, True)), (128, True, (6, True))])
+def test_default_packing_reads_a_in_place_where_rows_divide(m, trans_a, want):
+    p = default_packing(m, 256, AVX512.capabilities, trans_a=trans_a)
+    assert (p.mr, p.pack_a) == want
+
+
+@pytest.mark.parametrize("n, want", [(768, (4, 24, False)), (64, (6, 16, True)), (10, (8, 8, False))])
+def test_avx2_in_place_tile_unless_its_columns_pad_more_than_packing_costs(n, want):
+    """AVX2's in-place tile is 4 rows × 3 vectors; on 64 columns it would compute 72."""
+    p = default_packing(128, n, ISAS["avx2"][0].capabilities)
+    assert (p.mr, p.nr, p.pack_a) == want
+
+
+def test_unpacked_a_needs_rows_that_divide_m():
+    a, b = te.placeholder((10, 8), name="a"), te.placeholder((8, 16), name="b")
+    with pytest.raises(ValueError, match="divide m"):
+        matmul(a, b, packing=Packing(mr=4, nr=16, pack_a=False))
+
+
+def _unpacked_configs(n: int, seed: int) -> list[tuple]:
+    """(batch of A, batch of B, mr, m, k, n, nr, trans_b) with mr dividing m."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        mr = int(rng.choice([1, 2, 4, 6, 8]))
+        batch = [(), (3,), (2, 1)][int(rng.integers(0, 3))]
+        batch_b = batch if rng.random() < 0.5 else ()
+        out.append((batch, batch_b, mr, mr * int(rng.integers(1, 5)), int(rng.integers(1, 70)),
+                    int(rng.integers(1, 70)), int(rng.choice([4, 8, 16, 32])), bool(rng.random() < 0.3)))
+    return out
+
+
+@pytest.mark.parametrize("ba, bb, mr, m, k, n, nr, trans_b", _unpacked_configs(20, 3))
+def test_matmul_with_a_unpacked_random(ba, bb, mr, m, k, n, nr, trans_b, cpu_target):
+    sa, sb = ba + (m, k), bb + ((n, k) if trans_b else (k, n))
+    a, b = te.placeholder(sa, name="a"), te.placeholder(sb, name="b")
+    da, db = rand(*sa), rand(*sb)
+    y = matmul(a, b, trans_b=trans_b, packing=Packing(mr=mr, nr=nr, pack_a=False))
+    got = run(y, [a, b], [da, db], ops.schedule_matmul, cpu_target)
+    np.testing.assert_allclose(got, np.matmul(da.astype(np.float64), _t(db, trans_b)), rtol=1e-3, atol=1e-4)

@@ -146,6 +146,50 @@ def test_softmax_is_stable_for_large_inputs(cpu_target):
     np.testing.assert_allclose(got, _softmax_ref(data.astype(np.float64), -1), rtol=1e-5, atol=1e-7)
 
 
+def _random_row_configs(n: int, seed: int) -> list[tuple[tuple[int, ...], int]]:
+    """(shape, vector lanes) pairs whose last axis has a vector-width divisor: the row form."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        lanes = int(rng.choice([4, 8, 16]))
+        rows = tuple(int(v) for v in rng.integers(1, 6, size=int(rng.integers(1, 4))))
+        out.append((rows + (int(rng.choice([2, 4, 8, 16, 32])) * int(rng.integers(1, 9)),), lanes))
+    return out
+
+
+@pytest.mark.parametrize("shape, lanes", _random_row_configs(20, 12))
+def test_softmax_rows_random(shape, lanes, cpu_target):
+    """The row form (vector partial reductions) at any vector width the shape allows."""
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape, low=-30.0, high=30.0)
+    y = ops.softmax(x, -1, lanes=lanes)
+    got = run(y, [x], [data], ops.schedule_softmax, cpu_target, vector_lanes=lanes)
+    np.testing.assert_allclose(got, _softmax_ref(data.astype(np.float64), -1), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_softmax_rows_reduce_in_vectors(isa):
+    """The row form reduces each row in the ISA's vectors, in one parallel loop."""
+    target, _, lanes = ISAS[isa]
+    x = te.placeholder((12, 128, 128), name="x")
+    y = ops.softmax(x, -1, lanes=lanes)
+    assert "width" in y.op.attrs
+    code = source(ops.schedule_softmax(y, lanes), [x, y], "k", target)
+    assert code.count("#pragma omp parallel") == 1
+    assert f"max_f32x{lanes}(" in code and f"vexp_f32x{lanes}(" in code
+
+
+def test_softmax_with_masked_entries(cpu_target):
+    """-inf scores (attention masks) give exact zeros; a row of one finite value gives one."""
+    x = te.placeholder((2, 16), name="x")
+    data = np.full((2, 16), -np.inf, np.float32)
+    data[0, :8] = np.linspace(-3, 3, 8)
+    data[1, 5] = 7.0
+    got = run(ops.softmax(x, -1, lanes=8), [x], [data], ops.schedule_softmax, cpu_target, vector_lanes=8)
+    assert np.all(got[0, 8:] == 0) and got[1, 5] == 1.0 and np.sum(got[1]) == 1.0
+    np.testing.assert_allclose(got[0, :8], _softmax_ref(data[0, :8].astype(np.float64), -1), rtol=1e-5)
+
+
 # --- layer norm ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape, axis, affine", [
@@ -181,3 +225,40 @@ def test_layer_norm_keeps_precision_with_a_large_mean(cpu_target):
     d = data.astype(np.float64)
     want = (d - d.mean(axis=1, keepdims=True)) / np.sqrt(d.var(axis=1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _random_layer_norm_configs(n: int, seed: int) -> list[tuple[tuple[int, ...], int, int]]:
+    """(shape, axis, vector lanes) with the normalized size a multiple of 2: the lanes form."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        inner = tuple(int(v) for v in rng.integers(1, 9, size=int(rng.integers(1, 3))))
+        if np.prod(inner) % 2:
+            inner = inner[:-1] + (inner[-1] * 2,)
+        rows = tuple(int(v) for v in rng.integers(1, 5, size=int(rng.integers(1, 3))))
+        out.append((rows + inner, len(rows), int(rng.choice([4, 8, 16]))))
+    return out
+
+
+@pytest.mark.parametrize("shape, axis, lanes", _random_layer_norm_configs(20, 5))
+def test_layer_norm_by_lanes_random(shape, axis, lanes, cpu_target):
+    """Row sums as vector partial sums, at any vector width, over one or more normalized axes."""
+    x = te.placeholder(shape, name="x")
+    inner = shape[axis:]
+    gamma, beta = te.placeholder(inner, name="gamma"), te.placeholder(inner, name="beta")
+    data, g, b = rand(*shape, low=-3.0, high=5.0), rand(*inner), rand(*inner)
+    y = ops.layer_norm(x, gamma, beta, axis, epsilon=1e-5, lanes=lanes)
+    got = run(y, [x, gamma, beta], [data, g, b], ops.schedule_layer_norm, cpu_target, vector_lanes=lanes)
+    axes = tuple(range(axis, len(shape)))
+    d = data.astype(np.float64)
+    want = (d - d.mean(axis=axes, keepdims=True)) / np.sqrt(d.var(axis=axes, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_layer_norm_sums_in_vectors(isa):
+    target, _, lanes = ISAS[isa]
+    x, g, b = te.placeholder((128, 768), name="x"), te.placeholder((768,), name="g"), te.placeholder((768,), name="b")
+    y = ops.layer_norm(x, g, b, -1, lanes=lanes)
+    code = source(ops.schedule_layer_norm(y, lanes), [x, g, b, y], "k", target)
+    assert code.count(f"float layer_norm_sum_lanes[{lanes}]") == 1 and code.count("#pragma omp parallel") == 1

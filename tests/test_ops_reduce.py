@@ -40,3 +40,35 @@ def test_reduce_over_outer_axis_is_vectorized_along_the_kept_inner_axis(isa):
 def test_reduce_rejects_repeated_axes():
     with pytest.raises(ValueError, match="twice"):
         ops.reduce_sum(te.placeholder((3, 4)), (1, -1))
+
+
+def _random_inner_reductions(n: int, seed: int) -> list[tuple]:
+    """(op, shape, axes, keepdims, lanes) reducing the innermost axis and keeping another."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ndim = int(rng.integers(2, 5))
+        shape = tuple(int(v) for v in rng.integers(1, 6, size=ndim - 1)) + (int(rng.choice([2, 4, 8, 16])) * int(rng.integers(1, 6)),)
+        others = [d for d in range(ndim - 1) if rng.random() < 0.4][: ndim - 2]
+        out.append((str(rng.choice(sorted(REDUCERS))), shape, tuple(others) + (ndim - 1,), bool(rng.random() < 0.5),
+                    int(rng.choice([4, 8, 16]))))
+    return out
+
+
+@pytest.mark.parametrize("name, shape, axes, keepdims, lanes", _random_inner_reductions(20, 4))
+def test_inner_axis_reduction_by_lanes_random(name, shape, axes, keepdims, lanes, cpu_target):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape, low=-5.0, high=5.0)
+    y = getattr(ops, name)(x, axes, keepdims, lanes=lanes)
+    got = run(y, [x], [data], ops.schedule_reduce, cpu_target, vector_lanes=lanes)
+    np.testing.assert_allclose(got, REDUCERS[name](data, axis=axes, keepdims=keepdims), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_inner_axis_reduction_accumulates_vectors(isa):
+    target, _, lanes = ISAS[isa]
+    x = te.placeholder((64, 768), name="x")
+    y = ops.reduce_max(x, 1, lanes=lanes)
+    assert y.op.attrs["width"] == lanes
+    code = source(ops.schedule_reduce(y, lanes), [x, y], "rowmax", target)
+    assert f"max_f32x{lanes}(" in code and code.count("#pragma omp parallel") == 1

@@ -13,6 +13,7 @@ from search_spaces import TemplateError, get_template
 from tests.cuda_markers import needs_nvcc
 from tests.task_helpers import (
     add_relu_task, attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task, unary_task,
+    viewed_attention_task,
 )
 
 SM80 = Target.parse("cuda -arch=sm_80")
@@ -22,6 +23,7 @@ TASKS = {
     "gemm_dense_bias": lambda: gemm_task((64, 100), (70, 100), (70,), trans_b=1),
     "gemm_trans_a_alpha_beta": lambda: gemm_task((20, 33), (20, 12), (33, 12), trans_a=1, alpha=0.5, beta=2.0),
     "batched_attention": lambda: attention_scores_task((2, 3), 17, 8, 19),
+    "attention_views": lambda: viewed_attention_task(9, 3, 8),
     "conv_bias_relu_odd": lambda: conv_task((1, 5, 13, 11), (7, 5, 3, 3), pad=1, bias=True, epilogue="relu"),
     "conv_stride2_residual": lambda: conv_task((2, 6, 9, 10), (4, 6, 3, 3), stride=2, pad=1, epilogue="residual"),
     "conv_depthwise": lambda: conv_task((1, 8, 12, 12), (8, 1, 3, 3), pad=1, group=8),

@@ -20,7 +20,9 @@ from search_spaces.llvm.common import InvalidConfigError, max_accumulators
 from search_spaces.llvm.conv2d_winograd import direct_values
 
 from isa import AVX2, HOST, ISAS, RUN_TARGETS
-from task_helpers import attention_scores_task, blocked_conv_task, conv_task, gemm_task, matmul_task, softmax_task
+from task_helpers import (
+    attention_scores_task, blocked_conv_task, conv_task, gemm_task, matmul_task, softmax_task, viewed_attention_task,
+)
 
 TARGET = HOST
 
@@ -29,6 +31,8 @@ TASKS = {
     "matmul_relu": (lambda: matmul_task((23, 37), (37, 45), relu=True), "matmul_packed_llvm"),
     "batched_matmul": (lambda: matmul_task((2, 9, 20), (2, 20, 33)), "matmul_packed_llvm"),
     "attention_scores": (lambda: attention_scores_task((1, 2), 9, 16, 20), "matmul_packed_llvm"),
+    "attention_views": (lambda: viewed_attention_task(9, 3, 8), "matmul_packed_llvm"),
+    "context_views": (lambda: viewed_attention_task(10, 2, 16, key=False), "matmul_packed_llvm"),
     "dense_bias": (lambda: gemm_task((7, 30), (19, 30), (19,), trans_b=1), "matmul_packed_llvm"),
     "gemm_trans_a_alpha_beta": (lambda: gemm_task((26, 11), (26, 40), (11, 40), trans_a=1, alpha=0.5, beta=2.0),
                                 "matmul_packed_llvm"),
@@ -151,7 +155,10 @@ def test_narrow_vectors_follow_the_target():
 
 @pytest.mark.parametrize("isa", sorted(ISAS))
 @pytest.mark.parametrize("name, values", [
-    ("matmul_relu", {"mr": 6, "nr": 2, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2}),
+    ("matmul_relu", {"mr": 6, "nr": 2, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2,
+                     "pack_a": True}),
+    ("matmul_relu", {"mr": 6, "nr": 2, "mb": 1, "tile_k": [1, 37, 1], "tile_order": ["j", "i"], "parallel_depth": 2,
+                     "pack_a": False}),
     ("conv3x3_bias_relu", {"oc_bn": 2, "layout": "nchwc", "ic_bn": 8, "reduce_order": ["ico", "kh", "kw", "ici"],
                            "unroll_kw": False, "tile_ow": [1, 11], "tile_oh": 1, "pad": "root",
                            "outer_order": ["oc", "oh", "ow"], "parallel_depth": 3, **DIRECT}),

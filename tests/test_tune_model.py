@@ -135,7 +135,10 @@ def test_history_feeds_each_tuner_its_records_and_model_based_ones_the_others(sm
     small = progress[small_key].tuner
     assert small._transfer and {inp.task.key for inp, _ in small._transfer} == {big.key}
     pairs = [(r["task"], r["config"]["index"]) for r in map(json.loads, log.read_text().splitlines())]
-    assert len(pairs) == 16 and len(set(pairs)) == 16  # nothing of the big task's history measured again
+    big_pairs = [p for p in pairs if p[0] == big.key]
+    # nothing of the big task's history measured again (the small task was given none: its fresh
+    # first round may draw a config its first run drew)
+    assert len(pairs) == 16 and len(set(big_pairs)) == len(big_pairs) == 8
 
 
 def test_history_skips_a_config_outside_the_tasks_space_naming_it(small_model, tmp_path, caplog):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from autosched.codegen import vmath
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
 from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
@@ -34,6 +35,9 @@ _MATH = {"exp": "expf({})", "log": "logf({})", "tanh": "tanhf({})", "erf": "erff
          "rsqrt": "(1.0f / sqrtf({}))", "sigmoid": "(1.0f / (1.0f + expf(-({}))))", "abs": "fabsf({})",
          "floor": "floorf({})", "ceil": "ceilf({})", "round": "nearbyintf({})", "neg": "(-({}))",
          "not": "(!({}))", "pow": "powf({}, {})"}
+#: dtype -> the signed integer dtype of its width: the lane type of its comparison masks
+_MASK_DTYPE = {"float32": "int32", "float64": "int64", "int8": "int8", "int16": "int16", "int32": "int32",
+               "int64": "int64", "uint8": "int8", "uint16": "int16", "uint32": "int32", "uint64": "int64"}
 #: heap-allocate local buffers above this size: thread stacks are small
 STACK_LIMIT_BYTES = 256 * 1024
 VECTOR_LANES = (2, 4, 8, 16, 32, 64)
@@ -45,6 +49,9 @@ class CRenderer:
     capabilities = {"threads": False, "shared_memory": False}
     #: storage and linkage of generated helper functions (a GPU back end adds its device qualifier)
     INLINE = "static inline"
+    #: vector exp/erf/sigmoid from autosched.codegen.vmath rather than libm lane by lane, and
+    #: min/max as vector compare-and-blend: GCC vector-extension code, for CPU renderers only
+    VECTOR_MATH = True
 
     @staticmethod
     def symbol(func: PrimFunc) -> str:
@@ -265,9 +272,23 @@ class CRenderer:
             (a, _), (b, _) = kids
             return (f"({a} {_BIN[e.op]} {b})", True)
         bc = [code if is_vec else f"(({vt}){{0}} + ({code}))" for code, is_vec in kids]
+        if isinstance(e, BinOp) and e.op in ("min", "max") and e.dtype in _MASK_DTYPE and self.VECTOR_MATH:
+            # compare and blend in vector types: gcc leaves a lane-by-lane ?: loop scalar
+            mt = self._vtype(_MASK_DTYPE[e.dtype], lanes)
+            fn = f"{e.op}_{vt}"
+            if fn not in self._helpers:
+                cmp = "<" if e.op == "min" else ">"
+                self._helpers[fn] = (f"{self.INLINE} {vt} {fn}({vt} a, {vt} b) {{ {mt} m = ({mt})(a {cmp} b); "
+                                     f"return ({vt})((m & ({mt})a) | (~m & ({mt})b)); }}")
+            return (f"{fn}({bc[0]}, {bc[1]})", True)
         if isinstance(e, BinOp) and e.op in ("min", "max"):
             fn = self._lanewise(e.op, vt, 2, lanes, "({0} " + ("<" if e.op == "min" else ">") + " {1} ? {0} : {1})")
             return (f"{fn}({bc[0]}, {bc[1]})", True)
+        if isinstance(e, Call) and e.dtype == "float32" and e.name in vmath.FUNCTIONS and self.VECTOR_MATH:
+            it = self._vtype("int32", lanes)
+            for name, code in vmath.helpers(e.name, vt, it):
+                self._helpers.setdefault(name, code)
+            return (f"{vmath.helper_name(e.name, vt)}({bc[0]})", True)
         if isinstance(e, Call) and is_float(e.dtype) and e.name in _MATH:
             fmt = _math_fmt(e.name, e.dtype)
             fn = self._lanewise(e.name, vt, len(bc), lanes, fmt)

@@ -155,6 +155,8 @@ class GpuRenderer(CRenderer):
     SHARED_BASE = "autosched_smem"
     #: the line before a loop to unroll (empty: leave it to the compiler)
     UNROLL_PRAGMA = "#pragma unroll"
+    #: the vector math and min/max helpers are GCC vector-extension code for CPUs
+    VECTOR_MATH = False
 
     def _begin(self, func: PrimFunc) -> GpuKernelPlan:
         """Reset per-kernel state (names, ranges) and plan the kernel."""

@@ -19,6 +19,7 @@ from autosched.errors import GraphError
 from autosched.graph.ir import Graph, Node, Op, Value
 from autosched.graph.layout import convert, to_blocked, to_plain
 from autosched.graph.shapes import pooled_size
+from autosched.graph.views import operand_views, view_array
 
 Kernel = Callable[[Mapping[str, Any], list[np.ndarray]], list[np.ndarray]]
 
@@ -378,7 +379,8 @@ def _gemm(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _matmul(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
-    return [np.matmul(args[0], args[1])]
+    view_a, view_b = operand_views(attrs)
+    return [np.matmul(view_array(args[0], view_a), view_array(args[1], view_b))]
 
 
 _KERNELS: dict[Op, Kernel] = {

@@ -16,6 +16,7 @@ import numpy as np
 from autosched.errors import GraphError
 from autosched.graph.layout import blocked_shape, plain_shape
 from autosched.graph.ir import OP_KIND, Node, Op, OpKind, Value
+from autosched.graph.views import operand_views, view_shape
 
 Shape = tuple[int, ...]
 ShapeFn = Callable[[Node, Sequence[Value]], list[tuple[Shape, str]]]
@@ -135,7 +136,8 @@ def _gemm(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
 
 
 def _matmul(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
-    a, b = inputs[0].shape, inputs[1].shape
+    view_a, view_b = operand_views(node.attrs)
+    a, b = view_shape(inputs[0].shape, view_a), view_shape(inputs[1].shape, view_b)
     if not a or not b:
         raise ValueError("operands must have rank >= 1")
     a2 = (1, *a) if len(a) == 1 else a

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from autosched import te
 from autosched.ops.reduce import reduce_max, reduce_mean
-from autosched.ops.transform import PAD_TAG, pad
+from autosched.ops.transform import PAD_TAG, pad, unflatten
 from autosched.ops.util import (
     as_pads2d, as_pair, normalize_axis, tile_reduction, vector_width, vectorize_innermost,
 )
@@ -174,14 +174,21 @@ def schedule_pool2d(out: Tensor, vector_lanes: int) -> Schedule:
 
 # --- softmax ---------------------------------------------------------------------------------------
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
+def softmax(x: Tensor, axis: int = -1, lanes: int | None = None) -> Tensor:
     """exp(x - max) / Σ exp(x - max) along `axis`: subtracting the max keeps exp from overflowing.
 
     Four stages: the max, the exponentials (a full-size temporary, so exp runs once per
     element), their sum, the quotient. Each reduction has exactly one reader, so a schedule
     can compute it inside that reader's tiles.
+
+    With `lanes` (the target's vector width) and `axis` the last of several, the row form of
+    `_softmax_rows` instead: one pass per row, with reductions that vectorize.
     """
     axis = normalize_axis(axis, x.ndim)
+    if lanes is not None and axis == x.ndim - 1 and x.ndim > 1:
+        width = vector_width(x.shape[axis], lanes)
+        if width >= 2 and x.shape[axis] % width == 0:
+            return _softmax_rows(x, width)
     k1, k2 = te.reduce_axis(x.shape[axis], "k"), te.reduce_axis(x.shape[axis], "k")
     shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
 
@@ -198,9 +205,44 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
                       attrs={"axis": axis})
 
 
+def _softmax_rows(x: Tensor, width: int) -> Tensor:
+    """Softmax along the last axis, each row in one parallel iteration, reductions by vector.
+
+    Why: the four-stage form reduces in scalar order (gcc may not reassociate a float sum) and
+    writes a full-size temporary of exponentials. Here each reduction runs in two steps, an
+    rfactor written out: `width` partial maxima (sums) per row, accumulated as one vector over
+    the row's chunks, then combined in scalar. The max is needed twice (by the sum and by the
+    quotient) and each stage may have one reader to be computed inside it, so it is computed
+    twice, and so is exp: both are a pass over a row already in L1, cheaper than a temporary.
+    The sum's association differs from a sequential sum by rounding only.
+    """
+    rows, n = x.shape[:-1], x.shape[-1]
+
+    def chunked(fn, reducer, name: str) -> Tensor:
+        k = te.reduce_axis(n // width, "k")
+        return te.compute(rows + (width,), lambda *i: reducer(fn(i[:-1], k * width + i[-1]), k), name=name,
+                          tag=SOFTMAX_TAG)
+
+    def combined(part: Tensor, reducer, name: str) -> Tensor:
+        lane = te.reduce_axis(width, "lane")
+        return te.compute(rows, lambda *r: reducer(part[tuple(r) + (lane,)], lane), name=name, tag=SOFTMAX_TAG)
+
+    def row_max(suffix: str) -> Tensor:
+        part = chunked(lambda r, j: x[tuple(r) + (j,)], te.max_reduce, f"softmax_lane_max{suffix}")
+        return combined(part, te.max_reduce, f"softmax_max{suffix}")
+
+    mx_sum, mx_out = row_max("_for_sum"), row_max("")
+    part = chunked(lambda r, j: te.exp(x[tuple(r) + (j,)] - mx_sum[r]), te.sum, "softmax_lane_sum")
+    total = combined(part, te.sum, "softmax_sum")
+    return te.compute(x.shape, lambda *i: te.exp(x[i] - mx_out[i[:-1]]) / total[i[:-1]], name="softmax",
+                      tag=SOFTMAX_TAG, attrs={"axis": x.ndim - 1, "width": width})
+
+
 def schedule_softmax(out: Tensor, vector_lanes: int) -> Schedule:
     """Two parallel passes, each with its reduction computed per tile: max then exponentials,
-    sum then quotients."""
+    sum then quotients; for the row form, one parallel pass (`_schedule_softmax_rows`)."""
+    if "width" in out.op.attrs:
+        return _schedule_softmax_rows(out)
     s = create_schedule(out)
     axis = out.op.attrs["axis"]
     for st in s.stages:
@@ -208,6 +250,33 @@ def schedule_softmax(out: Tensor, vector_lanes: int) -> Schedule:
             reduction = next(r for r in s.stages if r.op.reduce_axes and s.readers(r) == [st])
             reduction.set_scope("local")
             _tile_rows(s, st, axis, reduction, vector_lanes)
+    return s
+
+
+def _schedule_softmax_rows(out: Tensor) -> Schedule:
+    """Rows fused into one parallel loop; every reduction computed inside its reader, the
+    partial (per-lane) ones with their chunk loop outside the vector of lanes."""
+    s = create_schedule(out)
+    o = s[out]
+    width = out.op.attrs["width"]
+    axes = list(o.op.axes)
+    _, lanes = o.split(axes[-1], width)
+    o.vectorize(lanes)
+    tile = o.fuse(*axes[:-1])
+    o.parallel(tile)
+    for st in s.stages:
+        if st is o:
+            continue
+        st.set_scope("local")
+        (reader,) = s.readers(st)
+        spatial = list(st.op.axes)
+        if reader is o:
+            s.compute_at(st, o, tile)
+        else:  # before the reader's reduction loops, inside its (single-row) spatial ones
+            s.compute_at(st, reader, reader.op.axes[len(out.shape) - 2])
+        if len(spatial) == len(out.shape):  # a partial: rows, then the chunks, then the lanes
+            st.reorder(*spatial[:-1], *st.op.reduce_axes, spatial[-1])
+            st.vectorize(spatial[-1])
     return s
 
 
@@ -240,7 +309,7 @@ def _tile_rows(s: Schedule, st: Stage, axis: int, reduction: Stage, vector_lanes
 # --- layer norm ------------------------------------------------------------------------------------
 
 def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = None, axis: int = -1,
-               epsilon: float = 1e-5) -> Tensor:
+               epsilon: float = 1e-5, lanes: int | None = None) -> Tensor:
     """(x - mean) / sqrt(var + ε) · γ + β over the axes from `axis` on (ONNX LayerNormalization).
 
     Two passes (mean, then the mean of squared deviations) rather than E[x²] - E[x]², which
@@ -248,6 +317,10 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
     computed twice, once for the variance and once for the output, so that each reduction
     has one reader and the whole row stays in one parallel iteration: a second pass of
     additions over a row in cache is cheaper than a full-size temporary.
+
+    With `lanes` (the target's vector width) each row sum runs as `width` partial sums
+    accumulated as one vector, then combined (`_row_sum_by_lanes`): a sequential float sum
+    is one long chain of dependent additions that gcc may not reassociate.
     """
     axis = normalize_axis(axis, x.ndim)
     inner = x.shape[axis:]
@@ -257,7 +330,11 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
     inv_n = te.const(1.0 / math.prod(inner), x.dtype)
     rows = x.shape[:axis]
 
+    width = vector_width(math.prod(inner), lanes) if lanes is not None and axis > 0 else 0
+
     def row_sum(name: str, fn) -> Tensor:
+        if width >= 2 and math.prod(inner) % width == 0:
+            return _row_sum_by_lanes(rows, inner, width, fn, name)
         k = [te.reduce_axis(n, f"k{d}") for d, n in enumerate(inner)]
         return te.compute(rows, lambda *r: te.sum(fn(tuple(r) + tuple(k)), k), name=name, tag=LAYER_NORM_TAG)
 
@@ -275,6 +352,16 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
         return y + beta[i[axis:]] if beta is not None else y
 
     return te.compute(x.shape, body, name="layer_norm", tag=LAYER_NORM_TAG, attrs={"axis": axis})
+
+
+def _row_sum_by_lanes(rows: tuple, inner: tuple, width: int, fn, name: str) -> Tensor:
+    """Σ over the inner (flattened) axes of fn(row index + inner index), as `width` partial
+    sums over chunks of the flat row (a vector accumulator), then their sum."""
+    k = te.reduce_axis(math.prod(inner) // width, "k")
+    part = te.compute(rows + (width,), lambda *i: te.sum(fn(tuple(i[:-1]) + unflatten(k * width + i[-1], inner)), k),
+                      name=f"{name}_lanes", tag=LAYER_NORM_TAG)
+    lane = te.reduce_axis(width, "lane")
+    return te.compute(rows, lambda *r: te.sum(part[tuple(r) + (lane,)], lane), name=name, tag=LAYER_NORM_TAG)
 
 
 def _square(v: Expr) -> Expr:
@@ -301,7 +388,12 @@ def schedule_layer_norm(out: Tensor, vector_lanes: int) -> Schedule:
     for st in s.stages:
         if st is not o:
             reader = s.readers(st)[0]
-            s.compute_at(st, reader, tile if reader is o else reader.op.axes[-1])
+            # inside the reader's (single-row) row loops, before its reduction
+            s.compute_at(st, reader, tile if reader is o else reader.op.axes[axis - 1])
+            spatial = list(st.op.axes)
+            if len(spatial) > axis:  # partial sums: chunks outside the vector of lanes
+                st.reorder(*spatial[:-1], *st.op.reduce_axes, spatial[-1])
+                st.vectorize(spatial[-1])
     return s
 
 

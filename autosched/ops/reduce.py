@@ -9,16 +9,22 @@ import math
 from typing import Sequence
 
 from autosched import te
-from autosched.ops.util import normalize_axes, tile_reduction
+from autosched.ops.util import normalize_axes, tile_reduction, vector_width
 from autosched.schedule import Schedule, create_schedule
 from autosched.te import Tensor
 
 REDUCE_TAG = "reduce"
+REDUCE_LANES_TAG = "reduce_lanes"
 _REDUCERS = {"sum": te.sum, "max": te.max_reduce}
 
 
-def _reduce(x: Tensor, combiner: str, axes: int | Sequence[int] | None, keepdims: bool, name: str) -> Tensor:
+def _reduce(x: Tensor, combiner: str, axes: int | Sequence[int] | None, keepdims: bool, name: str,
+            lanes: int | None = None) -> Tensor:
     axes = normalize_axes(axes, x.ndim)
+    if lanes is not None and x.ndim - 1 in axes and len(axes) < x.ndim:
+        width = vector_width(x.shape[-1], lanes)
+        if width >= 2 and x.shape[-1] % width == 0:
+            return _reduce_by_lanes(x, combiner, axes, keepdims, name, width)
     raxes = {d: te.reduce_axis(x.shape[d], f"r{d}") for d in axes}
     shape = tuple(1 if d in raxes else n for d, n in enumerate(x.shape) if keepdims or d not in raxes)
 
@@ -36,17 +42,54 @@ def _reduce(x: Tensor, combiner: str, axes: int | Sequence[int] | None, keepdims
     return te.compute(shape, body, name=name, tag=REDUCE_TAG, attrs={"axes": axes, "keepdims": keepdims})
 
 
-def reduce_sum(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-    """Σ over `axes` (None: all of them)."""
-    return _reduce(x, "sum", axes, keepdims, "reduce_sum")
+def _reduce_by_lanes(x: Tensor, combiner: str, axes: tuple[int, ...], keepdims: bool, name: str,
+                     width: int) -> Tensor:
+    """A reduction that includes the innermost axis, as `width` partial results per output
+    accumulated as one vector over chunks of that axis (and the other reduced axes), then
+    combined: the rfactor of the innermost axis, written out. Why: reducing a contiguous
+    axis in scalar order is one chain of dependent operations that gcc may not reassociate.
+    A sum's association changes by rounding only; a max's not at all."""
+    last = x.ndim - 1
+    raxes = {d: te.reduce_axis(x.shape[d], f"r{d}") for d in axes if d != last}
+    chunk = te.reduce_axis(x.shape[last] // width, "k")
+    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape) if keepdims or d not in axes)
+
+    def source(i: tuple, lane) -> tuple:
+        idx, k = [], 0
+        for d in range(x.ndim):
+            if d == last:
+                idx.append(chunk * width + lane)
+            elif d in raxes:
+                idx.append(raxes[d])
+                k += keepdims
+            else:
+                idx.append(i[k])
+                k += 1
+        return tuple(idx)
+
+    reducer = _REDUCERS[combiner]
+    part = te.compute(shape + (width,), lambda *i: reducer(x[source(i[:-1], i[-1])], list(raxes.values()) + [chunk]),
+                      name=f"{name}_lanes", tag=REDUCE_LANES_TAG)
+    lane = te.reduce_axis(width, "lane")
+    return te.compute(shape, lambda *i: reducer(part[tuple(i) + (lane,)], lane), name=name, tag=REDUCE_TAG,
+                      attrs={"axes": axes, "keepdims": keepdims, "width": width})
 
 
-def reduce_max(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-    return _reduce(x, "max", axes, keepdims, "reduce_max")
+def reduce_sum(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,
+               lanes: int | None = None) -> Tensor:
+    """Σ over `axes` (None: all of them); `lanes` (the target's vector width) allows the
+    vector form when the innermost axis is reduced."""
+    return _reduce(x, "sum", axes, keepdims, "reduce_sum", lanes)
 
 
-def reduce_mean(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-    total = _reduce(x, "sum", axes, keepdims, "reduce_mean_sum")
+def reduce_max(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,
+               lanes: int | None = None) -> Tensor:
+    return _reduce(x, "max", axes, keepdims, "reduce_max", lanes)
+
+
+def reduce_mean(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,
+                lanes: int | None = None) -> Tensor:
+    total = _reduce(x, "sum", axes, keepdims, "reduce_mean_sum", lanes)
     count = math.prod(x.shape[d] for d in normalize_axes(axes, x.ndim))
     return te.compute(total.shape, lambda *i: total[i] * te.const(1.0 / count, x.dtype), name="reduce_mean")
 
@@ -62,9 +105,19 @@ def schedule_reduce(out: Tensor, vector_lanes: int) -> Schedule:
     anchor = next(t for t in te.post_order([out]) if getattr(t.op, "tag", "") == REDUCE_TAG)
     acc = s[s.cache_write(anchor, "local")] if anchor.op is out.op else s[anchor]
     acc.set_scope("local")
+    if "width" in anchor.op.attrs:  # the lanes form: its partials inside each output's accumulator
+        tile_reduction(s, s[out], acc, vector_lanes, vectorize=False)
+        part = next(st for st in s.stages if st.op.tag == REDUCE_LANES_TAG)
+        part.set_scope("local")
+        if acc.op.axes:
+            s.compute_at(part, acc, acc.op.axes[-1])
+        spatial = list(part.op.axes)
+        part.reorder(*spatial[:-1], *part.op.reduce_axes, spatial[-1])
+        part.vectorize(spatial[-1])
+        return s
     (source,) = anchor.op.inputs()
     tile_reduction(s, s[out], acc, vector_lanes, vectorize=source.ndim - 1 not in anchor.op.attrs["axes"])
     return s
 
 
-__all__ = ["reduce_sum", "reduce_mean", "reduce_max", "schedule_reduce", "REDUCE_TAG"]
+__all__ = ["reduce_sum", "reduce_mean", "reduce_max", "schedule_reduce", "REDUCE_TAG", "REDUCE_LANES_TAG"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from autosched.ops import matmul as mm
 from autosched.ops.epilogue import apply_epilogue
+from autosched.ops.transform import INJECTIVE_TAG
 from autosched.schedule import Schedule, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
@@ -25,7 +26,7 @@ from autosched.te import Tensor
 from search_spaces.cuda.common import (
     GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads,
 )
-from search_spaces.llvm.matmul import _gemm_epilogue, matmul_dims
+from search_spaces.llvm.matmul import _gemm_epilogue, matmul_dims, matmul_operands
 
 THREADS = (1, 2, 4, 8, 16, 32)
 TILES = (1, 2, 4, 8)
@@ -38,7 +39,7 @@ def _compute(task: Task) -> tuple[list[Tensor], Tensor]:
     attrs = dict(task.attrs)
     gemm = task.op == "Gemm"
     trans_a, trans_b = gemm and bool(attrs.get("transA", 0)), gemm and bool(attrs.get("transB", 0))
-    y = mm.matmul(tt.anchor[0], tt.anchor[1], trans_a, trans_b)
+    y = mm.matmul(*matmul_operands(task, tt), trans_a, trans_b)
     pre = _gemm_epilogue(tt.anchor[2] if len(tt.anchor) > 2 else None, attrs.get("alpha", 1.0),
                          attrs.get("beta", 1.0)) if gemm else ()
     return list(tt.args), apply_epilogue(y, pre + tt.epilogue)
@@ -78,6 +79,9 @@ class MatmulTemplate(GpuTemplate):
         s = create_schedule(out)
         acc = local_accumulator(s, out, mm.MATMUL_TAG)
         a_shared, b_shared = (s.cache_read(t, "shared", [acc]) for t in acc.op.inputs()[:2])
+        for st in s.stages:  # operand views: index arithmetic of the shared copies
+            if st.op.tag == INJECTIVE_TAG:
+                s.compute_inline(st)
 
         tx, ty, tn, tm = config["threads_x"], config["threads_y"], config["tile_n"], config["tile_m"]
         o = s[out]

@@ -12,7 +12,11 @@ mr × nr register block is unrolled with its columns vectorized. The knobs:
   (blocks, steps, unrolled steps) the tile runs block by block, so one kc × nr slice of the B
   panel stays in L1 while the tile's mb row blocks stream past it;
 - `tile_order`: column panels outside row blocks (B panel reused from cache) or the reverse;
-- `parallel_depth`: how many outer tile loops (batch dims first) fuse into the parallel loop.
+- `parallel_depth`: how many outer tile loops (batch dims first) fuse into the parallel loop;
+- `pack_a`: A packed into mr-row panels at every call, or read in place (rows broadcast from
+  mr row streams, no copy; offered where A is neither transposed nor seen through a view that
+  scatters its rows). In place, a row count that mr · mb does not divide reads A's padding
+  through a guard in the inner loop: correct, and slow, which the tuner learns.
 """
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ from dataclasses import dataclass
 from autosched import te
 from autosched.ops import matmul as mm
 from autosched.ops.epilogue import EpilogueFn, add, apply_epilogue, scale
-from autosched.ops.transform import PAD_TAG, pad
+from autosched.graph.views import keeps_rows, operand_views, view_shape, view_tensor
+from autosched.ops.transform import INJECTIVE_TAG, PAD_TAG, pad
 from autosched.ops.util import broadcast_load
 from autosched.schedule import Schedule, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob, SplitKnob
@@ -29,7 +34,7 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from search_spaces.llvm.common import (
-    CpuTemplate, inline_epilogue, max_accumulators, parallel_copy, task_tensors, vector_lanes,
+    CpuTemplate, TaskTensors, inline_epilogue, max_accumulators, parallel_copy, task_tensors, vector_lanes,
 )
 from search_spaces.registry import TemplateError
 
@@ -55,6 +60,9 @@ def matmul_dims(task: Task) -> MatmulDims:
     if task.op not in ("MatMul", "Gemm"):
         raise TemplateError(f"the matmul template does not handle op {task.op}")
     a, b = task.shapes[0], task.shapes[1]
+    if task.op == "MatMul":
+        view_a, view_b = operand_views(task.attrs)
+        a, b = view_shape(a, view_a), view_shape(b, view_b)
     if len(a) < 2 or len(b) < 2:
         raise TemplateError(f"{task.op} with a 1-D operand ({list(a)}, {list(b)}) has no matmul template")
     attrs = dict(task.attrs)
@@ -64,6 +72,24 @@ def matmul_dims(task: Task) -> MatmulDims:
     n = b[-2] if trans_b else b[-1]
     out = task.out_shapes[0]
     return MatmulDims(tuple(out[:-2]), m, n, k)
+
+
+def matmul_operands(task: Task, tt: TaskTensors) -> tuple[Tensor, Tensor]:
+    """A and B as the product reads them: through MatMul's operand views (injective stages
+    that the schedule inlines into the packing)."""
+    a, b = tt.anchor[0], tt.anchor[1]
+    if task.op != "MatMul":
+        return a, b
+    view_a, view_b = operand_views(task.attrs)
+    return view_tensor(a, view_a), view_tensor(b, view_b)
+
+
+def a_in_place(task: Task) -> bool:
+    """Whether A can be read in place: not transposed, and seen through no view or one that keeps
+    its rows contiguous (see `autosched.ops.matmul.default_packing`)."""
+    if task.op == "Gemm":
+        return not dict(task.attrs).get("transA", 0)
+    return keeps_rows(task.shapes[0], operand_views(task.attrs)[0])
 
 
 def _nr_choices(n: int, lanes: int) -> tuple[int, ...]:
@@ -91,7 +117,7 @@ def _compute(task: Task, packing: mm.Packing, tile_rows: int) -> tuple[list[Tens
     attrs = dict(task.attrs)
     gemm = task.op == "Gemm"
     trans_a, trans_b = gemm and bool(attrs.get("transA", 0)), gemm and bool(attrs.get("transB", 0))
-    a, b = tt.anchor[0], tt.anchor[1]
+    a, b = matmul_operands(task, tt)
     row_axis = a.ndim - 1 if trans_a else a.ndim - 2
     m = a.shape[row_axis]
     extra = -(-m // tile_rows) * tile_rows - m
@@ -123,16 +149,17 @@ class MatmulTemplate(CpuTemplate):
             SplitKnob("tile_k", d.k, 3, max_innermost=MAX_UNROLLED_K),
             ReorderKnob("tile_order", TILE_ORDERS),
             ChoiceKnob("parallel_depth", tuple(range(1, outer + 1))),
+            ChoiceKnob("pack_a", (True, False) if a_in_place(task) else (True,)),
         ))
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         lanes = vector_lanes(target, task.dtypes[0])
         mr, nr, mb = config["mr"], config["nr"], config["mb"]
         _, k_mid, k_unroll = config["tile_k"]
-        args, out = _compute(task, mm.Packing(mr, nr), mr * mb)
+        args, out = _compute(task, mm.Packing(mr, nr, pack_a=config["pack_a"]), mr * mb)
         s = create_schedule(out)
         anchor = next(st for st in s.stages if st.op.tag == mm.MATMUL_TAG)
-        inline_epilogue(s, out, tags=(ROWS_TAG, PAD_TAG))
+        inline_epilogue(s, out, tags=(ROWS_TAG, PAD_TAG, INJECTIVE_TAG))
         for st in s.stages:
             if st.op.tag == "pack":
                 parallel_copy(st)

@@ -12,6 +12,7 @@ from autosched.graph.passes.cse import eliminate_common_subexpressions
 from autosched.graph.passes.dce import eliminate_dead_code
 from autosched.graph.passes.fold_batchnorm import fold_batchnorm
 from autosched.graph.passes.fold_constants import fold_constants
+from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
@@ -25,6 +26,7 @@ __all__ = [
     "eliminate_dead_code",
     "fold_batchnorm",
     "fold_constants",
+    "fold_views",
     "fuse",
     "optimize",
     "plan_layout",
@@ -39,13 +41,16 @@ def optimize(graph: Graph, layout_lanes: int | None = None) -> Graph:
     Identity removal first exposes Conv→BN pairs an Identity sat between;
     constant folding before BN folding turns computed BN parameters into
     constants; CSE after folding sees the final constants; DCE last drops
-    whatever the others orphaned. With `layout_lanes` (a CPU target's float32 vector,
-    `Target.layout_lanes`), convolutions and the ops between them are then planned into
-    channel blocks: the graph a target's tasks are extracted from and its model is built from.
+    whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
+    MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
+    (a CPU target's float32 vector, `Target.layout_lanes`), convolutions and the ops between
+    them are then planned into channel blocks: the graph a target's tasks are extracted from
+    and its model is built from.
     """
     graph = remove_identity(graph)
     graph = fold_constants(graph)
     graph = fold_batchnorm(graph)
     graph = eliminate_common_subexpressions(graph)
+    graph = fold_views(graph)
     graph = eliminate_dead_code(graph)
     return plan_layout(graph, layout_lanes) if layout_lanes else graph
