@@ -12,19 +12,9 @@ from autosched.graph.views import VIEWS_ATTR, keeps_rows, operand_views, view_sh
 from autosched.kernel import build_kernel
 from autosched.task import extract_tasks, task_from_key
 
+from graph_helpers import ops, same_results
+
 RNG = np.random.default_rng(0)
-
-
-def _ops(graph):
-    return [node.op for node in graph.nodes]
-
-
-def _same_results(before, after, seed=0):
-    inputs = random_inputs(before.inputs, seed)
-    want, got = run_graph(before, inputs), run_graph(after, inputs)
-    assert want.keys() == got.keys()
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
 
 
 def _attention(seq=6, heads=2, dim=4, softmax=True):
@@ -50,15 +40,15 @@ def test_attention_copies_fold_into_its_matmuls():
     since the dense reads its activation in place (a view would make it pack it)."""
     graph = _attention()
     folded = fold_views(graph)
-    assert _ops(folded) == [Op.MATMUL, Op.SOFTMAX, Op.MATMUL, Op.TRANSPOSE, Op.RESHAPE, Op.MATMUL]
+    assert ops(folded) == [Op.MATMUL, Op.SOFTMAX, Op.MATMUL, Op.TRANSPOSE, Op.RESHAPE, Op.MATMUL]
     assert VIEWS_ATTR not in folded.nodes[-1].attrs
     key_view = operand_views(folded.nodes[0].attrs)[1]
     assert key_view == (("reshape", (1, 6, 2, 4)), ("transpose", (0, 2, 3, 1)))
-    _same_results(graph, folded)
+    same_results(graph, folded)
 
 
 def test_the_standard_pipeline_folds_views():
-    assert _ops(optimize(_attention())).count(Op.TRANSPOSE) == 1
+    assert ops(optimize(_attention())).count(Op.TRANSPOSE) == 1
 
 
 def test_a_chain_with_another_reader_stays():
@@ -76,7 +66,7 @@ def test_a_chain_that_is_a_graph_output_stays():
     b.output(t)
     b.output(b.node(Op.MATMUL, [t, b.input("y", (3, 5))]))
     graph = b.build()
-    assert _ops(fold_views(graph)) == _ops(graph)
+    assert ops(fold_views(graph)) == ops(graph)
 
 
 def test_constant_operands_are_not_viewed():
@@ -138,7 +128,7 @@ def test_folded_matmul_compiles_to_the_unfolded_results(seq, heads, dim, perm, v
     b.output(b.node(Op.MATMUL, [a, x]))
     graph = b.build()
     folded = fold_views(graph)
-    assert Op.TRANSPOSE not in _ops(folded)
+    assert Op.TRANSPOSE not in ops(folded)
     (task,) = extract_tasks(folded).tasks
     feeds = random_inputs(graph.inputs, 1)
     (want,) = run_graph(graph, feeds).values()

@@ -12,25 +12,14 @@ from autosched.graph.passes import (
     optimize,
     remove_identity,
 )
-from autosched.graph.reference import random_inputs, run_graph
+
+from graph_helpers import ops, same_results
 
 RNG = np.random.default_rng(0)
 
 
 def _f32(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def _ops(graph):
-    return [node.op for node in graph.nodes]
-
-
-def _same_results(before, after, seed=0):
-    inputs = random_inputs(before.inputs, seed)
-    want, got = run_graph(before, inputs), run_graph(after, inputs)
-    assert want.keys() == got.keys()
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
 
 
 def _bn(b, x, channels, name="bn"):
@@ -54,9 +43,9 @@ def test_fold_constants_evaluates_constant_subgraphs():
     b.output(b.node(Op.ADD, [x, scaled], name="out"))
     g = b.build()
     folded = fold_constants(g)
-    assert _ops(folded) == [Op.ADD]
+    assert ops(folded) == [Op.ADD]
     assert folded.constants[scaled].shape == (2, 3) and "w" not in folded.constants
-    _same_results(g, folded)
+    same_results(g, folded)
 
 
 def test_fold_batchnorm_into_conv_with_and_without_bias():
@@ -68,9 +57,9 @@ def test_fold_batchnorm_into_conv_with_and_without_bias():
         b.output(b.node(Op.RELU, [y]))
         g = b.build()
         folded = fold_batchnorm(g)
-        assert _ops(folded) == [Op.CONV, Op.RELU]
+        assert ops(folded) == [Op.CONV, Op.RELU]
         assert folded.nodes[0].name == "conv" and len(folded.nodes[0].inputs) == 3
-        _same_results(g, folded)
+        same_results(g, folded)
 
 
 def test_fold_batchnorm_into_gemm_respects_trans_b_and_beta():
@@ -82,8 +71,8 @@ def test_fold_batchnorm_into_gemm_respects_trans_b_and_beta():
         b.output(_bn(b, y, 4))
         g = b.build()
         folded = fold_batchnorm(g)
-        assert _ops(folded) == [Op.GEMM]
-        _same_results(g, folded)
+        assert ops(folded) == [Op.GEMM]
+        same_results(g, folded)
 
 
 def test_fold_batchnorm_into_matmul_and_its_bias():
@@ -96,8 +85,8 @@ def test_fold_batchnorm_into_matmul_and_its_bias():
         b.output(_bn(b, y, 4))
         g = b.build()
         folded = fold_batchnorm(g)
-        assert _ops(folded) == [Op.MATMUL, Op.ADD]
-        _same_results(g, folded)
+        assert ops(folded) == [Op.MATMUL, Op.ADD]
+        same_results(g, folded)
 
 
 def test_fold_batchnorm_leaves_shared_or_unfoldable_producers():
@@ -108,7 +97,7 @@ def test_fold_batchnorm_leaves_shared_or_unfoldable_producers():
     b.output(b.node(Op.ADD, [y, conv]))  # the conv output has a second reader
     b.output(_bn(b, b.node(Op.RELU, [x]), 3, name="bn2"))  # a Relu is not linear
     g = b.build()
-    assert _ops(fold_batchnorm(g)).count(Op.BATCH_NORM) == 2
+    assert ops(fold_batchnorm(g)).count(Op.BATCH_NORM) == 2
 
 
 def test_remove_identity_bypasses_and_keeps_needed_copies():
@@ -121,11 +110,11 @@ def test_remove_identity_bypasses_and_keeps_needed_copies():
     b.output(out, passthrough)
     g = b.build()
     cleaned = remove_identity(g)
-    assert _ops(cleaned) == [Op.RELU, Op.EXP, Op.IDENTITY]
+    assert ops(cleaned) == [Op.RELU, Op.EXP, Op.IDENTITY]
     exp = next(n for n in cleaned.nodes if n.op is Op.EXP)
     assert exp.inputs == (y,) and exp.outputs == ("result",)
     assert [v.name for v in cleaned.outputs] == ["result", "copy_of_input"]
-    _same_results(g, cleaned)
+    same_results(g, cleaned)
 
 
 def test_dead_code_elimination_drops_unused_nodes_and_constants():
@@ -135,7 +124,7 @@ def test_dead_code_elimination_drops_unused_nodes_and_constants():
     b.output(b.node(Op.RELU, [x]))
     g = b.build()
     cleaned = eliminate_dead_code(g)
-    assert _ops(cleaned) == [Op.RELU] and not cleaned.constants and "dead" not in cleaned.values
+    assert ops(cleaned) == [Op.RELU] and not cleaned.constants and "dead" not in cleaned.values
     assert [v.name for v in cleaned.inputs] == ["x"]
 
 
@@ -149,11 +138,11 @@ def test_cse_merges_equal_constants_and_nodes():
     b.output(b.node(Op.MUL, [first, second]), other)
     g = b.build()
     merged = eliminate_common_subexpressions(g)
-    assert _ops(merged) == [Op.ADD, Op.CLIP, Op.CLIP, Op.MUL]
+    assert ops(merged) == [Op.ADD, Op.CLIP, Op.CLIP, Op.MUL]
     assert list(merged.constants) == ["six_a"]
     mul = merged.nodes[-1]
     assert mul.inputs[0] == mul.inputs[1]
-    _same_results(g, merged)
+    same_results(g, merged)
 
 
 def test_cse_keeps_duplicates_that_are_graph_outputs():
@@ -172,5 +161,5 @@ def test_optimize_runs_all_passes_and_keeps_results():
     b.output(b.node(Op.RELU, [y]))
     g = b.build()
     optimized = optimize(g)
-    assert _ops(optimized) == [Op.CONV, Op.RELU]
-    _same_results(g, optimized)
+    assert ops(optimized) == [Op.CONV, Op.RELU]
+    same_results(g, optimized)

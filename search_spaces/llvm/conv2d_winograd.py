@@ -148,28 +148,10 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
         elif st.op.tag in (PAD_TAG, conv_nchwc.PACK_TAG):  # the padding, input and weight packing
             parallel_copy(st)
     # weights: computed at build time in a model (reads only weights), each call while tuning
-    u = stage[winograd.WEIGHT_TAG]
-    e, nu, o, c, ob = u.op.axes
-    u.reorder(o, c, e, nu, ob)
-    u.parallel(u.fuse(o, c))
-    u.unroll(e)  # folds the select chains: 36 constant sums per channel pair
-    u.unroll(nu)
-    ob_outer, obv = _vector(u, ob, u.op.shape[-1], lanes)
-    for a in ob_outer:
-        u.unroll(a)
-    u.vectorize(obv)
+    _weight_pass(stage[winograd.WEIGHT_TAG], lanes)
     # its first pass stays at root: `autosched.build` precomputes only stages at root, and a
     # stage computed inside U's loops would make U look like run-time work
-    rows = stage[winograd.WEIGHT_ROWS_TAG]
-    e, l, o, c, ob = rows.op.axes
-    rows.reorder(o, c, e, l, ob)
-    rows.parallel(rows.fuse(o, c))
-    rows.unroll(e)
-    rows.unroll(l)
-    ob_outer, obv = _vector(rows, ob, rows.op.shape[-1], lanes)
-    for a in ob_outer:
-        rows.unroll(a)
-    rows.vectorize(obv)
+    _weight_pass(stage[winograd.WEIGHT_ROWS_TAG], lanes)
 
     v = stage[winograd.INPUT_TAG]
     e, nu, cb, t, ci = v.op.axes
@@ -205,6 +187,21 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
     y.vectorize(obv)
     _per_tile(s, stage[winograd.OUTPUT_ROWS_TAG], y, owo, lanes)
     return y
+
+
+def _weight_pass(st: Stage, lanes: int) -> None:
+    """One pass of the weight transform at root: parallel over (output block, input channel),
+    the tile positions unrolled (folding the select chains into constant sums), the block of
+    output channels vectorized."""
+    e, nu, o, c, ob = st.op.axes
+    st.reorder(o, c, e, nu, ob)
+    st.parallel(st.fuse(o, c))
+    st.unroll(e)
+    st.unroll(nu)
+    ob_outer, obv = _vector(st, ob, st.op.shape[-1], lanes)
+    for a in ob_outer:
+        st.unroll(a)
+    st.vectorize(obv)
 
 
 def _per_tile(s: Schedule, rows: Stage, parent: Stage, tile_loop: IterVar, lanes: int) -> None:
