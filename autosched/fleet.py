@@ -238,8 +238,10 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines) or "no nodes"
 
 
-def fleet_measurers(address: str) -> tuple[Any, Any]:
-    """A Ray builder and runner on the fleet at `address`, for `tune --ray-address`."""
+def fleet_measurers(address: str, options: Any = None) -> tuple[Any, Any]:
+    """A Ray builder and runner on the fleet at `address` sharing `options` (a RayOptions;
+    None: the defaults), for `tune --ray-address`."""
     connect(address)
-    from autosched.measure.ray import RayBuilder, RayRunner
-    return RayBuilder(), RayRunner()
+    from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
+    options = options or RayOptions()
+    return RayBuilder(options), RayRunner(options)

@@ -59,6 +59,11 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):
         assert tune.returncode == 0, tune.stderr
         records = _records(db)
         assert len(records) == 4 and all(r["node"] for r in records)
+        emulated = _cli(env, "tune", str(small_model), "--target", "cuda -arch=sm_90", "--emulate", "--trials", "2",
+                        "--round", "2", "--tuner", "random", "--db", str(db), "--ray-address", address)
+        assert emulated.returncode == 0, emulated.stderr
+        cuda = [r for r in _records(db) if r not in records]
+        assert len(cuda) == 2 and all(r["node"] and r["error_kind"] == "NO_ERROR" for r in cuda), cuda
 
         status = _cli(env, "fleet", "status", "--address", address, "--json")
         assert status.returncode == 0, status.stderr

@@ -7,6 +7,7 @@ templates as the local runner's tests.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import threading
@@ -19,14 +20,17 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from autosched import fleet  # noqa: E402
-from autosched.measure import ErrorKind, MeasureInput, measure_with  # noqa: E402
-from autosched.measure.devices import device_resource, toolchain_resource  # noqa: E402
+from autosched.measure import ErrorKind, MeasureInput, MeasureResult, measure_with  # noqa: E402
+from autosched.measure.devices import NVCC_RESOURCE, device_resource, toolchain_resource  # noqa: E402
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
 from autosched.measure.ray import ACTOR_PREFIX, RayBuilder, RayOptions, RayRunner  # noqa: E402
 from autosched.target import Target  # noqa: E402
+from autosched.task_scheduler import tune_tasks  # noqa: E402
 from autosched.tuner.api import tune_task  # noqa: E402
 from isa import AVX2  # noqa: E402
 from task_helpers import matmul_task  # noqa: E402
+from cuda_markers import needs_nvcc  # noqa: E402
+from search_spaces import get_template  # noqa: E402
 from test_measure_local import SPACE, AddOneTask, instantiate  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
@@ -191,3 +195,45 @@ def test_killed_actor_costs_one_lost_record_and_is_restarted(cluster):
     assert not t.is_alive()
     assert sorted(r.error_kind.name for r in out) == ["LOST"] + ["NO_ERROR"] * 5
     assert "lost after 1 attempt" in next(r.error_msg for r in out if not r.ok)
+
+
+class GpuRunnerDouble(LocalRunner):
+    """Stands in for `GpuRunner` in a GPU actor: this machine has no GPU (and none is lent), so
+    nothing can be timed. It checks what a GPU actor can check without one, that the cubin
+    nvcc built on the fleet arrived here whole and that Ray gave its actor exactly one GPU,
+    and answers with a made-up time."""
+
+    def run(self, inputs, builds):
+        out = []
+        for b in builds:
+            cubin = Path(json.loads(Path(b.artifact).read_text())["cubin"]).read_bytes()
+            gpus = ray.get_gpu_ids()
+            ok = cubin[:4] == b"\x7fELF" and len(gpus) == 1
+            why = "" if ok else f"cubin starts {cubin[:4]!r}, GPUs {gpus}"
+            out.append(MeasureResult((1e-6,) if ok else (), ErrorKind.NO_ERROR if ok else ErrorKind.RUNTIME_ERROR,
+                                     why, b.build_s, time.time()))
+        return out
+
+
+@needs_nvcc
+def test_cuda_candidates_build_on_nvcc_nodes_and_run_on_their_gpu(cluster):
+    """Real nvcc builds as Ray tasks, timed by a GPU actor of the fake sm_90 node (a double of
+    the GPU runner: see GpuRunnerDouble). The head has nvcc installed but offers no nvcc slot,
+    so a cuda build waits until a node offering one joins."""
+    sm90 = Target.parse("cuda -arch=sm_90")
+    task = matmul_task((16, 32), (32, 16))
+    space = get_template(task.op, "cuda").space(task, sm90)
+    inputs = [MeasureInput(task, sm90, space.get(i)) for i in range(0, len(space), max(1, len(space) // 4))][:4]
+    options = RayOptions(runner=QUICK, gpu_runner=GpuRunnerDouble)
+    ((waiting, _),) = RayBuilder(options).submit(inputs[:1])
+    assert ray.wait([waiting], timeout=3)[0] == []
+    gpu = cluster.add_node(num_cpus=1, num_gpus=1, resources={device_resource(sm90): 1, NVCC_RESOURCE: 1})
+    try:
+        assert ray.get(waiting).ok
+        with RayRunner(options) as runner:
+            results = measure_with(RayBuilder(options), runner)(inputs)
+        measured = [r for r in results if r.error_kind is not ErrorKind.RESOURCE_LIMIT]
+        assert measured and all(r.ok for r in measured), [r.error_msg for r in results]
+        assert _node_ids(measured) == {gpu.node_id[:12]}
+    finally:
+        cluster.remove_node(gpu)
