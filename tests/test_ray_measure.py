@@ -237,3 +237,34 @@ def test_cuda_candidates_build_on_nvcc_nodes_and_run_on_their_gpu(cluster):
         assert _node_ids(measured) == {gpu.node_id[:12]}
     finally:
         cluster.remove_node(gpu)
+
+
+class StampedRayBuilder(RayBuilder):
+    """A Ray builder that notes when each batch's builds are handed to Ray."""
+
+    def __init__(self, options: RayOptions):
+        super().__init__(options)
+        self.submitted: list[float] = []
+
+    def submit(self, inputs):
+        self.submitted.append(time.time())
+        return super().submit(inputs)
+
+
+def test_next_round_builds_while_the_current_one_is_timed(cluster):
+    """A real two-task tune on one device: each round's builds go to Ray before the previous
+    round's last measurement ends (the node's clock stamps measurements), and every trial is
+    measured once and reaches the callbacks, round by round."""
+    options = RayOptions(runner=QUICK)
+    builder = StampedRayBuilder(options)
+    rounds: list[tuple] = []
+    tasks = [matmul_task((16, 32), (32, 16)), matmul_task((8, 64), (64, 8))]
+    with RayRunner(options) as runner:
+        summary = tune_tasks(tasks, HOST, 12, builder, runner, "random", round_trials=3,
+                             callbacks=[lambda inputs, results: rounds.append((inputs, results))])
+    measured = [(inp.task.key, inp.config.index) for inputs, _ in rounds for inp in inputs]
+    assert summary.trials == len(measured) == len(set(measured)) == 12
+    assert all(r.ok for _, results in rounds for r in results)
+    assert len(builder.submitted) == len(rounds) == 4
+    for k in range(len(rounds) - 1):
+        assert builder.submitted[k + 1] < max(r.timestamp for r in rounds[k][1])

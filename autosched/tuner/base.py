@@ -2,7 +2,9 @@
 
 `Tuner.tune` owns the budget in one place: it asks the strategy for candidate
 indices, drops any already measured, measures them, tracks the best and stops
-early. Strategies only propose (`_propose`) and learn (`_observe`).
+early. Strategies only propose (`_propose`) and learn (`_observe`). `ask` and
+`tell` are the loop's two halves, for a caller that keeps a batch in flight
+while it asks for the next (the task scheduler on a pipelined runner).
 """
 
 from __future__ import annotations
@@ -97,25 +99,38 @@ class Tuner(ABC):
         while done < n_trials:
             if early_stopping is not None and done - last_gain >= early_stopping:
                 return TuneSummary(done, self.best, self.best_cost, stopped_early=True)
-            want = min(self.options.batch_size, n_trials - done)
-            pending = self._fresh(self._queued)
-            queued, self._queued = pending[:want], pending[want:]
-            indices = self._fresh(queued + self._propose(want - len(queued)))[:want]
-            if not indices:
+            inputs = self.ask(min(self.options.batch_size, n_trials - done))
+            if not inputs:
                 break
-            inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
             results = measure_batch(inputs)
-            if len(results) != len(inputs):
-                raise RecordError(f"measure_batch returned {len(results)} results for {len(inputs)} inputs")
-            for inp, res in zip(inputs, results):
-                done += 1
-                self.visited.add(inp.config.index)
-                if res.ok and res.cost < self.best_cost:
-                    self.best, self.best_cost, last_gain = inp.config, res.cost, done
-            self._observe(inputs, results)
+            gain = self.tell(inputs, results)
+            last_gain = done + gain if gain else last_gain
+            done += len(inputs)
             for callback in callbacks:
                 callback(inputs, results)
         return TuneSummary(done, self.best, self.best_cost, stopped_early=False)
+
+    def ask(self, n: int) -> list[MeasureInput]:
+        """Up to `n` configs to measure next, queued ones first ([] when the strategy is done).
+        They count as visited from now on, so a batch asked for while an earlier one is still
+        being measured never repeats it."""
+        pending = self._fresh(self._queued)
+        queued, self._queued = pending[:n], pending[n:]
+        indices = self._fresh(queued + self._propose(n - len(queued)))[:n]
+        self.visited.update(indices)
+        return [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
+
+    def tell(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> int:
+        """Learn from a measured batch that `ask` gave; returns the position (1-based) of its
+        last new best, 0 when it found none."""
+        if len(results) != len(inputs):
+            raise RecordError(f"measure_batch returned {len(results)} results for {len(inputs)} inputs")
+        gain = 0
+        for position, (inp, res) in enumerate(zip(inputs, results), 1):
+            if res.ok and res.cost < self.best_cost:
+                self.best, self.best_cost, gain = inp.config, res.cost, position
+        self._observe(inputs, results)
+        return gain
 
     def _fresh(self, proposed: Sequence[int]) -> list[int]:
         """Proposals minus anything measured or repeated: the loop, not each
