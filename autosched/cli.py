@@ -316,7 +316,9 @@ def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="fleet_action", metavar="ACTION", required=True)
     head = actions.add_parser("head", help="start a head node here (it also offers this machine's devices)")
     head.add_argument("--port", type=int, default=6379)
-    head.add_argument("--host", default="127.0.0.1", help="address the head advertises (default: loopback)")
+    head.add_argument("--host", default="127.0.0.1",
+                      help="address the head is reached at (default: loopback; Ray 2.60 still listens on every "
+                           "interface, the token keeps the fleet closed: see the README)")
     worker = actions.add_parser("worker", help="start a node here with its devices detected, joined to a head")
     worker.add_argument("--address", required=True, metavar="HOST:PORT")
     worker.add_argument("--host", default=None, help="address this node advertises (default: Ray's choice)")

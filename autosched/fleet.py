@@ -10,8 +10,10 @@ Token authentication is always on: every node and driver runs with RAY_AUTH_MODE
 2.60 turns it on by itself only for `address="auto"`), so a fleet is never open without a
 token. The token is RAY_AUTH_TOKEN, or the file RAY_AUTH_TOKEN_PATH names, or Ray's
 ~/.ray/auth_token, which `fleet head` creates when none exists; workers and drivers on other
-machines need the same token. Ray itself listens on every interface whatever `host` says:
-`host` is the address the node advertises, the token is what keeps strangers out.
+machines need the same token. Ray 2.60 listens on every interface whatever `host` says (`ray
+start` rewrites a loopback --node-ip-address to the machine's address; the one mode that keeps
+it, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, refuses worker nodes): `host` is the address a node is
+reached at, the token is what keeps strangers out. The README lists which ports stay open where.
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import sqlite3
@@ -38,6 +39,26 @@ def _records(db: Path) -> list[dict]:
         return [dict(row) for row in conn.execute("SELECT * FROM records")]
 
 
+def _listening(session: int) -> set[tuple[str, int]]:
+    """(address, port) of each TCP socket that a process of `session` (a node's `ray start`
+    and everything it started) listens on, as `ss` lists them."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for line in out.splitlines():
+        pids = [int(p) for p in re.findall(r"pid=(\d+)", line)]
+        if any(_session_of(pid) == session for pid in pids):
+            host, port = line.split()[3].rsplit(":", 1)
+            found.add((host, int(port)))
+    return found
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autosched.cli", *args], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -49,6 +70,11 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):
         head = _cli(env, "fleet", "head", "--port", address.split(":")[1])
         assert head.returncode == 0, head.stderr
         assert f"fleet at {address}" in head.stdout and "autosched-gcc" in head.stdout
+        head_pid = int(re.search(r"pid (\d+)", head.stdout).group(1))
+        # Ray 2.60 binds the GCS on every interface whatever --node-ip-address says (README, "What
+        # a head listens on"); when this fails, Ray binds what it is told: make --host mean it
+        gcs = {host for host, port in _listening(head_pid) if port == int(address.split(":")[1])}
+        assert gcs == {"*"}, gcs
         worker = _cli(env, "fleet", "worker", "--address", address)
         assert worker.returncode == 0, worker.stderr
         assert "worker started" in worker.stdout and "autosched-cpu-" in worker.stdout
