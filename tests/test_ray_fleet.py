@@ -109,6 +109,20 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):
     assert "no fleet node runs here" in _cli(env, "fleet", "stop").stdout
 
 
+def test_head_without_a_token_has_ray_make_one(monkeypatch, tmp_path):
+    """No RAY_AUTH_TOKEN and no token file: `fleet head` has Ray write ~/.ray/auth_token."""
+    from autosched import fleet
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    assert fleet.token_source() is None
+    with pytest.raises(fleet.FleetError, match="no Ray auth token"):
+        fleet._require_token(create=False)
+    fleet._require_token(create=True)
+    made = tmp_path / ".ray" / "auth_token"
+    assert fleet.token_source() == str(made) and len(made.read_text().strip()) >= 32
+
+
 @pytest.mark.slow
 def test_driver_killed_mid_tune_loses_only_its_batch(env, small_model, tmp_path):
     """kill -9 of `tune --ray-address`: the fleet stays up with nothing left measuring, and a
