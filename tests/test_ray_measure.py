@@ -219,7 +219,8 @@ class GpuRunnerDouble(LocalRunner):
 def test_cuda_candidates_build_on_nvcc_nodes_and_run_on_their_gpu(cluster):
     """Real nvcc builds as Ray tasks, timed by a GPU actor of the fake sm_90 node (a double of
     the GPU runner: see GpuRunnerDouble). The head has nvcc installed but offers no nvcc slot,
-    so a cuda build waits until a node offering one joins."""
+    so a cuda build waits until a node offering one joins. Then the real GPU runner on that node
+    finds no GPU: its candidates are LOST after `device_wait`, saying why, and the tune goes on."""
     sm90 = Target.parse("cuda -arch=sm_90")
     task = matmul_task((16, 32), (32, 16))
     space = get_template(task.op, "cuda").space(task, sm90)
@@ -235,6 +236,11 @@ def test_cuda_candidates_build_on_nvcc_nodes_and_run_on_their_gpu(cluster):
         measured = [r for r in results if r.error_kind is not ErrorKind.RESOURCE_LIMIT]
         assert measured and all(r.ok for r in measured), [r.error_msg for r in results]
         assert _node_ids(measured) == {gpu.node_id[:12]}
+        real = RayOptions(runner=QUICK, device_wait=2.0)
+        with RayRunner(real) as runner:
+            lost = measure_with(RayBuilder(real), runner)([inp for inp, r in zip(inputs, results) if r.ok])
+        assert all(r.error_kind is ErrorKind.LOST and "runner failed to start" in r.error_msg for r in lost), lost
+        assert "--emulate" in lost[0].error_msg  # the GPU runner's own words: no GPU here, emulate instead
     finally:
         cluster.remove_node(gpu)
 

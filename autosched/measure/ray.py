@@ -259,6 +259,7 @@ class RayRunner(PipelinedRunner):
         self._ready: list[_Job] = []
         self._running: dict[Any, tuple[_Job, _Actor]] = {}
         self._waiting_since: float | None = None
+        self._unusable: dict[tuple[str, str], str] = {}  # (node, device) whose runner failed to start -> why
 
     # --- devices ----------------------------------------------------------------------------
     def _refresh(self, force: bool = False) -> None:
@@ -273,6 +274,8 @@ class RayRunner(PipelinedRunner):
         actor_cls = _remote(DeviceActor)
         for node_id, offered in alive.items():
             for resource, backend in self._backends.items():
+                if (node_id, resource) in self._unusable:
+                    continue
                 have = sum(1 for a in self._actors if a.node_id == node_id and a.resource == resource)
                 for _ in range(int(offered.get(resource, 0)) - have):
                     handle = actor_cls.options(
@@ -382,8 +385,10 @@ class RayRunner(PipelinedRunner):
         if time.monotonic() - self._waiting_since >= self.options.device_wait:
             for job in stranded:
                 self._ready.remove(job)
-                job.errors.append(f"no node offered {self.options.backend(job.inp.target).device} for "
-                                  f"{self.options.device_wait:.0f} s")
+                device = self.options.backend(job.inp.target).device
+                failed = "; ".join(sorted({why for (_, r), why in self._unusable.items() if r == device}))
+                job.errors.append(f"no node offered {device} for {self.options.device_wait:.0f} s"
+                                  + (f" (where one did, its runner failed to start: {failed})" if failed else ""))
                 self._finish(job, self._lost(job))
             self._waiting_since = None
 
@@ -421,7 +426,12 @@ class RayRunner(PipelinedRunner):
         try:
             ray.get(actor.ready_ref)
             actor.ready = True
-        except ray.exceptions.RayError:  # its node left before it started
+        except ray.exceptions.RayActorError as e:
+            if e.actor_init_failed:  # its runner cannot start there (a GPU node without a driver): never again
+                lines = [line for line in str(e).splitlines() if line.strip()]
+                self._unusable[(actor.node_id, actor.resource)] = lines[-1].strip() if lines else type(e).__name__
+            self._drop(actor)  # else its node left before it started
+        except ray.exceptions.RayError:
             self._drop(actor)
 
     @staticmethod
