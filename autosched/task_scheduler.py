@@ -140,7 +140,9 @@ def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder
                scheduler: str = "costliest") -> ScheduleSummary:
     """Spend `trials` new measurements over `tasks`, in rounds of `round_trials`, starting
     from `history` (task key → earlier records of that task on this target); after the first
-    rounds, `scheduler` (a name in SCHEDULERS) picks each round's task."""
+    rounds, `scheduler` (a name in SCHEDULERS) picks each round's task. Callbacks with a
+    `searched(seconds)` method hear, after each round, how long its tuner spent proposing and
+    learning (the cost model's share of the tuning time)."""
     if type(trials) is not int or trials <= 0:
         raise TunerError(f"trials must be a positive int, got {trials!r}")
     if scheduler not in SCHEDULERS:
@@ -193,8 +195,16 @@ def _rounds(rounds: Rounds, trials: int, measure: MeasureBatch, callbacks: list[
         if p is None:
             break
         summary = p.tuner.tune(min(rounds.round_trials, trials - spent), measure, callbacks)
+        _searched(callbacks, summary.search_s)
         spent += summary.trials
         rounds.account(p, summary.trials, summary.best, summary.best_cost)
+
+
+def _searched(callbacks: list[Callback], seconds: float) -> None:
+    """Tell the callbacks that keep it (the database's writer) a round's search time."""
+    for callback in callbacks:
+        if hasattr(callback, "searched"):
+            callback.searched(seconds)
 
 
 #: rounds a pipelined runner holds at once: the one timed now and the next, building
@@ -209,25 +219,28 @@ def _overlapped_rounds(rounds: Rounds, trials: int, builder: Builder, runner: Pi
     results. Nothing is measured twice (a config is visited from the moment `ask` gives it),
     and every round is told and recorded in the order it was submitted."""
     spent = 0  # trials submitted
-    in_flight: deque[tuple[TaskProgress, list[MeasureInput], int]] = deque()
+    in_flight: deque[tuple[TaskProgress, list[MeasureInput], int, float]] = deque()  # ..., ticket, asking s
     while True:
         while len(in_flight) < ROUNDS_IN_FLIGHT and spent < trials:
             p = rounds.pick()
             if p is None:
                 break
+            searched = p.tuner.search_s
             inputs = p.tuner.ask(min(rounds.round_trials, trials - spent))
             if not inputs:  # its space has nothing left
                 p.exhausted = True
                 continue
             spent += len(inputs)
-            in_flight.append((p, inputs, runner.submit(builder, inputs)))
+            in_flight.append((p, inputs, runner.submit(builder, inputs), p.tuner.search_s - searched))
         if not in_flight:
             return
-        p, inputs, ticket = in_flight.popleft()
+        p, inputs, ticket, asking_s = in_flight.popleft()
         results = runner.wait(ticket)
+        searched = p.tuner.search_s
         p.tuner.tell(inputs, results)
         for callback in callbacks:
             callback(inputs, results)
+        _searched(callbacks, asking_s + p.tuner.search_s - searched)
         rounds.account(p, len(inputs), p.tuner.best, p.tuner.best_cost)
 
 

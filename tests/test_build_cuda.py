@@ -5,7 +5,7 @@ import onnx
 import pytest
 
 from autosched import zoo
-from autosched.build import build_model
+from autosched.build_module import build_model
 from autosched.cli import main
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx

@@ -10,6 +10,7 @@ while it asks for the next (the task scheduler on a pipelined runner).
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class TuneSummary:
     best: Config | None
     best_cost: float  # seconds; inf when nothing has succeeded
     stopped_early: bool
+    search_s: float = 0.0  # spent proposing and learning (cost model fits), not measuring
 
 
 class Tuner(ABC):
@@ -57,6 +59,7 @@ class Tuner(ABC):
         self.best: Config | None = None
         self.best_cost = math.inf
         self._queued: list[int] = []  # measured before anything the strategy proposes
+        self.search_s = 0.0  # spent proposing and learning so far (cost model fits), not measuring
 
     def queue(self, indices: Sequence[int]) -> None:
         """Measure these configs first (e.g. the untuned build's config, so a tuned build is
@@ -95,10 +98,11 @@ class Tuner(ABC):
             raise TunerError(f"n_trials must be a positive int, got {n_trials!r}")
         if early_stopping is not None and (type(early_stopping) is not int or early_stopping <= 0):
             raise TunerError(f"early_stopping must be a positive int or None, got {early_stopping!r}")
-        done, last_gain = 0, 0
+        done, last_gain, searched = 0, 0, self.search_s
         while done < n_trials:
             if early_stopping is not None and done - last_gain >= early_stopping:
-                return TuneSummary(done, self.best, self.best_cost, stopped_early=True)
+                return TuneSummary(done, self.best, self.best_cost, stopped_early=True,
+                                   search_s=self.search_s - searched)
             inputs = self.ask(min(self.options.batch_size, n_trials - done))
             if not inputs:
                 break
@@ -108,16 +112,18 @@ class Tuner(ABC):
             done += len(inputs)
             for callback in callbacks:
                 callback(inputs, results)
-        return TuneSummary(done, self.best, self.best_cost, stopped_early=False)
+        return TuneSummary(done, self.best, self.best_cost, stopped_early=False, search_s=self.search_s - searched)
 
     def ask(self, n: int) -> list[MeasureInput]:
         """Up to `n` configs to measure next, queued ones first ([] when the strategy is done).
         They count as visited from now on, so a batch asked for while an earlier one is still
         being measured never repeats it."""
+        start = time.perf_counter()
         pending = self._fresh(self._queued)
         queued, self._queued = pending[:n], pending[n:]
         indices = self._fresh(queued + self._propose(n - len(queued)))[:n]
         self.visited.update(indices)
+        self.search_s += time.perf_counter() - start
         return [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
 
     def tell(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> int:
@@ -129,7 +135,9 @@ class Tuner(ABC):
         for position, (inp, res) in enumerate(zip(inputs, results), 1):
             if res.ok and res.cost < self.best_cost:
                 self.best, self.best_cost, gain = inp.config, res.cost, position
+        start = time.perf_counter()
         self._observe(inputs, results)
+        self.search_s += time.perf_counter() - start
         return gain
 
     def _fresh(self, proposed: Sequence[int]) -> list[int]:
