@@ -124,7 +124,7 @@ def test_head_without_a_token_has_ray_make_one(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_driver_killed_mid_tune_loses_only_its_batch(env, small_model, tmp_path):
+def test_driver_killed_mid_tune_loses_only_its_rounds_in_flight(env, small_model, tmp_path):
     """kill -9 of `tune --ray-address`: the fleet stays up with nothing left measuring, and a
     second tune resumes from the database without measuring any recorded config again."""
     address = f"127.0.0.1:{_free_port()}"

@@ -1,14 +1,17 @@
 """Measurement on a Ray fleet: builds as Ray tasks, timings in one Ray actor per device.
 
 The same seams as the local builder and runner (they are interchangeable, and mix): a build
-runs as a Ray task on a node offering the target's toolchain resource and returns the
-compiled library as bytes, so any node can time it; a `DeviceActor` owns one device (it holds
-one unit of the device's resource, see `devices.py`) and times one candidate at a time in the
-local runner's restartable worker process, so a crashing kernel costs one failed record and
-the actor lives on. The driver keeps every build of a batch going while built candidates are
-timed, re-sends the candidates of a device that vanished (node died, actor killed) to another
-matching device, and records them as LOST after `max_attempts`. Nodes that join mid-run get
-actors at the next refresh. Nothing outside this module imports ray.
+runs as a Ray task on a node offering the target's toolchain resource (gcc of its ISA class, or
+nvcc) and returns the compiled binary as bytes, so any node can time it; a `DeviceActor` owns
+one device (it holds one unit of the device's resource, see `devices.py`, and for a GPU one of
+Ray's GPUs) and times one candidate at a time in its runner's restartable worker process (the
+CPU worker, or the GPU worker), so a crashing kernel costs one failed record and the actor
+lives on. `RayOptions.backend` is the one place that says which build, resources and runner a
+target gets. The driver takes batches by ticket: every build of every submitted batch goes on
+while built candidates are timed, oldest batch first, so the next batch builds while the
+current one runs. It re-sends the candidates of a device that vanished (node died, actor
+killed) to another matching device, and records them as LOST after `max_attempts`. Nodes that
+join mid-run get actors at the next refresh. Of the measurement modules, only this one imports ray.
 """
 from __future__ import annotations
 
