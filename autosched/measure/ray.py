@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -257,6 +258,7 @@ class RayRunner(PipelinedRunner):
         self._actors: list[_Actor] = []
         self._last_refresh = 0.0
         self._backends: dict[str, Backend] = {}  # device resource -> backend, of every target submitted
+        self._tickets = itertools.count()  # never reused: a ticket names one batch for the runner's life
         self._batches: dict[int, list[MeasureResult | None]] = {}
         self._building: dict[Any, tuple[int, int, MeasureInput, Any]] = {}  # ref -> (batch, index, input, kernel)
         self._ready: list[_Job] = []
@@ -308,7 +310,7 @@ class RayRunner(PipelinedRunner):
         for inp in inputs:
             backend = self.options.backend(inp.target)
             self._backends[backend.device] = backend
-        ticket = max(self._batches, default=-1) + 1
+        ticket = next(self._tickets)
         self._batches[ticket] = [None] * len(inputs)
         return ticket
 
