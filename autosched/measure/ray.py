@@ -23,6 +23,7 @@ import os
 import socket
 import time
 import uuid
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -36,6 +37,7 @@ from autosched.measure.emulate import _build_emulated
 from autosched.measure.gpu import GpuRunner
 from autosched.measure.interface import Builder, PipelinedRunner, Runner, check_count
 from autosched.measure.local import Instantiate, LocalRunner, RunnerOptions, _build_one, instantiate_from_template
+from autosched.measure.nodelock import NodeLock
 from autosched.measure.nvcc import _build_cubin
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from autosched.target import Target
@@ -95,10 +97,22 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _this_node(exclusive_timing: bool) -> NodeLock | None:
+    """This process's node's lock, where timings exclude builds."""
+    return NodeLock(ray.get_runtime_context().get_node_id()) if exclusive_timing else None
+
+
+def _while_building(lock: NodeLock | None) -> AbstractContextManager:
+    """The node's lock shared for a build, or nothing where timings do not exclude builds."""
+    return lock.building() if lock else nullcontext()
+
+
 def _build_remote(inp: MeasureInput, build_one: BuildOne, instantiate: Instantiate,
-                  timeout: float) -> tuple[BuildResult, BuiltKernel | None]:
-    """One build on whichever node Ray chose, in that node's kernel cache."""
-    res = build_one(inp, instantiate, None, timeout)
+                  timeout: float, exclusive_timing: bool) -> tuple[BuildResult, BuiltKernel | None]:
+    """One build on whichever node Ray chose, in that node's kernel cache, never while that
+    node's device times a candidate (the whole build: lowering holds a core as gcc does)."""
+    with _while_building(_this_node(exclusive_timing)):
+        res = build_one(inp, instantiate, None, timeout)
     kernel = BuiltKernel.from_manifest(res.artifact) if res.ok else None
     return replace(res, artifact=None), kernel
 
@@ -131,6 +145,8 @@ class RayOptions:
     refresh_s: float = 1.0  # how often the driver looks for joined and departed nodes
     emulate: bool = False  # cuda targets: build and check the CPU emulation on CPU nodes (times are the CPU's)
     gpu_runner: RunnerFactory = GpuRunner  # what a GPU actor times with (tests without a GPU pass a double)
+    cpu_runner: RunnerFactory = LocalRunner  # what a CPU actor times with (tests pass one that notes when)
+    exclusive_timing: bool = True  # no build on a node while its device times a candidate (nodelock.py)
 
     def backend(self, target: Target) -> Backend:
         """gcc and the CPU worker for a CPU target; nvcc and a GPU of the target's arch for a
@@ -139,10 +155,10 @@ class RayOptions:
         if target.kind != "cuda":
             if self.emulate:
                 raise FleetError(f"emulation runs CUDA kernels on CPU nodes; {target} is not a cuda target")
-            return Backend(_build_one, toolchain_resource(target), device_resource(target), 0, LocalRunner)
+            return Backend(_build_one, toolchain_resource(target), device_resource(target), 0, self.cpu_runner)
         if self.emulate:
             host = Target.parse("llvm")
-            return Backend(_build_emulated, toolchain_resource(host), device_resource(host), 0, LocalRunner)
+            return Backend(_build_emulated, toolchain_resource(host), device_resource(host), 0, self.cpu_runner)
         return Backend(_build_cubin, toolchain_resource(target), device_resource(target), 1, self.gpu_runner)
 
 
@@ -181,7 +197,7 @@ class RayBuilder(Builder):
             backend = o.backend(inp.target)
             out.append(tuple(build.options(num_cpus=1, num_returns=2, max_retries=o.build_retries,
                                            resources={backend.toolchain: 1})
-                             .remote(inp, backend.build_one, o.instantiate, o.build_timeout)))
+                             .remote(inp, backend.build_one, o.instantiate, o.build_timeout, o.exclusive_timing)))
         return out
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
@@ -202,9 +218,10 @@ class DeviceActor:
     time in its runner's restartable worker (the CPU worker, or the GPU worker). Threaded (two calls at once) only so that `describe` answers while
     a measurement runs; the driver never sends a second measurement before the first returns."""
 
-    def __init__(self, resource: str, runner: RunnerFactory, options: RunnerOptions | None):
+    def __init__(self, resource: str, runner: RunnerFactory, options: RunnerOptions | None, exclusive_timing: bool):
         self.resource = resource
         self.node_id = ray.get_runtime_context().get_node_id()
+        self.lock = _this_node(exclusive_timing)
         self.node = f"{socket.gethostname()}/{self.node_id[:12]}"
         self.runner = runner(options or RunnerOptions())
         self.current: dict | None = None
@@ -213,10 +230,11 @@ class DeviceActor:
         return self.node
 
     def measure(self, inp: MeasureInput, build: BuildResult, kernel: BuiltKernel) -> MeasureResult:
+        artifact = kernel.install()
         self.current = {"task": inp.task.key, "config": inp.config.index, "since": time.time()}
         try:
-            artifact = kernel.install()
-            (res,) = self.runner.run([inp], [replace(build, artifact=artifact)])
+            with self.lock.timing() if self.lock else nullcontext():
+                (res,) = self.runner.run([inp], [replace(build, artifact=artifact)])
             return replace(res, node=self.node)
         finally:
             self.current = None
@@ -287,7 +305,7 @@ class RayRunner(PipelinedRunner):
                         name=f"{ACTOR_PREFIX}{uuid.uuid4().hex[:12]}", namespace=FLEET_NAMESPACE, num_cpus=0,
                         num_gpus=backend.gpus, resources={resource: 1}, max_concurrency=2, max_restarts=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                    ).remote(resource, backend.runner, self.options.runner)
+                    ).remote(resource, backend.runner, self.options.runner, self.options.exclusive_timing)
                     self._actors.append(_Actor(handle, node_id, resource, handle.ready.remote()))
 
     def _drop(self, actor: _Actor) -> None:
@@ -334,8 +352,9 @@ class RayRunner(PipelinedRunner):
         if isinstance(builder, RayBuilder):
             for i, (res, kernel) in enumerate(builder.submit(inputs)):
                 self._building[res] = (ticket, i, inputs[i], kernel)
-        else:
-            builds = builder.build(inputs)
+        else:  # built by this process's machine, which may be a node that measures
+            with _while_building(_this_node(self.options.exclusive_timing)):
+                builds = builder.build(inputs)
             check_count("builder", inputs, builds)
             self._enqueue_built(ticket, inputs, builds)
         return ticket
