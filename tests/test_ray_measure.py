@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -274,3 +275,83 @@ def test_next_round_builds_while_the_current_one_is_timed(cluster):
     assert len(builder.submitted) == len(rounds) == 4
     for k in range(len(rounds) - 1):
         assert builder.submitted[k + 1] < max(r.timestamp for r in rounds[k][1])
+
+
+class StampedLocalRunner(LocalRunner):
+    """The CPU runner, noting the wall-clock interval in which it checks and times each
+    candidate (in $AUTOSCHED_TEST_STAMPS/timing-$AUTOSCHED_TEST_NODE, set per node)."""
+
+    def _run_one(self, inp, build):
+        start = time.time()
+        try:
+            return super()._run_one(inp, build)
+        finally:
+            stamps = Path(os.environ["AUTOSCHED_TEST_STAMPS"]) / f"timing-{os.environ['AUTOSCHED_TEST_NODE']}"
+            with stamps.open("a") as f:
+                f.write(f"{start} {time.time()}\n")
+
+
+def _stamping_gcc(directory: Path) -> Path:
+    """A `gcc` first on PATH that notes when each real gcc run starts and ends (the stamps
+    enclose the compiler process) in $AUTOSCHED_TEST_STAMPS/gcc-$AUTOSCHED_TEST_NODE."""
+    directory.mkdir()
+    wrapper = directory / "gcc"
+    wrapper.write_text(f'#!/bin/sh\nstart=$(date +%s.%N)\n{shutil.which("gcc")} "$@"\nrc=$?\n'
+                       'echo "$start $(date +%s.%N)" >> "$AUTOSCHED_TEST_STAMPS/gcc-$AUTOSCHED_TEST_NODE"\nexit $rc\n')
+    wrapper.chmod(0o755)
+    return directory
+
+
+def _stamped_node(cluster, name: str, target: Target, stamps: Path, gcc_dir: Path):
+    """A node with one device of `target`'s class and two build slots, whose processes stamp
+    their gcc runs and timings under `name`, in a kernel cache of their own (every build runs gcc)."""
+    env = pytest.MonkeyPatch()
+    env.setenv("AUTOSCHED_TEST_NODE", name)
+    env.setenv("AUTOSCHED_TEST_STAMPS", str(stamps))
+    env.setenv("XDG_CACHE_HOME", str(stamps / f"cache-{name}"))
+    env.setenv("PATH", f"{gcc_dir}{os.pathsep}{os.environ['PATH']}")
+    try:  # the node's processes keep the environment it started with
+        return cluster.add_node(num_cpus=2, resources={device_resource(target): 1, toolchain_resource(target): 2})
+    finally:
+        env.undo()
+
+
+def _intervals(path: Path) -> list[tuple[float, float]]:
+    return [tuple(map(float, line.split())) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _overlaps(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> int:
+    return sum(1 for s, e in a for s2, e2 in b if s < e2 and s2 < e)
+
+
+def test_no_build_on_a_node_while_it_times_and_nodes_do_not_wait_for_each_other(cluster, tmp_path):
+    """Two nodes of one device class, two build slots each; their actors are started by a
+    first batch, then two batches go in flight at once (so builds go on while candidates are
+    timed): no gcc run on a node overlaps a timing on that node, while timings on one node
+    do overlap gcc runs and timings on the other."""
+    sse2 = Target.parse("llvm -mattr=-avx512f,-avx2,-avx")
+    gcc_dir = _stamping_gcc(tmp_path / "bin")
+    nodes = [_stamped_node(cluster, name, sse2, tmp_path, gcc_dir) for name in ("a", "b")]
+    try:
+        task = matmul_task((32, 64), (64, 32))
+        space = get_template(task.op, "llvm").space(task, sse2)
+        inputs = [MeasureInput(task, sse2, space.get(i)) for i in range(0, len(space), max(1, len(space) // 18))][:18]
+        # one thread, a long timeout: this machine's two cores are shared with other work
+        timed = RunnerOptions(repeat=3, min_repeat_ms=30.0, timeout=30.0, threads=1, stop_factor=0)
+        options = RayOptions(runner=timed, cpu_runner=StampedLocalRunner)
+        builder = RayBuilder(options)
+        with RayRunner(options) as runner:
+            warm = runner.measure(builder, inputs[:2])
+            tickets = [runner.submit(builder, inputs[2:10]), runner.submit(builder, inputs[10:])]
+            results = warm + [r for t in tickets for r in runner.wait(t)]
+    finally:
+        for node in nodes:
+            cluster.remove_node(node)
+    assert all(r.ok for r in results), [r.error_msg for r in results if not r.ok]
+    assert _node_ids(results) == {n.node_id[:12] for n in nodes}
+    timings = {n: _intervals(tmp_path / f"timing-{n}") for n in "ab"}
+    gcc = {n: _intervals(tmp_path / f"gcc-{n}") for n in "ab"}
+    assert sum(map(len, timings.values())) == len(results) and all(gcc.values())
+    assert [_overlaps(timings[n], gcc[n]) for n in "ab"] == [0, 0]
+    across = _overlaps(timings["a"], gcc["b"] + timings["b"]) + _overlaps(timings["b"], gcc["a"])
+    assert across > 0

@@ -9,7 +9,8 @@ CPU worker, or the GPU worker), so a crashing kernel costs one failed record and
 lives on. `RayOptions.backend` is the one place that says which build, resources and runner a
 target gets. The driver takes batches by ticket: every build of every submitted batch goes on
 while built candidates are timed, oldest batch first, so the next batch builds while the
-current one runs. It re-sends the candidates of a device that vanished (node died, actor
+current one runs; on one node, builds wait while its device times a candidate and timings wait
+for its builds (`nodelock.py`), so only other nodes' builds overlap a timing. It re-sends the candidates of a device that vanished (node died, actor
 killed) to another matching device, and records them as LOST after `max_attempts`. Nodes that
 join mid-run get actors at the next refresh. Of the measurement modules, only this one imports ray.
 """
@@ -215,8 +216,10 @@ class RayBuilder(Builder):
 
 class DeviceActor:
     """Owns one device of its node (a CPU, or the GPU Ray gave it): times candidates one at a
-    time in its runner's restartable worker (the CPU worker, or the GPU worker). Threaded (two calls at once) only so that `describe` answers while
-    a measurement runs; the driver never sends a second measurement before the first returns."""
+    time in its runner's restartable worker (the CPU worker, or the GPU worker), holding its
+    node's lock so that no build runs on the node meanwhile. Threaded (two calls at once) only
+    so that `describe` answers while a measurement runs; the driver never sends a second
+    measurement before the first returns."""
 
     def __init__(self, resource: str, runner: RunnerFactory, options: RunnerOptions | None, exclusive_timing: bool):
         self.resource = resource
