@@ -3,13 +3,14 @@ devices, and the per-trial cost of the Ray path against the local builder and ru
 
     python benchmarks/fleet.py [--json] [--trials 24] [--min-repeat-ms 100]
 
-A measurement-bound task: valid configs of a small matmul, each timed for at least
-3 × `--min-repeat-ms` on one thread, their builds already in the kernel cache. For N devices a
-local Ray cluster (`ray.cluster_utils.Cluster`) offers N units of this host's device resource,
-so the runner starts N actors; every device shares this machine's cores, so N beyond the core
-count cannot scale (say so when quoting). The overhead row times the same candidates with
-near-zero timing budgets through LocalBuilder+LocalRunner and through RayBuilder+RayRunner with
-one device: the difference per trial is what the Ray path adds. `--json` prints one JSON object.
+A measurement-bound task: valid configs of a small matmul, each timed for at least 3 ×
+`--min-repeat-ms` on one thread, their builds already in the kernel cache. For N devices a local
+Ray cluster (`ray.cluster_utils.Cluster`) of N nodes offers one unit of this host's device
+resource each, so the runner starts N actors; every device shares this machine's cores, so N
+beyond the core count cannot scale (say so when quoting). The overhead row times the same
+candidates with near-zero timing budgets through LocalBuilder+LocalRunner and through
+RayBuilder+RayRunner with one device: the difference per trial is what the Ray path adds.
+`--json` prints one JSON object.
 """
 from __future__ import annotations
 
@@ -69,14 +70,16 @@ def per_trial(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput]) 
 
 
 def on_cluster(devices: int, target: Target, options: RunnerOptions, inputs: Sequence[MeasureInput]) -> float:
-    """Seconds per trial with `devices` actors on a fresh local cluster (after a warm-up
-    batch that starts the actors and the build workers)."""
+    """Seconds per trial with `devices` actors, on as many nodes of a fresh local cluster
+    (after a warm-up batch that starts the actors and the build workers)."""
     from ray.cluster_utils import Cluster
     from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
     cores = os.cpu_count() or 1
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": cores, "resources": {device_resource(target): devices, toolchain_resource(target): cores}})
+    node = {"num_cpus": cores, "resources": {device_resource(target): 1, toolchain_resource(target): cores}}
+    cluster = Cluster(initialize_head=True, head_node_args=node)
     try:
+        for _ in range(devices - 1):  # a node each: one node's CPU devices would time one at a time (nodelock.py)
+            cluster.add_node(**node)
         fleet.connect(cluster.address)
         ray_options = RayOptions(runner=options)
         with RayRunner(ray_options) as runner:

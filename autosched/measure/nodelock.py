@@ -5,7 +5,8 @@ while it runs is timed on fewer cores than it was built for, and OpenMP kernels 
 large factors when another process holds one of a 2-core node's cores. So a device actor
 holds its node's lock exclusively while it times, and a build on that node holds it shared
 while it builds: builds overlap each other, and builds and timings alternate on one node,
-while other nodes (whose locks are other files) go on untouched.
+while other nodes (whose locks are other files) go on untouched. Two CPU devices offered by one
+node time one at a time too: they share its cores as much as a build does.
 
 The lock is two `flock` files per node in the machine's temp directory: a turnstile and the
 lock itself. A timing waits at the turnstile for the lock, so builds that arrive meanwhile

@@ -8,11 +8,12 @@ Ray's GPUs) and times one candidate at a time in its runner's restartable worker
 CPU worker, or the GPU worker), so a crashing kernel costs one failed record and the actor
 lives on. `RayOptions.backend` is the one place that says which build, resources and runner a
 target gets. The driver takes batches by ticket: every build of every submitted batch goes on
-while built candidates are timed, oldest batch first, so the next batch builds while the
-current one runs; on one node, builds wait while its device times a candidate and timings wait
-for its builds (`nodelock.py`), so only other nodes' builds overlap a timing. It re-sends the candidates of a device that vanished (node died, actor
-killed) to another matching device, and records them as LOST after `max_attempts`. Nodes that
-join mid-run get actors at the next refresh. Of the measurement modules, only this one imports ray.
+while built candidates are timed, oldest batch first, so the next batch builds while the current
+one runs; on one node, builds wait while its CPU device times a candidate and timings wait for
+its builds (`nodelock.py`), so only other nodes' builds overlap a timing. It re-sends the
+candidates of a device that vanished (node died, actor killed) to another matching device, and
+records them as LOST after `max_attempts`. Nodes that join mid-run get actors at the next
+refresh. Of the measurement modules, only this one imports ray.
 """
 from __future__ import annotations
 
@@ -122,13 +123,16 @@ def _build_remote(inp: MeasureInput, build_one: BuildOne, instantiate: Instantia
 class Backend:
     """How the fleet builds and measures one kind of target: the build function a Ray task
     runs, the toolchain resource it holds, the device resource (and GPUs) a measuring actor
-    holds, and the runner that actor wraps."""
+    holds, and the runner that actor wraps. `on_host`: its kernels run on the node's cores, so
+    its timings exclude the node's builds (a GPU's do not: a host build barely moves a GPU
+    kernel's time, and the GPUs of one node would otherwise wait for each other)."""
 
     build_one: BuildOne
     toolchain: str
     device: str
     gpus: int  # Ray's num_gpus per actor: Ray then sets the actor's CUDA_VISIBLE_DEVICES to its GPU
     runner: RunnerFactory
+    on_host: bool
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,7 @@ class RayOptions:
     emulate: bool = False  # cuda targets: build and check the CPU emulation on CPU nodes (times are the CPU's)
     gpu_runner: RunnerFactory = GpuRunner  # what a GPU actor times with (tests without a GPU pass a double)
     cpu_runner: RunnerFactory = LocalRunner  # what a CPU actor times with (tests pass one that notes when)
-    exclusive_timing: bool = True  # no build on a node while its device times a candidate (nodelock.py)
+    exclusive_timing: bool = True  # no build on a node while its CPU device times a candidate (nodelock.py)
 
     def backend(self, target: Target) -> Backend:
         """gcc and the CPU worker for a CPU target; nvcc and a GPU of the target's arch for a
@@ -156,11 +160,11 @@ class RayOptions:
         if target.kind != "cuda":
             if self.emulate:
                 raise FleetError(f"emulation runs CUDA kernels on CPU nodes; {target} is not a cuda target")
-            return Backend(_build_one, toolchain_resource(target), device_resource(target), 0, self.cpu_runner)
+            return Backend(_build_one, toolchain_resource(target), device_resource(target), 0, self.cpu_runner, True)
         if self.emulate:
             host = Target.parse("llvm")
-            return Backend(_build_emulated, toolchain_resource(host), device_resource(host), 0, self.cpu_runner)
-        return Backend(_build_cubin, toolchain_resource(target), device_resource(target), 1, self.gpu_runner)
+            return Backend(_build_emulated, toolchain_resource(host), device_resource(host), 0, self.cpu_runner, True)
+        return Backend(_build_cubin, toolchain_resource(target), device_resource(target), 1, self.gpu_runner, False)
 
 
 def _lost_build(e: Exception) -> BuildResult:
@@ -216,8 +220,8 @@ class RayBuilder(Builder):
 
 class DeviceActor:
     """Owns one device of its node (a CPU, or the GPU Ray gave it): times candidates one at a
-    time in its runner's restartable worker (the CPU worker, or the GPU worker), holding its
-    node's lock so that no build runs on the node meanwhile. Threaded (two calls at once) only
+    time in its runner's restartable worker (the CPU worker, or the GPU worker); a CPU actor
+    holds its node's lock meanwhile, so that no build runs on the node. Threaded (two calls at once) only
     so that `describe` answers while a measurement runs; the driver never sends a second
     measurement before the first returns."""
 
@@ -308,7 +312,8 @@ class RayRunner(PipelinedRunner):
                         name=f"{ACTOR_PREFIX}{uuid.uuid4().hex[:12]}", namespace=FLEET_NAMESPACE, num_cpus=0,
                         num_gpus=backend.gpus, resources={resource: 1}, max_concurrency=2, max_restarts=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                    ).remote(resource, backend.runner, self.options.runner, self.options.exclusive_timing)
+                    ).remote(resource, backend.runner, self.options.runner,
+                             self.options.exclusive_timing and backend.on_host)
                     self._actors.append(_Actor(handle, node_id, resource, handle.ready.remote()))
 
     def _drop(self, actor: _Actor) -> None:
