@@ -9,7 +9,10 @@ Ray cluster (`ray.cluster_utils.Cluster`) of N nodes offers one unit of this hos
 resource each, so the runner starts N actors; every device shares this machine's cores, so N
 beyond the core count cannot scale (say so when quoting). The overhead row times the same
 candidates with near-zero timing budgets through LocalBuilder+LocalRunner and through
-RayBuilder+RayRunner with one device: the difference per trial is what the Ray path adds.
+RayBuilder+RayRunner with one device: the difference per trial is what the Ray path adds. The
+last rows compile every candidate on one node while its device times on all cores, with timings
+exclusive of the node's builds (the default) and not: trials per minute, and each candidate's
+time there against its time measured alone.
 `--json` prints one JSON object.
 """
 from __future__ import annotations
@@ -18,7 +21,9 @@ import argparse
 import json
 import os
 import secrets
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -90,6 +95,48 @@ def on_cluster(devices: int, target: Target, options: RunnerOptions, inputs: Seq
         cluster.shutdown()
 
 
+def builds_beside_timings(target: Target, inputs: Sequence[MeasureInput], exclusive: bool,
+                          alone: Sequence[float | None]) -> dict:
+    """One node that compiles every candidate (a kernel cache of its own) while its device
+    times on all its cores, two batches in flight, with timings exclusive of builds or not:
+    trials per minute, and the median and worst ratio of a candidate's time there to its time
+    measured alone (`alone`, None where it failed): how much a build beside a timing moves it;
+    `failed`: candidates that failed either way (a timeout, on a core another process holds)."""
+    from ray.cluster_utils import Cluster
+    from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
+    cores = os.cpu_count() or 1
+    options = RayOptions(runner=all_cores(), exclusive_timing=exclusive)
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["XDG_CACHE_HOME"] = cache  # the node's processes keep the environment it started with
+        try:
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cores, "resources": {
+                device_resource(target): 1, toolchain_resource(target): cores}})
+        finally:
+            del os.environ["XDG_CACHE_HOME"]
+        try:
+            fleet.connect(cluster.address)
+            builder = RayBuilder(options)
+            with RayRunner(options) as runner:
+                runner.measure(builder, inputs[:1])  # starts the actor and the build workers
+                start = time.perf_counter()
+                order = [*range(1, len(inputs), 2), *range(2, len(inputs), 2)]
+                tickets = [runner.submit(builder, [inputs[i] for i in order[:len(order) // 2]]),
+                           runner.submit(builder, [inputs[i] for i in order[len(order) // 2:]])]
+                results = [r for t in tickets for r in runner.wait(t)]
+                elapsed = time.perf_counter() - start
+        finally:
+            fleet.disconnect()
+            cluster.shutdown()
+    ratios = [r.cost / alone[i] for i, r in zip(order, results) if r.ok and alone[i]]
+    return {"trials_per_minute": round(60 * len(results) / elapsed, 1), "failed": len(results) - len(ratios),
+            "time_vs_alone_median": round(statistics.median(ratios), 2), "time_vs_alone_worst": round(max(ratios), 2)}
+
+
+def all_cores() -> RunnerOptions:
+    """Timings on every core (OpenMP): the case a build beside a timing hurts most."""
+    return RunnerOptions(repeat=3, min_repeat_ms=20.0, timeout=30.0, threads=os.cpu_count() or 1, stop_factor=0)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
@@ -109,12 +156,17 @@ def main(argv: list[str] | None = None) -> dict:
     with LocalRunner(bare) as runner:
         local = per_trial(LocalBuilder(), runner, inputs)
     ray_path = on_cluster(1, target, bare, inputs)
+    with LocalRunner(all_cores()) as runner:
+        alone = [r.cost if r.ok else None for r in measure_with(LocalBuilder(), runner)(inputs)]
+    beside = {"exclusive": builds_beside_timings(target, inputs, True, alone),
+              "not exclusive": builds_beside_timings(target, inputs, False, alone)}
     out = {"host": {"cores": os.cpu_count(), "avx512f": "avx512f" in Target.parse("llvm").fingerprint},
            "task": "matmul 64x64x64, measurement-bound", "trials": args.trials,
            "min_repeat_ms": args.min_repeat_ms, "trials_per_minute": {str(n): round(v, 1) for n, v in scaling.items()},
            "speedup": {str(n): round(v / scaling[1], 2) for n, v in scaling.items()},
            "per_trial_ms": {"local": round(local * 1e3, 1), "ray": round(ray_path * 1e3, 1),
-                            "ray_overhead": round((ray_path - local) * 1e3, 1)}}
+                            "ray_overhead": round((ray_path - local) * 1e3, 1)},
+           "builds_beside_timings": beside}
     if args.json:
         print(json.dumps(out))
     else:
@@ -124,6 +176,11 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"  {n} device(s): {v:7.1f} trials/min  ({v / scaling[1]:.2f}×)")
         print(f"per trial, near-zero timing: local {local * 1e3:.1f} ms, Ray {ray_path * 1e3:.1f} ms "
               f"(+{(ray_path - local) * 1e3:.1f} ms)")
+        print(f"one node compiling every candidate while timing on {os.cpu_count()} threads:")
+        for name, row in beside.items():
+            print(f"  timings {name} of builds: {row['trials_per_minute']:7.1f} trials/min, time vs alone "
+                  f"median {row['time_vs_alone_median']:.2f}×, worst {row['time_vs_alone_worst']:.2f}× "
+                  f"({row['failed']} failed)")
     return out
 
 
