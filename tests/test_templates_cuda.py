@@ -7,7 +7,9 @@ import pytest
 from autosched.emulation import build_emulated_kernel
 from autosched.graph.ir import Op
 from autosched.measure.nvcc import NvccBuilder
-from autosched.measure.record import MeasureInput
+from autosched.lower import lower
+from autosched.lower.ir import Allocate, walk_stmts
+from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.target import Target
 from search_spaces import TemplateError, get_template
 from tests.cuda_markers import needs_nvcc
@@ -71,8 +73,78 @@ def test_nvcc_compiles_sampled_configs(tmp_path, arch):
         task = TASKS[name]()
         _, configs = _configs(task, 1, seed=7)
         inputs += [MeasureInput(task, target, c) for c in configs]
+    for name in ("3x3_stride2_residual", "1x1_stride2_bias"):
+        task = GEMM_CONVS[name]()
+        inputs += [MeasureInput(task, target, c) for c in _implicit_gemm_configs(task, 2, seed=7)]
     results = NvccBuilder(n_parallel=2, timeout=120, cache_dir=tmp_path).build(inputs)
     assert all(r.ok for r in results), [r.error_msg for r in results if not r.ok]
+
+
+@needs_nvcc
+def test_implicit_gemm_beyond_the_device_is_a_resource_limit(tmp_path):
+    """1024 threads × 4 pixels by 16 input channels of a 3×3 window: a 2.3 MB im2col tile."""
+    task = conv_task((1, 16, 64, 64), (8, 16, 3, 3), pad=1)
+    config = _implicit_gemm(task, threads_w=32, threads_h=32, tile_w=4, tile_ic=16)
+    [result] = NvccBuilder(n_parallel=1, cache_dir=tmp_path).build([MeasureInput(task, SM80, config)])
+    assert result.error_kind is ErrorKind.RESOURCE_LIMIT and "shared memory exceed sm_80" in result.error_msg
+
+
+#: groups = 1 convolutions the implicit GEMM takes: odd maps, stride 2 with padding, 1×1, 3×3, 5×3
+GEMM_CONVS = {
+    "3x3_pad_bias_relu": lambda: conv_task((1, 5, 13, 11), (7, 5, 3, 3), pad=1, bias=True, epilogue="relu"),
+    "3x3_stride2_residual": lambda: conv_task((2, 6, 9, 10), (4, 6, 3, 3), stride=2, pad=1, epilogue="residual"),
+    "1x1": lambda: conv_task((2, 9, 7, 5), (11, 9, 1, 1)),
+    "1x1_stride2_bias": lambda: conv_task((1, 6, 11, 9), (5, 6, 1, 1), stride=2, bias=True),
+    "5x3_pad2": lambda: conv_task((1, 3, 10, 9), (6, 3, 5, 3), pad=2),
+}
+
+
+def _implicit_gemm(task, index: int = 0, **knobs):
+    """Config `index` of the conv template's space with the implicit-GEMM algorithm and `knobs`."""
+    space = get_template("Conv", "cuda").space(task, SM80)
+    config = space.get(index)
+    return space.from_values({**{k.name: config[k.name] for k in space.knobs}, "algorithm": "implicit_gemm", **knobs})
+
+
+def _implicit_gemm_configs(task, n: int, seed: int) -> list:
+    """`n` random configs of the conv template's space with the implicit-GEMM algorithm."""
+    size = len(get_template("Conv", "cuda").space(task, SM80))
+    return [_implicit_gemm(task, int(i)) for i in np.random.default_rng(seed).integers(0, size, n)]
+
+
+def test_implicit_gemm_conv_matches_reference_for_random_configs():
+    template = get_template("Conv", "cuda")
+    for name, make in sorted(GEMM_CONVS.items()):
+        task = make()
+        inputs = task.random_inputs(0)
+        (want,) = task.reference(inputs)
+        for config in _implicit_gemm_configs(task, 4, seed=len(name)):  # 20 in all
+            sched, args = template.apply(task, config, SM80)
+            got = np.full(want.shape, np.nan, np.float32)
+            build_emulated_kernel(sched, args, "candidate")(*inputs, got)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} {config.to_json()}")
+
+
+def test_the_tuner_chooses_the_conv_algorithm_and_grouped_convs_stay_direct():
+    template = get_template("Conv", "cuda")
+    spaces = {name: template.space(TASKS[name](), SM80) for name in ("conv_stride2_residual", "conv_depthwise")}
+    assert spaces["conv_stride2_residual"].knob("algorithm").values == ("direct", "implicit_gemm")
+    assert spaces["conv_depthwise"].knob("algorithm").values == ("direct",)
+    assert template.fallback(GEMM_CONVS["1x1"](), SM80)["algorithm"] == "implicit_gemm"
+    assert template.fallback(GEMM_CONVS["3x3_pad_bias_relu"](), SM80)["algorithm"] == "direct"
+
+
+def test_implicit_gemm_keeps_registers_and_shared_tiles_to_the_block():
+    """The GEMM's output columns are the fused (row, column) pixels: each thread's accumulator is
+    its tile_c × tile_w registers and the im2col tile one K step × the block's pixels, not the
+    bounding box of whole output rows."""
+    task = GEMM_CONVS["3x3_pad_bias_relu"]()
+    config = _implicit_gemm(task, threads_w=4, threads_h=2, threads_c=2, tile_w=2, tile_c=2, tile_ic=2,
+                            double_buffer=0)
+    sched, args = get_template("Conv", "cuda").apply(task, config, SM80)
+    shapes = {s.buffer.name: s.buffer.shape for s in walk_stmts(lower(sched, args, "conv").body)
+              if isinstance(s, Allocate)}
+    assert shapes == {"implicit_gemm": (1, 2, 2), "im2col_shared": (1, 18, 16), "weight_rows_shared": (4, 18)}
 
 
 def test_gpu_template_refuses_a_cpu_target():
