@@ -73,6 +73,9 @@ def test_nvcc_compiles_sampled_configs(tmp_path, arch):
         task = TASKS[name]()
         _, configs = _configs(task, 1, seed=7)
         inputs += [MeasureInput(task, target, c) for c in configs]
+    for name in ("softmax_bert", "layer_norm_odd"):
+        task = ROW_OPS[name]()
+        inputs += [MeasureInput(task, target, c) for c in _block_rows_configs(task, seed=7)]
     for name in ("3x3_stride2_residual", "1x1_stride2_bias"):
         task = GEMM_CONVS[name]()
         inputs += [MeasureInput(task, target, c) for c in _implicit_gemm_configs(task, 2, seed=7)]
@@ -145,6 +148,48 @@ def test_implicit_gemm_keeps_registers_and_shared_tiles_to_the_block():
     shapes = {s.buffer.name: s.buffer.shape for s in walk_stmts(lower(sched, args, "conv").body)
               if isinstance(s, Allocate)}
     assert shapes == {"implicit_gemm": (1, 2, 2), "im2col_shared": (1, 18, 16), "weight_rows_shared": (4, 18)}
+
+
+#: row-wise ops whose rows a block reduces together: odd rows, BERT's 768 and 3072, a global mean
+ROW_OPS = {
+    "softmax_odd": lambda: softmax_task((3, 5, 37)),
+    "softmax_bert": lambda: softmax_task((2, 768)),
+    "layer_norm_odd": lambda: unary_task(Op.LAYER_NORM, (2, 7, 33), axis=2, epsilon=1e-5),
+    "layer_norm_bert_ffn": lambda: unary_task(Op.LAYER_NORM, (3, 3072), axis=1, epsilon=1e-5),
+    "global_mean": lambda: unary_task(Op.REDUCE_MEAN, (1, 17, 7, 7), axes=(2, 3), keepdims=1),
+}
+
+
+def _block_rows_configs(task, seed: int) -> list:
+    """The fallback and two random thread counts, each a block a row."""
+    template = get_template(task.op, "cuda")
+    space = template.space(task, SM80)
+    threads = np.random.default_rng(seed).choice(space.knob("threads").values, 2)
+    return [template.fallback(task, SM80)] + [
+        space.from_values({"threads": int(t), "per_thread": 1, "row_reduce": "block"}) for t in threads]
+
+
+@pytest.mark.parametrize("name", sorted(ROW_OPS))
+def test_a_block_a_row_matches_reference(name):
+    """Every reduction inside the op as a shared-memory tree between barriers (the emulation
+    reports a barrier some threads miss and tree reads outside their level)."""
+    task = ROW_OPS[name]()
+    template = get_template(task.op, "cuda")
+    inputs = task.random_inputs(0)
+    (want,) = task.reference(inputs)
+    for config in _block_rows_configs(task, seed=len(name)):
+        sched, args = template.apply(task, config, SM80)
+        got = np.full(want.shape, np.nan, np.float32)
+        build_emulated_kernel(sched, args, "candidate")(*inputs, got)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {config.to_json()}")
+
+
+def test_long_rows_get_a_block_each_by_default():
+    softmax = get_template("Softmax", "cuda")
+    assert softmax.fallback(ROW_OPS["softmax_bert"](), SM80)["row_reduce"] == "block"
+    assert softmax.fallback(ROW_OPS["softmax_odd"](), SM80)["row_reduce"] == "thread"
+    pool = TASKS["max_pool"]()  # the output itself reduces: no block a row
+    assert "row_reduce" not in {k.name for k in get_template(pool.op, "cuda").space(pool, SM80).knobs}
 
 
 def test_gpu_template_refuses_a_cpu_target():

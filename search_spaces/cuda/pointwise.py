@@ -1,19 +1,23 @@
 """GPU template for every op that is not a matmul or convolution: elementwise ops, layout ops
 (Reshape, Transpose, Concat, Pad, Slice, Gather), pooling, reductions, Softmax, LayerNorm.
 
-One thread computes `per_thread` consecutive outputs of the flattened output (or, with `rows`,
-whole rows: every axis but the last is spread over threads, the last runs serially in the
-thread). Producer stages are inlined; a reduction is computed in registers at the thread's loop,
-so a row-wise op (Softmax, LayerNorm) with `rows` reduces each row once, and without it once per
-output element (more work, more parallelism: the tuner weighs the two). No barriers, so no
-thread can miss one. The knobs:
+One thread computes `per_thread` consecutive outputs of the flattened output (or whole rows:
+every axis but the last is spread over threads, the last runs serially in the thread).
+Producer stages are inlined; a reduction is computed in registers at the thread's loop, so a
+row-wise op (Softmax, LayerNorm) reduces each row once a thread, or once per output element
+(more work, more parallelism: the tuner weighs the two), or, for long rows, once a block with
+all its threads (row_reduce.py: a shared-memory tree between barriers). The knobs:
 
 - `threads`: threads per block;
 - `per_thread`: consecutive outputs per thread, unrolled;
-- `rows` (ops with an inner reduction stage and at least 2 output dims): 1 keeps the last
-  output axis serial inside a thread, 0 spreads it too.
+- `row_reduce` (ops with an inner reduction stage and at least 2 output dims): "thread" keeps
+  the last output axis serial inside a thread, "output" spreads it too, "block" (when the
+  output itself does not reduce) gives each row a block of `threads` threads that reduce it
+  together.
 """
 from __future__ import annotations
+
+import math
 
 from autosched.compute import task_compute
 from autosched.schedule import Schedule, create_schedule
@@ -22,10 +26,19 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from search_spaces.cuda.common import GpuTemplate, config_near, gpu_caps
+from search_spaces.cuda.row_reduce import block_rows, schedule_block_rows
 from search_spaces.registry import TemplateError
 
 THREADS = (32, 64, 128, 256, 512, 1024)
 PER_THREAD = (1, 2, 4)
+THREAD_ROWS, OUTPUT_ROWS, BLOCK_ROWS = "thread", "output", "block"
+LONG_ROW = 256  # reductions at least this long get a block a row in the fallback
+
+
+def _row_reductions(out: Tensor) -> list[int]:
+    """The lengths of the reductions inside the op (not the output's own): a row-wise op's rows."""
+    return [math.prod(a.extent for a in st.op.reduce_axes) for st in create_schedule(out).stages
+            if st.op is not out.op and st.op.reduce_axes]
 
 
 def _compute(task: Task, target: Target) -> tuple[list[Tensor], Tensor]:
@@ -34,11 +47,6 @@ def _compute(task: Task, target: Target) -> tuple[list[Tensor], Tensor]:
     if len(outs) != 1:
         raise TemplateError(f"{task.op} with {len(outs)} outputs has no GPU template (one output only)")
     return args, outs[0]
-
-
-def _has_inner_reduction(out: Tensor) -> bool:
-    """Whether a stage other than the output reduces (a row-wise op)."""
-    return any(st.op.reduce_axes for st in create_schedule(out).stages if st.op is not out.op)
 
 
 class PointwiseTemplate(GpuTemplate):
@@ -50,21 +58,35 @@ class PointwiseTemplate(GpuTemplate):
         size = 1
         for n in out.shape:
             size *= n
-        knobs = [ChoiceKnob("threads", tuple(t for t in THREADS if t == THREADS[0] or t <= size)),
+        rows = _row_reductions(out) if out.ndim >= 2 else []
+        most = max([size] + rows)  # a block a row can use a thread per element of the longest row
+        knobs = [ChoiceKnob("threads", tuple(t for t in THREADS if t == THREADS[0] or t <= most)),
                  ChoiceKnob("per_thread", PER_THREAD)]
-        if out.ndim >= 2 and _has_inner_reduction(out):
-            knobs.append(ChoiceKnob("rows", (1, 0)))
+        if rows:
+            ways = (THREAD_ROWS, OUTPUT_ROWS) + (() if out.op.reduce_axes else (BLOCK_ROWS,))
+            knobs.append(ChoiceKnob("row_reduce", ways))
         return ConfigSpace(self.name, tuple(knobs))
 
     def fallback(self, task: Task, target: Target) -> Config:
         """256 threads of one output (or one row) each: enough blocks to fill a GPU for all but
-        the smallest tensors."""
+        the smallest tensors; rows of LONG_ROW or more a block each, whose 256 threads share
+        the row's reductions."""
         space = self.space(task, target)
-        rows = {"rows": 1} if "rows" in {k.name for k in space.knobs} else {}
-        return config_near(space, {"threads": 256, "per_thread": 1, **rows})
+        if "row_reduce" not in {k.name for k in space.knobs}:
+            return config_near(space, {"threads": 256, "per_thread": 1})
+        _, out = _compute(task, target)
+        long_rows = BLOCK_ROWS in space.knob("row_reduce").values and max(_row_reductions(out)) >= LONG_ROW
+        return config_near(space, {"threads": 256, "per_thread": 1,
+                                   "row_reduce": BLOCK_ROWS if long_rows else THREAD_ROWS})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         args, out = _compute(task, target)
+        ways = "row_reduce" in {k.name for k in config.space.knobs}
+        if ways and config["row_reduce"] == BLOCK_ROWS:
+            out = block_rows(out, config["threads"])
+            s = create_schedule(out)
+            schedule_block_rows(s, s[out], config["threads"])
+            return s, args + [out]
         s = create_schedule(out)
         if out.op.reduce_axes:  # pooling, a reduction: accumulate in a register, store once
             acc = s[s.cache_write(out, "local")]
@@ -72,7 +94,7 @@ class PointwiseTemplate(GpuTemplate):
             acc = None
         o = s[out]
         axes = list(o.op.axes)
-        rows = "rows" in {k.name for k in config.space.knobs} and config["rows"]
+        rows = ways and config["row_reduce"] == THREAD_ROWS
         serial = axes[-1:] if rows else []
         lead = axes[:len(axes) - len(serial)]
         rest, elems = o.split(o.fuse(*lead), config["per_thread"])
