@@ -14,8 +14,8 @@ from autosched.target import Target
 from search_spaces import TemplateError, get_template
 from tests.cuda_markers import needs_nvcc
 from tests.task_helpers import (
-    add_relu_task, attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task, unary_task,
-    viewed_attention_task,
+    add_relu_task, attention_scores_task, conv_task, gemm_task, matmul_task, multi_output_task, softmax_task,
+    unary_task, viewed_attention_task,
 )
 
 SM80 = Target.parse("cuda -arch=sm_80")
@@ -76,6 +76,8 @@ def test_nvcc_compiles_sampled_configs(tmp_path, arch):
     for name in ("softmax_bert", "layer_norm_odd"):
         task = ROW_OPS[name]()
         inputs += [MeasureInput(task, target, c) for c in _block_rows_configs(task, seed=7)]
+    inputs += [MeasureInput(task, target, c) for task in (MULTI_OUTPUT["layer_norm_mean_inv_std"](),)
+               for c in _block_rows_configs(task, seed=3)]
     for name in ("3x3_stride2_residual", "1x1_stride2_bias"):
         task = GEMM_CONVS[name]()
         inputs += [MeasureInput(task, target, c) for c in _implicit_gemm_configs(task, 2, seed=7)]
@@ -190,6 +192,30 @@ def test_long_rows_get_a_block_each_by_default():
     assert softmax.fallback(ROW_OPS["softmax_odd"](), SM80)["row_reduce"] == "thread"
     pool = TASKS["max_pool"]()  # the output itself reduces: no block a row
     assert "row_reduce" not in {k.name for k in get_template(pool.op, "cuda").space(pool, SM80).knobs}
+
+
+MULTI_OUTPUT = {
+    "split_3": lambda: multi_output_task(Op.SPLIT, (4, 10, 3), 3, axis=1, split=(2, 5, 3)),
+    "layer_norm_mean_inv_std": lambda: multi_output_task(Op.LAYER_NORM, (3, 5, 40), 3, axis=2, epsilon=1e-5),
+    "layer_norm_bert_mean": lambda: multi_output_task(Op.LAYER_NORM, (2, 768), 2, axis=1, epsilon=1e-5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MULTI_OUTPUT))
+def test_multi_output_ops_match_reference(name):
+    """Every output written by one kernel, for the fallback and every row_reduce way."""
+    task = MULTI_OUTPUT[name]()
+    template = get_template(task.op, "cuda")
+    space = template.space(task, SM80)
+    configs = [template.fallback(task, SM80)] + [space.get(int(i)) for i in space.sample(3, np.random.default_rng(1))]
+    inputs = task.random_inputs(0)
+    want = task.reference(inputs)
+    for config in configs:
+        sched, args = template.apply(task, config, SM80)
+        got = [np.full(w.shape, np.nan, np.float32) for w in want]
+        build_emulated_kernel(sched, args, "candidate")(*inputs, *got)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{name} {config.to_json()}")
 
 
 def test_gpu_template_refuses_a_cpu_target():

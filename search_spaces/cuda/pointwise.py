@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import math
 
+from autosched import te
 from autosched.compute import task_compute
-from autosched.schedule import Schedule, create_schedule
+from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from search_spaces.cuda.common import GpuTemplate, config_near, gpu_caps
-from search_spaces.cuda.row_reduce import block_rows, schedule_block_rows
+from search_spaces.cuda.row_reduce import block_rows, consumers, rebuild, schedule_block_rows
 from search_spaces.registry import TemplateError
 
 THREADS = (32, 64, 128, 256, 512, 1024)
@@ -35,18 +36,22 @@ THREAD_ROWS, OUTPUT_ROWS, BLOCK_ROWS = "thread", "output", "block"
 LONG_ROW = 256  # reductions at least this long get a block a row in the fallback
 
 
-def _row_reductions(out: Tensor) -> list[int]:
-    """The lengths of the reductions inside the op (not the output's own): a row-wise op's rows."""
-    return [math.prod(a.extent for a in st.op.reduce_axes) for st in create_schedule(out).stages
-            if st.op is not out.op and st.op.reduce_axes]
-
-
-def _compute(task: Task, target: Target) -> tuple[list[Tensor], Tensor]:
+def _compute(task: Task, target: Target) -> tuple[list[Tensor], list[Tensor]]:
+    """The task's arguments and outputs; several outputs (Split's parts, LayerNorm's Mean and
+    InvStdDev) get computations of their own that share no stage, so each is scheduled as a
+    one-output op in the same kernel (a reduction two outputs read is computed by each)."""
     # the capabilities only size the CPU panels of matmuls, which no op of this template has
     args, outs = task_compute(task, target.capabilities)
-    if len(outs) != 1:
-        raise TemplateError(f"{task.op} with {len(outs)} outputs has no GPU template (one output only)")
-    return args, outs[0]
+    return args, outs if len(outs) == 1 else [rebuild(o) for o in outs]
+
+
+def _row_reductions(out: Tensor) -> list[int]:
+    """The lengths of the reductions inside an output of the op (not the output's own): a
+    row-wise op's rows; none for outputs of fewer than 2 dims, which have no rows to give."""
+    if out.ndim < 2:
+        return []
+    return [math.prod(a.extent for a in st.op.reduce_axes) for st in create_schedule(out).stages
+            if st.op is not out.op and st.op.reduce_axes]
 
 
 class PointwiseTemplate(GpuTemplate):
@@ -54,17 +59,14 @@ class PointwiseTemplate(GpuTemplate):
 
     def space(self, task: Task, target: Target) -> ConfigSpace:
         gpu_caps(target)
-        _, out = _compute(task, target)
-        size = 1
-        for n in out.shape:
-            size *= n
-        rows = _row_reductions(out) if out.ndim >= 2 else []
-        most = max([size] + rows)  # a block a row can use a thread per element of the longest row
+        _, outs = _compute(task, target)
+        rows = [n for o in outs for n in _row_reductions(o)]
+        most = max([math.prod(o.shape) for o in outs] + rows)  # a block a row: a thread per element
         knobs = [ChoiceKnob("threads", tuple(t for t in THREADS if t == THREADS[0] or t <= most)),
                  ChoiceKnob("per_thread", PER_THREAD)]
         if rows:
-            ways = (THREAD_ROWS, OUTPUT_ROWS) + (() if out.op.reduce_axes else (BLOCK_ROWS,))
-            knobs.append(ChoiceKnob("row_reduce", ways))
+            own = any(o.op.reduce_axes for o in outs)
+            knobs.append(ChoiceKnob("row_reduce", (THREAD_ROWS, OUTPUT_ROWS) + (() if own else (BLOCK_ROWS,))))
         return ConfigSpace(self.name, tuple(knobs))
 
     def fallback(self, task: Task, target: Target) -> Config:
@@ -74,54 +76,61 @@ class PointwiseTemplate(GpuTemplate):
         space = self.space(task, target)
         if "row_reduce" not in {k.name for k in space.knobs}:
             return config_near(space, {"threads": 256, "per_thread": 1})
-        _, out = _compute(task, target)
-        long_rows = BLOCK_ROWS in space.knob("row_reduce").values and max(_row_reductions(out)) >= LONG_ROW
+        _, outs = _compute(task, target)
+        longest = max(n for o in outs for n in _row_reductions(o))
+        long_rows = BLOCK_ROWS in space.knob("row_reduce").values and longest >= LONG_ROW
         return config_near(space, {"threads": 256, "per_thread": 1,
                                    "row_reduce": BLOCK_ROWS if long_rows else THREAD_ROWS})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
-        args, out = _compute(task, target)
-        ways = "row_reduce" in {k.name for k in config.space.knobs}
-        if ways and config["row_reduce"] == BLOCK_ROWS:
-            out = block_rows(out, config["threads"])
-            s = create_schedule(out)
-            schedule_block_rows(s, s[out], config["threads"])
-            return s, args + [out]
-        s = create_schedule(out)
-        if out.op.reduce_axes:  # pooling, a reduction: accumulate in a register, store once
-            acc = s[s.cache_write(out, "local")]
-        else:
-            acc = None
-        o = s[out]
-        axes = list(o.op.axes)
-        rows = ways and config["row_reduce"] == THREAD_ROWS
-        serial = axes[-1:] if rows else []
-        lead = axes[:len(axes) - len(serial)]
-        rest, elems = o.split(o.fuse(*lead), config["per_thread"])
-        blocks, threads = o.split(rest, config["threads"])
-        o.reorder(blocks, threads, elems, *serial)
-        o.bind(blocks, "blockIdx.x")
-        o.bind(threads, "threadIdx.x")
-        o.unroll(elems)
-        at = serial[-1] if acc is not None and serial else elems
-        if acc is not None:
-            s.compute_at(acc, o, at)
-        for st in reversed(s.stages):  # consumers first: each reduction goes where its reader is
-            if st is o or st is acc:
-                continue
-            if not st.op.reduce_axes:
-                s.compute_inline(st)
-                continue
-            st.set_scope("local")
-            direct = [r for r in s.readers(st) if r.attach != ("inline",)]
-            if direct in ([], [o]):  # read by the output, maybe also through inlined stages (Softmax's max)
-                s.compute_at(st, o, elems)
-            elif len(direct) == 1 and direct[0].op.axes:  # inside another reduction (LayerNorm's mean)
-                s.compute_at(st, direct[0], direct[0].op.axes[-1])
+        args, outs = _compute(task, target)
+        way = config["row_reduce"] if "row_reduce" in {k.name for k in config.space.knobs} else None
+        threads = config["threads"]
+        by_rows = [way is not None and bool(_row_reductions(o)) for o in outs]
+        if way == BLOCK_ROWS:
+            outs = [block_rows(o, threads) if rows else o for o, rows in zip(outs, by_rows)]
+        s = create_schedule(outs)
+        stages = [[s[t] for t in te.post_order([o]) if isinstance(t.op, te.ComputeOp)] for o in outs]
+        for out, own, rows in zip(outs, stages, by_rows):
+            if rows and way == BLOCK_ROWS:
+                schedule_block_rows(s, s[out], threads, own)
             else:
-                raise TemplateError(f"{task.op}: no GPU schedule for reduction {st.name} read by "
-                                    f"{', '.join(r.name for r in direct)}")
-        return s, args + [out]
+                _schedule_flat(s, out, own, threads, config["per_thread"], rows and way == THREAD_ROWS)
+        return s, args + outs
+
+
+def _schedule_flat(s: Schedule, out: Tensor, own: list[Stage], threads: int, per_thread: int, rows: bool) -> None:
+    """`per_thread` consecutive outputs a thread (whole rows with `rows`), `threads` a block;
+    `own` (the output's producers) inlined, or, reductions, computed in registers where read."""
+    acc = s[s.cache_write(out, "local")] if out.op.reduce_axes else None  # pooling: accumulate, store once
+    o = s[out]
+    axes = list(o.op.axes)
+    serial = axes[-1:] if rows else []
+    lead = axes[:len(axes) - len(serial)]
+    rest, elems = o.split(o.fuse(*lead), per_thread)
+    blocks, lanes = o.split(rest, threads)
+    o.reorder(blocks, lanes, elems, *serial)
+    o.bind(blocks, "blockIdx.x")
+    o.bind(lanes, "threadIdx.x")
+    o.unroll(elems)
+    at = serial[-1] if acc is not None and serial else elems
+    if acc is not None:
+        s.compute_at(acc, o, at)
+    for st in reversed(own):  # consumers first: each reduction goes where its reader is
+        if st is o or st is acc or st.op is out.op:
+            continue
+        if not st.op.reduce_axes:
+            s.compute_inline(st)
+            continue
+        st.set_scope("local")
+        direct = list({id(r): r for r in consumers(s, st)}.values())
+        if o in direct:  # read by the output (maybe also by reductions computed there: Softmax's max)
+            s.compute_at(st, o, elems)
+        elif len(direct) == 1 and direct[0].op.axes:  # inside another reduction (LayerNorm's mean)
+            s.compute_at(st, direct[0], direct[0].op.axes[-1])
+        else:
+            raise TemplateError(f"{out.name}: no GPU schedule for reduction {st.name} read by "
+                                f"{', '.join(r.name for r in direct)}")
 
 
 TEMPLATE = PointwiseTemplate()

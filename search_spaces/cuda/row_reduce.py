@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 
 from autosched import te
 from autosched.schedule import Schedule, Stage
@@ -65,10 +66,9 @@ def _tree(r: Tensor, body: Reduce, threads: int) -> Tensor:
     return te.compute(r.shape, lambda *i: level[i + (0,)], name=r.name, tag=r.op.tag)
 
 
-def block_rows(out: Tensor, threads: int) -> Tensor:
-    """`out` with every reduction other than its own computed as a `threads`-lane tree."""
-    if threads & (threads - 1):
-        raise ValueError(f"a reduction tree needs a power-of-two lane count, not {threads}")
+def rebuild(out: Tensor, reduction: Callable[[Tensor, Reduce], Tensor] | None = None) -> Tensor:
+    """A fresh copy of `out`'s computation (its placeholders shared); with `reduction`, each
+    reduction other than `out`'s own becomes reduction(tensor, its body reading the copies)."""
     new: dict[int, Tensor] = {}
 
     def redirect(x):
@@ -79,41 +79,49 @@ def block_rows(out: Tensor, threads: int) -> Tensor:
         if not isinstance(t.op, te.ComputeOp):
             continue
         body = transform(t.op.body, redirect)
-        if isinstance(body, Reduce) and t is not out:
-            new[id(t.op)] = _tree(t, body, threads)
+        if reduction is not None and isinstance(body, Reduce) and t is not out:
+            new[id(t.op)] = reduction(t, body)
         else:
             new[id(t.op)] = Tensor(te.ComputeOp(t.op.name, t.op.axes, body, t.op.tag, t.op.attrs))
     return new[id(out.op)]
 
 
-def schedule_block_rows(s: Schedule, o: Stage, threads: int) -> None:
+def block_rows(out: Tensor, threads: int) -> Tensor:
+    """`out` with every reduction other than its own computed as a `threads`-lane tree."""
+    if threads & (threads - 1):
+        raise ValueError(f"a reduction tree needs a power-of-two lane count, not {threads}")
+    return rebuild(out, lambda t, body: _tree(t, body, threads))
+
+
+def schedule_block_rows(s: Schedule, o: Stage, threads: int, own: list[Stage]) -> None:
     """One block per output row (every axis but the last), its `threads` threads along the row;
-    the trees in shared memory at the block, every other producer inlined."""
+    the trees in shared memory at the block, every other producer inlined (`own`: the output's
+    stages, when the kernel has other outputs)."""
     *lead, last = o.op.axes
     block = o.fuse(*lead)
     serial, lane = o.split(last, threads)
     o.reorder(block, lane, serial)
     o.bind(block, "blockIdx.x")
     o.bind(lane, "threadIdx.x")
-    for st in s.stages:
+    for st in own:
         if st is not o and st.op.tag != ROW_TREE_TAG:
             s.compute_inline(st)
-    for st in reversed(s.stages):  # readers first: each level goes inside the level that reads it
+    for st in reversed(own):  # readers first: each level goes inside the level that reads it
         if st.op.tag != ROW_TREE_TAG:
             continue
         st.set_scope("shared")
         outer, lane = st.split(st.fuse(*st.op.axes), threads)
         st.bind(lane, "threadIdx.x")
-        readers = _readers(s, st)
+        readers = consumers(s, st)
         if o in readers:  # a tree's last level (the output may share it with other trees' lanes)
             s.compute_at(st, o, block)
         else:  # the next level, or the lanes of a tree over values made from this one (LayerNorm's)
             s.compute_at(st, readers[0], readers[0].leaf_axes[0])
 
 
-def _readers(s: Schedule, st: Stage) -> list[Stage]:
+def consumers(s: Schedule, st: Stage) -> list[Stage]:
     """The stages that read `st`, directly or through inlined stages."""
     out = []
     for r in s.readers(st):
-        out += _readers(s, r) if r.attach == ("inline",) else [r]
+        out += consumers(s, r) if r.attach == ("inline",) else [r]
     return out
