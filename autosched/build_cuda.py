@@ -11,7 +11,7 @@ by `autosched_last_error`.
 """
 from __future__ import annotations
 
-from autosched.build import WEIGHT_ALIGN, arg_pointer
+from autosched.build_module import WEIGHT_ALIGN, arg_pointer
 from autosched.codegen.gpu import LaunchGeometry
 from autosched.graph.ir import Graph
 

@@ -83,10 +83,11 @@ def _time_and_errors(recs: Sequence[StoredRecord], sessions: list[dict]) -> tupl
     wall = sum((s["ended"] or s["started"]) - s["started"] for s in sessions)
     parts = {"building (sum over parallel builds)": sum(r.result.build_s for r in recs),
              "timing kernels (repeats)": sum(sum(r.result.costs) for r in recs),
+             "cost model and search (tuners)": sum(s["search_s"] for s in sessions),
              "sessions' wall time": wall}
     ax.barh(list(parts), list(parts.values()))
     ax.set(xlabel="seconds", title="Where tuning time went")
-    time_png = _png(fig)
+    time_png = _png(fig) + "<p>" + "; ".join(f"{html.escape(k)}: {v:.1f} s" for k, v in parts.items()) + "</p>"
     fig, ax = plt.subplots(figsize=(6, 3))
     kinds = Counter((r.template, r.result.error_kind.name) for r in recs if not r.result.ok)
     labels = [f"{t}: {k}" for t, k in kinds] or ["no failures"]

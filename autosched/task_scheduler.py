@@ -138,7 +138,9 @@ def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder
                scheduler: str = "costliest") -> ScheduleSummary:
     """Spend `trials` new measurements over `tasks`, in rounds of `round_trials`, starting
     from `history` (task key → earlier records of that task on this target); after the first
-    rounds, `scheduler` (a name in SCHEDULERS) picks each round's task."""
+    rounds, `scheduler` (a name in SCHEDULERS) picks each round's task. Callbacks with a
+    `searched(seconds)` method hear, after each round, how long its tuner spent proposing and
+    learning (the cost model's share of the tuning time)."""
     if type(trials) is not int or trials <= 0:
         raise TunerError(f"trials must be a positive int, got {trials!r}")
     if scheduler not in SCHEDULERS:
@@ -157,6 +159,9 @@ def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder
         p = first_round.pop(0) if first_round else max(live, key=lambda q: priority(q, progress))
         n = min(round_trials, trials - spent)
         summary = p.tuner.tune(n, measure, list(callbacks))
+        for callback in callbacks:
+            if hasattr(callback, "searched"):
+                callback.searched(summary.search_s)
         spent += summary.trials
         p.trials += summary.trials
         p.stale_rounds = 0 if summary.best_cost < p.best_cost else p.stale_rounds + 1

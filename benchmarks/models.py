@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from autosched import zoo
-from autosched.build import build_model
+from autosched.build_module import build_model
 from autosched.evaluate import Latency, compare, latency, onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
@@ -26,7 +26,7 @@ from autosched.target import Target
 from autosched.task import extract_tasks
 
 
-def _timed(library: Path, session, feeds: dict, threads: int, runs: int) -> tuple[Latency, bool]:
+def timed(library: Path, session, feeds: dict, threads: int, runs: int) -> tuple[Latency, bool]:
     model = load_model(library)
     model.set_num_threads(threads)
     try:
@@ -42,14 +42,14 @@ def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database 
     tasks = extract_tasks(optimize(graph, Target.parse("llvm").layout_lanes))
     session = onnxruntime_session(path, threads)
     feeds = sample_inputs(graph, 0)
-    lat, ok = _timed(build_model(graph, workdir / f"{name}.so").library, session, feeds, threads, runs)
+    lat, ok = timed(build_model(graph, workdir / f"{name}.so").library, session, feeds, threads, runs)
     out = {"autosched_ms": round(lat.autosched_ms, 3), "onnxruntime_ms": round(lat.onnxruntime_ms, 3),
            "ratio": round(lat.ratio, 3), "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups),
            "matches_onnxruntime": ok}
     if db is not None:
         schedules = TunedSchedules(db)
         library = build_model(graph, workdir / f"{name}-tuned.so", schedule_for=schedules).library
-        tuned, tuned_ok = _timed(library, session, feeds, threads, runs)
+        tuned, tuned_ok = timed(library, session, feeds, threads, runs)
         out.update({"tuned_ms": round(tuned.autosched_ms, 3), "tuned_ratio": round(tuned.ratio, 3),
                     "speedup_vs_untuned": round(lat.autosched_ms / tuned.autosched_ms, 3),
                     "tuned_tasks": len(set(schedules.used)), "matches_onnxruntime": ok and tuned_ok})

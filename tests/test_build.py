@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from autosched import zoo
-from autosched.build import build_model, group_arguments
+from autosched.build_module import build_model, group_arguments
 from autosched.cli import main
 from autosched.evaluate import compare, onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import import_model, load_onnx

@@ -3,7 +3,7 @@ equality), and the compiled task against the unfolded graph's numpy results."""
 import numpy as np
 import pytest
 
-from autosched.build import default_kernel
+from autosched.build_module import default_kernel
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.passes import fold_views, optimize

@@ -15,11 +15,15 @@ def test_report_embeds_four_figures_and_the_task_table(tmp_path, tasks, capsys):
     with Database(db) as database:
         database.commit(measured(tasks[0], host, [3e-3, None, 1e-3]))
         database.commit(measured(tasks[1], host, [2e-3], t0=5000.0))
+        session = database.start_session(str(model), host, 4)
+        database.add_search_time(session, 1.25)
+        database.add_search_time(session, 0.5)
     assert main(["report", str(model), "--db", str(db), "-o", str(out)]) == 0
     assert capsys.readouterr().out == f"wrote {out} (4 records)\n"
     page = out.read_text()
     assert page.count('<img src="data:image/png;base64,') == 4
     assert page.count("<tr>") == 3  # header and the two tasks with records
+    assert "cost model and search (tuners): 1.8 s" in page
     assert "<td>Gemm</td><td>[[64, 784], [1024, 784], [1024]]</td><td>1</td><td>3</td><td>1</td><td>1</td>" in page
 
 

@@ -197,32 +197,55 @@ def test_oversized_register_tiles_are_refused_before_compiling(measure, isa, lim
 
 @pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
 def test_fallback_configs_are_in_the_space_and_correct(measure, target):
-    """Untuned builds use the conv template's fallback config: it must be a point of the task's
-    space, fit the target's registers (accumulators, two weight vectors and the broadcast input)
-    and compute the right answer for every shape the blocked variant sees; depthwise and
-    grouped convolutions and matmuls keep the op library's schedule (None)."""
+    """Untuned builds use the conv and matmul templates' fallback configs: each must be a point
+    of the task's space, fit the target's registers (accumulators, the weight or B vectors and
+    the broadcast input) and compute the right answer for every shape its variant sees;
+    depthwise and grouped convolutions keep the op library's schedule (None)."""
     inputs = []
     lanes = target.capabilities.lanes(4)
     for name, (make, variant) in TASKS.items():
         task = make()
         config = get_template(task.op, "llvm").fallback(task, target)
-        if not variant.startswith("conv2d_nchwc"):
+        if variant.startswith("conv2d_grouped"):
             assert config is None, name
             continue
         assert config.space == get_template(task.op, "llvm").space(task, target)
-        if variant == "conv2d_nchwc_llvm":
-            vectors = -(-config["oc_bn"] // lanes)
+        if variant == "matmul_packed_llvm":
+            vectors, rows = -(-config["nr"] // lanes), config["mr"]
+        elif variant == "conv2d_nchwc_llvm":
+            vectors, rows = -(-config["oc_bn"] // lanes), config["tile_ow"][1]
         else:  # the layout's blocks are at most one vector each
             vectors = config["tile_oc"] if any(k.name == "tile_oc" for k in config.space.knobs) else 1
-        assert vectors * config["tile_ow"][1] + vectors + 1 <= target.capabilities.vector_registers, name
+            rows = config["tile_ow"][1]
+        assert vectors * rows + vectors + 1 <= target.capabilities.vector_registers, name
         inputs.append(MeasureInput(task, target, config))
-    assert len(inputs) == 7
+    assert len(inputs) == 14
     results = measure(inputs)
-    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 7, [r.error_msg for r in results]
+    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 14, [r.error_msg for r in results]
+
+
+@pytest.mark.parametrize("make", [TASKS["dense_bias"][0], lambda: matmul_task((64, 96), (96, 80))],
+                         ids=["dense_bias", "matmul_in_place"])
+def test_matmul_fallback_is_the_op_library_schedule(make):
+    """An untuned matmul runs the op library's default schedule, and the tuner's first trial is
+    that schedule in the template's space: the fallback must take the default's register tile,
+    packing and loop order, or a tune could end slower than the untuned build (it did on the
+    MLP before the fallback existed). Same tile and same answer; the two lower differently only
+    in unit loops the template's extra splits leave."""
+    from autosched.build_module import library_kernel
+    from autosched.ops.matmul import MATMUL_TAG
+    task = make()
+    for target in RUN_TARGETS:
+        config = get_template(task.op, "llvm").fallback(task, target)
+        schedule, _ = library_kernel(task, target)
+        packing = next(s.op for s in schedule.stages if s.op.tag == MATMUL_TAG).attrs["packing"]
+        assert (config["mr"], config["nr"], config["pack_a"]) == (packing.mr, packing.nr, packing.pack_a), target
+        assert config["mb"] == 1 and config["tile_k"][0] == config["tile_k"][2] == 1
+        assert config["tile_order"] == ("j", "i")
 
 
 def test_untuned_build_of_a_conv_uses_the_fallback_config():
-    from autosched.build import default_kernel
+    from autosched.build_module import default_kernel
     task = TASKS["conv3x3_bias_relu"][0]()
     template = get_template(task.op, "llvm")
     render = renderer_for("llvm").render

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from autosched.build import build_model
+from autosched.build_module import build_model
 from autosched.cli import main
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
@@ -109,6 +109,8 @@ def test_cli_tune_resumes_from_the_database_without_measuring_a_config_twice(sma
     assert "resuming from 8 records of 2 tasks" in out
     pairs = _measured(db)
     assert len(pairs) == 16 and len(set(pairs)) == 16
+    with Database(db) as database:  # the XGBoost tuners' fits and proposals, for the report
+        assert all(s["search_s"] > 0 for s in database.sessions())
 
 
 def test_history_feeds_each_tuner_its_records_and_model_based_ones_the_others(small_model, tmp_path):

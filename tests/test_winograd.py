@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from autosched import te
-from autosched.build import _plan_kernel
+from autosched.build_module import _plan_kernel
 from autosched.codegen import renderer_for
 from autosched.kernel import build_kernel
 from autosched.lower import lower

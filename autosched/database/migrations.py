@@ -13,8 +13,12 @@ def _add_node(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE records ADD COLUMN node TEXT")
 
 
+def _add_search_time(conn: Connection) -> None:
+    conn.exec_driver_sql("ALTER TABLE sessions ADD COLUMN search_s FLOAT NOT NULL DEFAULT 0")
+
+
 #: version v → the step that turns a version-v file into version v + 1
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_node}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_node, 2: _add_search_time}
 
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "every older version needs its step"
 

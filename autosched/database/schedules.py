@@ -31,7 +31,7 @@ class TunedSchedules:
         self._noticed: set[str] = set()
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
-        from autosched.build import default_kernel
+        from autosched.build_module import default_kernel
         from search_spaces import get_template
         found = best(self.db, task, target)
         if found is None and self.fallback is not None:

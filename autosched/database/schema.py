@@ -12,7 +12,7 @@ from sqlalchemy import (Column, Float, ForeignKey, Index, Integer, MetaData, Str
                         UniqueConstraint)
 
 #: version 1: the first schema; 2: records.node (the fleet machine that measured a record)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -50,6 +50,7 @@ sessions = Table(
     Column("status", String(16), nullable=False),  # running, done, interrupted, failed
     Column("started", Float, nullable=False),
     Column("ended", Float),
+    Column("search_s", Float, nullable=False, default=0.0),  # tuners proposing and fitting cost models
 )
 
 records = Table(

@@ -150,6 +150,11 @@ class Database:
             conn.execute(update(sessions).where(sessions.c.id == session).values(status=status, ended=time.time()))
             return conn.execute(select(sessions.c.trials_done).where(sessions.c.id == session)).scalar() or 0
 
+    def add_search_time(self, session: int, seconds: float) -> None:
+        with self.writing() as conn:
+            conn.execute(update(sessions).where(sessions.c.id == session)
+                         .values(search_s=sessions.c.search_s + seconds))
+
     def prune(self, before: float) -> int:
         """Drop records older than `before` (a Unix time) that failed or are not the best of their
         workload and target; returns how many went."""

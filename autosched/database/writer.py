@@ -17,3 +17,8 @@ class RecordWriter:
 
     def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         self.written += self.db.commit(list(zip(inputs, results)), self.session, self.tuner)
+
+    def searched(self, seconds: float) -> None:
+        """A round's search time (cost model fits, proposals) counts toward its session."""
+        if self.session is not None:
+            self.db.add_search_time(self.session, seconds)

@@ -1,6 +1,6 @@
 """Measure what a built model runs: stages that read only weights are precomputed, not timed.
 
-A model build (`autosched.build`) computes the stages that read only constants (packed
+A model build (`autosched.build_module`) computes the stages that read only constants (packed
 weights, Winograd's transformed filters) once, at build time, and the kernel takes them as
 arguments. Timing a candidate with those stages inside would charge it for work the model never
 does at run time: Winograd's weight transform made ResNet-18's 512-channel 7×7 layers look 2×
@@ -40,9 +40,9 @@ def constant_inputs(task: Task) -> tuple[int, ...]:
 
 
 def fold_weights(sched: Schedule, args: list[Tensor], task: Task) -> tuple[list[Tensor], list[FoldedStage]]:
-    """Mark the weight-only frontier of `sched` precomputed, as `autosched.build` does; returns
+    """Mark the weight-only frontier of `sched` precomputed, as `autosched.build_module` does; returns
     the candidate's arguments (inputs, outputs, then the precomputed tensors) and their kernels."""
-    from autosched.build import _reads, _weight_only_frontier
+    from autosched.build_module import _reads, _weight_only_frontier
     consts = constant_inputs(task)
     if not consts:
         return list(args), []

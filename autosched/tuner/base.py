@@ -8,6 +8,7 @@ early. Strategies only propose (`_propose`) and learn (`_observe`).
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class TuneSummary:
     best: Config | None
     best_cost: float  # seconds; inf when nothing has succeeded
     stopped_early: bool
+    search_s: float = 0.0  # spent proposing and learning (cost model fits), not measuring
 
 
 class Tuner(ABC):
@@ -93,14 +95,16 @@ class Tuner(ABC):
             raise TunerError(f"n_trials must be a positive int, got {n_trials!r}")
         if early_stopping is not None and (type(early_stopping) is not int or early_stopping <= 0):
             raise TunerError(f"early_stopping must be a positive int or None, got {early_stopping!r}")
-        done, last_gain = 0, 0
+        done, last_gain, search_s = 0, 0, 0.0
         while done < n_trials:
             if early_stopping is not None and done - last_gain >= early_stopping:
-                return TuneSummary(done, self.best, self.best_cost, stopped_early=True)
+                return TuneSummary(done, self.best, self.best_cost, stopped_early=True, search_s=search_s)
             want = min(self.options.batch_size, n_trials - done)
             pending = self._fresh(self._queued)
             queued, self._queued = pending[:want], pending[want:]
+            start = time.perf_counter()
             indices = self._fresh(queued + self._propose(want - len(queued)))[:want]
+            search_s += time.perf_counter() - start
             if not indices:
                 break
             inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
@@ -112,10 +116,12 @@ class Tuner(ABC):
                 self.visited.add(inp.config.index)
                 if res.ok and res.cost < self.best_cost:
                     self.best, self.best_cost, last_gain = inp.config, res.cost, done
+            start = time.perf_counter()
             self._observe(inputs, results)
+            search_s += time.perf_counter() - start
             for callback in callbacks:
                 callback(inputs, results)
-        return TuneSummary(done, self.best, self.best_cost, stopped_early=False)
+        return TuneSummary(done, self.best, self.best_cost, stopped_early=False, search_s=search_s)
 
     def _fresh(self, proposed: Sequence[int]) -> list[int]:
         """Proposals minus anything measured or repeated: the loop, not each

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -375,15 +373,3 @@ int32_t autosched_model_run(void** inputs, void** outputs) {{
 
 def _round(n: int) -> int:
     return max(WEIGHT_ALIGN, -(-n // WEIGHT_ALIGN) * WEIGHT_ALIGN)
-
-
-class _CallableModule(types.ModuleType):
-    """`autosched.build` names both this module and the API call `autosched.build(model, target,
-    db=...)`: calling the module runs `autosched.api.build`."""
-
-    def __call__(self, *args, **kwargs):
-        from autosched.api import build
-        return build(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

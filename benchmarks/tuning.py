@@ -1,0 +1,130 @@
+"""Tuning curves of whole models: tune from an empty database to each checkpoint, then time
+the untuned build, the tuned build and onnxruntime in one run; and the build from the shipped
+records alone (a first build, no tuning).
+
+    python benchmarks/tuning.py [--models mlp,resnet18] [--checkpoints 250,500,1000]
+                                [--scheduler costliest] [--threads 2] [--runs 20] [--db-dir DIR] [--json]
+
+Per checkpoint: the tuning wall time so far, the estimated model latency (Σ weight × each
+task's best measured time, what the task scheduler minimizes) and the measured ratios to
+onnxruntime. Each model gets its own database file in --db-dir (kept, so the figures can be
+re-examined with `autosched report`); an existing file is refused, since the curve must start
+from nothing. Comparing `--scheduler costliest` and `--scheduler gradient` at equal trials is
+issue 9's scheduler comparison.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import autosched
+from autosched import zoo
+from autosched.build_module import build_model
+from autosched.database import Database, TunedSchedules, best, shipped_database
+from autosched.evaluate import onnxruntime_session, sample_inputs
+from autosched.frontend.onnx import load_onnx
+from autosched.graph.passes import optimize
+from autosched.target import Target
+from autosched.task import extract_tasks
+from autosched.task_scheduler import tunable
+
+from models import timed  # noqa: E402  (benchmarks/ is the script's directory)
+
+
+def estimated_ms(db: Database, tasks, target: Target) -> float | None:
+    """Σ weight × best over the model's tunable tasks, or None while one has no valid record."""
+    total = 0.0
+    for task in tunable(tasks, target)[0]:
+        found = best(db, task, target)
+        if found is None:
+            return None
+        total += task.weight * found.cost
+    return round(total * 1e3, 3)
+
+
+def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], scheduler: str,
+          threads: int, runs: int) -> dict:
+    path = workdir / f"{name}.onnx"
+    target = Target.parse("llvm")
+    graph = load_onnx(path)
+    tasks = extract_tasks(optimize(graph, target.layout_lanes)).tasks
+    session = onnxruntime_session(path, threads)
+    feeds = sample_inputs(graph, 0)
+    out: dict = {"checkpoints": []}
+    untuned_lib = build_model(graph, workdir / f"{name}.so").library
+    shipped = TunedSchedules(Database(workdir / f"{name}-empty.db"), shipped_database())
+    shipped_lib = build_model(graph, workdir / f"{name}-shipped.so", schedule_for=shipped).library
+    untuned, ok = timed(untuned_lib, session, feeds, threads, runs)
+    from_shipped, shipped_ok = timed(shipped_lib, session, feeds, threads, runs)
+    out["untuned"] = {"ms": round(untuned.autosched_ms, 3), "onnxruntime_ms": round(untuned.onnxruntime_ms, 3),
+                      "ratio": round(untuned.ratio, 3), "ok": ok}
+    out["shipped"] = {"ms": round(from_shipped.autosched_ms, 3), "ratio": round(from_shipped.ratio, 3),
+                      "tasks_from_shipped": len(shipped.from_fallback), "tasks": len(tasks), "ok": shipped_ok}
+    done, wall = 0, 0.0
+    with Database(db_path) as db:
+        for trials in checkpoints:
+            start = time.perf_counter()
+            autosched.tune(path, target, trials - done, db=db, scheduler=scheduler)
+            wall += time.perf_counter() - start
+            done = trials
+            library = build_model(graph, workdir / f"{name}-{trials}.so", schedule_for=TunedSchedules(db)).library
+            tuned, tuned_ok = timed(library, session, feeds, threads, runs)
+            again, again_ok = timed(untuned_lib, session, feeds, threads, runs)
+            out["checkpoints"].append({
+                "trials": trials, "tune_wall_s": round(wall, 1), "estimated_ms": estimated_ms(db, tasks, target),
+                "tuned_ms": round(tuned.autosched_ms, 3), "tuned_ratio": round(tuned.ratio, 3),
+                "untuned_ms": round(again.autosched_ms, 3), "untuned_ratio": round(again.ratio, 3),
+                "onnxruntime_ms": round(tuned.onnxruntime_ms, 3), "ok": tuned_ok and again_ok})
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(zoo.MODELS), help="comma-separated zoo model names")
+    p.add_argument("--checkpoints", default="250,500,1000", help="cumulative trial counts to stop and time at")
+    p.add_argument("--scheduler", default="costliest", choices=["costliest", "gradient"])
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--db-dir", type=Path, default=Path("tuning-curves"), help="one database per model, kept")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    checkpoints = sorted(int(c) for c in args.checkpoints.split(","))
+    names = args.models.split(",")
+    args.db_dir.mkdir(parents=True, exist_ok=True)
+    dbs = {n: args.db_dir / f"{n}-{args.scheduler}.db" for n in names}
+    taken = [str(d) for d in dbs.values() if d.exists()]
+    if taken:
+        raise SystemExit(f"error: {taken[0]} exists; a tuning curve starts from an empty database")
+    results = {"threads": args.threads, "runs": args.runs, "scheduler": args.scheduler, "models": {}}
+    with tempfile.TemporaryDirectory(prefix="autosched-curve-") as tmp:
+        zoo.save_zoo(Path(tmp))
+        for name in names:
+            results["models"][name] = r = curve(name, Path(tmp), dbs[name], checkpoints, args.scheduler,
+                                                args.threads, args.runs)
+            if not args.json:
+                _print(name, r)
+    if args.json:
+        print(json.dumps(results))
+    return results
+
+
+def _print(name: str, r: dict) -> None:
+    u, s = r["untuned"], r["shipped"]
+    print(f"{name}: untuned {u['ms']:.3f} ms, onnxruntime {u['onnxruntime_ms']:.3f} ms (ratio {u['ratio']:.3f}); "
+          f"shipped records only {s['ms']:.3f} ms (ratio {s['ratio']:.3f}, {s['tasks_from_shipped']} of "
+          f"{s['tasks']} tasks)")
+    print(f"  {'trials':>6} {'tune s':>7} {'est. ms':>8} {'tuned ms':>9} {'ratio':>6} {'untuned ms':>11} "
+          f"{'ratio':>6} {'ORT ms':>7}  check")
+    for c in r["checkpoints"]:
+        est = "-" if c["estimated_ms"] is None else f"{c['estimated_ms']:.3f}"
+        print(f"  {c['trials']:6d} {c['tune_wall_s']:7.1f} {est:>8} {c['tuned_ms']:9.3f} {c['tuned_ratio']:6.3f} "
+              f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['onnxruntime_ms']:7.3f}  "
+              f"{'ok' if c['ok'] else 'MISMATCH'}")
+
+
+if __name__ == "__main__":
+    main()
