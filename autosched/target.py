@@ -304,6 +304,7 @@ class Target:
     options: tuple[tuple[str, str], ...]
     fingerprint: str
     capabilities: Capabilities
+    gpu: str | None = None  # the GPU model a cuda target's records were measured on (on_gpu)
 
     @classmethod
     def parse(cls, text: str, host: CpuInfo | None = None) -> Target:
@@ -365,7 +366,7 @@ class Target:
         records carry different fingerprints, as two CPU models of one ISA do."""
         if self.kind != "cuda":
             raise TargetError(f"target {self} is not a cuda target; only GPU measurements name a GPU")
-        return replace(self, fingerprint=f"cuda|{name}|{self.capabilities.arch}")
+        return replace(self, fingerprint=f"cuda|{name}|{self.capabilities.arch}", gpu=name)
 
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)

@@ -15,6 +15,7 @@ from autosched.measure.interface import measure_with
 from autosched.measure.local import RunnerOptions
 from autosched.measure.nvcc import NvccBuilder
 from autosched.database import Database, best
+from autosched.database.schedules import TunedSchedules
 from autosched.measure.record import ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import create_schedule
 from autosched.space import ChoiceKnob, ConfigSpace
@@ -112,6 +113,7 @@ def test_records_name_the_gpu_model_the_worker_reads_from_the_driver(tmp_path):
         measured = runner.measured_target(target)
         assert runner.device == {"device": H100, "compute_capability": "9.0"}
     assert measured.fingerprint == f"cuda|{H100}|sm_90" and measured.isa == target.isa == "cuda-sm_90"
+    assert measured.gpu == H100 and target.gpu is None
     task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
     config = get_template(task.op, "cuda").space(task, measured).get(0)
     db = Database(tmp_path / "t.db")
@@ -120,6 +122,19 @@ def test_records_name_the_gpu_model_the_worker_reads_from_the_driver(tmp_path):
     assert stored.target.fingerprint == f"cuda|{H100}|sm_90"
     assert best(db, task, measured).fingerprint == measured.fingerprint
     assert best(db, task, target).fingerprint == measured.fingerprint  # a build without the GPU still finds it
+
+
+def test_a_build_says_when_its_records_come_from_another_gpu_model(tmp_path, caplog):
+    target = Target.parse("cuda -arch=sm_90")
+    task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
+    config = get_template(task.op, "cuda").space(task, target).get(0)
+    db = Database(tmp_path / "t.db")
+    db.commit([(MeasureInput(task, target.on_gpu(H100), config),
+                MeasureResult((1e-3,), ErrorKind.NO_ERROR, "", 0.1, 1.0))])
+    TunedSchedules(db)(task, target)  # a build that names no GPU: any sm_90 record fits, quietly
+    assert not caplog.text
+    TunedSchedules(db)(task, target.on_gpu("NVIDIA H200"))
+    assert f"records measured on another GPU of the same ISA ({H100}, this is NVIDIA H200)" in caplog.text
 
 
 def test_sticky_errors_are_the_ones_that_lose_the_context():
