@@ -49,18 +49,23 @@ def _configs(task, n_random: int, seed: int):
     return template, [template.fallback(task, SM80)] + [space.get(int(i)) for i in rng.integers(0, len(space), n_random)]
 
 
+def _check_emulated(name: str, task, configs, atol: float = 1e-4) -> None:
+    """Each config's kernel in the emulation, every output against the task's numpy reference."""
+    template = get_template(task.op, "cuda")
+    inputs = task.random_inputs(0)
+    want = task.reference(inputs)
+    for config in configs:
+        sched, args = template.apply(task, config, SM80)
+        got = [np.full(w.shape, np.nan, np.float32) for w in want]
+        build_emulated_kernel(sched, args, "candidate")(*inputs, *got)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=atol, err_msg=f"{name} config {config.to_json()}")
+
+
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_emulated_template_matches_reference(name):
     task = TASKS[name]()
-    template, configs = _configs(task, 2, seed=len(name))
-    inputs = task.random_inputs(0)
-    (want,) = task.reference(inputs)
-    for config in configs:
-        sched, args = template.apply(task, config, SM80)
-        kernel = build_emulated_kernel(sched, args, "candidate")
-        got = np.full(want.shape, np.nan, np.float32)
-        kernel(*inputs, got)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} config {config.to_json()}")
+    _check_emulated(name, task, _configs(task, 2, seed=len(name))[1])
 
 
 @needs_nvcc
@@ -118,16 +123,9 @@ def _implicit_gemm_configs(task, n: int, seed: int) -> list:
 
 
 def test_implicit_gemm_conv_matches_reference_for_random_configs():
-    template = get_template("Conv", "cuda")
     for name, make in sorted(GEMM_CONVS.items()):
         task = make()
-        inputs = task.random_inputs(0)
-        (want,) = task.reference(inputs)
-        for config in _implicit_gemm_configs(task, 4, seed=len(name)):  # 20 in all
-            sched, args = template.apply(task, config, SM80)
-            got = np.full(want.shape, np.nan, np.float32)
-            build_emulated_kernel(sched, args, "candidate")(*inputs, got)
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} {config.to_json()}")
+        _check_emulated(name, task, _implicit_gemm_configs(task, 4, seed=len(name)))  # 20 in all
 
 
 def test_the_tuner_chooses_the_conv_algorithm_and_grouped_convs_stay_direct():
@@ -176,14 +174,7 @@ def test_a_block_a_row_matches_reference(name):
     """Every reduction inside the op as a shared-memory tree between barriers (the emulation
     reports a barrier some threads miss and tree reads outside their level)."""
     task = ROW_OPS[name]()
-    template = get_template(task.op, "cuda")
-    inputs = task.random_inputs(0)
-    (want,) = task.reference(inputs)
-    for config in _block_rows_configs(task, seed=len(name)):
-        sched, args = template.apply(task, config, SM80)
-        got = np.full(want.shape, np.nan, np.float32)
-        build_emulated_kernel(sched, args, "candidate")(*inputs, got)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {config.to_json()}")
+    _check_emulated(name, task, _block_rows_configs(task, seed=len(name)), atol=1e-5)
 
 
 def test_long_rows_get_a_block_each_by_default():
@@ -208,14 +199,7 @@ def test_multi_output_ops_match_reference(name):
     template = get_template(task.op, "cuda")
     space = template.space(task, SM80)
     configs = [template.fallback(task, SM80)] + [space.get(int(i)) for i in space.sample(3, np.random.default_rng(1))]
-    inputs = task.random_inputs(0)
-    want = task.reference(inputs)
-    for config in configs:
-        sched, args = template.apply(task, config, SM80)
-        got = [np.full(w.shape, np.nan, np.float32) for w in want]
-        build_emulated_kernel(sched, args, "candidate")(*inputs, *got)
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{name} {config.to_json()}")
+    _check_emulated(name, task, configs, atol=1e-5)
 
 
 def test_gpu_template_refuses_a_cpu_target():
