@@ -55,8 +55,8 @@ class Case:
 ROWS = (("bert_layer", "Softmax", "first"), ("bert_layer", "LayerNormalization", "first"))
 CASES = (
     Case("matmul_tiled_cuda", (("mlp", "Gemm", "first"),)),
-    Case("conv2d_direct_cuda", (("resnet18", "Conv", "cheapest"),), (("algorithm", "direct"),)),
-    Case("conv2d_direct_cuda", (("resnet18", "Conv", "cheapest"), ("resnet18", "Conv", "1x1")),
+    Case("conv2d_cuda", (("resnet18", "Conv", "cheapest"),), (("algorithm", "direct"),)),
+    Case("conv2d_cuda", (("resnet18", "Conv", "cheapest"), ("resnet18", "Conv", "1x1")),
          (("algorithm", "implicit_gemm"),)),
     Case("pointwise_cuda", ROWS + (("resnet18", "MaxPool", "first"),)),
     Case("pointwise_cuda", ROWS, (("row_reduce", "block"),)),

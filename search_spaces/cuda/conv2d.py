@@ -1,7 +1,8 @@
 """GPU template for 2-D convolution, NCHW / OIHW, any stride, padding, dilation and groups
 (depthwise included), with its fused epilogue.
 
-A direct convolution tiled like the matmul template: a block computes a tile of output channels
+Direct (the `algorithm` knob's "direct") or, for groups = 1, as an implicit GEMM (below). The
+direct convolution is tiled like the matmul template: a block computes a tile of output channels
 × output rows × output columns, each thread a register tile of `tile_c` channels × `tile_w`
 columns; the input channels run in steps of `tile_ic`, each step staging the block's input
 window (padding computed on the fly) and weight slice through shared memory, loaded by all the
@@ -54,7 +55,7 @@ def _gemm_tiles(config: Config, d: ConvDims) -> GemmTiles:
 
 
 class Conv2dTemplate(GpuTemplate):
-    name = "conv2d_direct_cuda"
+    name = "conv2d_cuda"
 
     def space(self, task: Task, target: Target) -> ConfigSpace:
         gpu_caps(target)
