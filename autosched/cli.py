@@ -162,26 +162,32 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="build and measure on the Ray fleet there (see 'autosched fleet') instead of this machine")
 
 
-def _fleet_measurers(target: Target, ray_address: str):
-    """Builder and runner of the Ray fleet at `ray_address` (CPU targets: its device actors hold
-    the CPU worker)."""
-    if target.kind != "llvm":
-        raise AutoschedError(f"--ray-address: the fleet builds and measures CPU (llvm) targets so far, not {target}")
+def _fleet_measurers(target: Target, ray_address: str, emulate: bool):
+    """Builder and runner of the Ray fleet at `ray_address`: CPU targets on the nodes of their
+    ISA class, cuda targets built by nvcc nodes and timed by GPU actors of their arch, or with
+    `emulate` checked in the CPU emulation on CPU nodes."""
     from autosched.fleet import fleet_measurers
-    return fleet_measurers(ray_address)
+    from autosched.measure.emulate import EMULATION_RUNNER
+    from autosched.measure.ray import RayOptions
+    _check_emulate(target, emulate)
+    return fleet_measurers(ray_address, RayOptions(emulate=emulate, runner=EMULATION_RUNNER if emulate else None))
+
+
+def _check_emulate(target: Target, emulate: bool) -> None:
+    if emulate and target.kind != "cuda":
+        raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
 
 
 def _measurers(target: Target, emulate: bool):
     """Builder and runner for `target`: gcc and the CPU worker, nvcc and the GPU worker, or the
     CUDA emulation's gcc build and the CPU worker (correctness only: its times are the CPU's)."""
-    from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
+    from autosched.measure.local import LocalBuilder, LocalRunner
+    _check_emulate(target, emulate)
     if target.kind != "cuda":
-        if emulate:
-            raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
         return LocalBuilder(), LocalRunner()
     if emulate:
-        from autosched.measure.emulate import EmulationBuilder
-        return EmulationBuilder(), LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.0, timeout=300.0))
+        from autosched.measure.emulate import EMULATION_RUNNER, EmulationBuilder
+        return EmulationBuilder(), LocalRunner(EMULATION_RUNNER)
     from autosched.measure.gpu import GpuRunner
     from autosched.measure.nvcc import NvccBuilder
     return NvccBuilder(), GpuRunner()
@@ -193,7 +199,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from autosched.progress import display_for, summary_table
     target = Target.parse(args.target)
     display = display_for(args.progress)
-    builder, runner = (_fleet_measurers(target, args.ray_address) if args.ray_address
+    builder, runner = (_fleet_measurers(target, args.ray_address, args.emulate) if args.ray_address
                        else _measurers(target, args.emulate))
     with runner:
         out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
@@ -310,7 +316,9 @@ def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="fleet_action", metavar="ACTION", required=True)
     head = actions.add_parser("head", help="start a head node here (it also offers this machine's devices)")
     head.add_argument("--port", type=int, default=6379)
-    head.add_argument("--host", default="127.0.0.1", help="address the head advertises (default: loopback)")
+    head.add_argument("--host", default="127.0.0.1",
+                      help="address the head is reached at (default: loopback; Ray 2.60 still listens on every "
+                           "interface, the token keeps the fleet closed: see the README)")
     worker = actions.add_parser("worker", help="start a node here with its devices detected, joined to a head")
     worker.add_argument("--address", required=True, metavar="HOST:PORT")
     worker.add_argument("--host", default=None, help="address this node advertises (default: Ray's choice)")

@@ -10,8 +10,10 @@ Token authentication is always on: every node and driver runs with RAY_AUTH_MODE
 2.60 turns it on by itself only for `address="auto"`), so a fleet is never open without a
 token. The token is RAY_AUTH_TOKEN, or the file RAY_AUTH_TOKEN_PATH names, or Ray's
 ~/.ray/auth_token, which `fleet head` creates when none exists; workers and drivers on other
-machines need the same token. Ray itself listens on every interface whatever `host` says:
-`host` is the address the node advertises, the token is what keeps strangers out.
+machines need the same token. Ray 2.60 listens on every interface whatever `host` says (`ray
+start` rewrites a loopback --node-ip-address to the machine's address; the one mode that keeps
+it, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, refuses worker nodes): `host` is the address a node is
+reached at, the token is what keeps strangers out. The README lists which ports stay open where.
 """
 from __future__ import annotations
 
@@ -50,28 +52,40 @@ def state_dir() -> Path:
 
 
 def token_auth() -> None:
-    """Turn Ray's token authentication on for this process and the nodes it starts
-    (Ray reads the mode once, at import: refresh its cached config too)."""
+    """Turn Ray's token authentication on for this process and the nodes it starts.
+
+    Ray reads RAY_AUTH_MODE into its C++ config once, when `ray` is first imported, and this
+    process may have imported it already (autosched.measure.ray does): Ray 2.60 has no public
+    call that re-reads it, so the private `Config.initialize` stays until one exists."""
     os.environ["RAY_AUTH_MODE"] = "token"
     from ray._raylet import Config
     Config.initialize("")
 
 
-def _has_token() -> bool:
-    from ray._raylet import AuthenticationTokenLoader
-    return AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
+def token_source() -> str | None:
+    """Where Ray will take its auth token from, by the precedence Ray documents: RAY_AUTH_TOKEN,
+    else the file RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token; None where there is none."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        return str(path) if path.read_text().strip() else None
+    except OSError:
+        return None
 
 
 def _require_token(create: bool) -> None:
-    if _has_token():
+    """Fail with one line where there is no token; with `create`, have Ray write one (its
+    documented `ray get-auth-token --generate`; the token it prints stays in the pipe)."""
+    if token_source() is not None:
         return
     if not create:
         raise FleetError("no Ray auth token: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the head's token, "
                          "or copy the head machine's ~/.ray/auth_token here")
-    from ray._private.authentication.authentication_token_setup import generate_and_save_token
-    generate_and_save_token()
-    from ray._raylet import AuthenticationTokenLoader
-    AuthenticationTokenLoader.instance().reset_cache()
+    made = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "get-auth-token", "--generate"],
+                          capture_output=True, text=True)
+    if made.returncode != 0 or token_source() is None:
+        raise FleetError(f"Ray could not create an auth token: {made.stderr.strip().splitlines()[-1:]}")
 
 
 @contextlib.contextmanager
@@ -91,7 +105,8 @@ def _quiet_stderr() -> Iterator[None]:
 
 def probe(address: str) -> None:
     """Check in milliseconds that a head answers at HOST:PORT and accepts our token
-    (`ray.init` would retry a wrong token for 20 s before a vague ConnectionError)."""
+    (`ray.init` would retry a wrong token for 20 s before a vague ConnectionError). Ray 2.60 has
+    no public client that asks a head one question: the private GcsClient stays until one exists."""
     token_auth()
     _require_token(create=False)
     import ray._raylet
@@ -238,8 +253,10 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines) or "no nodes"
 
 
-def fleet_measurers(address: str) -> tuple[Any, Any]:
-    """A Ray builder and runner on the fleet at `address`, for `tune --ray-address`."""
+def fleet_measurers(address: str, options: Any = None) -> tuple[Any, Any]:
+    """A Ray builder and runner on the fleet at `address` sharing `options` (a RayOptions;
+    None: the defaults), for `tune --ray-address`."""
     connect(address)
-    from autosched.measure.ray import RayBuilder, RayRunner
-    return RayBuilder(), RayRunner()
+    from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
+    options = options or RayOptions()
+    return RayBuilder(options), RayRunner(options)

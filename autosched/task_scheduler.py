@@ -18,10 +18,12 @@ ends slower than not tuning.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autosched.measure import Builder, Record, Runner, measure_with
+from autosched.measure import Builder, MeasureBatch, MeasureInput, Record, Runner, measure_with
+from autosched.measure.interface import PipelinedRunner
 from autosched.space import Config
 from autosched.target import Target
 from autosched.task import Task
@@ -149,27 +151,97 @@ def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder
     target = Target.parse(target) if isinstance(target, str) else target
     chosen, skipped = tunable(tasks, target)
     progress = [_start(t, target, tuner, seed, history or {}) for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
-    measure = measure_with(builder, runner)
-    # a first round for each task without a measured best (a resumed task already has one)
-    spent, first_round = 0, [p for p in progress if p.best is None]
-    while spent < trials:
-        live = [p for p in progress if not p.exhausted]
-        if not live:
-            break
-        p = first_round.pop(0) if first_round else max(live, key=lambda q: priority(q, progress))
-        n = min(round_trials, trials - spent)
-        summary = p.tuner.tune(n, measure, list(callbacks))
-        for callback in callbacks:
-            if hasattr(callback, "searched"):
-                callback.searched(summary.search_s)
-        spent += summary.trials
-        p.trials += summary.trials
-        p.stale_rounds = 0 if summary.best_cost < p.best_cost else p.stale_rounds + 1
-        p.previous_cost, p.last_round = p.best_cost, summary.trials
-        p.best, p.best_cost = summary.best, summary.best_cost
-        # a space with nothing left, or one where nothing has worked after two rounds
-        p.exhausted = summary.trials == 0 or (p.best is None and p.trials >= 2 * round_trials)
+    rounds = Rounds(progress, round_trials, priority)
+    if isinstance(runner, PipelinedRunner):
+        _overlapped_rounds(rounds, trials, builder, runner, list(callbacks))
+    else:
+        _rounds(rounds, trials, measure_with(builder, runner), list(callbacks))
     return ScheduleSummary(tuple(progress), tuple(skipped))
+
+
+@dataclass
+class Rounds:
+    """Which task gets the next round, and the bookkeeping after a round."""
+
+    progress: list[TaskProgress]
+    round_trials: int
+    priority: Callable[[TaskProgress, Sequence[TaskProgress]], float]
+    first_round: list[TaskProgress] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # a first round for each task without a measured best (a resumed task already has one)
+        self.first_round = [p for p in self.progress if p.best is None]
+
+    def pick(self) -> TaskProgress | None:
+        live = [p for p in self.progress if not p.exhausted]
+        if not live:
+            return None
+        return self.first_round.pop(0) if self.first_round else max(live, key=lambda q: self.priority(q, self.progress))
+
+    def account(self, p: TaskProgress, trials: int, best: Config | None, best_cost: float) -> None:
+        p.trials += trials
+        p.stale_rounds = 0 if best_cost < p.best_cost else p.stale_rounds + 1
+        p.previous_cost, p.last_round = p.best_cost, trials
+        p.best, p.best_cost = best, best_cost
+        # a space with nothing left, or one where nothing has worked after two rounds
+        p.exhausted = p.exhausted or trials == 0 or (p.best is None and p.trials >= 2 * self.round_trials)
+
+
+def _rounds(rounds: Rounds, trials: int, measure: MeasureBatch, callbacks: list[Callback]) -> None:
+    """One round at a time, each the picked task's `Tuner.tune`."""
+    spent = 0
+    while spent < trials:
+        p = rounds.pick()
+        if p is None:
+            break
+        summary = p.tuner.tune(min(rounds.round_trials, trials - spent), measure, callbacks)
+        _searched(callbacks, summary.search_s)
+        spent += summary.trials
+        rounds.account(p, summary.trials, summary.best, summary.best_cost)
+
+
+def _searched(callbacks: list[Callback], seconds: float) -> None:
+    """Tell the callbacks that keep it (the database's writer) a round's search time."""
+    for callback in callbacks:
+        if hasattr(callback, "searched"):
+            callback.searched(seconds)
+
+
+#: rounds a pipelined runner holds at once: the one timed now and the next, building
+ROUNDS_IN_FLIGHT = 2
+
+
+def _overlapped_rounds(rounds: Rounds, trials: int, builder: Builder, runner: PipelinedRunner,
+                       callbacks: list[Callback]) -> None:
+    """Rounds of one batch each, the next one submitted (its builds started) before the driver
+    waits for the current one, so builders work on round k+1 while the devices time round k.
+    The price is one round of lag: round k+1's task and configs are chosen without round k's
+    results. Nothing is measured twice (a config is visited from the moment `ask` gives it),
+    and every round is told and recorded in the order it was submitted."""
+    spent = 0  # trials submitted
+    in_flight: deque[tuple[TaskProgress, list[MeasureInput], int, float]] = deque()  # ..., ticket, asking s
+    while True:
+        while len(in_flight) < ROUNDS_IN_FLIGHT and spent < trials:
+            p = rounds.pick()
+            if p is None:
+                break
+            searched = p.tuner.search_s
+            inputs = p.tuner.ask(min(rounds.round_trials, trials - spent))
+            if not inputs:  # its space has nothing left
+                p.exhausted = True
+                continue
+            spent += len(inputs)
+            in_flight.append((p, inputs, runner.submit(builder, inputs), p.tuner.search_s - searched))
+        if not in_flight:
+            return
+        p, inputs, ticket, asking_s = in_flight.popleft()
+        results = runner.wait(ticket)
+        searched = p.tuner.search_s
+        p.tuner.tell(inputs, results)
+        for callback in callbacks:
+            callback(inputs, results)
+        _searched(callbacks, asking_s + p.tuner.search_s - searched)
+        rounds.account(p, len(inputs), p.tuner.best, p.tuner.best_cost)
 
 
 __all__ = ["SCHEDULERS", "TaskProgress", "ScheduleSummary", "costliest_priority", "gradient_priority", "tunable",

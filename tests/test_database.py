@@ -109,6 +109,25 @@ def test_export_import_round_trip_and_merge_without_duplicates(tmp_path, tasks):
     assert c.stats()["records"] == 4
 
 
+@pytest.mark.parametrize("dialect", ["sqlite", "generic"])
+def test_merge_skips_duplicates_on_every_dialect(tmp_path, tasks, monkeypatch, dialect):
+    """SQLite and PostgreSQL skip duplicates with ON CONFLICT DO NOTHING, MySQL with INSERT IGNORE;
+    any other engine gets the rows already present filtered out first. That generic path runs
+    here on SQLite with its dialect renamed; the PostgreSQL statement is checked as compiled
+    (no server here)."""
+    from sqlalchemy.dialects import postgresql
+    from autosched.database.schema import records
+    a, c = Database(tmp_path / "a.db"), Database(tmp_path / "c.db")
+    a.commit(measured(tasks[0], HERE, [1e-3, None, 2e-3]))
+    c.commit(measured(tasks[0], HERE, [1e-3]))
+    if dialect == "generic":
+        monkeypatch.setattr(c._engine.dialect, "name", "generic")
+    assert c.merge(a) == 2 and c.merge(a) == 0
+    assert c.stats()["records"] == 3
+    statement = postgresql.insert(records).on_conflict_do_nothing().compile(dialect=postgresql.dialect())
+    assert "ON CONFLICT DO NOTHING" in str(statement)
+
+
 def test_import_reads_todays_logs_as_measured_on_this_host(tmp_path, tasks):
     host = Target.parse("llvm")
     log = tmp_path / "old.jsonl"

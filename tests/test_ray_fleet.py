@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import sqlite3
@@ -38,6 +39,26 @@ def _records(db: Path) -> list[dict]:
         return [dict(row) for row in conn.execute("SELECT * FROM records")]
 
 
+def _listening(session: int) -> set[tuple[str, int]]:
+    """(address, port) of each TCP socket that a process of `session` (a node's `ray start`
+    and everything it started) listens on, as `ss` lists them."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for line in out.splitlines():
+        pids = [int(p) for p in re.findall(r"pid=(\d+)", line)]
+        if any(_session_of(pid) == session for pid in pids):
+            host, port = line.split()[3].rsplit(":", 1)
+            found.add((host, int(port)))
+    return found
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autosched.cli", *args], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -49,6 +70,11 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):
         head = _cli(env, "fleet", "head", "--port", address.split(":")[1])
         assert head.returncode == 0, head.stderr
         assert f"fleet at {address}" in head.stdout and "autosched-gcc" in head.stdout
+        head_pid = int(re.search(r"pid (\d+)", head.stdout).group(1))
+        # Ray 2.60 binds the GCS on every interface whatever --node-ip-address says (README, "What
+        # a head listens on"); when this fails, Ray binds what it is told: make --host mean it
+        gcs = {host for host, port in _listening(head_pid) if port == int(address.split(":")[1])}
+        assert gcs == {"*"}, gcs
         worker = _cli(env, "fleet", "worker", "--address", address)
         assert worker.returncode == 0, worker.stderr
         assert "worker started" in worker.stdout and "autosched-cpu-" in worker.stdout
@@ -59,6 +85,11 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):
         assert tune.returncode == 0, tune.stderr
         records = _records(db)
         assert len(records) == 4 and all(r["node"] for r in records)
+        emulated = _cli(env, "tune", str(small_model), "--target", "cuda -arch=sm_90", "--emulate", "--trials", "2",
+                        "--round", "2", "--tuner", "random", "--db", str(db), "--ray-address", address)
+        assert emulated.returncode == 0, emulated.stderr
+        cuda = [r for r in _records(db) if r not in records]
+        assert len(cuda) == 2 and all(r["node"] and r["error_kind"] == "NO_ERROR" for r in cuda), cuda
 
         status = _cli(env, "fleet", "status", "--address", address, "--json")
         assert status.returncode == 0, status.stderr
@@ -78,8 +109,22 @@ def test_head_worker_tune_status_stop(env, small_model, tmp_path):
     assert "no fleet node runs here" in _cli(env, "fleet", "stop").stdout
 
 
+def test_head_without_a_token_has_ray_make_one(monkeypatch, tmp_path):
+    """No RAY_AUTH_TOKEN and no token file: `fleet head` has Ray write ~/.ray/auth_token."""
+    from autosched import fleet
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    assert fleet.token_source() is None
+    with pytest.raises(fleet.FleetError, match="no Ray auth token"):
+        fleet._require_token(create=False)
+    fleet._require_token(create=True)
+    made = tmp_path / ".ray" / "auth_token"
+    assert fleet.token_source() == str(made) and len(made.read_text().strip()) >= 32
+
+
 @pytest.mark.slow
-def test_driver_killed_mid_tune_loses_only_its_batch(env, small_model, tmp_path):
+def test_driver_killed_mid_tune_loses_only_its_rounds_in_flight(env, small_model, tmp_path):
     """kill -9 of `tune --ray-address`: the fleet stays up with nothing left measuring, and a
     second tune resumes from the database without measuring any recorded config again."""
     address = f"127.0.0.1:{_free_port()}"

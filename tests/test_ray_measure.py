@@ -7,6 +7,7 @@ templates as the local runner's tests.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import threading
@@ -19,14 +20,17 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from autosched import fleet  # noqa: E402
-from autosched.measure import ErrorKind, MeasureInput, measure_with  # noqa: E402
-from autosched.measure.devices import device_resource, toolchain_resource  # noqa: E402
+from autosched.measure import ErrorKind, MeasureInput, MeasureResult, measure_with  # noqa: E402
+from autosched.measure.devices import NVCC_RESOURCE, device_resource, toolchain_resource  # noqa: E402
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
 from autosched.measure.ray import ACTOR_PREFIX, RayBuilder, RayOptions, RayRunner  # noqa: E402
 from autosched.target import Target  # noqa: E402
+from autosched.task_scheduler import tune_tasks  # noqa: E402
 from autosched.tuner.api import tune_task  # noqa: E402
 from isa import AVX2  # noqa: E402
 from task_helpers import matmul_task  # noqa: E402
+from cuda_markers import needs_nvcc  # noqa: E402
+from search_spaces import get_template  # noqa: E402
 from test_measure_local import SPACE, AddOneTask, instantiate  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
@@ -191,3 +195,82 @@ def test_killed_actor_costs_one_lost_record_and_is_restarted(cluster):
     assert not t.is_alive()
     assert sorted(r.error_kind.name for r in out) == ["LOST"] + ["NO_ERROR"] * 5
     assert "lost after 1 attempt" in next(r.error_msg for r in out if not r.ok)
+
+
+class GpuRunnerDouble(LocalRunner):
+    """Stands in for `GpuRunner` in a GPU actor: this machine has no GPU (and none is lent), so
+    nothing can be timed. It checks what a GPU actor can check without one, that the cubin
+    nvcc built on the fleet arrived here whole and that Ray gave its actor exactly one GPU,
+    and answers with a made-up time."""
+
+    def run(self, inputs, builds):
+        out = []
+        for b in builds:
+            cubin = Path(json.loads(Path(b.artifact).read_text())["cubin"]).read_bytes()
+            gpus = ray.get_gpu_ids()
+            ok = cubin[:4] == b"\x7fELF" and len(gpus) == 1
+            why = "" if ok else f"cubin starts {cubin[:4]!r}, GPUs {gpus}"
+            out.append(MeasureResult((1e-6,) if ok else (), ErrorKind.NO_ERROR if ok else ErrorKind.RUNTIME_ERROR,
+                                     why, b.build_s, time.time()))
+        return out
+
+
+@needs_nvcc
+def test_cuda_candidates_build_on_nvcc_nodes_and_run_on_their_gpu(cluster):
+    """Real nvcc builds as Ray tasks, timed by a GPU actor of the fake sm_90 node (a double of
+    the GPU runner: see GpuRunnerDouble). The head has nvcc installed but offers no nvcc slot,
+    so a cuda build waits until a node offering one joins. Then the real GPU runner on that node
+    finds no GPU: its candidates are LOST after `device_wait`, saying why, and the tune goes on."""
+    sm90 = Target.parse("cuda -arch=sm_90")
+    task = matmul_task((16, 32), (32, 16))
+    space = get_template(task.op, "cuda").space(task, sm90)
+    inputs = [MeasureInput(task, sm90, space.get(i)) for i in range(0, len(space), max(1, len(space) // 4))][:4]
+    options = RayOptions(runner=QUICK, gpu_runner=GpuRunnerDouble)
+    ((waiting, _),) = RayBuilder(options).submit(inputs[:1])
+    assert ray.wait([waiting], timeout=3)[0] == []
+    gpu = cluster.add_node(num_cpus=1, num_gpus=1, resources={device_resource(sm90): 1, NVCC_RESOURCE: 1})
+    try:
+        assert ray.get(waiting).ok
+        with RayRunner(options) as runner:
+            results = measure_with(RayBuilder(options), runner)(inputs)
+        measured = [r for r in results if r.error_kind is not ErrorKind.RESOURCE_LIMIT]
+        assert measured and all(r.ok for r in measured), [r.error_msg for r in results]
+        assert _node_ids(measured) == {gpu.node_id[:12]}
+        real = RayOptions(runner=QUICK, device_wait=2.0)
+        with RayRunner(real) as runner:
+            lost = measure_with(RayBuilder(real), runner)([inp for inp, r in zip(inputs, results) if r.ok])
+        assert all(r.error_kind is ErrorKind.LOST and "runner failed to start" in r.error_msg for r in lost), lost
+        assert "--emulate" in lost[0].error_msg  # the GPU runner's own words: no GPU here, emulate instead
+    finally:
+        cluster.remove_node(gpu)
+
+
+class StampedRayBuilder(RayBuilder):
+    """A Ray builder that notes when each batch's builds are handed to Ray."""
+
+    def __init__(self, options: RayOptions):
+        super().__init__(options)
+        self.submitted: list[float] = []
+
+    def submit(self, inputs):
+        self.submitted.append(time.time())
+        return super().submit(inputs)
+
+
+def test_next_round_builds_while_the_current_one_is_timed(cluster):
+    """A real two-task tune on one device: each round's builds go to Ray before the previous
+    round's last measurement ends (the node's clock stamps measurements), and every trial is
+    measured once and reaches the callbacks, round by round."""
+    options = RayOptions(runner=QUICK)
+    builder = StampedRayBuilder(options)
+    rounds: list[tuple] = []
+    tasks = [matmul_task((16, 32), (32, 16)), matmul_task((8, 64), (64, 8))]
+    with RayRunner(options) as runner:
+        summary = tune_tasks(tasks, HOST, 12, builder, runner, "random", round_trials=3,
+                             callbacks=[lambda inputs, results: rounds.append((inputs, results))])
+    measured = [(inp.task.key, inp.config.index) for inputs, _ in rounds for inp in inputs]
+    assert summary.trials == len(measured) == len(set(measured)) == 12
+    assert all(r.ok for _, results in rounds for r in results)
+    assert len(builder.submitted) == len(rounds) == 4
+    for k in range(len(rounds) - 1):
+        assert builder.submitted[k + 1] < max(r.timestamp for r in rounds[k][1])

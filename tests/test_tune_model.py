@@ -13,6 +13,7 @@ from autosched.cli import main
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.database import Database, RecordWriter, TunedSchedules, history, import_jsonl
+from autosched.measure.interface import PipelinedRunner
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.runtime import load_model
 from autosched.target import Target
@@ -190,6 +191,48 @@ class PerTaskCost:
     def run(self, inputs, builds):
         from autosched.measure import ErrorKind, MeasureResult
         return [MeasureResult((self.costs[i.task.key],), ErrorKind.NO_ERROR, "", 0.0, 0.0) for i in inputs]
+
+
+class PipelinedPerTaskCost(PerTaskCost, PipelinedRunner):
+    """PerTaskCost behind the pipelined interface (as the Ray runner is), logging when each
+    batch is submitted and when it is waited for."""
+
+    def __init__(self, costs):
+        super().__init__(costs)
+        self.log: list[tuple[str, int]] = []
+        self._batches: dict[int, list] = {}
+
+    def submit(self, builder, inputs):
+        ticket = len(self.log)
+        self._batches[ticket] = self.run(inputs, builder.build(inputs))
+        self.log.append(("submit", ticket))
+        return ticket
+
+    def wait(self, ticket):
+        self.log.append(("wait", ticket))
+        return self._batches.pop(ticket)
+
+
+def test_a_pipelined_runner_gets_the_next_round_before_the_current_one_is_waited_for(small_model, tmp_path):
+    """Every round but the first is submitted before the driver waits for the one before it;
+    the budget is spent exactly, no config twice, every trial and each round's search time
+    reach the database."""
+    from autosched.measure import NullBuilder
+    tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
+    runner = PipelinedPerTaskCost({t.key: 1e-3 for t in tasks})
+    records: list[tuple[str, int]] = []
+    with Database(tmp_path / "t.db") as database:
+        session = database.start_session("small", Target.parse("llvm"), 20)
+        writer = RecordWriter(database, session, "xgb")
+        summary = tune_tasks(tasks, "llvm", 20, NullBuilder(), runner, tuner="xgb", round_trials=4,
+                             callbacks=[writer, lambda inputs, _: records.extend((i.task.key, i.config.index)
+                                                                                for i in inputs)])
+        searched = database.sessions()[0]["search_s"]
+    assert summary.trials == writer.written == len(records) == len(set(records)) == 20 and searched > 0
+    submitted = [t for what, t in runner.log if what == "submit"]
+    waited = [t for what, t in runner.log if what == "wait"]
+    assert waited == submitted and len(submitted) == 5
+    assert all(runner.log.index(("submit", b)) < runner.log.index(("wait", a)) for a, b in zip(submitted, submitted[1:]))
 
 
 def test_a_task_that_stops_improving_yields_rounds_to_the_others(small_model):

@@ -7,6 +7,7 @@ records of tasks live in `queries.py`; JSON lines in `jsonl.py`.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import time
@@ -125,7 +126,7 @@ class Database:
                              "run_s": s.run_s, "tuner": s.tuner, "version": s.version, "timestamp": res.timestamp,
                              "node": s.node})
             before = conn.execute(select(func.count()).select_from(records)).scalar()
-            conn.execute(insert(records).prefix_with("OR IGNORE", dialect="sqlite"), rows)
+            _insert_new(conn, rows)
             added = conn.execute(select(func.count()).select_from(records)).scalar() - before
             if session is not None:
                 conn.execute(update(sessions).where(sessions.c.id == session)
@@ -199,6 +200,28 @@ class Database:
                                target=TargetInfo(row["target"], row["fingerprint"], row["isa"], row["compiler"]),
                                result=result_of(row), tuner=row["tuner"], version=row["version"], node=row["node"],
                                run_s=row["run_s"])
+
+
+def _insert_new(conn: Connection, rows: list[dict]) -> None:
+    """Insert the rows that are not there yet (the unique key: workload, target, config, time):
+    the dialect's own "do nothing on conflict" where it has one, else rows already present are
+    filtered out first (safe under the writing transaction of SQLite-like engines)."""
+    dialect = conn.dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        module = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
+        conn.execute(module.insert(records).on_conflict_do_nothing(), rows)
+        return
+    if dialect in ("mysql", "mariadb"):
+        conn.execute(insert(records).prefix_with("IGNORE"), rows)
+        return
+    key = (records.c.workload_id, records.c.target_id, records.c.config, records.c.timestamp)
+    present = set(tuple(row) for row in conn.execute(select(*key).where(
+        records.c.workload_id.in_({r["workload_id"] for r in rows}),
+        records.c.timestamp.in_({r["timestamp"] for r in rows}))).all())
+    fresh = {(r["workload_id"], r["target_id"], r["config"], r["timestamp"]): r for r in rows}
+    new = [r for k, r in fresh.items() if k not in present]
+    if new:
+        conn.execute(insert(records), new)
 
 
 def result_of(row) -> MeasureResult:

@@ -12,8 +12,12 @@ import time
 from autosched.codegen.cuda_emulate import EmulationRenderer
 from autosched.emulation import host_flags
 from autosched.measure.gpu_build import INSTANTIATION_ERRORS, build_failure, lower_for_gpu
-from autosched.measure.local import Instantiate, LocalBuilder, compile_candidate
+from autosched.measure.local import Instantiate, LocalBuilder, RunnerOptions, compile_candidate
 from autosched.measure.record import BuildResult, MeasureInput
+
+#: how the CPU worker runs emulated kernels: once (their times rank nothing), with time to spare
+#: (an emulated GPU grid runs its threads one after another)
+EMULATION_RUNNER = RunnerOptions(repeat=1, min_repeat_ms=0.0, timeout=300.0)
 
 
 def _build_emulated(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | None,
@@ -34,4 +38,4 @@ class EmulationBuilder(LocalBuilder):
     build_one = staticmethod(_build_emulated)
 
 
-__all__ = ["EmulationBuilder"]
+__all__ = ["EMULATION_RUNNER", "EmulationBuilder"]

@@ -36,11 +36,21 @@ class Runner(ABC):
 
 class PipelinedRunner(Runner):
     """A runner that starts timing each candidate as soon as its build is done, so the rest
-    of a batch builds while the first candidates run (a fleet keeps builders and devices busy)."""
+    of a batch builds while the first candidates run, and that takes the next batch before the
+    current one is done, so its builds overlap the current one's timings (a fleet keeps
+    builders and devices busy)."""
 
     @abstractmethod
+    def submit(self, builder: Builder, inputs: Sequence[MeasureInput]) -> int:
+        """Start building (and, as builds finish, timing) `inputs`; a ticket for `wait`."""
+
+    @abstractmethod
+    def wait(self, ticket: int) -> list[MeasureResult]:
+        """One MeasureResult per input of the ticket's batch, in order, build failures included."""
+
     def measure(self, builder: Builder, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-        """One MeasureResult per input, in order, build failures included."""
+        """One batch, start to end."""
+        return self.wait(self.submit(builder, inputs))
 
 
 def measure_with(builder: Builder, runner: Runner) -> MeasureBatch:
@@ -55,10 +65,10 @@ def build_then_run(builder: Builder, runner: Runner, inputs: Sequence[MeasureInp
     """Build every input, run those that built, and give build failures their
     result directly, so runners never see a failed build."""
     builds = builder.build(inputs)
-    _check_count("builder", inputs, builds)
+    check_count("builder", inputs, builds)
     built = [i for i, b in enumerate(builds) if b.ok]
     ran = runner.run([inputs[i] for i in built], [builds[i] for i in built])
-    _check_count("runner", built, ran)
+    check_count("runner", built, ran)
     ran_in_order = iter(ran)
     return [
         next(ran_in_order) if b.ok else MeasureResult.failure(b.error_kind, b.error_msg, b.build_s, time.time())
@@ -67,11 +77,11 @@ def build_then_run(builder: Builder, runner: Runner, inputs: Sequence[MeasureInp
 
 
 def _checked(who: str, inputs: Sequence[object], outputs: list[MeasureResult]) -> list[MeasureResult]:
-    _check_count(who, inputs, outputs)
+    check_count(who, inputs, outputs)
     return outputs
 
 
-def _check_count(who: str, inputs: Sequence[object], outputs: Sequence[object]) -> None:
+def check_count(who: str, inputs: Sequence[object], outputs: Sequence[object]) -> None:
     if len(outputs) != len(inputs):
         raise RecordError(f"{who} returned {len(outputs)} results for {len(inputs)} inputs")
 

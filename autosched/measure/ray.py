@@ -1,76 +1,91 @@
 """Measurement on a Ray fleet: builds as Ray tasks, timings in one Ray actor per device.
 
 The same seams as the local builder and runner (they are interchangeable, and mix): a build
-runs as a Ray task on a node offering the target's toolchain resource and returns the
-compiled library as bytes, so any node can time it; a `DeviceActor` owns one device (it holds
-one unit of the device's resource, see `devices.py`) and times one candidate at a time in the
-local runner's restartable worker process, so a crashing kernel costs one failed record and
-the actor lives on. The driver keeps every build of a batch going while built candidates are
-timed, re-sends the candidates of a device that vanished (node died, actor killed) to another
-matching device, and records them as LOST after `max_attempts`. Nodes that join mid-run get
-actors at the next refresh. Nothing outside this module imports ray.
+runs as a Ray task on a node offering the target's toolchain resource (gcc of its ISA class, or
+nvcc) and returns the compiled binary as bytes, so any node can time it; a `DeviceActor` owns
+one device (it holds one unit of the device's resource, see `devices.py`, and for a GPU one of
+Ray's GPUs) and times one candidate at a time in its runner's restartable worker process (the
+CPU worker, or the GPU worker), so a crashing kernel costs one failed record and the actor
+lives on. `RayOptions.backend` is the one place that says which build, resources and runner a
+target gets. The driver takes batches by ticket: every build of every submitted batch goes on
+while built candidates are timed, oldest batch first, so the next batch builds while the
+current one runs. It re-sends the candidates of a device that vanished (node died, actor
+killed) to another matching device, and records them as LOST after `max_attempts`. Nodes that
+join mid-run get actors at the next refresh. Of the measurement modules, only this one imports ray.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import os
 import socket
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from autosched.codegen.gcc import default_cache_dir
 from autosched.measure.devices import FleetError, device_resource, toolchain_resource
-from autosched.measure.interface import Builder, PipelinedRunner, build_then_run
+from autosched.measure.emulate import _build_emulated
+from autosched.measure.gpu import GpuRunner
+from autosched.measure.interface import Builder, PipelinedRunner, Runner, check_count
 from autosched.measure.local import Instantiate, LocalRunner, RunnerOptions, _build_one, instantiate_from_template
+from autosched.measure.nvcc import _build_cubin
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
+from autosched.target import Target
 
 #: Ray namespace of the device actors, so `autosched fleet status` finds every driver's
 FLEET_NAMESPACE = "autosched"
 ACTOR_PREFIX = "autosched-device-"
 
+#: (input, instantiate, cache dir, timeout) -> BuildResult: `local._build_one` and its GPU kin
+BuildOne = Callable[[MeasureInput, Instantiate, "str | None", float], BuildResult]
+#: builds the runner a device actor wraps, from the runner options
+RunnerFactory = Callable[[RunnerOptions], Runner]
+
 
 @dataclass(frozen=True)
 class BuiltKernel:
-    """A compiled candidate that travels between nodes: the library's bytes and what the
-    worker needs to call it (the manifest of `local._build_one`, minus its local path)."""
+    """A compiled candidate that travels between nodes: its binary's bytes (a gcc library or
+    an nvcc cubin, named in the manifest by `kind`) and the rest of the manifest a worker needs
+    to call it (symbol, parameters, launch geometry), minus local paths."""
 
-    lib: bytes
-    symbol: str
-    params: tuple[dict, ...]
+    binary: bytes
+    kind: str  # the manifest's key for the binary: "lib" (gcc) or "cubin" (nvcc)
+    fields: dict
     folded: tuple[tuple[bytes, dict], ...] = ()  # precomputed stages' kernels: (library, manifest entry)
 
     @classmethod
     def from_manifest(cls, path: str) -> BuiltKernel:
         manifest = json.loads(Path(path).read_text())
-        folded = tuple((Path(f["lib"]).read_bytes(), f) for f in manifest.get("folded", ()))
-        return cls(Path(manifest["lib"]).read_bytes(), manifest["symbol"], tuple(manifest["params"]), folded)
+        kind = "cubin" if "cubin" in manifest else "lib"
+        folded = tuple((Path(f["lib"]).read_bytes(), f) for f in manifest.pop("folded", ()))
+        return cls(Path(manifest.pop(kind)).read_bytes(), kind, manifest, folded)
 
     def install(self) -> str:
-        """Write the library (named by its digest: identical builds share one file), those of
+        """Write the binary (named by its digest: identical builds share one file), those of
         its precomputed stages, and its manifest into this machine's kernel cache; the
         manifest's path is the artifact a runner takes."""
         directory = default_cache_dir() / "from-fleet"
         directory.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256(self.lib).hexdigest()[:32]
-        lib, manifest = directory / f"{digest}.so", directory / f"{digest}.json"
+        digest = hashlib.sha256(self.binary).hexdigest()[:32]
+        binary = directory / f"{digest}.{'cubin' if self.kind == 'cubin' else 'so'}"
+        manifest = directory / f"{digest}.json"
         if not manifest.exists():  # written whole under a private name first: nodes' actors share the cache
             folded = []
             for data, entry in self.folded:
                 path = directory / f"{hashlib.sha256(data).hexdigest()[:32]}.so"
                 _write_atomically(path, data)
                 folded.append({**entry, "lib": str(path)})
-            fields = {"lib": str(lib), "symbol": self.symbol, "params": list(self.params)}
-            _write_atomically(lib, self.lib)
-            _write_atomically(manifest, json.dumps({**fields, **({"folded": folded} if folded else {})}).encode())
+            _write_atomically(binary, self.binary)
+            fields = {**self.fields, self.kind: str(binary), **({"folded": folded} if folded else {})}
+            _write_atomically(manifest, json.dumps(fields).encode())
         return str(manifest)
 
 
@@ -80,11 +95,25 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _build_remote(inp: MeasureInput, instantiate: Instantiate, timeout: float) -> tuple[BuildResult, BuiltKernel | None]:
+def _build_remote(inp: MeasureInput, build_one: BuildOne, instantiate: Instantiate,
+                  timeout: float) -> tuple[BuildResult, BuiltKernel | None]:
     """One build on whichever node Ray chose, in that node's kernel cache."""
-    res = _build_one(inp, instantiate, None, timeout)
+    res = build_one(inp, instantiate, None, timeout)
     kernel = BuiltKernel.from_manifest(res.artifact) if res.ok else None
     return replace(res, artifact=None), kernel
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How the fleet builds and measures one kind of target: the build function a Ray task
+    runs, the toolchain resource it holds, the device resource (and GPUs) a measuring actor
+    holds, and the runner that actor wraps."""
+
+    build_one: BuildOne
+    toolchain: str
+    device: str
+    gpus: int  # Ray's num_gpus per actor: Ray then sets the actor's CUDA_VISIBLE_DEVICES to its GPU
+    runner: RunnerFactory
 
 
 @dataclass(frozen=True)
@@ -100,6 +129,21 @@ class RayOptions:
     max_attempts: int = 3
     device_wait: float = 60.0
     refresh_s: float = 1.0  # how often the driver looks for joined and departed nodes
+    emulate: bool = False  # cuda targets: build and check the CPU emulation on CPU nodes (times are the CPU's)
+    gpu_runner: RunnerFactory = GpuRunner  # what a GPU actor times with (tests without a GPU pass a double)
+
+    def backend(self, target: Target) -> Backend:
+        """gcc and the CPU worker for a CPU target; nvcc and a GPU of the target's arch for a
+        cuda one; with `emulate`, the emulation built by gcc and run by the CPU worker on a node
+        of the driver's own ISA class (the emulation is built for its build node's host)."""
+        if target.kind != "cuda":
+            if self.emulate:
+                raise FleetError(f"emulation runs CUDA kernels on CPU nodes; {target} is not a cuda target")
+            return Backend(_build_one, toolchain_resource(target), device_resource(target), 0, LocalRunner)
+        if self.emulate:
+            host = Target.parse("llvm")
+            return Backend(_build_emulated, toolchain_resource(host), device_resource(host), 0, LocalRunner)
+        return Backend(_build_cubin, toolchain_resource(target), device_resource(target), 1, self.gpu_runner)
 
 
 def _lost_build(e: Exception) -> BuildResult:
@@ -120,8 +164,9 @@ def require_ray() -> None:
 
 
 class RayBuilder(Builder):
-    """Builds as Ray tasks in the build slots of the target's toolchain, on any node
-    (`devices.toolchain_resource` says which nodes can build for which target)."""
+    """Builds as Ray tasks in the build slots of the target's toolchain (gcc for CPU targets and
+    the CUDA emulation, nvcc for cuda), on any node offering it: a node without nvcc never gets
+    a cuda build (`RayOptions.backend` says which resource each target needs)."""
 
     def __init__(self, options: RayOptions = RayOptions()):
         self.options = options
@@ -131,9 +176,13 @@ class RayBuilder(Builder):
         require_ray()
         build = _remote(_build_remote)
         o = self.options
-        return [tuple(build.options(num_cpus=1, num_returns=2, max_retries=o.build_retries,
-                                    resources={toolchain_resource(inp.target): 1})
-                      .remote(inp, o.instantiate, o.build_timeout)) for inp in inputs]
+        out = []
+        for inp in inputs:
+            backend = o.backend(inp.target)
+            out.append(tuple(build.options(num_cpus=1, num_returns=2, max_retries=o.build_retries,
+                                           resources={backend.toolchain: 1})
+                             .remote(inp, backend.build_one, o.instantiate, o.build_timeout)))
+        return out
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         """Built libraries land in a local directory, for a runner on this machine."""
@@ -149,15 +198,15 @@ class RayBuilder(Builder):
 
 
 class DeviceActor:
-    """Owns one device of its node: times candidates one at a time in a local runner's
-    restartable worker. Threaded (two calls at once) only so that `describe` answers while
+    """Owns one device of its node (a CPU, or the GPU Ray gave it): times candidates one at a
+    time in its runner's restartable worker (the CPU worker, or the GPU worker). Threaded (two calls at once) only so that `describe` answers while
     a measurement runs; the driver never sends a second measurement before the first returns."""
 
-    def __init__(self, resource: str, options: RunnerOptions | None):
+    def __init__(self, resource: str, runner: RunnerFactory, options: RunnerOptions | None):
         self.resource = resource
         self.node_id = ray.get_runtime_context().get_node_id()
         self.node = f"{socket.gethostname()}/{self.node_id[:12]}"
-        self.runner = LocalRunner(options or RunnerOptions())
+        self.runner = runner(options or RunnerOptions())
         self.current: dict | None = None
 
     def ready(self) -> str:
@@ -188,6 +237,7 @@ class _Actor:
 
 @dataclass
 class _Job:
+    batch: int
     index: int
     inp: MeasureInput
     build: BuildResult
@@ -197,15 +247,27 @@ class _Job:
 
 
 class RayRunner(PipelinedRunner):
-    """Times candidates on every matching device of the fleet at once, one per device."""
+    """Times candidates on every matching device of the fleet at once, one per device.
+
+    Batches are submitted (their builds start at once) and waited for by ticket; while the
+    driver waits for one batch, the builds of those submitted after it go on, and their built
+    candidates reach the devices as soon as the earlier batches' leave them idle."""
 
     def __init__(self, options: RayOptions = RayOptions()):
         self.options = options
         self._actors: list[_Actor] = []
         self._last_refresh = 0.0
+        self._backends: dict[str, Backend] = {}  # device resource -> backend, of every target submitted
+        self._tickets = itertools.count()  # never reused: a ticket names one batch for the runner's life
+        self._batches: dict[int, list[MeasureResult | None]] = {}
+        self._building: dict[Any, tuple[int, int, MeasureInput, Any]] = {}  # ref -> (batch, index, input, kernel)
+        self._ready: list[_Job] = []
+        self._running: dict[Any, tuple[_Job, _Actor]] = {}
+        self._waiting_since: float | None = None
+        self._unusable: dict[tuple[str, str], str] = {}  # (node, device) whose runner failed to start -> why
 
     # --- devices ----------------------------------------------------------------------------
-    def _refresh(self, resources: set[str], force: bool = False) -> None:
+    def _refresh(self, force: bool = False) -> None:
         """Start actors for device units not yet held (joined nodes, restarted actors) and
         forget those on nodes that left."""
         if not force and time.monotonic() - self._last_refresh < self.options.refresh_s:
@@ -216,14 +278,16 @@ class RayRunner(PipelinedRunner):
             self._drop(a)
         actor_cls = _remote(DeviceActor)
         for node_id, offered in alive.items():
-            for resource in resources:
+            for resource, backend in self._backends.items():
+                if (node_id, resource) in self._unusable:
+                    continue
                 have = sum(1 for a in self._actors if a.node_id == node_id and a.resource == resource)
                 for _ in range(int(offered.get(resource, 0)) - have):
                     handle = actor_cls.options(
                         name=f"{ACTOR_PREFIX}{uuid.uuid4().hex[:12]}", namespace=FLEET_NAMESPACE, num_cpus=0,
-                        resources={resource: 1}, max_concurrency=2, max_restarts=0,
+                        num_gpus=backend.gpus, resources={resource: 1}, max_concurrency=2, max_restarts=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                    ).remote(resource, self.options.runner)
+                    ).remote(resource, backend.runner, self.options.runner)
                     self._actors.append(_Actor(handle, node_id, resource, handle.ready.remote()))
 
     def _drop(self, actor: _Actor) -> None:
@@ -240,112 +304,139 @@ class RayRunner(PipelinedRunner):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- measuring ----------------------------------------------------------------------------
-    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
-        """Time candidates built elsewhere (e.g. by a LocalBuilder): their libraries travel as bytes."""
+    # --- batches ------------------------------------------------------------------------------
+    def _open(self, inputs: Sequence[MeasureInput]) -> int:
         require_ray()
-        jobs = [_Job(i, inp, b, ray.put(BuiltKernel.from_manifest(b.artifact)))
-                for i, (inp, b) in enumerate(zip(inputs, builds))]
-        return self._drive(inputs, deque(jobs), {})
+        for inp in inputs:
+            backend = self.options.backend(inp.target)
+            self._backends[backend.device] = backend
+        ticket = next(self._tickets)
+        self._batches[ticket] = [None] * len(inputs)
+        return ticket
 
-    def measure(self, builder: Builder, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-        if not isinstance(builder, RayBuilder):  # nothing to overlap with
-            return build_then_run(builder, self, inputs)
-        building = {res: (i, kernel) for i, (res, kernel) in enumerate(builder.submit(inputs))}
-        return self._drive(inputs, deque(), building)
+    def _enqueue_built(self, ticket: int, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> None:
+        """Candidates built on this machine: their libraries travel to the devices as bytes."""
+        for i, (inp, b) in enumerate(zip(inputs, builds)):
+            if b.ok:
+                self._ready.append(_Job(ticket, i, inp, b, ray.put(BuiltKernel.from_manifest(b.artifact))))
+            else:
+                self._batches[ticket][i] = MeasureResult.failure(b.error_kind, b.error_msg, b.build_s, time.time())
 
-    def _drive(self, inputs: Sequence[MeasureInput], ready: deque[_Job], building: dict) -> list[MeasureResult]:
-        """Until every input has a result: hand ready jobs to idle devices, and collect
-        finished builds, started actors and finished measurements as they come."""
-        results: list[MeasureResult | None] = [None] * len(inputs)
-        resources = {device_resource(inp.target) for inp in inputs}
-        self._refresh(resources, force=True)
-        running: dict[Any, tuple[_Job, _Actor]] = {}
-        waiting_since: float | None = None
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        """Time candidates built elsewhere (e.g. by a LocalBuilder)."""
+        ticket = self._open(inputs)
+        self._enqueue_built(ticket, inputs, builds)
+        return self.wait(ticket)
+
+    def submit(self, builder: Builder, inputs: Sequence[MeasureInput]) -> int:
+        """Start building `inputs` (on the fleet with a RayBuilder, here and now with any other)."""
+        ticket = self._open(inputs)
+        if isinstance(builder, RayBuilder):
+            for i, (res, kernel) in enumerate(builder.submit(inputs)):
+                self._building[res] = (ticket, i, inputs[i], kernel)
+        else:
+            builds = builder.build(inputs)
+            check_count("builder", inputs, builds)
+            self._enqueue_built(ticket, inputs, builds)
+        return ticket
+
+    def wait(self, ticket: int) -> list[MeasureResult]:
+        """Drive every submitted batch until this one has all its results: hand ready jobs to
+        idle devices, and collect finished builds, started actors and finished measurements."""
+        results = self._batches[ticket]
+        self._refresh(force=True)
         while any(r is None for r in results):
-            self._refresh(resources)
-            waiting_since = self._dispatch(ready, running, results, waiting_since)
+            self._refresh()
+            self._dispatch()
             starting = {a.ready_ref: a for a in self._actors if not a.ready}
-            refs = [*building, *running, *starting]
+            refs = [*self._building, *self._running, *starting]
             if not refs:
                 time.sleep(self.options.refresh_s / 4)
                 continue
             done, _ = ray.wait(refs, num_returns=1, timeout=self.options.refresh_s)
             for ref in done:
-                if ref in building:
-                    self._collect_build(ref, building.pop(ref), inputs, ready, results)
-                elif ref in running:
-                    self._collect_run(ref, *running.pop(ref), ready, results)
+                if ref in self._building:
+                    self._collect_build(ref, *self._building.pop(ref))
+                elif ref in self._running:
+                    self._collect_run(ref, *self._running.pop(ref))
                 else:
                     self._collect_ready(starting[ref])
+        del self._batches[ticket]
         return results  # type: ignore[return-value]
 
-    def _dispatch(self, ready: deque[_Job], running: dict, results: list, waiting_since: float | None) -> float | None:
-        """Send each ready job to an idle started actor of its device; record LOST the jobs
-        whose device no node has offered for `device_wait` seconds. Returns when that wait began."""
+    def _finish(self, job: _Job | tuple[int, int], result: MeasureResult) -> None:
+        batch, index = (job.batch, job.index) if isinstance(job, _Job) else job
+        self._batches[batch][index] = result
+
+    def _dispatch(self) -> None:
+        """Send each ready job, oldest batch first, to an idle started actor of its device;
+        record LOST the jobs whose device no node has offered for `device_wait` seconds."""
         stranded = []
-        for _ in range(len(ready)):
-            job = ready.popleft()
-            resource = device_resource(job.inp.target)
+        for job in sorted(self._ready, key=lambda j: j.batch):
+            resource = self.options.backend(job.inp.target).device
             actor = next((a for a in self._actors if a.resource == resource and a.ready and not a.busy), None)
             if actor is None:
-                ready.append(job)
                 if not any(a.resource == resource for a in self._actors):
                     stranded.append(job)
                 continue
+            self._ready.remove(job)
             actor.busy = True
             job.attempts += 1
-            running[actor.handle.measure.remote(job.inp, job.build, job.kernel)] = (job, actor)
+            self._running[actor.handle.measure.remote(job.inp, job.build, job.kernel)] = (job, actor)
         if not stranded:
-            return None
-        waiting_since = waiting_since or time.monotonic()
-        if time.monotonic() - waiting_since >= self.options.device_wait:
+            self._waiting_since = None
+            return
+        self._waiting_since = self._waiting_since or time.monotonic()
+        if time.monotonic() - self._waiting_since >= self.options.device_wait:
             for job in stranded:
-                ready.remove(job)
-                job.errors.append(f"no node offered {device_resource(job.inp.target)} for "
-                                  f"{self.options.device_wait:.0f} s")
-                results[job.index] = self._lost(job)
-            return None
-        return waiting_since
+                self._ready.remove(job)
+                device = self.options.backend(job.inp.target).device
+                failed = "; ".join(sorted({why for (_, r), why in self._unusable.items() if r == device}))
+                job.errors.append(f"no node offered {device} for {self.options.device_wait:.0f} s"
+                                  + (f" (where one did, its runner failed to start: {failed})" if failed else ""))
+                self._finish(job, self._lost(job))
+            self._waiting_since = None
 
-    def _collect_build(self, ref: Any, entry: tuple[int, Any], inputs: Sequence[MeasureInput], ready: deque[_Job],
-                       results: list) -> None:
-        index, kernel = entry
+    def _collect_build(self, ref: Any, batch: int, index: int, inp: MeasureInput, kernel: Any) -> None:
         try:
             build = ray.get(ref)
         except ray.exceptions.RayError as e:
             build = _lost_build(e)
-            results[index] = MeasureResult.failure(build.error_kind, build.error_msg, build.build_s, time.time())
-            return
         if build.ok:
-            ready.append(_Job(index, inputs[index], build, kernel))
+            self._ready.append(_Job(batch, index, inp, build, kernel))
         else:
-            results[index] = MeasureResult.failure(build.error_kind, build.error_msg, build.build_s, time.time())
+            self._finish((batch, index), MeasureResult.failure(build.error_kind, build.error_msg, build.build_s,
+                                                               time.time()))
 
-    def _collect_run(self, ref: Any, job: _Job, actor: _Actor, ready: deque[_Job], results: list) -> None:
+    def _collect_run(self, ref: Any, job: _Job, actor: _Actor) -> None:
         try:
-            results[job.index] = ray.get(ref)
+            self._finish(job, ray.get(ref))
             actor.busy = False
             return
         except ray.exceptions.RayTaskError as e:  # the actor raised: a bug of ours, not of the device
             actor.busy = False
-            results[job.index] = MeasureResult.failure(ErrorKind.RUNTIME_ERROR, f"device actor failed: {e}",
-                                                       job.build.build_s, time.time())
+            self._finish(job, MeasureResult.failure(ErrorKind.RUNTIME_ERROR, f"device actor failed: {e}",
+                                                    job.build.build_s, time.time()))
             return
         except ray.exceptions.RayError as e:  # the actor or its node is gone
             job.errors.append(f"{type(e).__name__} on node {actor.node_id[:12]}")
             if actor in self._actors:
                 self._drop(actor)
         if job.attempts >= self.options.max_attempts:
-            results[job.index] = self._lost(job)
+            self._finish(job, self._lost(job))
         else:
-            ready.append(job)
+            self._ready.append(job)
 
     def _collect_ready(self, actor: _Actor) -> None:
         try:
             ray.get(actor.ready_ref)
             actor.ready = True
-        except ray.exceptions.RayError:  # its node left before it started
+        except ray.exceptions.RayActorError as e:
+            if e.actor_init_failed:  # its runner cannot start there (a GPU node without a driver): never again
+                lines = [line for line in str(e).splitlines() if line.strip()]
+                self._unusable[(actor.node_id, actor.resource)] = lines[-1].strip() if lines else type(e).__name__
+            self._drop(actor)  # else its node left before it started
+        except ray.exceptions.RayError:
             self._drop(actor)
 
     @staticmethod

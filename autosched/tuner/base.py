@@ -2,7 +2,9 @@
 
 `Tuner.tune` owns the budget in one place: it asks the strategy for candidate
 indices, drops any already measured, measures them, tracks the best and stops
-early. Strategies only propose (`_propose`) and learn (`_observe`).
+early. Strategies only propose (`_propose`) and learn (`_observe`). `ask` and
+`tell` are the loop's two halves, for a caller that keeps a batch in flight
+while it asks for the next (the task scheduler on a pipelined runner).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Tuner(ABC):
         self.best: Config | None = None
         self.best_cost = math.inf
         self._queued: list[int] = []  # measured before anything the strategy proposes
+        self.search_s = 0.0  # spent proposing and learning so far (cost model fits), not measuring
 
     def queue(self, indices: Sequence[int]) -> None:
         """Measure these configs first (e.g. the untuned build's config, so a tuned build is
@@ -95,33 +98,47 @@ class Tuner(ABC):
             raise TunerError(f"n_trials must be a positive int, got {n_trials!r}")
         if early_stopping is not None and (type(early_stopping) is not int or early_stopping <= 0):
             raise TunerError(f"early_stopping must be a positive int or None, got {early_stopping!r}")
-        done, last_gain, search_s = 0, 0, 0.0
+        done, last_gain, searched = 0, 0, self.search_s
         while done < n_trials:
             if early_stopping is not None and done - last_gain >= early_stopping:
-                return TuneSummary(done, self.best, self.best_cost, stopped_early=True, search_s=search_s)
-            want = min(self.options.batch_size, n_trials - done)
-            pending = self._fresh(self._queued)
-            queued, self._queued = pending[:want], pending[want:]
-            start = time.perf_counter()
-            indices = self._fresh(queued + self._propose(want - len(queued)))[:want]
-            search_s += time.perf_counter() - start
-            if not indices:
+                return TuneSummary(done, self.best, self.best_cost, stopped_early=True,
+                                   search_s=self.search_s - searched)
+            inputs = self.ask(min(self.options.batch_size, n_trials - done))
+            if not inputs:
                 break
-            inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
             results = measure_batch(inputs)
-            if len(results) != len(inputs):
-                raise RecordError(f"measure_batch returned {len(results)} results for {len(inputs)} inputs")
-            for inp, res in zip(inputs, results):
-                done += 1
-                self.visited.add(inp.config.index)
-                if res.ok and res.cost < self.best_cost:
-                    self.best, self.best_cost, last_gain = inp.config, res.cost, done
-            start = time.perf_counter()
-            self._observe(inputs, results)
-            search_s += time.perf_counter() - start
+            gain = self.tell(inputs, results)
+            last_gain = done + gain if gain else last_gain
+            done += len(inputs)
             for callback in callbacks:
                 callback(inputs, results)
-        return TuneSummary(done, self.best, self.best_cost, stopped_early=False, search_s=search_s)
+        return TuneSummary(done, self.best, self.best_cost, stopped_early=False, search_s=self.search_s - searched)
+
+    def ask(self, n: int) -> list[MeasureInput]:
+        """Up to `n` configs to measure next, queued ones first ([] when the strategy is done).
+        They count as visited from now on, so a batch asked for while an earlier one is still
+        being measured never repeats it."""
+        start = time.perf_counter()
+        pending = self._fresh(self._queued)
+        queued, self._queued = pending[:n], pending[n:]
+        indices = self._fresh(queued + self._propose(n - len(queued)))[:n]
+        self.visited.update(indices)
+        self.search_s += time.perf_counter() - start
+        return [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
+
+    def tell(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> int:
+        """Learn from a measured batch that `ask` gave; returns the position (1-based) of its
+        last new best, 0 when it found none."""
+        if len(results) != len(inputs):
+            raise RecordError(f"measure_batch returned {len(results)} results for {len(inputs)} inputs")
+        gain = 0
+        for position, (inp, res) in enumerate(zip(inputs, results), 1):
+            if res.ok and res.cost < self.best_cost:
+                self.best, self.best_cost, gain = inp.config, res.cost, position
+        start = time.perf_counter()
+        self._observe(inputs, results)
+        self.search_s += time.perf_counter() - start
+        return gain
 
     def _fresh(self, proposed: Sequence[int]) -> list[int]:
         """Proposals minus anything measured or repeated: the loop, not each
