@@ -99,6 +99,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     from autosched.measure.local import LocalBuilder, LocalRunner
     from autosched.task_scheduler import tune_tasks
     target = Target.parse(target) if isinstance(target, str) else target
+    if runner is not None:  # records name the device it measures on (the GPU's model)
+        target = runner.measured_target(target)
     _, tasks = model_tasks(model, target, shapes)
     with open_database(db) as database:
         found, own, transferred = resumable(tasks, target, database)

@@ -225,11 +225,24 @@ class Schedule:
             raise st._err(f"cannot compute_at into itself ({parent.name})")
         if st not in self._consumed_by(parent):
             raise st._err(f"compute_at target {parent.name} does not read this stage's tensor", iv)
-        others = [r for r in self.readers(st) if r is not parent and r.attach != ("inline",)]
+        others = [r for r in self.readers(st)
+                  if r is not parent and r.attach != ("inline",) and not self._nested_in(r, parent, iv)]
         if others:
             raise st._err(f"compute_at {parent.name}: the tensor is also read by {others[0].name}, "
                           "which could not see a buffer local to that loop", iv)
         st.attach = ("at", parent, iv)
+
+    def _nested_in(self, st: Stage, parent: Stage, iv: IterVar) -> bool:
+        """Whether `st` is computed inside `parent`'s loop `iv` (attached there, at a loop inside
+        it, or to a stage that is): a buffer made at `iv` is alive wherever it runs. Readers
+        attach first, so a producer that several nested stages share (one reduction's result
+        read by the next reduction and by the output) can still live in that loop."""
+        while st.attach[0] == "at":
+            _, at, axis = st.attach
+            if at is parent:
+                return parent.leaf_axes.index(axis) >= parent.leaf_axes.index(iv)
+            st = at
+        return False
 
     def compute_inline(self, st: Stage | Tensor) -> None:
         st = self._st(st)

@@ -18,7 +18,7 @@ import re
 import subprocess
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Union
 
@@ -304,6 +304,7 @@ class Target:
     options: tuple[tuple[str, str], ...]
     fingerprint: str
     capabilities: Capabilities
+    gpu: str | None = None  # the GPU model a cuda target's records were measured on (on_gpu)
 
     @classmethod
     def parse(cls, text: str, host: CpuInfo | None = None) -> Target:
@@ -358,6 +359,14 @@ class Target:
         blocks convolutions into; None for targets whose templates read plain NCHW (cuda)."""
         caps = self.capabilities
         return caps.lanes(4) if isinstance(caps, CpuCapabilities) else None
+
+    def on_gpu(self, name: str) -> Target:
+        """This cuda target as measured on the GPU called `name` (cuDeviceGetName): two GPU models
+        of one architecture (an H100 and an H200 are both sm_90) time kernels differently, so their
+        records carry different fingerprints, as two CPU models of one ISA do."""
+        if self.kind != "cuda":
+            raise TargetError(f"target {self} is not a cuda target; only GPU measurements name a GPU")
+        return replace(self, fingerprint=f"cuda|{name}|{self.capabilities.arch}", gpu=name)
 
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)

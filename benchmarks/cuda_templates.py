@@ -5,9 +5,11 @@ the nvcc build throughput.
     python benchmarks/cuda_templates.py [--json] [--configs 12] [--arch sm_80] [--seed 0]
 
 Tasks come from the zoo models (written to a temporary directory): the MLP's first Gemm, the
-cheapest Conv of ResNet-18, and BERT's Softmax and LayerNorm and ResNet-18's MaxPool for the
-one-thread-per-output template. Each task gets its fallback config and `--configs` - 1 random
-ones. Builds start from an empty cache, two nvcc processes at a time (the machine's two cores),
+cheapest Conv of ResNet-18 (once per algorithm: direct, implicit GEMM) and its 1x1 downsampling
+Conv (implicit GEMM), and BERT's Softmax and LayerNorm and ResNet-18's MaxPool for the
+pointwise template (once with any row_reduce, once a block a row).
+Each row of the table is a template with some knobs pinned; each task gets the fallback config
+and `--configs` - 1 random ones, with those knobs set to the pinned values. Builds start from an empty cache, two nvcc processes at a time (the machine's two cores),
 so configs/s is what a tuning run on this machine would see. No GPU is used or needed.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,26 +38,45 @@ from autosched.target import Target  # noqa: E402
 from autosched.task import extract_tasks  # noqa: E402
 from search_spaces import get_template  # noqa: E402
 
-#: template -> (zoo model, op, which of that op's tasks: "first" or "cheapest")
-CASES = {
-    "matmul_tiled_cuda": [("mlp", "Gemm", "first")],
-    "conv2d_direct_cuda": [("resnet18", "Conv", "cheapest")],
-    "pointwise_cuda": [("bert_layer", "Softmax", "first"), ("bert_layer", "LayerNormalization", "first"),
-                       ("resnet18", "MaxPool", "first")],
-}
+@dataclass(frozen=True)
+class Case:
+    """One row of the table: a template's tasks (zoo model, op, "first" or "cheapest" or
+    "1x1" of that op's tasks), with `pinned` knobs set on every sampled config."""
+
+    template: str
+    tasks: tuple[tuple[str, str, str], ...]
+    pinned: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def label(self) -> str:
+        return " ".join([self.template] + [f"{k}={v}" for k, v in self.pinned])
+
+
+ROWS = (("bert_layer", "Softmax", "first"), ("bert_layer", "LayerNormalization", "first"))
+CASES = (
+    Case("matmul_tiled_cuda", (("mlp", "Gemm", "first"),)),
+    Case("conv2d_cuda", (("resnet18", "Conv", "cheapest"),), (("algorithm", "direct"),)),
+    Case("conv2d_cuda", (("resnet18", "Conv", "cheapest"), ("resnet18", "Conv", "1x1")),
+         (("algorithm", "implicit_gemm"),)),
+    Case("pointwise_cuda", ROWS + (("resnet18", "MaxPool", "first"),)),
+    Case("pointwise_cuda", ROWS, (("row_reduce", "block"),)),
+)
 
 
 def _task(models: Path, model: str, op: str, pick: str):
     tasks = [t for t in extract_tasks(optimize(load_onnx(models / f"{model}.onnx"))).tasks if t.op == op]
+    if pick == "1x1":
+        return next(t for t in tasks if t.shapes[1][2:] == (1, 1))
     return min(tasks, key=lambda t: t.flops) if pick == "cheapest" else tasks[0]
 
 
-def _inputs(task, target: Target, n: int, rng: np.random.Generator) -> list[MeasureInput]:
+def _inputs(task, target: Target, n: int, rng: np.random.Generator, pinned: dict) -> list[MeasureInput]:
     template = get_template(task.op, target.kind)
     space = template.space(task, target)
     fallback = template.fallback(task, target)
-    configs = [fallback] + [space.get(i) for i in space.sample(min(n, len(space)) - 1, rng, exclude={fallback.index})]
-    return [MeasureInput(task, target, c) for c in configs]
+    sampled = [fallback] + [space.get(i) for i in space.sample(min(n, len(space)) - 1, rng, exclude={fallback.index})]
+    configs = {space.from_values({**{k.name: c[k.name] for k in space.knobs}, **pinned}) for c in sampled}
+    return [MeasureInput(task, target, c) for c in sorted(configs, key=lambda c: c.index)]
 
 
 def run(configs: int, arch: str, seed: int) -> dict:
@@ -63,16 +85,16 @@ def run(configs: int, arch: str, seed: int) -> dict:
     out = {"arch": arch, "configs_per_task": configs, "templates": {}}
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         models = Path(tmp) / "models"
-        for name in {m for cases in CASES.values() for m, _, _ in cases}:
+        for name in {m for case in CASES for m, _, _ in case.tasks}:
             models.mkdir(exist_ok=True)
             onnx.save(zoo.MODELS[name](), models / f"{name}.onnx")
-        for template, cases in CASES.items():
-            inputs = [i for case in cases for i in _inputs(_task(models, *case), target, configs, rng)]
-            nvcc = NvccBuilder(n_parallel=2, timeout=120, cache_dir=Path(tmp) / f"nvcc-{template}")
+        for row, case in enumerate(CASES):
+            inputs = [i for t in case.tasks for i in _inputs(_task(models, *t), target, configs, rng, dict(case.pinned))]
+            nvcc = NvccBuilder(n_parallel=2, timeout=120, cache_dir=Path(tmp) / f"nvcc-{row}")
             start = time.perf_counter()
             built = nvcc.build(inputs)
             build_s = time.perf_counter() - start
-            emulate = EmulationBuilder(n_parallel=2, timeout=120, cache_dir=Path(tmp) / f"emu-{template}")
+            emulate = EmulationBuilder(n_parallel=2, timeout=120, cache_dir=Path(tmp) / f"emu-{row}")
             with LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.0, timeout=300.0, threads=1)) as runner:
                 emulated = measure_with(emulate, runner)(inputs)
             kinds: dict[str, int] = {}
@@ -80,8 +102,8 @@ def run(configs: int, arch: str, seed: int) -> dict:
                 if not r.ok:
                     kinds[r.error_kind.name] = kinds.get(r.error_kind.name, 0) + 1
             n = len(inputs)
-            out["templates"][template] = {
-                "tasks": [f"{m}:{op}" for m, op, _ in cases], "configs": n,
+            out["templates"][case.label] = {
+                "tasks": [f"{m}:{op}:{pick}" for m, op, pick in case.tasks], "configs": n,
                 "within_limits": sum(r.ok for r in built) / n,
                 "over_limits": sum(r.error_kind is ErrorKind.RESOURCE_LIMIT for r in built) / n,
                 "pass_emulation": sum(r.ok for r in emulated) / n,
@@ -103,9 +125,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(result))
         return result
     print(f"GPU templates, {args.configs} configs per task, nvcc -arch={args.arch}, emulated on this CPU (no GPU)")
-    print(f"{'template':<22} {'configs':>7} {'within limits':>13} {'pass emulation':>14} {'nvcc configs/s':>14}  failures")
+    print(f"{'template':<46} {'configs':>7} {'within limits':>13} {'pass emulation':>14} {'nvcc configs/s':>14}  failures")
     for name, r in result["templates"].items():
-        print(f"{name:<22} {r['configs']:>7} {r['within_limits']:>13.0%} {r['pass_emulation']:>14.0%} "
+        print(f"{name:<46} {r['configs']:>7} {r['within_limits']:>13.0%} {r['pass_emulation']:>14.0%} "
               f"{r['nvcc_configs_per_s']:>14.2f}  {r['failures'] or '-'}")
     return result
 

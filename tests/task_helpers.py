@@ -111,6 +111,18 @@ def unary_task(op, shape: Sequence[int], **attrs) -> Task:
     return _task(b)
 
 
+def multi_output_task(op, shape: Sequence[int], outputs: int, **attrs) -> Task:
+    """unary_task's node with `outputs` outputs, every one an output of the graph (Split's
+    parts; LayerNorm's Y, Mean and InvStdDev)."""
+    b = GraphBuilder()
+    ins = [b.input("x", shape)]
+    if op is Op.LAYER_NORM:
+        ins += [_const(b, "scale", shape[attrs["axis"]:]), _const(b, "bias", shape[attrs["axis"]:])]
+    first = b.node(op, ins, name="multi", outputs=outputs, **attrs)
+    b.output(first, *(f"multi:{i}" for i in range(1, outputs)))
+    return _task(b)
+
+
 def add_relu_task(shape: Sequence[int], other: Sequence[int]) -> Task:
     """Add with numpy broadcasting, then Relu: an elementwise anchor with an epilogue."""
     b = GraphBuilder()

@@ -1,8 +1,10 @@
 """Whole models for target cuda, checked here through the CPU emulation against onnxruntime."""
 import json
 
+import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from autosched import zoo
 from autosched.build_module import build_model
@@ -25,6 +27,26 @@ def test_emulated_mlp_matches_onnxruntime(mlp_path, capsys):
     assert main(["check", str(mlp_path), "--target", CUDA, "--emulate"]) == 0
     out = capsys.readouterr().out
     assert "fc3/Gemm" in out and "ok" in out and "MISMATCH" not in out
+
+
+def test_emulated_multi_output_ops_match_onnxruntime(tmp_path, capsys):
+    """LayerNormalization with its Mean and InvStdDev outputs, then a Split: one kernel each."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(48).astype(np.float32), "g"),
+               numpy_helper.from_array(rng.standard_normal(48).astype(np.float32), "b"),
+               numpy_helper.from_array(np.array([16, 32], np.int64), "split")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv"], axis=-1),
+             helper.make_node("Split", ["y", "split"], ["s0", "s1"], axis=1),
+             helper.make_node("Relu", ["s0"], ["r0"]), helper.make_node("Sigmoid", ["s1"], ["r1"])]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("r0", "r1", "mean", "inv")]
+    graph = helper.make_graph(nodes, "multi", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 48])],
+                              outputs, weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "multi.onnx")
+    assert main(["check", str(tmp_path / "multi.onnx"), "--target", CUDA, "--emulate"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name} " in out for name in ("r0", "r1", "mean", "inv")) and "MISMATCH" not in out
 
 
 @pytest.mark.slow

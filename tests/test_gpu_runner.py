@@ -1,8 +1,6 @@
 """The GPU runner. Without a GPU (this machine): one clear message, from Python and the CLI. The
 tests marked `cuda` need a real NVIDIA GPU and are deselected by default (`-m cuda` runs them)."""
-import enum
 import sys
-import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,12 +14,16 @@ from autosched.measure.gpu import GpuRunner, GpuUnavailableError
 from autosched.measure.interface import measure_with
 from autosched.measure.local import RunnerOptions
 from autosched.measure.nvcc import NvccBuilder
-from autosched.measure.record import ErrorKind, MeasureInput
+from autosched.database import Database, best
+from autosched.database.schedules import TunedSchedules
+from autosched.measure.record import ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import create_schedule
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
 from autosched.tuner.api import tune_task
+from search_spaces import get_template
 from tests.cuda_markers import needs_gpu, no_gpu_here
+from tests.fake_cuda import H100, NoDeviceDriver, driver_modules
 from tests.gpu_schedules import tiled_matmul
 from tests.task_helpers import gemm_task
 
@@ -94,28 +96,45 @@ def test_tuning_a_gemm_on_the_gpu(tmp_path):
     assert any(res.ok for _, res in result.records)
 
 
-class _NoDeviceDriver:
-    """Stands in for the CUDA driver bindings (the GPU is the only thing mocked): a driver that is
-    installed but finds no device, as on a machine whose GPU is missing or hidden."""
-
-    class CUresult(enum.Enum):
-        CUDA_SUCCESS = 0
-        CUDA_ERROR_NO_DEVICE = 100
-
-    def cuInit(self, flags):
-        return (self.CUresult.CUDA_ERROR_NO_DEVICE,)
-
-    def cuGetErrorName(self, err):
-        return (self.CUresult.CUDA_SUCCESS, err.name.encode())
-
-
 def test_a_driver_without_a_device_is_one_clear_message(monkeypatch):
-    package = types.ModuleType("cuda.bindings")
-    package.driver = _NoDeviceDriver()
-    monkeypatch.setitem(sys.modules, "cuda", types.ModuleType("cuda"))  # whether cuda-bindings is installed or not
-    monkeypatch.setitem(sys.modules, "cuda.bindings", package)
+    for name, module in driver_modules(NoDeviceDriver()).items():
+        monkeypatch.setitem(sys.modules, name, module)
     with pytest.raises(RuntimeError, match=r"no usable NVIDIA GPU here \(cuInit: CUDA_ERROR_NO_DEVICE\); --emulate"):
         gpu_worker.Gpu()
+
+
+class _FakeH100Runner(GpuRunner):
+    WORKER = "tests.fake_cuda"  # the real GPU worker, on the fake H100 driver
+
+
+def test_records_name_the_gpu_model_the_worker_reads_from_the_driver(tmp_path):
+    target = Target.parse("cuda -arch=sm_90")
+    with _FakeH100Runner() as runner:
+        measured = runner.measured_target(target)
+        assert runner.device == {"device": H100, "compute_capability": "9.0"}
+    assert measured.fingerprint == f"cuda|{H100}|sm_90" and measured.isa == target.isa == "cuda-sm_90"
+    assert measured.gpu == H100 and target.gpu is None
+    task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
+    config = get_template(task.op, "cuda").space(task, measured).get(0)
+    db = Database(tmp_path / "t.db")
+    db.commit([(MeasureInput(task, measured, config), MeasureResult((1e-3,), ErrorKind.NO_ERROR, "", 0.1, 1.0))])
+    [stored] = db.stored()
+    assert stored.target.fingerprint == f"cuda|{H100}|sm_90"
+    assert best(db, task, measured).fingerprint == measured.fingerprint
+    assert best(db, task, target).fingerprint == measured.fingerprint  # a build without the GPU still finds it
+
+
+def test_a_build_says_when_its_records_come_from_another_gpu_model(tmp_path, caplog):
+    target = Target.parse("cuda -arch=sm_90")
+    task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
+    config = get_template(task.op, "cuda").space(task, target).get(0)
+    db = Database(tmp_path / "t.db")
+    db.commit([(MeasureInput(task, target.on_gpu(H100), config),
+                MeasureResult((1e-3,), ErrorKind.NO_ERROR, "", 0.1, 1.0))])
+    TunedSchedules(db)(task, target)  # a build that names no GPU: any sm_90 record fits, quietly
+    assert not caplog.text
+    TunedSchedules(db)(task, target.on_gpu("NVIDIA H200"))
+    assert f"records measured on another GPU of the same ISA ({H100}, this is NVIDIA H200)" in caplog.text
 
 
 def test_sticky_errors_are_the_ones_that_lose_the_context():

@@ -7,13 +7,15 @@ import pytest
 from autosched.emulation import build_emulated_kernel
 from autosched.graph.ir import Op
 from autosched.measure.nvcc import NvccBuilder
-from autosched.measure.record import MeasureInput
+from autosched.lower import lower
+from autosched.lower.ir import Allocate, walk_stmts
+from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.target import Target
 from search_spaces import TemplateError, get_template
 from tests.cuda_markers import needs_nvcc
 from tests.task_helpers import (
-    add_relu_task, attention_scores_task, conv_task, gemm_task, matmul_task, softmax_task, unary_task,
-    viewed_attention_task,
+    add_relu_task, attention_scores_task, conv_task, gemm_task, matmul_task, multi_output_task, softmax_task,
+    unary_task, viewed_attention_task,
 )
 
 SM80 = Target.parse("cuda -arch=sm_80")
@@ -47,18 +49,23 @@ def _configs(task, n_random: int, seed: int):
     return template, [template.fallback(task, SM80)] + [space.get(int(i)) for i in rng.integers(0, len(space), n_random)]
 
 
+def _check_emulated(name: str, task, configs, atol: float = 1e-4) -> None:
+    """Each config's kernel in the emulation, every output against the task's numpy reference."""
+    template = get_template(task.op, "cuda")
+    inputs = task.random_inputs(0)
+    want = task.reference(inputs)
+    for config in configs:
+        sched, args = template.apply(task, config, SM80)
+        got = [np.full(w.shape, np.nan, np.float32) for w in want]
+        build_emulated_kernel(sched, args, "candidate")(*inputs, *got)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=atol, err_msg=f"{name} config {config.to_json()}")
+
+
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_emulated_template_matches_reference(name):
     task = TASKS[name]()
-    template, configs = _configs(task, 2, seed=len(name))
-    inputs = task.random_inputs(0)
-    (want,) = task.reference(inputs)
-    for config in configs:
-        sched, args = template.apply(task, config, SM80)
-        kernel = build_emulated_kernel(sched, args, "candidate")
-        got = np.full(want.shape, np.nan, np.float32)
-        kernel(*inputs, got)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} config {config.to_json()}")
+    _check_emulated(name, task, _configs(task, 2, seed=len(name))[1])
 
 
 @needs_nvcc
@@ -71,8 +78,128 @@ def test_nvcc_compiles_sampled_configs(tmp_path, arch):
         task = TASKS[name]()
         _, configs = _configs(task, 1, seed=7)
         inputs += [MeasureInput(task, target, c) for c in configs]
+    for name in ("softmax_bert", "layer_norm_odd"):
+        task = ROW_OPS[name]()
+        inputs += [MeasureInput(task, target, c) for c in _block_rows_configs(task, seed=7)]
+    inputs += [MeasureInput(task, target, c) for task in (MULTI_OUTPUT["layer_norm_mean_inv_std"](),)
+               for c in _block_rows_configs(task, seed=3)]
+    for name in ("3x3_stride2_residual", "1x1_stride2_bias"):
+        task = GEMM_CONVS[name]()
+        inputs += [MeasureInput(task, target, c) for c in _implicit_gemm_configs(task, 2, seed=7)]
     results = NvccBuilder(n_parallel=2, timeout=120, cache_dir=tmp_path).build(inputs)
     assert all(r.ok for r in results), [r.error_msg for r in results if not r.ok]
+
+
+@needs_nvcc
+def test_implicit_gemm_beyond_the_device_is_a_resource_limit(tmp_path):
+    """1024 threads × 4 pixels by 16 input channels of a 3×3 window: a 2.3 MB im2col tile."""
+    task = conv_task((1, 16, 64, 64), (8, 16, 3, 3), pad=1)
+    config = _implicit_gemm(task, threads_w=32, threads_h=32, tile_w=4, tile_ic=16)
+    [result] = NvccBuilder(n_parallel=1, cache_dir=tmp_path).build([MeasureInput(task, SM80, config)])
+    assert result.error_kind is ErrorKind.RESOURCE_LIMIT and "shared memory exceed sm_80" in result.error_msg
+
+
+#: groups = 1 convolutions the implicit GEMM takes: odd maps, stride 2 with padding, 1×1, 3×3, 5×3
+GEMM_CONVS = {
+    "3x3_pad_bias_relu": lambda: conv_task((1, 5, 13, 11), (7, 5, 3, 3), pad=1, bias=True, epilogue="relu"),
+    "3x3_stride2_residual": lambda: conv_task((2, 6, 9, 10), (4, 6, 3, 3), stride=2, pad=1, epilogue="residual"),
+    "1x1": lambda: conv_task((2, 9, 7, 5), (11, 9, 1, 1)),
+    "1x1_stride2_bias": lambda: conv_task((1, 6, 11, 9), (5, 6, 1, 1), stride=2, bias=True),
+    "5x3_pad2": lambda: conv_task((1, 3, 10, 9), (6, 3, 5, 3), pad=2),
+}
+
+
+def _implicit_gemm(task, index: int = 0, **knobs):
+    """Config `index` of the conv template's space with the implicit-GEMM algorithm and `knobs`."""
+    space = get_template("Conv", "cuda").space(task, SM80)
+    config = space.get(index)
+    return space.from_values({**{k.name: config[k.name] for k in space.knobs}, "algorithm": "implicit_gemm", **knobs})
+
+
+def _implicit_gemm_configs(task, n: int, seed: int) -> list:
+    """`n` random configs of the conv template's space with the implicit-GEMM algorithm."""
+    size = len(get_template("Conv", "cuda").space(task, SM80))
+    return [_implicit_gemm(task, int(i)) for i in np.random.default_rng(seed).integers(0, size, n)]
+
+
+def test_implicit_gemm_conv_matches_reference_for_random_configs():
+    for name, make in sorted(GEMM_CONVS.items()):
+        task = make()
+        _check_emulated(name, task, _implicit_gemm_configs(task, 4, seed=len(name)))  # 20 in all
+
+
+def test_the_tuner_chooses_the_conv_algorithm_and_grouped_convs_stay_direct():
+    template = get_template("Conv", "cuda")
+    spaces = {name: template.space(TASKS[name](), SM80) for name in ("conv_stride2_residual", "conv_depthwise")}
+    assert spaces["conv_stride2_residual"].knob("algorithm").values == ("direct", "implicit_gemm")
+    assert spaces["conv_depthwise"].knob("algorithm").values == ("direct",)
+    assert template.fallback(GEMM_CONVS["1x1"](), SM80)["algorithm"] == "implicit_gemm"
+    assert template.fallback(GEMM_CONVS["3x3_pad_bias_relu"](), SM80)["algorithm"] == "direct"
+
+
+def test_implicit_gemm_keeps_registers_and_shared_tiles_to_the_block():
+    """The GEMM's output columns are the fused (row, column) pixels: each thread's accumulator is
+    its tile_c × tile_w registers and the im2col tile one K step × the block's pixels, not the
+    bounding box of whole output rows."""
+    task = GEMM_CONVS["3x3_pad_bias_relu"]()
+    config = _implicit_gemm(task, threads_w=4, threads_h=2, threads_c=2, tile_w=2, tile_c=2, tile_ic=2,
+                            double_buffer=0)
+    sched, args = get_template("Conv", "cuda").apply(task, config, SM80)
+    shapes = {s.buffer.name: s.buffer.shape for s in walk_stmts(lower(sched, args, "conv").body)
+              if isinstance(s, Allocate)}
+    assert shapes == {"implicit_gemm": (1, 2, 2), "im2col_shared": (1, 18, 16), "weight_rows_shared": (4, 18)}
+
+
+#: row-wise ops whose rows a block reduces together: odd rows, BERT's 768 and 3072, a global mean
+ROW_OPS = {
+    "softmax_odd": lambda: softmax_task((3, 5, 37)),
+    "softmax_bert": lambda: softmax_task((2, 768)),
+    "layer_norm_odd": lambda: unary_task(Op.LAYER_NORM, (2, 7, 33), axis=2, epsilon=1e-5),
+    "layer_norm_bert_ffn": lambda: unary_task(Op.LAYER_NORM, (3, 3072), axis=1, epsilon=1e-5),
+    "global_mean": lambda: unary_task(Op.REDUCE_MEAN, (1, 17, 7, 7), axes=(2, 3), keepdims=1),
+}
+
+
+def _block_rows_configs(task, seed: int) -> list:
+    """The fallback and two random thread counts, each a block a row."""
+    template = get_template(task.op, "cuda")
+    space = template.space(task, SM80)
+    threads = np.random.default_rng(seed).choice(space.knob("threads").values, 2)
+    return [template.fallback(task, SM80)] + [
+        space.from_values({"threads": int(t), "per_thread": 1, "row_reduce": "block"}) for t in threads]
+
+
+@pytest.mark.parametrize("name", sorted(ROW_OPS))
+def test_a_block_a_row_matches_reference(name):
+    """Every reduction inside the op as a shared-memory tree between barriers (the emulation
+    reports a barrier some threads miss and tree reads outside their level)."""
+    task = ROW_OPS[name]()
+    _check_emulated(name, task, _block_rows_configs(task, seed=len(name)), atol=1e-5)
+
+
+def test_long_rows_get_a_block_each_by_default():
+    softmax = get_template("Softmax", "cuda")
+    assert softmax.fallback(ROW_OPS["softmax_bert"](), SM80)["row_reduce"] == "block"
+    assert softmax.fallback(ROW_OPS["softmax_odd"](), SM80)["row_reduce"] == "thread"
+    pool = TASKS["max_pool"]()  # the output itself reduces: no block a row
+    assert "row_reduce" not in {k.name for k in get_template(pool.op, "cuda").space(pool, SM80).knobs}
+
+
+MULTI_OUTPUT = {
+    "split_3": lambda: multi_output_task(Op.SPLIT, (4, 10, 3), 3, axis=1, split=(2, 5, 3)),
+    "layer_norm_mean_inv_std": lambda: multi_output_task(Op.LAYER_NORM, (3, 5, 40), 3, axis=2, epsilon=1e-5),
+    "layer_norm_bert_mean": lambda: multi_output_task(Op.LAYER_NORM, (2, 768), 2, axis=1, epsilon=1e-5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MULTI_OUTPUT))
+def test_multi_output_ops_match_reference(name):
+    """Every output written by one kernel, for the fallback and every row_reduce way."""
+    task = MULTI_OUTPUT[name]()
+    template = get_template(task.op, "cuda")
+    space = template.space(task, SM80)
+    configs = [template.fallback(task, SM80)] + [space.get(int(i)) for i in space.sample(3, np.random.default_rng(1))]
+    _check_emulated(name, task, configs, atol=1e-5)
 
 
 def test_gpu_template_refuses_a_cpu_target():

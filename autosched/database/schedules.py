@@ -13,7 +13,8 @@ from autosched.task import Task
 log = logging.getLogger("autosched.database")
 
 
-def _cpu(fingerprint: str) -> str:
+def _device(fingerprint: str) -> str:
+    """The CPU or GPU model a fingerprint names (its architecture where it names none)."""
     parts = fingerprint.split("|")
     return parts[1] if len(parts) > 1 else fingerprint
 
@@ -43,11 +44,12 @@ class TunedSchedules:
             if isas:
                 self.other_isa[task.key] = isas
             return default_kernel(task, target)
+        unnamed_gpu = target.kind == "cuda" and target.gpu is None  # a build names no GPU: any of its arch fits
         if (found.fingerprint != target.fingerprint and found.fingerprint not in self._noticed
-                and task.key not in self.from_fallback):
+                and task.key not in self.from_fallback and not unnamed_gpu):
             self._noticed.add(found.fingerprint)
-            log.warning("%s: some tasks use records measured on another CPU of the same ISA (%s, this is %s); "
-                        "tune here for schedules fitted to this one", self.db.location, _cpu(found.fingerprint),
-                        _cpu(target.fingerprint))
+            log.warning("%s: some tasks use records measured on another %s of the same ISA (%s, this is %s); "
+                        "tune here for schedules fitted to this one", self.db.location,
+                        "GPU" if target.kind == "cuda" else "CPU", _device(found.fingerprint), _device(target.fingerprint))
         self.used[task.key] = found
         return get_template(task.op, target.kind).apply(task, found.config, target)

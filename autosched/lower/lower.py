@@ -262,8 +262,8 @@ class _Lowerer:
         lo_hi: list[list] = [[] for _ in op.axes]
         for x in walk(consumer_body):
             if isinstance(x, Load) and isinstance(x.source, Tensor) and self.sched.stage_of(x.source) is st:
-                for d, i in enumerate(x.indices):
-                    lo_hi[d].append(arith.symbolic_interval(i, inner))
+                for d, i in enumerate(x.indices):  # simplified first: a fused axis's (p // c)·c + p % c is p
+                    lo_hi[d].append(arith.symbolic_interval(arith.simplify(i, self.ranges), inner))
         mins, exts = [], []
         for d, a in enumerate(op.axes):
             lo, e = self._cover(lo_hi[d], a.extent)

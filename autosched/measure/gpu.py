@@ -13,6 +13,7 @@ import select
 
 from autosched.errors import AutoschedError
 from autosched.measure.local import LocalRunner, RunnerOptions
+from autosched.target import Target
 
 
 class GpuUnavailableError(AutoschedError):
@@ -46,6 +47,10 @@ class GpuRunner(LocalRunner):
                 raise GpuUnavailableError(hello["error"])
             self.device = hello
         return proc
+
+    def measured_target(self, target: Target) -> Target:
+        """The cuda target named after the GPU the worker holds (its cuDeviceGetName)."""
+        return target.on_gpu(self.device["device"])
 
 
 __all__ = ["GpuRunner", "GpuUnavailableError"]

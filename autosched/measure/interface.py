@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 from autosched.measure.record import BuildResult, MeasureInput, MeasureResult, RecordError
+from autosched.target import Target
 
 MeasureBatch = Callable[[Sequence[MeasureInput]], list[MeasureResult]]
 
@@ -26,6 +27,11 @@ class Runner(ABC):
     @abstractmethod
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
         """One MeasureResult per input, in order. Only successful builds are passed."""
+
+    def measured_target(self, target: Target) -> Target:
+        """`target` as this runner's device describes it; records are stored under it. Runners
+        whose device the target string already fingerprints (the CPU, read at parse) keep it."""
+        return target
 
 
 class PipelinedRunner(Runner):

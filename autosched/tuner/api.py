@@ -49,6 +49,8 @@ def tune_task(task: Task, target: Target | str, trials: int, tuner: str = "xgb",
         raise TunerError(f"trials must be a positive int, got {trials!r}")
     tuner_cls = get_tuner(tuner)
     target = Target.parse(target) if isinstance(target, str) else target
+    if runner is not None:  # records name the device it measures on (the GPU's model)
+        target = runner.measured_target(target)
     from search_spaces import get_template
     space = get_template(task.op, target.kind).space(task, target)
     search = tuner_cls(task, space, target, seed=seed, **tuner_options)

@@ -29,12 +29,13 @@ def gpu_caps(target: Target) -> GpuCapabilities:
 
 
 def config_near(space: ConfigSpace, want: Mapping[str, int]) -> Config:
-    """For each knob the largest option not above the wanted value (else the smallest): a
-    textbook fallback shrunk to what a small problem's space offers."""
+    """For each knob the wanted value where the space offers it, else the largest option not
+    above it (else the smallest): a textbook fallback shrunk to what a small problem's space
+    offers. Named options (an algorithm) are only ever taken as they are."""
     values = {}
     for name, v in want.items():
         options = space.knob(name).values
-        values[name] = max((o for o in options if o <= v), default=min(options))
+        values[name] = v if v in options else max((o for o in options if o <= v), default=min(options))
     return space.from_values(values)
 
 

@@ -1,7 +1,8 @@
 """GPU template for 2-D convolution, NCHW / OIHW, any stride, padding, dilation and groups
 (depthwise included), with its fused epilogue.
 
-A direct convolution tiled like the matmul template: a block computes a tile of output channels
+Direct (the `algorithm` knob's "direct") or, for groups = 1, as an implicit GEMM (below). The
+direct convolution is tiled like the matmul template: a block computes a tile of output channels
 × output rows × output columns, each thread a register tile of `tile_c` channels × `tile_w`
 columns; the input channels run in steps of `tile_ic`, each step staging the block's input
 window (padding computed on the fly) and weight slice through shared memory, loaded by all the
@@ -11,7 +12,11 @@ block's threads. Batch and channel blocks share blockIdx.z. The knobs:
 - `tile_w`, `tile_c`: each thread's register tile;
 - `tile_ic`: input channels per shared-memory step;
 - `vec`: elements per thread per shared-copy load; `unroll_window`: unroll the kernel window;
-- `double_buffer`: two alternating copies of each shared tile, one barrier per step instead of two.
+- `double_buffer`: two alternating copies of each shared tile, one barrier per step instead of two;
+- `algorithm` (groups = 1 only): "direct", or "implicit_gemm" (conv2d_gemm.py), which reads the
+  same knobs as a GEMM tiling: `threads_c` × `tile_c` output channels by `threads_w` · `threads_h`
+  threads × `tile_w` output pixels a block, K steps of `tile_ic` whole input-channel windows,
+  `unroll_window` unrolling the K step. One knob set, so the tuner's model compares the two.
 """
 from __future__ import annotations
 
@@ -25,16 +30,32 @@ from autosched.te import Tensor
 from search_spaces.cuda.common import (
     GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads,
 )
-from search_spaces.cuda.matmul import _up_to
-from search_spaces.llvm.conv2d import conv_dims
+from search_spaces.cuda.conv2d_gemm import IMPLICIT_GEMM_TAG, conv2d_implicit_gemm
+from search_spaces.cuda.matmul import GemmTiles, _up_to, schedule_gemm
+from search_spaces.llvm.conv2d import ConvDims, conv_dims
 
 THREADS = (1, 2, 4, 8, 16, 32)
 TILES = (1, 2, 4)
 TILE_IC = (1, 2, 4, 8, 16)
+DIRECT, IMPLICIT_GEMM = "direct", "implicit_gemm"
+FALLBACK_DIRECT = {"threads_w": 8, "threads_h": 4, "threads_c": 4, "tile_w": 2, "tile_c": 4, "tile_ic": 4, "vec": 1,
+                   "unroll_window": 1, "double_buffer": 0, "algorithm": DIRECT}
+
+
+def _algorithms(d: ConvDims) -> tuple[str, ...]:
+    return (DIRECT, IMPLICIT_GEMM) if d.groups == 1 else (DIRECT,)
+
+
+def _gemm_tiles(config: Config, d: ConvDims) -> GemmTiles:
+    """The GEMM tiling the conv knobs stand for (see the module's docstring)."""
+    return GemmTiles(threads_x=config["threads_w"] * config["threads_h"], threads_y=config["threads_c"],
+                     tile_n=config["tile_w"], tile_m=config["tile_c"], tile_k=config["tile_ic"] * d.kh * d.kw,
+                     vec=config["vec"], unroll_k=bool(config["unroll_window"]),
+                     double_buffer=bool(config["double_buffer"]))
 
 
 class Conv2dTemplate(GpuTemplate):
-    name = "conv2d_direct_cuda"
+    name = "conv2d_cuda"
 
     def space(self, task: Task, target: Target) -> ConfigSpace:
         gpu_caps(target)
@@ -49,16 +70,24 @@ class Conv2dTemplate(GpuTemplate):
             ChoiceKnob("vec", (1, 2, 4)),
             ChoiceKnob("unroll_window", (1, 0)),
             ChoiceKnob("double_buffer", (0, 1)),
+            ChoiceKnob("algorithm", _algorithms(d)),
         ))
 
     def fallback(self, task: Task, target: Target) -> Config:
-        """8 × 4 × 4 threads (columns × rows × channels) of 2 × 4 outputs, 4 input channels a step."""
-        return config_near(self.space(task, target), {"threads_w": 8, "threads_h": 4, "threads_c": 4, "tile_w": 2,
-                                                       "tile_c": 4, "tile_ic": 4, "vec": 1, "unroll_window": 1,
-                                                       "double_buffer": 0})
+        """8 × 4 × 4 threads (columns × rows × channels) of 2 × 4 outputs, 4 input channels a step;
+        direct, except 1×1 kernels: those have no window for the direct tiles to share, and as
+        an implicit GEMM they are a plain GEMM (256 threads, 64 channels × 64 pixels a block)."""
+        space = self.space(task, target)
+        d = conv_dims(task)
+        if IMPLICIT_GEMM in space.knob("algorithm").values and d.kh * d.kw == 1:
+            return config_near(space, {**FALLBACK_DIRECT, "algorithm": IMPLICIT_GEMM, "threads_h": 2,
+                                       "threads_c": 16, "tile_w": 4, "tile_ic": 8})
+        return config_near(space, FALLBACK_DIRECT)
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)
+        if config["algorithm"] == IMPLICIT_GEMM:
+            return _implicit_gemm(task, d, _gemm_tiles(config, d))
         tt = task_tensors(task)
         out = conv2d(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None, d.stride, d.pads,
                      d.dilation, d.groups, tt.epilogue)
@@ -103,6 +132,20 @@ class Conv2dTemplate(GpuTemplate):
         for copy in shared:
             cooperative_copy(s, copy, acc, ico, threads, config["vec"], bool(config["double_buffer"]))
         return s, args + [out]
+
+
+def _implicit_gemm(task: Task, d: ConvDims, tiles: GemmTiles) -> tuple[Schedule, list[Tensor]]:
+    tt = task_tensors(task)
+    out = conv2d_implicit_gemm(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None, d,
+                               tt.epilogue)
+    s = create_schedule(out)
+    acc = local_accumulator(s, out, IMPLICIT_GEMM_TAG)
+    for st in s.stages:
+        if st.op.tag == PAD_TAG:
+            s.compute_inline(st)  # the im2col gather reads zeros where the window overhangs
+    n, oc, oh, ow = s[out].op.axes
+    schedule_gemm(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), (d.oc, d.oh * d.ow), tiles)
+    return s, list(tt.args) + [out]
 
 
 TEMPLATE = Conv2dTemplate()

@@ -15,14 +15,16 @@ dimensions are fused onto blockIdx.z. The knobs:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autosched.ops import matmul as mm
 from autosched.ops.epilogue import apply_epilogue
 from autosched.ops.transform import INJECTIVE_TAG
-from autosched.schedule import Schedule, create_schedule
+from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
-from autosched.te import Tensor
+from autosched.te import IterVar, Tensor
 from search_spaces.cuda.common import (
     GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads,
 )
@@ -78,39 +80,70 @@ class MatmulTemplate(GpuTemplate):
         args, out = _compute(task)
         s = create_schedule(out)
         acc = local_accumulator(s, out, mm.MATMUL_TAG)
-        a_shared, b_shared = (s.cache_read(t, "shared", [acc]) for t in acc.op.inputs()[:2])
-        for st in s.stages:  # operand views: index arithmetic of the shared copies
-            if st.op.tag == INJECTIVE_TAG:
-                s.compute_inline(st)
-
-        tx, ty, tn, tm = config["threads_x"], config["threads_y"], config["tile_n"], config["tile_m"]
-        o = s[out]
-        *batch, i, j = o.op.axes
-        bi, ii = o.split(i, ty * tm)
-        bj, jj = o.split(j, tx * tn)
-        thy, ri = o.split(ii, tm)
-        thx, rj = o.split(jj, tn)
-        outer = [o.fuse(*batch)] if batch else []
-        o.reorder(*outer, bi, bj, thy, thx, ri, rj)
-        for axis, tag in zip(outer, ("blockIdx.z",)):
-            o.bind(axis, tag)
-        for axis, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (thy, "threadIdx.y"), (thx, "threadIdx.x")):
-            o.bind(axis, tag)
-        o.unroll(ri)
-        (o.vectorize if tn in (2, 4) else o.unroll)(rj)
-        s.compute_at(acc, o, thx)
-
-        *acc_batch, ci, cj = acc.op.axes
-        ko, ki = acc.split(acc.op.reduce_axes[0], config["tile_k"])
-        acc.reorder(*acc_batch, ko, ki, ci, cj)
-        if config["unroll_k"]:
-            acc.unroll(ki)
-        acc.unroll(ci)
-        acc.unroll(cj)
-        threads = (tile_threads(d.n, tx * tn, tn), tile_threads(d.m, ty * tm, tm))
-        for copy in (a_shared, b_shared):
-            cooperative_copy(s, copy, acc, ko, threads, config["vec"], bool(config["double_buffer"]))
+        *batch, i, j = s[out].op.axes
+        schedule_gemm(s, out, acc, (batch, i, j), (d.m, d.n), GemmTiles.of(config))
         return s, args + [out]
+
+
+@dataclass(frozen=True)
+class GemmTiles:
+    """How one GEMM is tiled over the GPU: the matmul template's knobs, which the implicit-GEMM
+    convolution maps its own knobs onto (one tiling, two templates)."""
+
+    threads_x: int
+    threads_y: int
+    tile_n: int
+    tile_m: int
+    tile_k: int
+    vec: int
+    unroll_k: bool
+    double_buffer: bool
+
+    @classmethod
+    def of(cls, config: Config) -> GemmTiles:
+        return cls(config["threads_x"], config["threads_y"], config["tile_n"], config["tile_m"], config["tile_k"],
+                   config["vec"], bool(config["unroll_k"]), bool(config["double_buffer"]))
+
+
+def schedule_gemm(s: Schedule, out: Tensor, acc: Stage, axes: tuple[list[IterVar], IterVar, IterVar],
+                  sizes: tuple[int, int], tiles: GemmTiles) -> None:
+    """Tile the output's (batch axes, i, j) = `axes` (extents `sizes` of i and j) into blocks and
+    per-thread register tiles, with the register accumulator `acc` (axes batch…, i, j; one
+    reduction axis) computed per thread and its two operands staged through shared memory one
+    k step at a time. Operand views (injective stages) are inlined into those copies, so their
+    index arithmetic (a transpose, an im2col gather) runs once per staged element."""
+    shared = [s.cache_read(t, "shared", [acc]) for t in acc.op.inputs()[:2]]
+    for st in s.stages:
+        if st.op.tag == INJECTIVE_TAG and st.op is not out.op:
+            s.compute_inline(st)
+    m, n = sizes
+    tx, ty, tn, tm = tiles.threads_x, tiles.threads_y, tiles.tile_n, tiles.tile_m
+    o = s[out]
+    batch, i, j = axes
+    bi, ii = o.split(i, ty * tm)
+    bj, jj = o.split(j, tx * tn)
+    thy, ri = o.split(ii, tm)
+    thx, rj = o.split(jj, tn)
+    outer = [o.fuse(*batch)] if batch else []
+    o.reorder(*outer, bi, bj, thy, thx, ri, rj)
+    for axis, tag in zip(outer, ("blockIdx.z",)):
+        o.bind(axis, tag)
+    for axis, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (thy, "threadIdx.y"), (thx, "threadIdx.x")):
+        o.bind(axis, tag)
+    o.unroll(ri)
+    (o.vectorize if tn in (2, 4) else o.unroll)(rj)
+    s.compute_at(acc, o, thx)
+
+    *acc_batch, ci, cj = acc.op.axes
+    ko, ki = acc.split(acc.op.reduce_axes[0], tiles.tile_k)
+    acc.reorder(*acc_batch, ko, ki, ci, cj)
+    if tiles.unroll_k:
+        acc.unroll(ki)
+    acc.unroll(ci)
+    acc.unroll(cj)
+    threads = (tile_threads(n, tx * tn, tn), tile_threads(m, ty * tm, tm))
+    for copy in shared:
+        cooperative_copy(s, copy, acc, ko, threads, tiles.vec, tiles.double_buffer)
 
 
 TEMPLATE = MatmulTemplate()

@@ -1,0 +1,58 @@
+"""The implicit-GEMM form of a 2-D convolution on the GPU (groups = 1): per image, the GEMM
+Y[oc, p] = Σ_k W[oc, k] · X̂[k, p] of M = OC output channels, N = OH·OW output pixels and
+K = IC·KH·KW, where X̂ is the im2col matrix. X̂ is never stored: it is an operand view whose
+index arithmetic (k → channel and window offset, p → output row and column, padding as a
+bounds test) the shared-memory copy evaluates while it gathers each K step's tile, so the
+tiling is the matmul template's own (`schedule_gemm`). Images run on blockIdx.z, so tiles do
+not straddle two images; the GEMM over all N·OH·OW pixels is that one, cut at image borders.
+
+Where it pays: 1×1 and strided convolutions and small maps with many channels, whose windows
+share little between neighbouring outputs for the direct template's shared tiles to reuse.
+"""
+from __future__ import annotations
+
+from autosched import te
+from autosched.ops.conv import conv_geometry
+from autosched.ops.epilogue import EpilogueFn, apply_epilogue, bias_add
+from autosched.ops.transform import INJECTIVE_TAG
+from autosched.te import Tensor
+from search_spaces.llvm.conv2d import ConvDims
+
+IMPLICIT_GEMM_TAG = "conv2d_implicit_gemm"
+
+
+def _weight_rows(w: Tensor, d: ConvDims) -> Tensor:
+    """W as an OC × K matrix (k = (ic·KH + kh)·KW + kw: OIHW's own order, a free view)."""
+    window = d.kh * d.kw
+    return te.compute((d.oc, d.c * window), lambda o, k: w[o, k // window, k // d.kw % d.kh, k % d.kw],
+                      name="weight_rows", tag=INJECTIVE_TAG)
+
+
+def _im2col(xp: Tensor, d: ConvDims) -> Tensor:
+    """The padded input as N × K × (OH·OW) im2col matrices, one per image (never materialized)."""
+    (sh, sw), (dh, dw), window = d.stride, d.dilation, d.kh * d.kw
+
+    def body(n, k, p):
+        return xp[n, k // window, p // d.ow * sh + k // d.kw % d.kh * dh, p % d.ow * sw + k % d.kw * dw]
+
+    return te.compute((d.n, d.c * window, d.oh * d.ow), body, name="im2col", tag=INJECTIVE_TAG)
+
+
+def conv2d_implicit_gemm(x: Tensor, w: Tensor, bias: Tensor | None, d: ConvDims,
+                         epilogue: tuple[EpilogueFn, ...]) -> Tensor:
+    """The convolution's NCHW output (bias and epilogue applied) read from the GEMM's N × OC ×
+    (OH·OW) result, whose stage carries IMPLICIT_GEMM_TAG."""
+    if d.groups != 1:
+        raise ValueError(f"implicit GEMM handles groups = 1, not {d.groups}")
+    *_, xp = conv_geometry(x, w, d.stride, d.pads, d.dilation, "conv2d")
+    a, b = _weight_rows(w, d), _im2col(xp, d)
+    k = te.reduce_axis(a.shape[1], "k")
+    gemm = te.compute((d.n, d.oc, d.oh * d.ow), lambda n, o, p: te.sum(a[o, k] * b[n, k, p], [k]),
+                      name="implicit_gemm", tag=IMPLICIT_GEMM_TAG)
+    y = te.compute((d.n, d.oc, d.oh, d.ow), lambda n, o, h, v: gemm[n, o, h * d.ow + v], name="conv2d",
+                   tag=INJECTIVE_TAG)
+    pre = (bias_add(bias, 1),) if bias is not None else ()
+    return apply_epilogue(y, pre + epilogue)
+
+
+__all__ = ["IMPLICIT_GEMM_TAG", "conv2d_implicit_gemm"]
