@@ -26,6 +26,13 @@ Shape = tuple[int, ...]
 Attrs = tuple[tuple[str, Any], ...]
 
 
+#: a MatMul/Gemm task attribute: the anchor inputs that are constants of the model (a dense
+#: layer's weight and bias). Part of the key, because a build packs those once and tuning must
+#: time the kernel the same way (`autosched.measure.fold`); a matmul of two activations repacks
+#: B at every call and is another workload.
+WEIGHT_INPUTS_ATTR = "weight_inputs"
+
+
 @dataclass(frozen=True)
 class Operand:
     """One operand of an epilogue op.
@@ -150,11 +157,16 @@ def task_for_group(graph: Graph, group: FusedGroup) -> Task:
         )
         epilogue.append(EpilogueOp(node.op.value, _attrs(node.attrs), operands, values[node.outputs[0]].dtype))
         steps[node.outputs[0]] = k
+    attrs = dict(anchor.attrs)
+    if anchor.op in (Op.MATMUL, Op.GEMM):
+        weights = tuple(k for k, name in enumerate(anchor.inputs) if name in graph.constants)
+        if weights:
+            attrs[WEIGHT_INPUTS_ATTR] = weights
     fields = {
         "op": anchor.op.value,
         "shapes": tuple(values[name].shape for name in anchor.inputs),
         "dtypes": tuple(values[name].dtype for name in anchor.inputs),
-        "attrs": _attrs(anchor.attrs),
+        "attrs": _attrs(attrs),
         "epilogue": tuple(epilogue),
         "out_shapes": tuple(values[name].shape for name in group.outputs),
         "out_dtypes": tuple(values[name].dtype for name in group.outputs),

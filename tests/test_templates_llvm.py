@@ -251,3 +251,27 @@ def test_untuned_build_of_a_conv_uses_the_fallback_config():
     render = renderer_for("llvm").render
     untuned = render(lower(*default_kernel(task, TARGET), "k"))
     assert untuned == render(lower(*template.apply(task, template.fallback(task, TARGET), TARGET), "k"))
+
+
+def test_matmul_candidates_are_timed_with_their_weights_packed_ahead(tmp_path):
+    """A dense layer's weight (and Gemm's bias) are marked on the task (`weight_inputs`), and
+    the builder precomputes the weight's B panels as a model build does: the candidate reads
+    them as an argument and the worker packs them before timing. A matmul of two activations
+    (attention's scores) is marked with nothing and still packs B at every call."""
+    import json
+    from pathlib import Path
+    dense, scores = TASKS["dense_bias"][0](), TASKS["attention_views"][0]()
+    assert dict(dense.attrs)["weight_inputs"] == (1, 2) and "weight_inputs" not in dict(scores.attrs)
+    template = get_template("Gemm", "llvm")
+    config = template.space(dense, TARGET).from_values({**template.fallback(dense, TARGET).to_json()["knobs"],
+                                                        "pack_a": True})
+    builds = LocalBuilder(n_parallel=1, cache_dir=tmp_path).build(
+        [MeasureInput(dense, TARGET, config),
+         MeasureInput(scores, TARGET, get_template("MatMul", "llvm").fallback(scores, TARGET))])
+    dense_manifest, scores_manifest = (json.loads(Path(b.artifact).read_text()) for b in builds)
+    (folded,) = dense_manifest["folded"]
+    assert folded["sources"] == [1] and folded["params"][-1]["shape"][-1] == config["nr"]  # B in nr-wide panels
+    assert "folded" not in scores_manifest
+    results = measure_with(LocalBuilder(n_parallel=1, cache_dir=tmp_path), LocalRunner(RunnerOptions(repeat=1)))(
+        [MeasureInput(dense, TARGET, config)])
+    assert results[0].error_kind is ErrorKind.NO_ERROR, results[0].error_msg
