@@ -87,7 +87,7 @@ def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict
 
 
 def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, db: DatabaseLike = None,
-         tuner: str = "xgb", round_trials: int = 16, seed: int = 0, scheduler: str = "costliest",
+         tuner: str = "xgb", round_trials: int = 16, seed: int = 0, scheduler: str = "gradient",
          shapes: Mapping[str, Sequence[int]] | None = None,
          builder: Builder | None = None, runner: Runner | None = None,
          callbacks: Sequence["Callback"] = ()) -> TuneOutcome:

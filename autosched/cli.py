@@ -144,9 +144,9 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, required=True, help="measurements over all tasks")
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
-    parser.add_argument("--scheduler", default="costliest", choices=["costliest", "gradient"],
-                        help="which task gets the next round: the one costing the model most time (default) or "
-                             "Ansor's gradient (expected latency decrease per trial)")
+    parser.add_argument("--scheduler", default="gradient", choices=["costliest", "gradient"],
+                        help="which task gets the next round: Ansor's gradient, the steepest expected latency "
+                             "decrease per trial (default), or the task costing the model most time")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--emulate", action="store_true",
                         help="with --target cuda: measure candidates in the CPU emulation (proves them correct; "

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(zoo.MODELS), help="comma-separated zoo model names")
     p.add_argument("--checkpoints", default="250,500,1000", help="cumulative trial counts to stop and time at")
-    p.add_argument("--scheduler", default="costliest", choices=["costliest", "gradient"])
+    p.add_argument("--scheduler", default="gradient", choices=["costliest", "gradient"])
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--db-dir", type=Path, default=Path("tuning-curves"), help="one database per model, kept")

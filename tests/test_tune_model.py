@@ -240,7 +240,8 @@ def test_a_task_that_stops_improving_yields_rounds_to_the_others(small_model):
     tasks = extract_tasks(optimize(load_onnx(small_model))).tasks
     big, small = sorted(tasks, key=lambda t: -t.flops)
     runner = PerTaskCost({big.key: 10e-3, small.key: 1e-3})
-    summary = tune_tasks(tasks, "llvm", 4 * 14, NullBuilder(), runner, tuner="random", round_trials=4)
+    summary = tune_tasks(tasks, "llvm", 4 * 14, NullBuilder(), runner, tuner="random", round_trials=4,
+                         scheduler="costliest")
     trials = {p.task.key: p.trials for p in summary.progress}
     # the big task costs 10x more but its rounds stopped paying: after 10 stale rounds the
     # small one is chosen again (weight × time alone would give the big one every round)
