@@ -122,12 +122,14 @@ def schedule_winograd_blocked(tt: TaskTensors, config: Config, target: Target, l
     return s, list(tt.args) + [out]
 
 
-def _vector(st: Stage, axis: IterVar, extent: int, lanes: int) -> tuple[list[IterVar], IterVar]:
-    """Split `axis` so its innermost part is one vector of the target; ([outer parts], vector)."""
+def _vectorize_last(st: Stage, axis: IterVar, lanes: int) -> None:
+    """Vectorize `axis` (the stage's innermost, channels) by one vector of the target, the
+    vectors beyond the first unrolled."""
+    extent = st.op.shape[-1]
     if extent % lanes == 0 and extent > lanes:
-        outer, inner = st.split(axis, lanes)
-        return [outer], inner
-    return [], axis
+        outer, axis = st.split(axis, lanes)
+        st.unroll(outer)
+    st.vectorize(axis)
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -160,10 +162,7 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
     v.parallel(tile)
     v.unroll(e)
     v.unroll(nu)
-    ci_outer, civ = _vector(v, ci, v.op.shape[-1], lanes)
-    for a in ci_outer:
-        v.unroll(a)
-    v.vectorize(civ)
+    _vectorize_last(v, ci, lanes)
     _per_tile(s, stage[winograd.INPUT_ROWS_TAG], v, tile, lanes)
 
     _schedule_gemm(s, stage[winograd.GEMM_TAG], config, target, lanes)
@@ -181,10 +180,7 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
         y.parallel(y.fuse(n, o, oho))
     y.unroll(ohi)
     y.unroll(owi)
-    ob_outer, obv = _vector(y, ob, y.op.shape[-1], lanes)
-    for a in ob_outer:
-        y.unroll(a)
-    y.vectorize(obv)
+    _vectorize_last(y, ob, lanes)
     _per_tile(s, stage[winograd.OUTPUT_ROWS_TAG], y, owo, lanes)
     return y
 
@@ -198,10 +194,7 @@ def _weight_pass(st: Stage, lanes: int) -> None:
     st.parallel(st.fuse(o, c))
     st.unroll(e)
     st.unroll(nu)
-    ob_outer, obv = _vector(st, ob, st.op.shape[-1], lanes)
-    for a in ob_outer:
-        st.unroll(a)
-    st.vectorize(obv)
+    _vectorize_last(st, ob, lanes)
 
 
 def _per_tile(s: Schedule, rows: Stage, parent: Stage, tile_loop: IterVar, lanes: int) -> None:
@@ -211,10 +204,7 @@ def _per_tile(s: Schedule, rows: Stage, parent: Stage, tile_loop: IterVar, lanes
     a, b, _, _, c = rows.op.axes
     rows.unroll(a)
     rows.unroll(b)
-    outer, vec = _vector(rows, c, rows.op.shape[-1], lanes)
-    for x in outer:
-        rows.unroll(x)
-    rows.vectorize(vec)
+    _vectorize_last(rows, c, lanes)
 
 
 def _schedule_gemm(s: Schedule, mm: Stage, config: Config, target: Target, lanes: int) -> None:
