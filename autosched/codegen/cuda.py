@@ -10,11 +10,11 @@ an unrolled scalar loop, which is always correct.
 """
 from __future__ import annotations
 
-from autosched.codegen.c import _free, _has_var_in_atoms, _param_decls, _without
+from autosched.codegen.cstyle import lane_zero, param_decls, var_in_atoms
 from autosched.codegen.gpu import GpuRenderer, LaunchGeometry, plan_kernel
 from autosched.lower import arith
 from autosched.lower.ir import Allocate, For, IfThenElse, PrimFunc, Store
-from autosched.te.expr import Const, Expr, Load, Var, substitute, transform, walk
+from autosched.te.expr import Const, Expr, Load, Var, free_vars, substitute, transform, walk
 
 _LANES = "xyzw"
 
@@ -22,7 +22,6 @@ _LANES = "xyzw"
 class CudaRenderer(GpuRenderer):
     """Renders lowered functions as a CUDA translation unit (for nvcc -cubin)."""
 
-    capabilities = {"threads": True, "shared_memory": True, "vector_bytes": 16}
     INLINE = "static __device__ __forceinline__"
     INDEX = {axis: f"(int32_t){axis}" for axis in
              ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")}
@@ -44,7 +43,7 @@ class CudaRenderer(GpuRenderer):
     def _function(self, func: PrimFunc, timer: bool = False) -> str:
         plan = self._begin(func)
         g = plan.geometry
-        params = ", ".join(_param_decls(func, [self._name(b) for b in func.params], "__restrict__"))
+        params = ", ".join(param_decls(func, [self._name(b) for b in func.params], "__restrict__"))
         lines = [f"/* grid {g.grid}, block {g.block}, {g.shared_bytes} bytes of dynamic shared memory */",
                  f'extern "C" __global__ void __launch_bounds__({g.threads_per_block}) {self.symbol(func)}({params}) {{']
         if g.shared_bytes:
@@ -73,7 +72,7 @@ class CudaRenderer(GpuRenderer):
     def _vector(self, s: For, d: int) -> str | None:
         """One vector store (and vector loads) for a contiguous, aligned float32 loop, or None."""
         v, lanes, body, cond = s.var, s.extent, s.body, None
-        if isinstance(body, IfThenElse) and body.orelse is None and v not in _free(body.cond):
+        if isinstance(body, IfThenElse) and body.orelse is None and v not in free_vars(body.cond):
             cond, body = body.cond, body.then
         if lanes not in (2, 4) or not isinstance(body, Store) or body.buffer.dtype != "float32":
             return None
@@ -83,7 +82,7 @@ class CudaRenderer(GpuRenderer):
         vt = f"float{lanes}"
         loads: dict = {}  # key of a vector load -> (placeholder name, base)
         for x in walk(body.value):
-            if isinstance(x, Load) and v in _free(x) and x.key() not in loads and x.dtype == "float32":
+            if isinstance(x, Load) and v in free_vars(x) and x.key() not in loads and x.dtype == "float32":
                 lb = self._contiguous_base(x.indices[0], v, lanes)
                 if lb is not None:
                     loads[x.key()] = (f"_vl{len(loads)}", lb, x.source)
@@ -110,9 +109,9 @@ class CudaRenderer(GpuRenderer):
     def _contiguous_base(self, index: Expr, v: Var, lanes: int) -> Expr | None:
         """The index of lane 0 when lanes are consecutive and lane 0 is a multiple of `lanes`."""
         lin = arith.linear(index)
-        if _has_var_in_atoms(lin, v) or lin.coeff(v) != 1:
+        if var_in_atoms(lin, v) or lin.coeff(v) != 1:
             return None
-        base = arith.simplify(_without(index, v), self._ranges)
+        base = arith.simplify(lane_zero(index, v), self._ranges)
         aligned = arith.linear(base)
         if aligned.const % lanes or any(c % lanes for c, _ in aligned.terms.values()):
             return None

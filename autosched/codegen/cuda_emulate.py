@@ -16,7 +16,7 @@ The emulator's state is static: a module runs one kernel at a time (as the execu
 """
 from __future__ import annotations
 
-from autosched.codegen.c import _param_decls, _timer
+from autosched.codegen.cstyle import param_decls
 from autosched.codegen.gpu import GpuRenderer
 from autosched.lower.ir import Barrier, PrimFunc, Store, walk_stmts
 from autosched.te.expr import Expr, Load
@@ -158,7 +158,6 @@ static int32_t emu_launch(const int32_t* grid, const int32_t* block, int64_t sha
 class EmulationRenderer(GpuRenderer):
     """Renders lowered GPU kernels as C that runs them on the CPU with CUDA semantics."""
 
-    capabilities = {"threads": True, "shared_memory": True, "vector_bytes": 0}
     INDEX = {**{f"blockIdx.{a}": f"emu_bid.{a}" for a in "xyz"}, **{f"threadIdx.{a}": f"emu_tid.{a}" for a in "xyz"}}
     SHARED_BASE = "emu_smem"
     UNROLL_PRAGMA = ""
@@ -179,7 +178,7 @@ class EmulationRenderer(GpuRenderer):
         self._sites = 0
         name = self.symbol(func)
         names = [self._name(b) for b in func.params]
-        decls = _param_decls(func, names)
+        decls = param_decls(func, names)
         body = self._stmt(func.body, 1).rstrip("\n")
         casts = ", ".join(f"({d.rsplit('*', 1)[0]}*){name}_argv[{k}]" for k, d in enumerate(decls))
         barriers = int(any(isinstance(s, Barrier) for s in walk_stmts(func.body)))
@@ -194,7 +193,7 @@ class EmulationRenderer(GpuRenderer):
                   f'  return emu_launch(grid, block, {g.shared_bytes}, {barriers}, {name}_thread, "{func.name}");',
                   "}", ""]
         if timer:
-            lines.append(_timer(name, _param_decls(func, [f"p{k}" for k in range(len(func.params))])))
+            lines.append(self._timing_entry(func))
         return "\n".join(lines)
 
     def _barrier(self) -> str:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autosched.codegen.c import C_TYPES, DTYPE_BYTES, CRenderer
+from autosched.codegen.cstyle import C_TYPES, DTYPE_BYTES, CStyleRenderer
 from autosched.codegen.errors import CodegenError
 from autosched.lower.ir import Allocate, Barrier, Buffer, For, IfThenElse, Let, PrimFunc, Stmt, Store, stmt_children
 from autosched.target import GpuCapabilities
-from autosched.te.expr import Var, walk
+from autosched.te.expr import free_vars
 
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -127,11 +127,11 @@ def _check_structure(func: PrimFunc, geometry: LaunchGeometry) -> None:
             visit(s.body, bound or s.kind == "thread", divergent, why)
             return
         if isinstance(s, Let):
-            dep = divergent | ({s.var} if _vars(s.value) & divergent else set())
+            dep = divergent | ({s.var} if free_vars(s.value) & divergent else set())
             visit(s.body, bound, dep, why)
             return
         if isinstance(s, IfThenElse):
-            cond_why = why or (f"if {s.cond!r}" if _vars(s.cond) & divergent else "")
+            cond_why = why or (f"if {s.cond!r}" if free_vars(s.cond) & divergent else "")
             for c in stmt_children(s):
                 visit(c, bound, divergent, cond_why)
             return
@@ -141,13 +141,9 @@ def _check_structure(func: PrimFunc, geometry: LaunchGeometry) -> None:
     visit(func.body, False, set(), "")
 
 
-def _vars(e) -> set:
-    return {x for x in walk(e) if isinstance(x, Var)}
-
-
-class GpuRenderer(CRenderer):
-    """The C renderer's statements and expressions with GPU semantics for thread loops, shared
-    buffers and barriers; subclasses say how an index, a shared buffer and a barrier are spelt."""
+class GpuRenderer(CStyleRenderer):
+    """C-style statements and expressions with GPU semantics for thread loops, shared buffers
+    and barriers; subclasses say how an index, a shared buffer and a barrier are spelt."""
 
     #: thread axis -> C expression of this thread's index along it
     INDEX: dict[str, str] = {}
@@ -155,12 +151,10 @@ class GpuRenderer(CRenderer):
     SHARED_BASE = "autosched_smem"
     #: the line before a loop to unroll (empty: leave it to the compiler)
     UNROLL_PRAGMA = "#pragma unroll"
-    #: the vector math and min/max helpers are GCC vector-extension code for CPUs
-    VECTOR_MATH = False
 
     def _begin(self, func: PrimFunc) -> GpuKernelPlan:
         """Reset per-kernel state (names, ranges) and plan the kernel."""
-        self._names, self._used, self._ranges = {}, set(), {}
+        self._reset()
         self._plan = plan_kernel(func)
         return self._plan
 

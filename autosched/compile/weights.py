@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from autosched.codegen.c import C_TYPES
+from autosched.codegen.cstyle import C_TYPES
 from autosched.graph.ir import Graph
 
 #: every array in the weights file (and the arena) starts at a multiple of this, a cache line and a zmm load

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 from cffi import FFI
 
-from autosched.codegen.c import C_TYPES
+from autosched.codegen.cstyle import C_TYPES
 from autosched.lower.ir import Buffer
 
 NUMPY_DTYPES = {d: np.dtype(d) for d in C_TYPES}
