@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autosched.backend import backend_for
 from autosched.compile.model import ModelFiles, build_model
 from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database
 from autosched.errors import AutoschedError, TuneInterrupted
@@ -89,45 +90,43 @@ def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict
 def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, db: DatabaseLike = None,
          tuner: str = "xgb", round_trials: int = 16, seed: int = 0, scheduler: str = "gradient",
          shapes: Mapping[str, Sequence[int]] | None = None,
-         builder: Builder | None = None, runner: Runner | None = None,
+         builder: Builder | None = None, runner: Runner | None = None, emulate: bool = False,
          callbacks: Sequence["Callback"] = ()) -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
-    path or URL; None: `AUTOSCHED_DB` or the per-user file). Ctrl-C raises TuneInterrupted
-    after marking the session interrupted; a builder or runner passed in stays the caller's.
-    Callbacks with `start(plan)` / `finish()` methods (progress displays) are told when the run
-    begins (a `TunePlan`) and ends, however it ends."""
-    from autosched.measure.local import LocalBuilder, LocalRunner
+    path or URL; None: `AUTOSCHED_DB` or the per-user file). Candidates are built and timed by
+    the target's back end on this machine (gcc and the CPU worker; nvcc and the GPU worker for
+    cuda) unless a builder or runner is passed in, which stays the caller's. `emulate` (cuda
+    targets): candidates are built as the CPU emulation and checked there, proving them correct
+    without a GPU (their times are the CPU's). Ctrl-C raises TuneInterrupted after marking the
+    session interrupted. Callbacks with `start(plan)` / `finish()` methods (progress displays)
+    are told when the run begins (a `TunePlan`) and ends, however it ends."""
     from autosched.task_scheduler import tune_tasks
     target = Target.parse(target) if isinstance(target, str) else target
-    if runner is not None:  # records name the device it measures on (the GPU's model)
-        target = runner.measured_target(target)
-    _, tasks = model_tasks(model, target, shapes)
-    with open_database(db) as database:
-        found, own, transferred = resumable(tasks, target, database)
-        plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
-        for callback in callbacks:
-            if hasattr(callback, "start"):
-                callback.start(plan)
-        session = database.start_session(str(model), target, trials)
-        own_runner = runner is None
-        runner = LocalRunner() if runner is None else runner
-        status = "failed"
-        try:
-            summary = tune_tasks(tasks, target, trials, builder or LocalBuilder(), runner, tuner, round_trials,
-                                 [RecordWriter(database, session, tuner), *callbacks], seed, found, scheduler)
-            status = "done"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise TuneInterrupted(database.end_session(session, status), database.location) from None
-        finally:
+    with backend_for(target, emulate).measuring(builder, runner) as (builder, runner):
+        target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
+        _, tasks = model_tasks(model, target, shapes)
+        with open_database(db) as database:
+            found, own, transferred = resumable(tasks, target, database)
+            plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
             for callback in callbacks:
-                if hasattr(callback, "finish"):
-                    callback.finish()
-            if own_runner:
-                runner.close()
-            if status != "interrupted":
-                database.end_session(session, status)
-        return TuneOutcome(database.location, session, own, transferred, summary)
+                if hasattr(callback, "start"):
+                    callback.start(plan)
+            session = database.start_session(str(model), target, trials)
+            status = "failed"
+            try:
+                summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
+                                     [RecordWriter(database, session, tuner), *callbacks], seed, found, scheduler)
+                status = "done"
+            except KeyboardInterrupt:
+                status = "interrupted"
+                raise TuneInterrupted(database.end_session(session, status), database.location) from None
+            finally:
+                for callback in callbacks:
+                    if hasattr(callback, "finish"):
+                        callback.finish()
+                if status != "interrupted":
+                    database.end_session(session, status)
+            return TuneOutcome(database.location, session, own, transferred, summary)
 
 
 @dataclass(frozen=True)
@@ -153,6 +152,7 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
     of JSON-lines files, or False for none), else its default schedule. `emulate` (cuda targets):
     the kernels run in the CPU emulation, for checking a model without a GPU."""
     target = Target.parse(target) if isinstance(target, str) else target
+    backend_for(target, emulate)  # refuse a target the emulation cannot run before importing the model
     output = Path(model).with_suffix(".so") if output is None else output
     graph, tasks = model_tasks(model, target, shapes)
     fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None

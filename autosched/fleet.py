@@ -26,9 +26,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from autosched.measure.devices import PREFIX, FleetError, detect_resources
+
+if TYPE_CHECKING:
+    from autosched.target import Target
 
 DEFAULT_PORT = 6379
 START_TIMEOUT_S = 60.0
@@ -253,10 +256,14 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines) or "no nodes"
 
 
-def fleet_measurers(address: str, options: Any = None) -> tuple[Any, Any]:
-    """A Ray builder and runner on the fleet at `address` sharing `options` (a RayOptions;
-    None: the defaults), for `tune --ray-address`."""
+def fleet_measurers(address: str, target: Target, emulate: bool = False) -> tuple[Any, Any]:
+    """A Ray builder and runner on the fleet at `address` for `target`'s back end (with
+    `emulate`, its CPU emulation), for `tune --ray-address`: CPU targets on the nodes of their
+    ISA class, cuda targets built by nvcc nodes and timed by GPU actors of their arch, emulated
+    ones built and checked on CPU nodes of this machine's ISA class."""
+    from autosched.backend import backend_for
+    backend_for(target, emulate)  # a target the back ends refuse is refused before connecting
     connect(address)
     from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
-    options = options or RayOptions()
+    options = RayOptions(emulate=emulate)
     return RayBuilder(options), RayRunner(options)

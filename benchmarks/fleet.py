@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autosched import fleet  # noqa: E402
+from autosched.backend import device_resource, toolchain_resource  # noqa: E402
 from autosched.graph.builder import GraphBuilder  # noqa: E402
 from autosched.graph.ir import Op  # noqa: E402
 from autosched.measure import Builder, MeasureInput, Runner, measure_with  # noqa: E402
-from autosched.measure.devices import device_resource, toolchain_resource  # noqa: E402
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402

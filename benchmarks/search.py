@@ -37,7 +37,7 @@ from _timing import best_seconds  # noqa: E402
 from gemm import numpy_child  # noqa: E402
 
 from autosched import zoo  # noqa: E402
-from autosched.codegen import renderer_for  # noqa: E402
+from autosched.backend import renderer_for  # noqa: E402
 from autosched.codegen.gcc import compile_c  # noqa: E402
 from autosched.compile.evaluate import onnxruntime_session  # noqa: E402
 from autosched.frontend.onnx import import_model  # noqa: E402

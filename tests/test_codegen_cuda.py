@@ -2,7 +2,8 @@
 import pytest
 
 from autosched import te
-from autosched.codegen import CodegenError, renderer_for
+from autosched.backend import renderer_for
+from autosched.codegen import CodegenError
 from autosched.codegen.cuda import CudaRenderer
 from autosched.codegen.gpu import LimitError, check_limits, plan_kernel
 from autosched.lower import lower

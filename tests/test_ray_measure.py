@@ -21,8 +21,9 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from autosched import fleet  # noqa: E402
+from autosched.backend import device_resource, toolchain_resource  # noqa: E402
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult, measure_with  # noqa: E402
-from autosched.measure.devices import NVCC_RESOURCE, device_resource, toolchain_resource  # noqa: E402
+from autosched.measure.devices import NVCC_RESOURCE  # noqa: E402
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
 from autosched.measure.ray import ACTOR_PREFIX, RayBuilder, RayOptions, RayRunner  # noqa: E402
 from autosched.target import Target  # noqa: E402

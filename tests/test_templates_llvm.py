@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from autosched.codegen import renderer_for
+from autosched.backend import renderer_for
 from autosched.lower import lower
 from autosched.measure import ErrorKind, MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions

@@ -18,7 +18,7 @@ import pytest
 
 from autosched import te
 from autosched.compile.model import _plan_kernel
-from autosched.codegen import renderer_for
+from autosched.backend import renderer_for
 from autosched.compile.kernel import build_kernel
 from autosched.lower import lower
 from autosched.measure import MeasureInput, measure_with

@@ -6,13 +6,9 @@ import argparse
 from rich.console import Console
 
 from autosched.api import tune
+from autosched.backend import backend_for
 from autosched.cli.args import add_db_argument, add_model_arguments
 from autosched.cli.progress import display_for, summary_table
-from autosched.errors import AutoschedError
-from autosched.measure.emulate import EMULATION_RUNNER, EmulationBuilder
-from autosched.measure.gpu import GpuRunner
-from autosched.measure.local import LocalBuilder, LocalRunner
-from autosched.measure.nvcc import NvccBuilder
 from autosched.target import Target
 
 
@@ -40,41 +36,24 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="build and measure on the Ray fleet there (see 'autosched fleet') instead of this machine")
 
 
-def _fleet_measurers(target: Target, ray_address: str, emulate: bool):
-    """Builder and runner of the Ray fleet at `ray_address`: CPU targets on the nodes of their
-    ISA class, cuda targets built by nvcc nodes and timed by GPU actors of their arch, or with
-    `emulate` checked in the CPU emulation on CPU nodes. Ray is an optional extra: imported here."""
+def _measurers(target: Target, emulate: bool, ray_address: str | None):
+    """The back end's builder and runner on this machine, or on the Ray fleet at `ray_address`
+    (Ray is an optional extra: imported only then)."""
+    backend = backend_for(target, emulate)
+    if ray_address is None:
+        return backend.make_builder(), backend.make_runner()
     from autosched.fleet import fleet_measurers
-    from autosched.measure.ray import RayOptions
-    _check_emulate(target, emulate)
-    return fleet_measurers(ray_address, RayOptions(emulate=emulate, runner=EMULATION_RUNNER if emulate else None))
-
-
-def _check_emulate(target: Target, emulate: bool) -> None:
-    if emulate and target.kind != "cuda":
-        raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
-
-
-def _measurers(target: Target, emulate: bool):
-    """Builder and runner for `target`: gcc and the CPU worker, nvcc and the GPU worker, or the
-    CUDA emulation's gcc build and the CPU worker (correctness only: its times are the CPU's)."""
-    _check_emulate(target, emulate)
-    if target.kind != "cuda":
-        return LocalBuilder(), LocalRunner()
-    if emulate:
-        return EmulationBuilder(), LocalRunner(EMULATION_RUNNER)
-    return NvccBuilder(), GpuRunner()
+    return fleet_measurers(ray_address, target, emulate)
 
 
 def run_tune(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
     display = display_for(args.progress)
-    builder, runner = (_fleet_measurers(target, args.ray_address, args.emulate) if args.ray_address
-                       else _measurers(target, args.emulate))
+    builder, runner = _measurers(target, args.emulate, args.ray_address)
     with runner:
         out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
                    seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
-                   callbacks=[display])
+                   emulate=args.emulate, callbacks=[display])
     summary = out.summary
     if args.progress == "json-lines":
         display.emit("summary", session=out.session, **display.tally.snapshot(),

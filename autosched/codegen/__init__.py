@@ -1,20 +1,12 @@
-"""Code generation: one renderer per target kind, chosen from one registry."""
+"""Code generation: renderers of lowered kernels (a C-style base, the CPU's C, CUDA and its CPU
+emulation) and the compilers that build their output. Which renderer and compiler a target
+gets is its back end's record (`autosched.backend`)."""
 from __future__ import annotations
 
 from autosched.codegen.c import CRenderer
+from autosched.codegen.cstyle import CStyleRenderer
 from autosched.codegen.cuda import CudaRenderer
 from autosched.codegen.cuda_emulate import EmulationRenderer
 from autosched.codegen.errors import CodegenError, CompileError
 
-#: target kind -> renderer class; a new back end is one module and one line here
-RENDERERS = {"llvm": CRenderer, "c": CRenderer, "cuda": CudaRenderer, "cuda-emulate": EmulationRenderer}
-
-
-def renderer_for(kind: str):
-    try:
-        return RENDERERS[kind]()
-    except KeyError:
-        raise CodegenError(f"no code generator for target {kind!r}; known: {', '.join(sorted(RENDERERS))}") from None
-
-
-__all__ = ["RENDERERS", "renderer_for", "CRenderer", "CudaRenderer", "EmulationRenderer", "CodegenError", "CompileError"]
+__all__ = ["CRenderer", "CStyleRenderer", "CudaRenderer", "EmulationRenderer", "CodegenError", "CompileError"]

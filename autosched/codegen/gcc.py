@@ -32,6 +32,12 @@ def target_flags(target: Target | str) -> tuple[str, ...]:
     return BASE_FLAGS + target.capabilities.cflags
 
 
+def host_flags() -> tuple[str, ...]:
+    """gcc flags for this machine: what a program that runs here (the CUDA emulation, whatever
+    its cuda target) is built with."""
+    return target_flags("llvm")
+
+
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "autosched" / "kernels"

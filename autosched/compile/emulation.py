@@ -1,31 +1,25 @@
-"""Running CUDA schedules on this CPU: the emulation renderer's C, built for the host.
+"""Running CUDA schedules on this CPU: the CUDA emulation back end's C, built for the host.
 
 The generated code is a GPU kernel, so its target is cuda; what gcc builds is the emulation of
-it, so the compiler flags are the host's. This is the one place that pairing is made.
+it, so the compiler flags are the host's (the back end's binary target).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
-from autosched.codegen.cuda_emulate import EmulationRenderer
-from autosched.codegen.gcc import compile_c, target_flags
+from autosched.backend import CUDA_EMULATION
+from autosched.codegen.gcc import compile_c, host_flags
 from autosched.lower import lower
 from autosched.lower.ir import PrimFunc
 from autosched.runtime import Kernel
 from autosched.schedule import Schedule
-from autosched.target import Target
 from autosched.te import Tensor
-
-
-def host_flags() -> tuple[str, ...]:
-    """gcc flags for the machine running the emulation."""
-    return target_flags(Target.parse("llvm"))
 
 
 def emulated_kernel(func: PrimFunc, cache_dir: Path | None = None) -> Kernel:
     """A lowered GPU kernel compiled as its CPU emulation and loaded: same arguments as on a GPU."""
-    renderer = EmulationRenderer()
+    renderer = CUDA_EMULATION.renderer()
     code = renderer.render(func)
     return Kernel(compile_c(code, host_flags(), cache_dir=cache_dir), renderer.symbol(func), func.params, code)
 
@@ -36,4 +30,4 @@ def build_emulated_kernel(sched: Schedule, args: Sequence[Tensor], name: str = "
     return emulated_kernel(lower(sched, args, name), cache_dir)
 
 
-__all__ = ["build_emulated_kernel", "emulated_kernel", "host_flags"]
+__all__ = ["build_emulated_kernel", "emulated_kernel"]

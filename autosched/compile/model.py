@@ -17,11 +17,11 @@ from typing import Callable
 
 import numpy as np
 
-from autosched.codegen import renderer_for
-from autosched.codegen.gcc import compile_c, target_flags
-from autosched.compile.cuda import cuda_library
+from autosched.backend import backend_for
+from autosched.codegen.gcc import compile_c
+from autosched.compile.frontier import stage_reads, weight_only_frontier
 from autosched.compile.kernel import build_kernel
-from autosched.compile.weights import WEIGHT_ALIGN, Arg, Weights, aligned_size, arg_pointer
+from autosched.compile.weights import Arg, Weights
 from autosched.compute import default_schedule, task_compute
 from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
@@ -29,12 +29,11 @@ from autosched.graph.passes import FusedGroup, fuse, optimize, plan_memory
 from autosched.lower import PrimFunc, lower
 from autosched.lower.ir import Store, walk_stmts
 from autosched.runtime import Kernel
-from autosched.schedule import Schedule, Stage, create_schedule
+from autosched.schedule import Schedule, create_schedule
 from autosched.task import Task, extract_tasks
-from autosched.target import Target
+from autosched.target import CpuCapabilities, Target
 from autosched.te import Load, Tensor
 from autosched.te.expr import walk
-from autosched.te.tensor import PlaceholderOp
 
 #: (task, target) -> (schedule, argument tensors); the tuning database supplies tuned ones
 ScheduleFor = Callable[[Task, Target], tuple[Schedule, list]]
@@ -86,12 +85,11 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     model, so the model is checked on a machine without a GPU.
     """
     target = Target.parse(target) if isinstance(target, str) else target
-    if emulate and target.kind != "cuda":
-        raise AutoschedError(f"--emulate runs CUDA kernels on the CPU; target {target} is not a cuda target")
+    backend = backend_for(target, emulate)
     graph = optimize(graph, target.layout_lanes)
     groups = fuse(graph)
     taskset = extract_tasks(graph, groups)
-    renderer = renderer_for("cuda-emulate" if emulate else target.kind)
+    renderer = backend.renderer()
     weights = Weights()
     plans: dict[tuple, _KernelPlan] = {}
     calls = []
@@ -117,27 +115,22 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     funcs = [p.func for p in plans.values()]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if target.kind == "cuda" and not emulate:
-        source, library = cuda_library(graph, calls, funcs, renderer, weights, memory, target)
-        isa, isa_flags = target.isa, []
-    else:
-        executor = _executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
-        source = renderer.render_module(funcs, tail=executor)
-        binary = Target.parse("llvm") if emulate else target  # the emulation is a program for this CPU
-        library, isa, isa_flags = compile_c(source, target_flags(binary)), binary.isa, sorted(binary.capabilities.flags)
+    binary = backend.binary_target(target)  # the emulation is a program for this CPU
+    source, library = backend.model_library(graph, calls, funcs, renderer, weights, memory, binary)
+    isa_flags = sorted(binary.capabilities.flags) if isinstance(binary.capabilities, CpuCapabilities) else []
     shutil.copyfile(library, out)
     files = ModelFiles(out, out.with_suffix(".json"), out.with_suffix(".weights"))
     files.weights.write_bytes(weights.blob)
     files.manifest.write_text(json.dumps({
         "format": 1, "library": out.name, "weights": files.weights.name, "weights_bytes": len(weights.blob),
-        "target": str(target), "emulated": emulate, "isa": isa, "isa_flags": isa_flags,
+        "target": str(target), "emulated": backend.emulated, "isa": binary.isa, "isa_flags": isa_flags,
         "inputs": [_value_json(v) for v in graph.inputs],
         "outputs": [_value_json(v) for v in graph.outputs],
         "tasks": [{"key": t.key, "weight": t.weight} for t in taskset.tasks],
         "kernels": [{"symbol": renderer.symbol(p.func), "task": key[0], "precomputed_stages": len(p.folded)}
                     for key, p in plans.items()],
     }, indent=1))
-    out.with_suffix(".cu" if target.kind == "cuda" and not emulate else ".c").write_text(source)
+    out.with_suffix(backend.source_suffix).write_text(source)
     return files
 
 
@@ -191,44 +184,11 @@ def kernel_as_built(sched: Schedule, args: list[Tensor], consts: tuple[int, ...]
     outputs among its arguments). What per-kernel timings should measure: the build never
     repacks a weight at run time."""
     plan = _plan_kernel(sched, args, consts, "task")
-    renderer = renderer_for(target.kind)
+    backend = backend_for(target)
+    renderer = backend.renderer()
     code = renderer.render(plan.func)
-    kernel = Kernel(compile_c(code, target_flags(target)), renderer.symbol(plan.func), plan.func.params, code)
+    kernel = Kernel(compile_c(code, backend.flags(target)), renderer.symbol(plan.func), plan.func.params, code)
     return kernel, [_run_precompute(pre, [inputs[p] for p in positions]) for pre, positions in plan.folded]
-
-
-def weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
-    """Stages computed from weights alone whose values a weight-dependent stage (or output) reads."""
-    const: dict[int, bool] = {}
-    outputs = {id(sched.stage_of(o)) for o in sched.outputs}
-    for st in sched.stages:  # producers first
-        ins = st.op.inputs()
-        # a stage computed inside another's loops (a shared-memory tile) is part of that nest
-        const[id(st)] = bool(ins) and id(st) not in outputs and st.attach == ("root",) and all(
-            id(t.op) in const_ops if sched.stage_of(t) is None else const.get(id(sched.stage_of(t)), False) for t in ins)
-    frontier = []
-    for st in sched.stages:
-        if not const[id(st)]:
-            for t in st.op.inputs():
-                src = sched.stage_of(t)
-                if src is not None and const[id(src)] and src not in frontier:
-                    frontier.append(src)
-    return frontier
-
-
-def stage_reads(st: Stage, placeholder: Tensor) -> bool:
-    todo, seen = [st.op], set()
-    while todo:
-        op = todo.pop()
-        if id(op) in seen:
-            continue
-        seen.add(id(op))
-        for t in op.inputs():
-            if t.op is placeholder.op:
-                return True
-            if not isinstance(t.op, PlaceholderOp):
-                todo.append(t.op)
-    return False
 
 
 def _params_read(func: PrimFunc) -> set[int]:
@@ -255,56 +215,3 @@ def _run_precompute(kernel: Kernel, arrays: list[np.ndarray]) -> np.ndarray:
     args = [np.ascontiguousarray(a) for a in arrays] + [kernel.empty_args()[-1]]
     kernel(*args)
     return args[-1]
-
-
-# --- the executor ---------------------------------------------------------------------------------
-
-def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: Weights, buffers,
-              arena_size: int) -> str:
-    inputs = {v.name: k for k, v in enumerate(graph.inputs)}
-    outputs = {v.name: k for k, v in enumerate(graph.outputs)}
-    ptr = arg_pointer(graph, weights, buffers)
-    lines = []
-    for group, symbol, args in calls:
-        lines.append(f"  /* {group.anchor.op.value} {group.name} */")
-        lines.append(f"  if ({symbol}({', '.join(ptr(a) for a in args)}) != 0) return 1;")
-    produced = {n for group, _, _ in calls for n in group.outputs}
-    for v in graph.outputs:
-        if v.name not in produced:  # an output that is an input or a constant: copy it
-            src = f"inputs[{inputs[v.name]}]" if v.name in inputs else f"model_weights + {weights.offsets[v.name]}"
-            lines.append(f"  memcpy(outputs[{outputs[v.name]}], {src}, {v.nbytes});")
-    protos = "\n".join(renderer.signature(f, [f"p{k}" for k in range(len(f.params))]) + ";" for f in funcs)
-    n_weights = len(weights.blob)
-    return f"""/* ---- graph executor ---------------------------------------------------------- */
-#include <stdio.h>
-#include <string.h>
-{protos}
-
-static char* model_weights = NULL;
-static char* model_arena = NULL;
-
-/* Loads the weights file and allocates the arena: 0, or 1 (no memory), 2 (weights file unreadable or of the wrong size). */
-int32_t autosched_model_init(const char* weights_path) {{
-  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {aligned_size(n_weights)});
-  model_arena = (char*)aligned_alloc({WEIGHT_ALIGN}, {aligned_size(arena_size)});
-  if (model_weights == NULL || model_arena == NULL) return 1;
-  FILE* f = fopen(weights_path, "rb");
-  if (f == NULL) return 2;
-  size_t got = fread(model_weights, 1, {n_weights}, f);
-  int extra = fgetc(f);
-  fclose(f);
-  return (got == {n_weights} && extra == EOF) ? 0 : 2;
-}}
-
-void autosched_model_free(void) {{
-  free(model_weights);
-  free(model_arena);
-  model_weights = model_arena = NULL;
-}}
-
-/* Runs the model: {len(calls)} kernel calls over {len(funcs)} distinct kernels. 0 on success. */
-int32_t autosched_model_run(void** inputs, void** outputs) {{
-{chr(10).join(lines)}
-  return 0;
-}}
-"""

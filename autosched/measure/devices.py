@@ -2,9 +2,10 @@
 
 A fleet routes work by resource: a node advertises one resource per measuring device
 (one per CPU ISA class, one per GPU compute capability) and one per toolchain (its cores,
-for parallel builds); a candidate asks for the resource of its target. This module is the
-one place where a target's name meets a node's hardware, so the name a driver asks for and
-the name a worker advertises cannot drift apart.
+for parallel builds); a candidate asks for the resources its back end names (`autosched.backend`,
+which picks among the names made here). This module is the one place where a target's name
+meets a node's hardware, so the name a driver asks for and the name a worker advertises cannot
+drift apart.
 """
 from __future__ import annotations
 
@@ -30,16 +31,25 @@ def _isa(target: Target) -> str:
     return getattr(target, "isa", None) or hashlib.sha256(target.fingerprint.encode()).hexdigest()[:12]
 
 
-def device_resource(target: Target) -> str:
-    """The resource of a device that may measure `target`: the CPU's ISA class or the
-    GPU's compute capability."""
-    return f"{PREFIX}gpu-{target.capabilities.arch}" if target.kind == "cuda" else f"{PREFIX}cpu-{_isa(target)}"
+def cpu_device(target: Target) -> str:
+    """The resource of a CPU that may measure `target`: one per ISA class."""
+    return f"{PREFIX}cpu-{_isa(target)}"
 
 
-def toolchain_resource(target: Target) -> str:
-    """The resource of a build slot for `target`. nvcc builds for any arch; gcc builds with
-    -march=native, so only for its own host's ISA class (until the flags follow the target)."""
-    return NVCC_RESOURCE if target.kind == "cuda" else f"{PREFIX}gcc-{_isa(target)}"
+def gpu_device(target: Target) -> str:
+    """The resource of a GPU that may measure `target`: one per compute capability."""
+    return f"{PREFIX}gpu-{target.capabilities.arch}"
+
+
+def gcc_toolchain(target: Target) -> str:
+    """The resource of a gcc build slot for `target`: gcc builds with -march=native, so only
+    for its own host's ISA class (until the flags follow the target)."""
+    return f"{PREFIX}gcc-{_isa(target)}"
+
+
+def nvcc_toolchain(target: Target) -> str:
+    """The resource of an nvcc build slot: nvcc builds for any arch."""
+    return NVCC_RESOURCE
 
 
 def _gpu_archs() -> list[str]:
@@ -59,12 +69,12 @@ def detect_resources(build_slots: int | None = None) -> dict[str, float]:
     and `build_slots` (default: all cores) parallel builds per toolchain it has."""
     slots = float(build_slots or os.cpu_count() or 1)
     host = Target.parse("llvm")
-    resources: dict[str, float] = {device_resource(host): 1.0}
+    resources: dict[str, float] = {cpu_device(host): 1.0}
     for arch in _gpu_archs():
-        name = device_resource(Target.parse(f"cuda -arch={arch}"))
+        name = gpu_device(Target.parse(f"cuda -arch={arch}"))
         resources[name] = resources.get(name, 0.0) + 1.0
     if shutil.which("gcc"):
-        resources[toolchain_resource(host)] = slots
+        resources[gcc_toolchain(host)] = slots
     if shutil.which("nvcc"):
         resources[NVCC_RESOURCE] = slots
     return resources

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autosched.compile.model import stage_reads, weight_only_frontier
+from autosched.compile.frontier import stage_reads, weight_only_frontier
 from autosched.lower import PrimFunc, lower
 from autosched.schedule import Schedule, create_schedule
 from autosched.task import WEIGHT_INPUTS_ATTR, Task

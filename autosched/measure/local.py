@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autosched.codegen import CodegenError, CompileError, renderer_for
+from autosched.codegen import CodegenError, CompileError, CRenderer
 from autosched.codegen.gcc import compile_c, target_flags
 from autosched.errors import AutoschedError
 from autosched.lower import lower
@@ -50,7 +50,7 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
         sched, args = instantiate(inp)
         args, folded = fold_weights(sched, args, inp.task)  # timed as a built model runs it
         func = lower(sched, args, "candidate")
-        renderer = renderer_for(inp.target.kind)
+        renderer = CRenderer()
         code = renderer.render(func)
         flags = target_flags(inp.target)
         pre = [(renderer.render(f.func), f.func, renderer.symbol(f.func), f.sources) for f in folded]
@@ -92,8 +92,9 @@ def write_manifest(path: Path, func: PrimFunc, symbol: str, **fields) -> None:
 class LocalBuilder(Builder):
     """Compiles candidates in `n_parallel` processes; each build may take `timeout` seconds.
 
-    `build_one` builds one candidate in a child; other back ends (nvcc, the CUDA emulation)
-    replace it and keep the pool, the timeouts and the failure handling.
+    `build_one` builds one candidate (as C for a CPU, with gcc) in a child; other back ends'
+    builders (nvcc, the CUDA emulation) replace it and keep the pool, the timeouts and the
+    failure handling. It is public: a Ray task builds with the same function.
     """
 
     build_one = staticmethod(_build_one)

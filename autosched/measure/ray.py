@@ -6,8 +6,8 @@ nvcc) and returns the compiled binary as bytes, so any node can time it; a `Devi
 one device (it holds one unit of the device's resource, see `devices.py`, and for a GPU one of
 Ray's GPUs) and times one candidate at a time in its runner's restartable worker process (the
 CPU worker, or the GPU worker), so a crashing kernel costs one failed record and the actor
-lives on. `RayOptions.backend` is the one place that says which build, resources and runner a
-target gets. The driver takes batches by ticket: every build of every submitted batch goes on
+lives on. Which build, resources and runner a target gets is its back end's record
+(`autosched.backend`). The driver takes batches by ticket: every build of every submitted batch goes on
 while built candidates are timed, oldest batch first, so the next batch builds while the current
 one runs; on one node, builds wait while its CPU device times a candidate and timings wait for
 its builds (`nodelock.py`), so only other nodes' builds overlap a timing. It re-sends the
@@ -33,14 +33,12 @@ from typing import Any, Callable, Sequence
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from autosched.backend import Backend, RunnerFactory, backend_for
 from autosched.codegen.gcc import default_cache_dir
-from autosched.measure.devices import FleetError, device_resource, toolchain_resource
-from autosched.measure.emulate import _build_emulated
-from autosched.measure.gpu import GpuRunner
-from autosched.measure.interface import Builder, PipelinedRunner, Runner, check_count
-from autosched.measure.local import Instantiate, LocalRunner, RunnerOptions, _build_one, instantiate_from_template
+from autosched.measure.devices import FleetError
+from autosched.measure.interface import Builder, PipelinedRunner, check_count
+from autosched.measure.local import Instantiate, RunnerOptions, instantiate_from_template
 from autosched.measure.nodelock import NodeLock
-from autosched.measure.nvcc import _build_cubin
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from autosched.target import Target
 
@@ -48,10 +46,8 @@ from autosched.target import Target
 FLEET_NAMESPACE = "autosched"
 ACTOR_PREFIX = "autosched-device-"
 
-#: (input, instantiate, cache dir, timeout) -> BuildResult: `local._build_one` and its GPU kin
+#: (input, instantiate, cache dir, timeout) -> BuildResult: a back end's `builder.build_one`
 BuildOne = Callable[[MeasureInput, Instantiate, "str | None", float], BuildResult]
-#: builds the runner a device actor wraps, from the runner options
-RunnerFactory = Callable[[RunnerOptions], Runner]
 
 
 @dataclass(frozen=True)
@@ -120,28 +116,12 @@ def _build_remote(inp: MeasureInput, build_one: BuildOne, instantiate: Instantia
 
 
 @dataclass(frozen=True)
-class Backend:
-    """How the fleet builds and measures one kind of target: the build function a Ray task
-    runs, the toolchain resource it holds, the device resource (and GPUs) a measuring actor
-    holds, and the runner that actor wraps. `on_host`: its kernels run on the node's cores, so
-    its timings exclude the node's builds (a GPU's do not: a host build barely moves a GPU
-    kernel's time, and the GPUs of one node would otherwise wait for each other)."""
-
-    build_one: BuildOne
-    toolchain: str
-    device: str
-    gpus: int  # Ray's num_gpus per actor: Ray then sets the actor's CUDA_VISIBLE_DEVICES to its GPU
-    runner: RunnerFactory
-    on_host: bool
-
-
-@dataclass(frozen=True)
 class RayOptions:
     """How the fleet is used. `build_slots` is the toolchain resource one build holds;
     `max_attempts` how many devices a candidate is sent to before it is recorded LOST;
     `device_wait` how long a candidate waits when no node has its device at all."""
 
-    runner: RunnerOptions | None = None  # None: each node's defaults (its own core count)
+    runner: RunnerOptions | None = None  # None: the back end's, else each node's defaults (its own core count)
     instantiate: Instantiate = instantiate_from_template
     build_timeout: float = 60.0
     build_retries: int = 3
@@ -149,22 +129,23 @@ class RayOptions:
     device_wait: float = 60.0
     refresh_s: float = 1.0  # how often the driver looks for joined and departed nodes
     emulate: bool = False  # cuda targets: build and check the CPU emulation on CPU nodes (times are the CPU's)
-    gpu_runner: RunnerFactory = GpuRunner  # what a GPU actor times with (tests without a GPU pass a double)
-    cpu_runner: RunnerFactory = LocalRunner  # what a CPU actor times with (tests pass one that notes when)
+    gpu_runner: RunnerFactory | None = None  # what a GPU actor times with (None: the back end's; tests pass a double)
+    cpu_runner: RunnerFactory | None = None  # what a CPU actor times with (None: the back end's; tests note when)
     exclusive_timing: bool = True  # no build on a node while its CPU device times a candidate (nodelock.py)
 
     def backend(self, target: Target) -> Backend:
-        """gcc and the CPU worker for a CPU target; nvcc and a GPU of the target's arch for a
-        cuda one; with `emulate`, the emulation built by gcc and run by the CPU worker on a node
-        of the driver's own ISA class (the emulation is built for its build node's host)."""
-        if target.kind != "cuda":
-            if self.emulate:
-                raise FleetError(f"emulation runs CUDA kernels on CPU nodes; {target} is not a cuda target")
-            return Backend(_build_one, toolchain_resource(target), device_resource(target), 0, self.cpu_runner, True)
-        if self.emulate:
-            host = Target.parse("llvm")
-            return Backend(_build_emulated, toolchain_resource(host), device_resource(host), 0, self.cpu_runner, True)
-        return Backend(_build_cubin, toolchain_resource(target), device_resource(target), 1, self.gpu_runner, False)
+        """The back end of `target` (with `emulate`, its CPU emulation: built by gcc and run by the
+        CPU worker on a node of the driver's own ISA class, for which the emulation is built)."""
+        return backend_for(target, self.emulate)
+
+    def device_runner(self, backend: Backend) -> RunnerFactory:
+        """What a device actor of `backend` times with: this fleet's GPU or CPU runner where one
+        is given (tests), else the back end's."""
+        return (self.cpu_runner if backend.on_host else self.gpu_runner) or backend.runner
+
+    def runner_options(self, backend: Backend) -> RunnerOptions | None:
+        """How a device actor times: these options where given, else the back end's defaults."""
+        return self.runner or backend.runner_options
 
 
 def _lost_build(e: Exception) -> BuildResult:
@@ -201,8 +182,9 @@ class RayBuilder(Builder):
         for inp in inputs:
             backend = o.backend(inp.target)
             out.append(tuple(build.options(num_cpus=1, num_returns=2, max_retries=o.build_retries,
-                                           resources={backend.toolchain: 1})
-                             .remote(inp, backend.build_one, o.instantiate, o.build_timeout, o.exclusive_timing)))
+                                           resources={backend.toolchain(inp.target): 1})
+                             .remote(inp, backend.builder.build_one, o.instantiate, o.build_timeout,
+                                     o.exclusive_timing)))
         return out
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
@@ -312,7 +294,7 @@ class RayRunner(PipelinedRunner):
                         name=f"{ACTOR_PREFIX}{uuid.uuid4().hex[:12]}", namespace=FLEET_NAMESPACE, num_cpus=0,
                         num_gpus=backend.gpus, resources={resource: 1}, max_concurrency=2, max_restarts=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                    ).remote(resource, backend.runner, self.options.runner,
+                    ).remote(resource, self.options.device_runner(backend), self.options.runner_options(backend),
                              self.options.exclusive_timing and backend.on_host)
                     self._actors.append(_Actor(handle, node_id, resource, handle.ready.remote()))
 
@@ -335,7 +317,7 @@ class RayRunner(PipelinedRunner):
         require_ray()
         for inp in inputs:
             backend = self.options.backend(inp.target)
-            self._backends[backend.device] = backend
+            self._backends[backend.device(inp.target)] = backend
         ticket = next(self._tickets)
         self._batches[ticket] = [None] * len(inputs)
         return ticket
@@ -400,7 +382,7 @@ class RayRunner(PipelinedRunner):
         record LOST the jobs whose device no node has offered for `device_wait` seconds."""
         stranded = []
         for job in sorted(self._ready, key=lambda j: j.batch):
-            resource = self.options.backend(job.inp.target).device
+            resource = self.options.backend(job.inp.target).device(job.inp.target)
             actor = next((a for a in self._actors if a.resource == resource and a.ready and not a.busy), None)
             if actor is None:
                 if not any(a.resource == resource for a in self._actors):
@@ -417,7 +399,7 @@ class RayRunner(PipelinedRunner):
         if time.monotonic() - self._waiting_since >= self.options.device_wait:
             for job in stranded:
                 self._ready.remove(job)
-                device = self.options.backend(job.inp.target).device
+                device = self.options.backend(job.inp.target).device(job.inp.target)
                 failed = "; ".join(sorted({why for (_, r), why in self._unusable.items() if r == device}))
                 job.errors.append(f"no node offered {device} for {self.options.device_wait:.0f} s"
                                   + (f" (where one did, its runner failed to start: {failed})" if failed else ""))

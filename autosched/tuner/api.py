@@ -2,8 +2,9 @@
 
 It wires what the rest of the package provides separately: the task's registered template
 gives the space, a tuner proposes configs, a builder compiles and a runner times them, and
-every measurement is kept. Everything it creates (the default local builder and runner) it
-also closes; a builder or runner passed in stays the caller's.
+every measurement is kept. The builder and runner are the target's back end's on this machine
+(`autosched.backend`) unless passed in; what it creates it also closes, and a builder or runner
+passed in stays the caller's.
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autosched.backend import backend_for
 from autosched.measure import Builder, MeasureInput, MeasureResult, Record, Runner, measure_with
-from autosched.measure.local import LocalBuilder, LocalRunner
 from autosched.space import Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
@@ -40,32 +41,27 @@ class TuneResult:
 
 def tune_task(task: Task, target: Target | str, trials: int, tuner: str = "xgb", *, runner: Runner | None = None,
               builder: Builder | None = None, log: str | os.PathLike[str] | None = None, seed: int = 0,
-              early_stopping: int | None = None, callbacks: Sequence[Callback] = (),
+              early_stopping: int | None = None, callbacks: Sequence[Callback] = (), emulate: bool = False,
               **tuner_options: Any) -> TuneResult:
     """Measure up to `trials` configs of `task` on `target` chosen by `tuner` ("random",
     "grid", "ga", "xgb"; `tuner_options` go to it, e.g. plan_size=32). `log` appends one
-    JSON line per measurement; `callbacks` see every measured batch."""
+    JSON line per measurement; `callbacks` see every measured batch. `emulate` (cuda targets):
+    candidates are built as the CPU emulation and checked there (their times are the CPU's)."""
     if type(trials) is not int or trials <= 0:
         raise TunerError(f"trials must be a positive int, got {trials!r}")
     tuner_cls = get_tuner(tuner)
     target = Target.parse(target) if isinstance(target, str) else target
-    if runner is not None:  # records name the device it measures on (the GPU's model)
-        target = runner.measured_target(target)
-    from search_spaces import get_template
-    space = get_template(task.op, target.kind).space(task, target)
-    search = tuner_cls(task, space, target, seed=seed, **tuner_options)
+    with backend_for(target, emulate).measuring(builder, runner) as (builder, runner):
+        target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
+        from search_spaces import get_template
+        space = get_template(task.op, target.kind).space(task, target)
+        search = tuner_cls(task, space, target, seed=seed, **tuner_options)
 
-    records: list[Record] = []
+        records: list[Record] = []
 
-    def keep(inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
-        records.extend(zip(inputs, results))
+        def keep(inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+            records.extend(zip(inputs, results))
 
-    watchers = [keep, *callbacks] + ([JsonLinesLog(log)] if log is not None else [])
-    own_runner = runner is None
-    runner = LocalRunner() if runner is None else runner
-    try:
-        summary = search.tune(trials, measure_with(builder or LocalBuilder(), runner), watchers, early_stopping)
-    finally:
-        if own_runner:
-            runner.close()
+        watchers = [keep, *callbacks] + ([JsonLinesLog(log)] if log is not None else [])
+        summary = search.tune(trials, measure_with(builder, runner), watchers, early_stopping)
     return TuneResult(space, tuple(records), summary.best, summary.best_cost, summary.stopped_early)

@@ -1,0 +1,79 @@
+"""The host side of a model built for a CPU (or the CUDA emulation): every task's kernel and a
+graph executor in C, one translation unit compiled by gcc.
+
+`autosched_model_run` calls the kernels in order with pointers into the caller's inputs and
+outputs, the weights (loaded once by `autosched_model_init` from the file beside the library)
+and one arena whose offsets the memory planner chose.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from autosched.codegen.gcc import compile_c, target_flags
+from autosched.compile.weights import WEIGHT_ALIGN, Weights, aligned_size, arg_pointer
+from autosched.graph.ir import Graph
+from autosched.lower import PrimFunc
+from autosched.target import Target
+
+
+def c_executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: Weights, buffers,
+              arena_size: int) -> str:
+    """C for the executor of a model whose kernels precede it in the same translation unit."""
+    inputs = {v.name: k for k, v in enumerate(graph.inputs)}
+    outputs = {v.name: k for k, v in enumerate(graph.outputs)}
+    ptr = arg_pointer(graph, weights, buffers)
+    lines = []
+    for group, symbol, args in calls:
+        lines.append(f"  /* {group.anchor.op.value} {group.name} */")
+        lines.append(f"  if ({symbol}({', '.join(ptr(a) for a in args)}) != 0) return 1;")
+    produced = {n for group, _, _ in calls for n in group.outputs}
+    for v in graph.outputs:
+        if v.name not in produced:  # an output that is an input or a constant: copy it
+            src = f"inputs[{inputs[v.name]}]" if v.name in inputs else f"model_weights + {weights.offsets[v.name]}"
+            lines.append(f"  memcpy(outputs[{outputs[v.name]}], {src}, {v.nbytes});")
+    protos = "\n".join(renderer.signature(f, [f"p{k}" for k in range(len(f.params))]) + ";" for f in funcs)
+    n_weights = len(weights.blob)
+    return f"""/* ---- graph executor ---------------------------------------------------------- */
+#include <stdio.h>
+#include <string.h>
+{protos}
+
+static char* model_weights = NULL;
+static char* model_arena = NULL;
+
+/* Loads the weights file and allocates the arena: 0, or 1 (no memory), 2 (weights file unreadable or of the wrong size). */
+int32_t autosched_model_init(const char* weights_path) {{
+  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {aligned_size(n_weights)});
+  model_arena = (char*)aligned_alloc({WEIGHT_ALIGN}, {aligned_size(arena_size)});
+  if (model_weights == NULL || model_arena == NULL) return 1;
+  FILE* f = fopen(weights_path, "rb");
+  if (f == NULL) return 2;
+  size_t got = fread(model_weights, 1, {n_weights}, f);
+  int extra = fgetc(f);
+  fclose(f);
+  return (got == {n_weights} && extra == EOF) ? 0 : 2;
+}}
+
+void autosched_model_free(void) {{
+  free(model_weights);
+  free(model_arena);
+  model_weights = model_arena = NULL;
+}}
+
+/* Runs the model: {len(calls)} kernel calls over {len(funcs)} distinct kernels. 0 on success. */
+int32_t autosched_model_run(void** inputs, void** outputs) {{
+{chr(10).join(lines)}
+  return 0;
+}}
+"""
+
+
+def c_library(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: Weights, memory,
+              target: Target) -> tuple[str, Path]:
+    """Source and gcc-built library of a model whose binary runs on `target` (a CPU)."""
+    executor = c_executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
+    source = renderer.render_module(funcs, tail=executor)
+    return source, compile_c(source, target_flags(target))
+
+
+__all__ = ["c_executor", "c_library"]
