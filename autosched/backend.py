@@ -19,7 +19,6 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from autosched.codegen.c import CRenderer
 from autosched.codegen.cuda import CudaRenderer
@@ -59,16 +58,18 @@ class Backend:
     emulation, whose kernels are cuda code but whose program is a CPU's): compiler flags, the
     built model's ISA and the Ray resources follow it. `device_resource`/`toolchain_resource`
     name, from that binary target, the Ray resource a timing holds (its device) and the one a
-    build holds (its compiler's slot). `gpus` is Ray's num_gpus per measuring actor; where it is
-    0 the kernels run on the node's cores, so timings exclude the node's builds. `emulated`: the
-    kernels run in an emulation of the target on the CPU, so their costs are the CPU's (good for
-    proving candidates correct, not for ranking them).
+    build holds (its compiler's slot). `gpus` is Ray's num_gpus per measuring actor (Ray then
+    sets the actor's CUDA_VISIBLE_DEVICES to its GPU); where it is 0 the kernels run on the
+    node's cores, so timings exclude the node's builds (a GPU's do not: a host build barely moves
+    a GPU kernel's time, and the GPUs of one node would otherwise wait for each other).
+    `emulated`: the kernels run in an emulation of the target on the CPU, so their costs are the
+    CPU's (good for proving candidates correct, not for ranking them).
     """
 
     name: str
     target_kind: str
     renderer: type[CStyleRenderer]
-    compiler: str  # "gcc" or "nvcc"
+    compiler: str  # the toolchain its builds and model libraries need: "gcc" or "nvcc"
     builder: type[LocalBuilder]  # its `build_one` builds one candidate in any process (a pool's, a Ray task's)
     runner: RunnerFactory
     runner_options: RunnerOptions | None  # None: the runner's defaults (this machine's cores)
@@ -97,10 +98,6 @@ class Backend:
         """gcc flags of a binary for `target` (gcc back ends only: nvcc takes the arch)."""
         return target_flags(self.binary_target(target))
 
-    def make_builder(self, **options: Any) -> LocalBuilder:
-        """A builder on this machine (`options`: n_parallel, timeout, cache_dir, instantiate)."""
-        return self.builder(**options)
-
     def make_runner(self, options: RunnerOptions | None = None) -> Runner:
         """A runner on this machine; GpuRunner raises GpuUnavailableError where there is no GPU."""
         return self.runner(options or self.runner_options or RunnerOptions())
@@ -113,7 +110,7 @@ class Backend:
         own = runner is None
         runner = self.make_runner() if own else runner
         try:
-            yield builder or self.make_builder(), runner
+            yield builder or self.builder(), runner
         finally:
             if own:
                 runner.close()

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from rich.console import Console
 
 from autosched.api import tune
-from autosched.backend import backend_for
 from autosched.cli.args import add_db_argument, add_model_arguments
 from autosched.cli.progress import display_for, summary_table
 from autosched.target import Target
@@ -36,21 +36,14 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="build and measure on the Ray fleet there (see 'autosched fleet') instead of this machine")
 
 
-def _measurers(target: Target, emulate: bool, ray_address: str | None):
-    """The back end's builder and runner on this machine, or on the Ray fleet at `ray_address`
-    (Ray is an optional extra: imported only then)."""
-    backend = backend_for(target, emulate)
-    if ray_address is None:
-        return backend.make_builder(), backend.make_runner()
-    from autosched.fleet import fleet_measurers
-    return fleet_measurers(ray_address, target, emulate)
-
-
 def run_tune(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
     display = display_for(args.progress)
-    builder, runner = _measurers(target, args.emulate, args.ray_address)
-    with runner:
+    builder = runner = None  # the target's back end on this machine, made and closed by `tune`
+    if args.ray_address:
+        from autosched.fleet import fleet_measurers  # Ray is an optional extra: imported only here
+        builder, runner = fleet_measurers(args.ray_address, target, args.emulate)
+    with runner or contextlib.nullcontext():
         out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
                    seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
                    emulate=args.emulate, callbacks=[display])

@@ -7,9 +7,9 @@ one device (it holds one unit of the device's resource, see `devices.py`, and fo
 Ray's GPUs) and times one candidate at a time in its runner's restartable worker process (the
 CPU worker, or the GPU worker), so a crashing kernel costs one failed record and the actor
 lives on. Which build, resources and runner a target gets is its back end's record
-(`autosched.backend`). The driver takes batches by ticket: every build of every submitted batch goes on
-while built candidates are timed, oldest batch first, so the next batch builds while the current
-one runs; on one node, builds wait while its CPU device times a candidate and timings wait for
+(`autosched.backend`). The driver takes batches by ticket: every build of every submitted batch
+goes on while built candidates are timed, oldest batch first, so the next batch builds while the
+current one runs; on one node, builds wait while its CPU device times a candidate and timings wait for
 its builds (`nodelock.py`), so only other nodes' builds overlap a timing. It re-sends the
 candidates of a device that vanished (node died, actor killed) to another matching device, and
 records them as LOST after `max_attempts`. Nodes that join mid-run get actors at the next
