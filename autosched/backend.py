@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autosched.codegen.c import CRenderer
+from autosched.codegen.cstyle import CStyleRenderer
 from autosched.codegen.cuda import CudaRenderer
 from autosched.codegen.cuda_emulate import EmulationRenderer
-from autosched.codegen.cstyle import CStyleRenderer
 from autosched.codegen.gcc import target_flags
 from autosched.compile.cuda import cuda_library
 from autosched.compile.executor import c_library
@@ -43,10 +43,12 @@ ModelLibrary = Callable[..., tuple[str, Path]]
 
 
 def _same(target: Target) -> Target:
+    """A back end whose binary runs on the target's own device."""
     return target
 
 
 def _host(target: Target) -> Target:
+    """A back end whose binary runs on this CPU, whatever the target (an emulation)."""
     return Target.parse("llvm")
 
 

@@ -1,5 +1,6 @@
 """Back ends: one record per target kind, and the Python API measuring through it as the CLI does."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,8 @@ BUILD_FAILURES = {ErrorKind.RESOURCE_LIMIT, ErrorKind.INSTANTIATION_ERROR}
 
 def test_each_target_kind_has_one_back_end_and_emulate_needs_a_cuda_target():
     sm80, host = Target.parse(SM80), Target.parse("llvm")
-    assert backend_for("llvm") is CPU and backend_for(sm80) is CUDA and backend_for(sm80, emulate=True) is CUDA_EMULATION
+    assert backend_for("llvm") is CPU and backend_for(sm80) is CUDA
+    assert backend_for(sm80, emulate=True) is CUDA_EMULATION
     assert (CPU.builder, CPU.runner, CPU.compiler) == (LocalBuilder, LocalRunner, "gcc")
     assert (CUDA.builder, CUDA.runner, CUDA.compiler) == (NvccBuilder, GpuRunner, "nvcc")
     assert (CUDA_EMULATION.builder, CUDA_EMULATION.runner, CUDA_EMULATION.compiler) == (EmulationBuilder, LocalRunner,
@@ -36,7 +38,7 @@ def test_each_target_kind_has_one_back_end_and_emulate_needs_a_cuda_target():
     assert CUDA_EMULATION.binary_target(sm80).fingerprint == host.fingerprint
     assert CUDA_EMULATION.device(sm80) == CPU.device(host) and CUDA_EMULATION.toolchain(sm80) == CPU.toolchain(host)
     assert (CUDA.device(sm80), CUDA.toolchain(sm80), CUDA.gpus) == ("autosched-gpu-sm_80", "autosched-nvcc", 1)
-    with pytest.raises(AutoschedError, match="--emulate runs CUDA kernels on the CPU; target llvm.* is not a cuda target"):
+    with pytest.raises(AutoschedError, match="--emulate runs CUDA kernels on the CPU; target llvm.* not a cuda target"):
         backend_for("llvm", emulate=True)
     with pytest.raises(AutoschedError, match="not a cuda target"):
         autosched.tune_task(gemm_task((8, 16), (16, 8), None), "llvm", 4, emulate=True)
@@ -85,7 +87,7 @@ class ManifestReader(Runner):
     def run(self, inputs, builds):
         for b in builds:
             if b.ok:
-                self.binaries += [k for k in ("cubin", "lib") if k in json.loads(open(b.artifact).read())]
+                self.binaries += [k for k in ("cubin", "lib") if k in json.loads(Path(b.artifact).read_text())]
         return [MeasureResult.failure(ErrorKind.RUNTIME_ERROR, "not run", b.build_s, 0.0) for b in builds]
 
 
