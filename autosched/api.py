@@ -149,10 +149,10 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
     """Compile `model` into the library `output` (default: the model's path with .so; manifest and
     weights beside it), each task with its best valid config in `db` (this machine first, else
     the same ISA), else in the shipped records (`shipped`: True for the package's, a directory
-    of JSON-lines files, or False for none), else its default schedule. `emulate` (cuda targets):
-    the kernels run in the CPU emulation, for checking a model without a GPU."""
+    of JSON-lines files, or False for none), else its default schedule, compiled by the target's
+    back end. `emulate` (cuda targets): the kernels run in the CPU emulation, for checking a model
+    without a GPU."""
     target = Target.parse(target) if isinstance(target, str) else target
-    backend_for(target, emulate)  # refuse a target the emulation cannot run before importing the model
     output = Path(model).with_suffix(".so") if output is None else output
     graph, tasks = model_tasks(model, target, shapes)
     fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
