@@ -36,4 +36,8 @@ class TargetInfo:
 
     @classmethod
     def of(cls, target: Target) -> TargetInfo:
-        return cls(str(target), target.fingerprint, isa_of(target), _gcc_version() if target.kind == "llvm" else None)
+        """The row of `target`; the compiler's version where its back end builds with gcc (nvcc's
+        is not recorded). The back ends import the measurement stack: imported when needed."""
+        from autosched.backend import backend_for
+        gcc = backend_for(target).compiler == "gcc"
+        return cls(str(target), target.fingerprint, isa_of(target), _gcc_version() if gcc else None)
