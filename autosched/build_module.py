@@ -33,6 +33,7 @@ from autosched.target import Target
 from autosched.te import Load, Tensor
 from autosched.te.expr import walk
 from autosched.te.tensor import PlaceholderOp
+from autosched.templates import TemplateError, get_template
 
 WEIGHT_ALIGN = 64
 #: (task, target) -> (schedule, argument tensors); the tuning database supplies tuned ones
@@ -42,7 +43,6 @@ ScheduleFor = Callable[[Task, Target], tuple[Schedule, list]]
 def default_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
     """The untuned schedule of a task, the baseline tuning improves on: its template's fallback
     config where the template has one that applies, else the op library's default schedule."""
-    from search_spaces import TemplateError, get_template
     try:
         template = get_template(task.op, target.kind)
         config = template.fallback(task, target)

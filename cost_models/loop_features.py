@@ -26,6 +26,7 @@ from autosched.lower.ir import Allocate, For, IfThenElse, Let, PrimFunc, Seq, St
 from autosched.measure import TaskLike
 from autosched.space import ConfigSpace
 from autosched.target import Target
+from autosched.templates import get_template
 from autosched.te.expr import BinOp, Call, Const, Expr, Load, Select, Var, walk
 from cost_models.features import FeatureExtractor
 
@@ -221,7 +222,6 @@ class LoopFeatures(FeatureExtractor):
         return NAMES
 
     def _rows(self, task: TaskLike, space: ConfigSpace, indices: np.ndarray) -> Iterator[list[float]]:
-        from search_spaces import get_template
         template = get_template(task.op, self.target.kind)
         for i in indices:
             try:

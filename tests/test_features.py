@@ -8,7 +8,7 @@ from autosched.target import Target
 from autosched.tuner import ModelBasedTuner
 from cost_models import FEATURES, LoopFeatures, XGBCostModel, create_cost_model, loop_nest_features
 from cost_models.loop_features import NAMES
-from search_spaces import get_template
+from autosched.templates import get_template
 
 from task_helpers import conv_task, matmul_task
 

@@ -25,7 +25,7 @@ from autosched.measure import MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.ops import winograd
 from autosched.schedule import create_schedule
-from search_spaces import get_template
+from autosched.templates import get_template
 from search_spaces.llvm import conv2d_winograd as wino
 from search_spaces.llvm.common import InvalidConfigError
 

@@ -16,7 +16,7 @@ from autosched.target import GpuCapabilities, Target
 from autosched.te import Tensor
 from search_spaces.llvm.common import CpuTemplate as GpuTemplate
 from search_spaces.llvm.common import InvalidConfigError, inline_epilogue, task_tensors
-from search_spaces.registry import TemplateError
+from autosched.templates import TemplateError
 
 THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 

@@ -34,7 +34,7 @@ from search_spaces.llvm.common import (
     CpuTemplate, check_register_tile, cpu_capabilities, divisors, inline_epilogue, parallel_copy, task_tensors, vector_lanes,
 )
 from search_spaces.llvm import conv2d_winograd as winograd
-from search_spaces.registry import TemplateError
+from autosched.templates import TemplateError
 
 MAX_TILE_OW = 32
 TILE_OH = (1, 2, 4)

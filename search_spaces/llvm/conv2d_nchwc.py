@@ -33,7 +33,7 @@ from search_spaces.llvm.common import (
 )
 from search_spaces.llvm import conv2d_winograd as winograd
 from search_spaces.llvm.conv2d import OUTER_ORDERS, REDUCE_ORDERS, _common_knobs, _place_pad
-from search_spaces.registry import TemplateError
+from autosched.templates import TemplateError
 
 MAX_TILE_OC = 4
 MAX_FALLBACK_COLUMNS = 8

@@ -36,7 +36,7 @@ from autosched.te import Tensor
 from search_spaces.llvm.common import (
     CpuTemplate, TaskTensors, cpu_capabilities, inline_epilogue, max_accumulators, parallel_copy, task_tensors, vector_lanes,
 )
-from search_spaces.registry import TemplateError
+from autosched.templates import TemplateError
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 NR_VECTORS = (1, 2, 3, 4)
