@@ -27,7 +27,7 @@ from autosched.graph.passes import FusedGroup, fuse, optimize, plan_memory
 from autosched.lower import PrimFunc, lower
 from autosched.lower.ir import Store, walk_stmts
 from autosched.runtime import Kernel
-from autosched.schedule import Schedule, Stage, create_schedule
+from autosched.schedule import Attach, Schedule, Stage, create_schedule
 from autosched.task import Task, extract_tasks
 from autosched.target import Target
 from autosched.te import Load, Tensor
@@ -241,7 +241,7 @@ def _weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
     for st in sched.stages:  # producers first
         ins = st.op.inputs()
         # a stage computed inside another's loops (a shared-memory tile) is part of that nest
-        const[id(st)] = bool(ins) and id(st) not in outputs and st.attach == ("root",) and all(
+        const[id(st)] = bool(ins) and id(st) not in outputs and st.attach is Attach.ROOT and all(
             id(t.op) in const_ops if sched.stage_of(t) is None else const.get(id(sched.stage_of(t)), False) for t in ins)
     frontier = []
     for st in sched.stages:
@@ -283,9 +283,7 @@ def _precompute_kernel(t: Tensor, sources: list[Tensor]) -> Kernel:
     model's target."""
     from autosched.kernel import build_kernel
     s = create_schedule(t)
-    for st in s.stages:
-        if st.op.axes and st.op.axes[0].extent > 1:
-            st.parallel(st.op.axes[0])
+    s.parallel_outermost()
     return build_kernel(s, sources + [t], "precompute")
 
 

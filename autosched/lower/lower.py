@@ -15,7 +15,7 @@ from autosched.lower import arith
 from autosched.lower.ir import (
     Allocate, Barrier, Buffer, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, seq,
 )
-from autosched.schedule import Schedule, ScheduleError, Split, Stage
+from autosched.schedule import Attach, ComputeAt, Schedule, ScheduleError, Split, Stage
 from autosched.te.expr import (
     BinOp, Const, Expr, Load, Reduce, Var, substitute, transform, walk,
 )
@@ -43,10 +43,10 @@ class _Lowerer:
     def run(self) -> PrimFunc:
         params = self._params()
         for st in self.sched.stages:
-            if st.attach[0] == "at":
-                self.attached.setdefault(id(st.attach[2]), []).append(st)
+            if isinstance(st.attach, ComputeAt):
+                self.attached.setdefault(id(st.attach.axis), []).append(st)
         needed = self._needed()
-        roots = [st for st in self.sched.stages if st.attach == ("root",) and id(st) in needed]
+        roots = [st for st in self.sched.stages if st.attach is Attach.ROOT and id(st) in needed]
         temps: list[Buffer] = []
         for st in roots:
             if id(st) not in self.buffers:
@@ -62,9 +62,9 @@ class _Lowerer:
         params: list[Buffer] = []
         for t in self.args:
             st = self.sched.stage_of(t)
-            if st is not None and st.attach not in (("root",), ("precomputed",)):
+            if st is not None and st.attach not in (Attach.ROOT, Attach.PRECOMPUTED):
                 raise ScheduleError(f"stage {st.name}: an argument of the function must be computed at root, "
-                                    f"not {st.attach[0]}")
+                                    f"not {st.attach.value}")
             key = id(st) if st is not None else id(t.op)
             if key in self.buffers:
                 raise ScheduleError(f"tensor {t.name} is passed twice")
@@ -75,7 +75,7 @@ class _Lowerer:
                 raise ScheduleError(f"output {o.name} is not among the function's arguments")
         needed = self._needed()
         for st in self.sched.stages:
-            if st.attach == ("precomputed",) and id(st) in needed and id(st) not in self.buffers:
+            if st.attach is Attach.PRECOMPUTED and id(st) in needed and id(st) not in self.buffers:
                 raise ScheduleError(f"stage {st.name} is precomputed but not among the function's arguments")
         for t in self._reads():
             if isinstance(t.op, PlaceholderOp) and id(t.op) not in self.buffers:
@@ -92,7 +92,7 @@ class _Lowerer:
             seen.add(id(t.op))
             out.append(t)
             st = self.sched.stage_of(t)
-            if st is not None and st.attach != ("precomputed",):
+            if st is not None and st.attach is not Attach.PRECOMPUTED:
                 todo.extend(st.op.inputs())
         return out
 
@@ -167,7 +167,7 @@ class _Lowerer:
             main: Stmt = Store(buf, idx, BinOp(_COMBINE[op.body.combiner], old, value_expr))
         else:
             main = Store(buf, idx, value_expr)
-        if st.attach[0] == "at" and self._in_bounds(main):
+        if isinstance(st.attach, ComputeAt) and self._in_bounds(main):
             # a spatial overhang lands in scratch rows of a local buffer that no one reads; a
             # reduction's overhang would add terms to the sum, so its guards stay
             reduce_vars = {v for iv in leaves if st.axis_kind(iv) == REDUCE
@@ -273,7 +273,7 @@ class _Lowerer:
         shape = tuple(exts)
         if st.double_buffer:  # two copies, one after the other; the first extent never enters an index
             shape = (2 * shape[0],) + shape[1:]
-            self.offsets[id(st)] = arith.simplify((st.attach[2].var % 2) * math.prod(exts), self.ranges)
+            self.offsets[id(st)] = arith.simplify((st.attach.axis.var % 2) * math.prod(exts), self.ranges)
         buf = Buffer(st.name, op.dtype, shape, st.scope if st.scope != "global" else "local")
         self.buffers[id(st)] = buf
         nest = self._stage(st, exts)
@@ -316,7 +316,7 @@ class _Lowerer:
         def expand(x):
             if isinstance(x, Load) and isinstance(x.source, Tensor):
                 st = self.sched.stage_of(x.source)
-                if st is not None and st.attach == ("inline",):
+                if st is not None and st.attach is Attach.INLINE:
                     body = substitute(st.op.body, {a.var: i for a, i in zip(st.op.axes, x.indices)})
                     return self._expand_inline(body)
             return None
