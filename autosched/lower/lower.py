@@ -13,9 +13,9 @@ from typing import Sequence
 
 from autosched.lower import arith
 from autosched.lower.ir import (
-    Allocate, Barrier, Buffer, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, seq,
+    Allocate, Barrier, Buffer, For, ForKind, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, seq,
 )
-from autosched.schedule import Attach, ComputeAt, Schedule, ScheduleError, Split, Stage
+from autosched.schedule import ANNOTATIONS, Attach, ComputeAt, Schedule, ScheduleError, Split, Stage
 from autosched.te.expr import (
     BinOp, Const, Expr, Load, Reduce, Var, substitute, transform, walk,
 )
@@ -178,7 +178,7 @@ class _Lowerer:
         kinds = [self._kind(st, iv) for iv in leaves]
         p = next((k for k, iv in enumerate(leaves) if st.axis_kind(iv) == REDUCE), None)
         for k, iv in enumerate(leaves):
-            if kinds[k][0] == "vectorize" and (k != len(leaves) - 1 or id(iv) in pre):
+            if kinds[k][0] is ForKind.VECTORIZE and (k != len(leaves) - 1 or id(iv) in pre):
                 raise ScheduleError(f"stage {st.name}, axis {iv.name}: only the innermost loop can be vectorized")
         init = self._init_nest(st, leaves[p:], kinds[p:], idx, guards, ext, lets) if p is not None else None
 
@@ -198,13 +198,13 @@ class _Lowerer:
             body = seq(init, body)
         return body
 
-    def _kind(self, st: Stage, iv: IterVar) -> tuple[str, str]:
+    def _kind(self, st: Stage, iv: IterVar) -> tuple[ForKind, str]:
         a = st.annotations.get(iv)
         if a is None:
-            return ("serial", "")
-        if a in ("unroll", "vectorize", "parallel"):
-            return (a, "")
-        return ("thread", a)
+            return (ForKind.SERIAL, "")
+        if a in ANNOTATIONS:
+            return (ForKind(a), "")
+        return (ForKind.THREAD, a)
 
     def _init_nest(self, st: Stage, leaves: list, kinds: list, idx: Expr, guards: list[Expr], ext: dict,
                    lets: dict) -> Stmt:
@@ -367,8 +367,8 @@ def _auto_unroll(s: Stmt, max_step: int) -> Stmt:
     """Unroll every serial loop whose whole nest runs at most `max_step` iterations."""
     if isinstance(s, For):
         s.body = _auto_unroll(s.body, max_step)
-        if s.kind == "serial" and _trip_count(s) <= max_step:
-            s.kind = "unroll"
+        if s.kind is ForKind.SERIAL and _trip_count(s) <= max_step:
+            s.kind = ForKind.UNROLL
         return s
     if isinstance(s, Seq):
         return Seq(tuple(_auto_unroll(x, max_step) for x in s.stmts))
@@ -383,7 +383,7 @@ def _drop_unit_loops(s: Stmt) -> Stmt:
     """A loop of one iteration is its body with the variable set to 0."""
     if isinstance(s, For):
         body = _drop_unit_loops(s.body)
-        if s.extent == 1 and s.kind != "thread":
+        if s.extent == 1 and s.kind is not ForKind.THREAD:
             return _subst_stmt(body, {s.var: Const(0, "int32")})
         s.body = body
         return s
