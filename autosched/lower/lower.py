@@ -17,7 +17,7 @@ from autosched.lower.ir import (
 )
 from autosched.schedule import ANNOTATIONS, Attach, ComputeAt, Schedule, ScheduleError, Split, Stage
 from autosched.te.expr import (
-    BinOp, Const, Expr, Load, Reduce, Var, substitute, transform, walk,
+    BinOp, Const, Expr, Load, Reduce, Var, free_vars, substitute, transform, walk,
 )
 from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tensor
 
@@ -172,7 +172,7 @@ class _Lowerer:
             # reduction's overhang would add terms to the sum, so its guards stay
             reduce_vars = {v for iv in leaves if st.axis_kind(iv) == REDUCE
                            for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
-            guards = [g for g in guards if _vars(g) & reduce_vars]
+            guards = [g for g in guards if free_vars(g) & reduce_vars]
         main = self._guard(main, guards)
 
         kinds = [self._kind(st, iv) for iv in leaves]
@@ -216,7 +216,7 @@ class _Lowerer:
                 fresh[var] = Var(var.name + ".init")
                 self.ranges[fresh[var]] = self.ranges[var]
         reduce_vars = {iv.var for iv in leaves if st.axis_kind(iv) == REDUCE}
-        conds = [substitute(g, fresh) for g in guards if not (_vars(g) & reduce_vars)]
+        conds = [substitute(g, fresh) for g in guards if not (free_vars(g) & reduce_vars)]
         buf = self.buffers[id(st)]
         stmt = self._guard(Store(buf, substitute(idx, fresh), st.op.body.identity()), conds)
         for iv, (kind, thread) in reversed(spatial):
@@ -347,10 +347,6 @@ class _Lowerer:
 
 def _body_source(op: ComputeOp) -> Expr:
     return op.body.source if isinstance(op.body, Reduce) else op.body
-
-
-def _vars(e: Expr) -> set:
-    return {x for x in walk(e) if isinstance(x, Var)}
 
 
 def _trip_count(s: Stmt) -> int:
