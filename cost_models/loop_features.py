@@ -190,7 +190,8 @@ def loop_nest_features(func: PrimFunc) -> dict[str, float]:
     row["hot.guards"] = float(hot.guards)
     inner = hot.loops[-1] if hot.loops else None
     row["hot.vector_lanes"] = float(inner.extent) if inner is not None and inner.kind is ForKind.VECTORIZE else 1.0
-    row["hot.log2_unrolled"] = _log2(math.prod(f.extent for f in hot.loops if f.kind in (ForKind.UNROLL, ForKind.VECTORIZE)))
+    unrolled = (ForKind.UNROLL, ForKind.VECTORIZE)
+    row["hot.log2_unrolled"] = _log2(math.prod(f.extent for f in hot.loops if f.kind in unrolled))
     row["hot.log2_parallel"] = _log2(next((f.extent for f in hot.loops if f.kind is ForKind.PARALLEL), 0))
     row["other.log2_trips"] = _log2(sum(s.trips for s in others))
     row["other.log2_bytes_written"] = _log2(sum(s.trips * DTYPE_BYTES.get(s.store.buffer.dtype, 4) for s in others))

@@ -102,25 +102,35 @@ class _Lowerer:
 
     # --- one stage -----------------------------------------------------------------------------
     def _stage(self, st: Stage, region_ext: list[int]) -> Stmt:
-        op: ComputeOp = st.op
-        ext = {id(a): e for a, e in zip(op.axes, region_ext)}
-        ext.update({id(r): r.extent for r in op.reduce_axes})
-        for rel in st.relations:
-            if isinstance(rel, Split):
-                pe = ext[id(rel.parent)]
-                f = rel.factor if rel.factor is not None else max(1, -(-pe // rel.nparts))
-                ext[id(rel.inner)] = max(1, min(f, pe))
-                ext[id(rel.outer)] = -(-pe // ext[id(rel.inner)])
-            else:
-                ext[id(rel.fused)] = ext[id(rel.outer)] * ext[id(rel.inner)]
-        leaves = st.leaf_axes
-        for iv in leaves:
+        """The loop nest computing `st` over a region of `region_ext` points per output dimension,
+        starting at `self.mins[id(st)]`, with the stages attached to its loops inside it."""
+        ext = _leaf_extents(st, region_ext)
+        self._enter_leaf_loops(st, ext)
+        value, lets, guards = self._root_axis_values(st, ext)
+        absolute, region_guards = self._absolute_indices(st, region_ext, value)
+        guards += region_guards
+        body_te = self._expand_inline(substitute(_body_source(st.op), absolute))
+        pre = self._attached_stages(st, body_te, lets)
+        idx = self._offset(st, self._flat([value[id(a)] for a in st.op.axes], region_ext))
+        store = self._store(st, idx, body_te)
+        guards = self._live_guards(st, store, guards, lets)
+        return self._loop_nest(st, ext, lets, pre, self._guard(store, guards), idx, guards)
+
+    def _enter_leaf_loops(self, st: Stage, ext: dict[int, int]) -> None:
+        """Record the range of every leaf loop variable, and which of them index one block's threads."""
+        for iv in st.leaf_axes:
             self.ranges[iv.var] = (0, ext[id(iv)] - 1)
             if str(st.annotations.get(iv, "")).startswith(("threadIdx", "vthread")):
                 self.block_shared[iv.var] = self.ranges[iv.var]
 
+    def _root_axis_values(self, st: Stage, ext: dict[int, int]) -> tuple[dict[int, Expr], dict[int, list], list[Expr]]:
+        """Every axis of the stage as an expression of the leaf loop variables, undoing the splits
+        and fuses last to first; returns those values (by id of the axis), the lets that name the
+        parts of a fused leaf right inside its loop (id of the leaf -> [(var, expr)]), and the
+        guards that keep a split which does not divide its axis inside that axis."""
+        leaves = st.leaf_axes
         value: dict[int, Expr] = {id(iv): iv.var for iv in leaves}
-        lets: dict[int, list] = {}  # id(leaf) -> [(var, expr)] bound right inside that loop
+        lets: dict[int, list] = {}
         guards: list[Expr] = []
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
@@ -140,16 +150,23 @@ class _Lowerer:
                             self.block_shared[iv.var] = self.ranges[iv.var]
                 else:
                     value[id(rel.outer)], value[id(rel.inner)] = outer_v, inner_v
+        return value, lets, guards
 
-        mins = self.mins[id(st)]
+    def _absolute_indices(self, st: Stage, region_ext: list[int], value: dict[int, Expr]) -> tuple[dict, list[Expr]]:
+        """The computation's axis variables -> their values in the whole tensor (the region's
+        minimum plus the loop position), and the guards that keep a partial or moving region
+        inside the tensor."""
+        op, mins = st.op, self.mins[id(st)]
         absolute = {a.var: mins[d] + value[id(a)] for d, a in enumerate(op.axes)}
         absolute.update({r.var: value[id(r)] for r in op.reduce_axes})
-        for d, a in enumerate(op.axes):
-            if region_ext[d] < a.extent or not isinstance(mins[d], Const):
-                guards.append(absolute[a.var] < a.extent)
-        local_idx = [value[id(a)] for a in op.axes]
+        guards = [absolute[a.var] < a.extent for d, a in enumerate(op.axes)
+                  if region_ext[d] < a.extent or not isinstance(mins[d], Const)]
+        return absolute, guards
 
-        body_te = self._expand_inline(substitute(_body_source(op), absolute))
+    def _attached_stages(self, st: Stage, body_te: Expr, lets: dict[int, list]) -> dict[int, Stmt]:
+        """id of a leaf loop -> the nests of the stages computed at it, sized to the region of
+        `body_te` that the loops inside it cover."""
+        leaves = st.leaf_axes
         pre: dict[int, Stmt] = {}
         for k, iv in enumerate(leaves):
             if id(iv) in self.attached:
@@ -158,23 +175,32 @@ class _Lowerer:
                     inner[lv.var] = self.ranges[lv.var]
                     inner.update({v: self.ranges[v] for v, _ in lets.get(id(lv), [])})
                 pre[id(iv)] = seq(*[self._attached(a, body_te, inner) for a in self.attached[id(iv)]])
+        return pre
 
+    def _store(self, st: Stage, idx: Expr, body_te: Expr) -> Store:
+        """The innermost statement: the stage's value stored, or for a reduction combined into, at `idx`."""
         buf = self.buffers[id(st)]
-        idx = self._offset(st, self._flat(local_idx, region_ext))
         value_expr = self._resolve(body_te)
-        if isinstance(op.body, Reduce):
+        if isinstance(st.op.body, Reduce):
             old = Load(buf, (idx,), buf.dtype)
-            main: Stmt = Store(buf, idx, BinOp(_COMBINE[op.body.combiner], old, value_expr))
-        else:
-            main = Store(buf, idx, value_expr)
-        if isinstance(st.attach, ComputeAt) and self._in_bounds(main):
-            # a spatial overhang lands in scratch rows of a local buffer that no one reads; a
-            # reduction's overhang would add terms to the sum, so its guards stay
-            reduce_vars = {v for iv in leaves if st.axis_kind(iv) == REDUCE
-                           for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
-            guards = [g for g in guards if free_vars(g) & reduce_vars]
-        main = self._guard(main, guards)
+            return Store(buf, idx, BinOp(_COMBINE[st.op.body.combiner], old, value_expr))
+        return Store(buf, idx, value_expr)
 
+    def _live_guards(self, st: Stage, store: Store, guards: list[Expr], lets: dict[int, list]) -> list[Expr]:
+        """The guards `store` needs. A stage computed at another's loop whose accesses all stay
+        inside its buffers keeps only those on reduction loops: a spatial overhang lands in scratch
+        rows of a local buffer that no one reads, a reduction's overhang would add terms to the sum."""
+        if not (isinstance(st.attach, ComputeAt) and self._in_bounds(store)):
+            return guards
+        reduce_vars = {v for iv in st.leaf_axes if st.axis_kind(iv) == REDUCE
+                       for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
+        return [g for g in guards if free_vars(g) & reduce_vars]
+
+    def _loop_nest(self, st: Stage, ext: dict[int, int], lets: dict[int, list], pre: dict[int, Stmt], main: Stmt,
+                   idx: Expr, guards: list[Expr]) -> Stmt:
+        """The leaf loops around `main`, innermost first, each with its lets and attached stages,
+        and for a reduction the identity's initialization just outside the first reduction loop."""
+        leaves = st.leaf_axes
         kinds = [self._kind(st, iv) for iv in leaves]
         p = next((k for k, iv in enumerate(leaves) if st.axis_kind(iv) == REDUCE), None)
         for k, iv in enumerate(leaves):
@@ -347,6 +373,22 @@ class _Lowerer:
 
 def _body_source(op: ComputeOp) -> Expr:
     return op.body.source if isinstance(op.body, Reduce) else op.body
+
+
+def _leaf_extents(st: Stage, region_ext: list[int]) -> dict[int, int]:
+    """id of every axis of the stage (root, split, fused) -> its extent when the stage computes a
+    region of `region_ext` points: a split's inner part never exceeds its parent."""
+    ext = {id(a): e for a, e in zip(st.op.axes, region_ext)}
+    ext.update({id(r): r.extent for r in st.op.reduce_axes})
+    for rel in st.relations:
+        if isinstance(rel, Split):
+            pe = ext[id(rel.parent)]
+            f = rel.factor if rel.factor is not None else max(1, -(-pe // rel.nparts))
+            ext[id(rel.inner)] = max(1, min(f, pe))
+            ext[id(rel.outer)] = -(-pe // ext[id(rel.inner)])
+        else:
+            ext[id(rel.fused)] = ext[id(rel.outer)] * ext[id(rel.inner)]
+    return ext
 
 
 def _trip_count(s: Stmt) -> int:
