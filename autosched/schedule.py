@@ -45,6 +45,7 @@ class Fuse:
 
 class Attach(enum.Enum):
     """Where a stage is computed, other than at a loop of another stage (`ComputeAt`)."""
+
     ROOT = "root"                # its own loop nest, before its readers
     INLINE = "inline"            # substituted into every reader's expression
     PRECOMPUTED = "precomputed"  # not in the kernel: its values arrive as an argument

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from autosched.te.expr import Expr, Var
 
 
-
 class ForKind(str, enum.Enum):
     """How a loop runs. A `str` so code that still compares with the plain names keeps working."""
 

@@ -22,6 +22,8 @@ from autosched.te.expr import (
 from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tensor
 
 _COMBINE = {"sum": "add", "max": "max", "min": "min"}
+#: id of a leaf loop -> the (variable, value) pairs bound right inside it: the parts of a fused axis
+Lets = dict[int, list[tuple[Var, Expr]]]
 
 
 def lower(sched: Schedule, args: Sequence[Tensor], name: str = "kernel") -> PrimFunc:
@@ -123,14 +125,14 @@ class _Lowerer:
             if str(st.annotations.get(iv, "")).startswith(("threadIdx", "vthread")):
                 self.block_shared[iv.var] = self.ranges[iv.var]
 
-    def _root_axis_values(self, st: Stage, ext: dict[int, int]) -> tuple[dict[int, Expr], dict[int, list], list[Expr]]:
+    def _root_axis_values(self, st: Stage, ext: dict[int, int]) -> tuple[dict[int, Expr], Lets, list[Expr]]:
         """Every axis of the stage as an expression of the leaf loop variables, undoing the splits
         and fuses last to first; returns those values (by id of the axis), the lets that name the
-        parts of a fused leaf right inside its loop (id of the leaf -> [(var, expr)]), and the
-        guards that keep a split which does not divide its axis inside that axis."""
+        parts of a fused leaf, and the guards that keep a split which does not divide its axis
+        inside that axis."""
         leaves = st.leaf_axes
         value: dict[int, Expr] = {id(iv): iv.var for iv in leaves}
-        lets: dict[int, list] = {}
+        lets: Lets = {}
         guards: list[Expr] = []
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
@@ -163,7 +165,7 @@ class _Lowerer:
                   if region_ext[d] < a.extent or not isinstance(mins[d], Const)]
         return absolute, guards
 
-    def _attached_stages(self, st: Stage, body_te: Expr, lets: dict[int, list]) -> dict[int, Stmt]:
+    def _attached_stages(self, st: Stage, body_te: Expr, lets: Lets) -> dict[int, Stmt]:
         """id of a leaf loop -> the nests of the stages computed at it, sized to the region of
         `body_te` that the loops inside it cover."""
         leaves = st.leaf_axes
@@ -186,7 +188,7 @@ class _Lowerer:
             return Store(buf, idx, BinOp(_COMBINE[st.op.body.combiner], old, value_expr))
         return Store(buf, idx, value_expr)
 
-    def _live_guards(self, st: Stage, store: Store, guards: list[Expr], lets: dict[int, list]) -> list[Expr]:
+    def _live_guards(self, st: Stage, store: Store, guards: list[Expr], lets: Lets) -> list[Expr]:
         """The guards `store` needs. A stage computed at another's loop whose accesses all stay
         inside its buffers keeps only those on reduction loops: a spatial overhang lands in scratch
         rows of a local buffer that no one reads, a reduction's overhang would add terms to the sum."""
@@ -196,7 +198,7 @@ class _Lowerer:
                        for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
         return [g for g in guards if free_vars(g) & reduce_vars]
 
-    def _loop_nest(self, st: Stage, ext: dict[int, int], lets: dict[int, list], pre: dict[int, Stmt], main: Stmt,
+    def _loop_nest(self, st: Stage, ext: dict[int, int], lets: Lets, pre: dict[int, Stmt], main: Stmt,
                    idx: Expr, guards: list[Expr]) -> Stmt:
         """The leaf loops around `main`, innermost first, each with its lets and attached stages,
         and for a reduction the identity's initialization just outside the first reduction loop."""
