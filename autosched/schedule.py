@@ -8,8 +8,9 @@ the user needs to know which knob produced it.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import ClassVar, Iterable, Sequence
 
 from autosched.errors import AutoschedError
 from autosched.te.expr import Load, Reduce, Var, substitute, transform
@@ -42,6 +43,22 @@ class Fuse:
     fused: IterVar
 
 
+class Attach(enum.Enum):
+    """Where a stage is computed, other than at a loop of another stage (`ComputeAt`)."""
+
+    ROOT = "root"                # its own loop nest, before its readers
+    INLINE = "inline"            # substituted into every reader's expression
+    PRECOMPUTED = "precomputed"  # not in the kernel: its values arrive as an argument
+
+
+@dataclass(frozen=True)
+class ComputeAt:
+    """Computed inside `stage`'s loop `axis`, once per iteration of it."""
+    stage: Stage
+    axis: IterVar
+    value: ClassVar[str] = "at"  # named like the `Attach` members, for messages
+
+
 @dataclass(eq=False)
 class Stage:
     op: ComputeOp
@@ -50,7 +67,7 @@ class Stage:
     relations: list = field(default_factory=list)
     annotations: dict = field(default_factory=dict)  # IterVar -> "unroll" | "vectorize" | "parallel" | thread tag
     pragmas: dict = field(default_factory=dict)      # IterVar -> {name: value}
-    attach: tuple = ("root",)  # ("root",) | ("inline",) | ("at", Stage, IterVar) | ("precomputed",)
+    attach: Attach | ComputeAt = Attach.ROOT
     double_buffer: bool = False  # a shared tile kept twice, alternating with its loop (see `double_buffered`)
 
     def __post_init__(self):
@@ -226,22 +243,21 @@ class Schedule:
         if st not in self._consumed_by(parent):
             raise st._err(f"compute_at target {parent.name} does not read this stage's tensor", iv)
         others = [r for r in self.readers(st)
-                  if r is not parent and r.attach != ("inline",) and not self._nested_in(r, parent, iv)]
+                  if r is not parent and r.attach is not Attach.INLINE and not self._nested_in(r, parent, iv)]
         if others:
             raise st._err(f"compute_at {parent.name}: the tensor is also read by {others[0].name}, "
                           "which could not see a buffer local to that loop", iv)
-        st.attach = ("at", parent, iv)
+        st.attach = ComputeAt(parent, iv)
 
     def _nested_in(self, st: Stage, parent: Stage, iv: IterVar) -> bool:
         """Whether `st` is computed inside `parent`'s loop `iv` (attached there, at a loop inside
         it, or to a stage that is): a buffer made at `iv` is alive wherever it runs. Readers
         attach first, so a producer that several nested stages share (one reduction's result
         read by the next reduction and by the output) can still live in that loop."""
-        while st.attach[0] == "at":
-            _, at, axis = st.attach
-            if at is parent:
-                return parent.leaf_axes.index(axis) >= parent.leaf_axes.index(iv)
-            st = at
+        while isinstance(st.attach, ComputeAt):
+            if st.attach.stage is parent:
+                return parent.leaf_axes.index(st.attach.axis) >= parent.leaf_axes.index(iv)
+            st = st.attach.stage
         return False
 
     def compute_inline(self, st: Stage | Tensor) -> None:
@@ -250,10 +266,10 @@ class Schedule:
             raise st._err("a reduction cannot be inlined into its consumers")
         if any(o.op is st.op or self.stage_of(o) is st for o in self.outputs):
             raise st._err("an output of the computation cannot be inlined")
-        st.attach = ("inline",)
+        st.attach = Attach.INLINE
 
     def compute_root(self, st: Stage | Tensor) -> None:
-        self._st(st).attach = ("root",)
+        self._st(st).attach = Attach.ROOT
 
     def precompute(self, st: Stage | Tensor) -> None:
         """The stage's values arrive as an argument, computed ahead of time.
@@ -264,7 +280,7 @@ class Schedule:
         st = self._st(st)
         if any(self.stage_of(o) is st for o in self.outputs):
             raise st._err("an output of the computation cannot be precomputed")
-        st.attach = ("precomputed",)
+        st.attach = Attach.PRECOMPUTED
 
     def _consumed_by(self, parent: Stage) -> list[Stage]:
         """Stages whose tensors `parent` reads, looking through inlined stages."""
@@ -275,9 +291,16 @@ class Schedule:
             if st is None or st in out:
                 continue
             out.append(st)
-            if st.attach == ("inline",):
+            if st.attach is Attach.INLINE:
                 todo.extend(st.op.inputs())
         return out
+
+    def parallel_outermost(self) -> None:
+        """Run every stage's outermost loop in parallel where it has more than one iteration: the
+        whole schedule of kernels no template tunes (weight packing, several-output kernels)."""
+        for st in self.stages:
+            if st.op.axes and st.op.axes[0].extent > 1:
+                st.parallel(st.op.axes[0])
 
     def _st(self, x: Stage | Tensor) -> Stage:
         return x if isinstance(x, Stage) else self[x]
@@ -289,7 +312,7 @@ class Schedule:
         The usual use: a register-tiled accumulator (scope local) computed at a tile loop.
         """
         st = self[t]
-        if st.relations or st.annotations or st.attach != ("root",):
+        if st.relations or st.annotations or st.attach is not Attach.ROOT:
             raise st._err("cache_write must come before any other primitive on the stage")
         if scope not in SCOPES:
             raise st._err(f"unknown memory scope {scope!r}")

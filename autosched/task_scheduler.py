@@ -30,6 +30,7 @@ from autosched.measure.interface import PipelinedRunner
 from autosched.space import Config
 from autosched.target import Target
 from autosched.task import Task
+from autosched.templates import TemplateError, get_template
 from autosched.tuner.base import Callback, TunerError
 from autosched.tuner.model_based import ModelBasedTuner
 from autosched.tuner.registry import get_tuner
@@ -105,7 +106,6 @@ class ScheduleSummary:
 
 def tunable(tasks: Sequence[Task], target: Target) -> tuple[list[Task], list[tuple[Task, str]]]:
     """Tasks that have a template for the target and do arithmetic; the rest with the reason."""
-    from search_spaces import TemplateError, get_template
     keep, skipped = [], []
     for task in tasks:
         try:
@@ -121,7 +121,6 @@ def tunable(tasks: Sequence[Task], target: Target) -> tuple[list[Task], list[tup
 
 
 def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[str, Sequence[Record]]) -> TaskProgress:
-    from search_spaces import get_template
     template = get_template(task.op, target.kind)
     space = template.space(task, target)
     tuner_cls = get_tuner(tuner)

@@ -36,7 +36,7 @@ from autosched.measure.nvcc import NvccBuilder  # noqa: E402
 from autosched.measure.record import ErrorKind, MeasureInput  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import extract_tasks  # noqa: E402
-from search_spaces import get_template  # noqa: E402
+from autosched.templates import get_template  # noqa: E402
 
 @dataclass(frozen=True)
 class Case:

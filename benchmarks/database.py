@@ -22,8 +22,8 @@ from autosched.graph.passes import optimize
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult
 from autosched.target import Target
 from autosched.task import extract_tasks
+from autosched.templates import get_template
 from autosched.zoo import mlp
-from search_spaces import get_template
 
 
 def batches(task, target, n, size, t0):

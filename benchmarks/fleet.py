@@ -41,7 +41,7 @@ from autosched.measure import Builder, MeasureInput, Runner, measure_with  # noq
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
-from search_spaces import get_template  # noqa: E402
+from autosched.templates import get_template  # noqa: E402
 
 
 def matmul(m: int, k: int, n: int) -> Task:

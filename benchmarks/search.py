@@ -53,7 +53,7 @@ from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
 from autosched.tuner import ModelBasedTuner, get_tuner  # noqa: E402
 from cost_models import CostModel  # noqa: E402
-from search_spaces import get_template  # noqa: E402
+from autosched.templates import get_template  # noqa: E402
 from search_spaces.llvm.common import InvalidConfigError  # noqa: E402
 
 TUNERS = ("random", "ga", "xgb")

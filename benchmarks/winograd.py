@@ -41,7 +41,7 @@ from autosched.measure.fold import fold_weights  # noqa: E402
 from autosched.runtime import Kernel  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
-from search_spaces import get_template  # noqa: E402
+from autosched.templates import get_template  # noqa: E402
 from search_spaces.llvm import conv2d_winograd as wino  # noqa: E402
 from search_spaces.llvm.common import InvalidConfigError  # noqa: E402
 

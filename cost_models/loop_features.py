@@ -22,16 +22,17 @@ import numpy as np
 
 from autosched.codegen.c import DTYPE_BYTES
 from autosched.lower import lower
-from autosched.lower.ir import Allocate, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store
+from autosched.lower.ir import Allocate, For, ForKind, IfThenElse, Let, PrimFunc, Seq, Stmt, Store
 from autosched.measure import TaskLike
 from autosched.space import ConfigSpace
 from autosched.target import Target
+from autosched.templates import get_template
 from autosched.te.expr import BinOp, Call, Const, Expr, Load, Select, Var, walk
 from cost_models.features import FeatureExtractor
 
 MAX_LEVELS = 10  # loop levels described around the hot statement, innermost first
 MAX_LOADS = 4  # loads of the hot statement described, in order of appearance
-LOOP_KINDS = ("serial", "parallel", "unroll", "vectorize")
+LOOP_KINDS = (ForKind.SERIAL, ForKind.PARALLEL, ForKind.UNROLL, ForKind.VECTORIZE)
 ARITH = ("add", "mul", "div", "minmax", "call", "select", "load")
 _ACCESSES = ("store",) + tuple(f"load{k}" for k in range(MAX_LOADS))
 _PER_ACCESS = ("log2_stride", "log2_bytes", "log2_reuse")
@@ -45,7 +46,7 @@ LEVEL_NAMES = tuple(
     name
     for d in range(MAX_LEVELS)
     for name in (
-        f"L{d}.log2_extent", *(f"L{d}.kind={k}" for k in LOOP_KINDS),
+        f"L{d}.log2_extent", *(f"L{d}.kind={k.value}" for k in LOOP_KINDS),
         *(f"L{d}.{a}.{f}" for a in _ACCESSES for f in _PER_ACCESS),
     )
 )
@@ -188,9 +189,10 @@ def loop_nest_features(func: PrimFunc) -> dict[str, float]:
     row["hot.depth"] = float(len(hot.loops))
     row["hot.guards"] = float(hot.guards)
     inner = hot.loops[-1] if hot.loops else None
-    row["hot.vector_lanes"] = float(inner.extent) if inner is not None and inner.kind == "vectorize" else 1.0
-    row["hot.log2_unrolled"] = _log2(math.prod(f.extent for f in hot.loops if f.kind in ("unroll", "vectorize")))
-    row["hot.log2_parallel"] = _log2(next((f.extent for f in hot.loops if f.kind == "parallel"), 0))
+    row["hot.vector_lanes"] = float(inner.extent) if inner is not None and inner.kind is ForKind.VECTORIZE else 1.0
+    unrolled = (ForKind.UNROLL, ForKind.VECTORIZE)
+    row["hot.log2_unrolled"] = _log2(math.prod(f.extent for f in hot.loops if f.kind in unrolled))
+    row["hot.log2_parallel"] = _log2(next((f.extent for f in hot.loops if f.kind is ForKind.PARALLEL), 0))
     row["other.log2_trips"] = _log2(sum(s.trips for s in others))
     row["other.log2_bytes_written"] = _log2(sum(s.trips * DTYPE_BYTES.get(s.store.buffer.dtype, 4) for s in others))
 
@@ -200,7 +202,7 @@ def loop_nest_features(func: PrimFunc) -> dict[str, float]:
     for d, f in enumerate(reversed(hot.loops[-MAX_LEVELS:])):
         row[f"L{d}.log2_extent"] = _log2(f.extent)
         if f.kind in LOOP_KINDS:
-            row[f"L{d}.kind={f.kind}"] = 1.0
+            row[f"L{d}.kind={f.kind.value}"] = 1.0
     for name, index, buf in accesses:
         for d, values in enumerate(_access_levels(hot, index, buf.size, buf.dtype)[:MAX_LEVELS]):
             for feature, value in zip(_PER_ACCESS, values):
@@ -221,7 +223,6 @@ class LoopFeatures(FeatureExtractor):
         return NAMES
 
     def _rows(self, task: TaskLike, space: ConfigSpace, indices: np.ndarray) -> Iterator[list[float]]:
-        from search_spaces import get_template
         template = get_template(task.op, self.target.kind)
         for i in indices:
             try:

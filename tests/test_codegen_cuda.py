@@ -7,7 +7,7 @@ from autosched.codegen import CodegenError
 from autosched.codegen.cuda import CudaRenderer
 from autosched.codegen.gpu import LimitError, check_limits, plan_kernel
 from autosched.lower import lower
-from autosched.lower.ir import Allocate, Barrier, Buffer, For, PrimFunc, Store, seq
+from autosched.lower.ir import Allocate, Barrier, Buffer, For, ForKind, PrimFunc, Store, seq
 from autosched.schedule import ScheduleError, create_schedule
 from autosched.target import gpu_capabilities
 from autosched.te.expr import Const, Var
@@ -93,8 +93,8 @@ def test_barrier_under_a_thread_guard_is_refused():
     out = Buffer("out", "float32", (64,))
     t1, t2 = Var("t1"), Var("t2")
     body = Allocate(buf, seq(
-        For(t1, 64, "thread", Store(out, t1, Const(0.0, "float32")), "threadIdx.x"),
-        For(t2, 32, "thread", seq(Barrier(), Store(buf, t2, Const(1.0, "float32"))), "threadIdx.x")))
+        For(t1, 64, ForKind.THREAD, Store(out, t1, Const(0.0, "float32")), "threadIdx.x"),
+        For(t2, 32, ForKind.THREAD, seq(Barrier(), Store(buf, t2, Const(1.0, "float32"))), "threadIdx.x")))
     with pytest.raises(CodegenError, match="guarded: a barrier .* under thread-divergent control flow .*t2 < 32"):
         renderer_for("cuda").render(PrimFunc("guarded", [out], body))
 

@@ -17,8 +17,8 @@ from autosched.database import (Database, DatabaseError, LogError, RecordWriter,
                                 export_jsonl, history, import_jsonl, isa_of)
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult, record_to_json
 from autosched.target import CpuInfo, Target
+from autosched.templates import get_template
 from autosched.zoo import mlp
-from search_spaces import get_template
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"})

@@ -12,7 +12,7 @@ from autosched.measure.local import LocalRunner, RunnerOptions
 from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
-from autosched.lower.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Store, seq
+from autosched.lower.ir import Allocate, Barrier, Buffer, For, ForKind, IfThenElse, PrimFunc, Store, seq
 from autosched.runtime.module import KernelError
 from autosched.te.expr import Cmp, Const, Load, Var
 from tests.gpu_schedules import tiled_matmul
@@ -42,7 +42,7 @@ OUT = Buffer("out", "float32", (64,))
 def test_out_of_bounds_shared_access_is_reported():
     sh = Buffer("tile", "float32", (32,), "shared")
     t = Var("t")
-    body = Allocate(sh, For(t, 64, "thread", seq(Store(sh, t, Load(X, (t,), "float32")),
+    body = Allocate(sh, For(t, 64, ForKind.THREAD, seq(Store(sh, t, Load(X, (t,), "float32")),
                                                  Store(OUT, t, Const(0.0, "float32"))), "threadIdx.x"))
     kern = emulated_kernel(PrimFunc("oob", [X, OUT], body))
     with pytest.raises(KernelError, match=r"oob: block \(0, 0, 0\) thread \(32, 0, 0\): tile\[32\] is out of bounds "
@@ -55,7 +55,7 @@ def test_barrier_only_some_threads_reach_is_reported():
     reg = Buffer("reg", "float32", (1,), "local")
     t = Var("t")
     zero = Const(0, "int32")
-    body = For(t, 64, "thread", Allocate(reg, seq(
+    body = For(t, 64, ForKind.THREAD, Allocate(reg, seq(
         Store(reg, zero, Load(X, (t,), "float32")),
         IfThenElse(Cmp("lt", Load(reg, (zero,), "float32"), Const(32.0, "float32")), Barrier()),
         Store(OUT, t, Load(reg, (zero,), "float32")))), "threadIdx.x")
@@ -72,7 +72,7 @@ def test_threads_run_in_lockstep_between_barriers(with_barrier):
     sh = Buffer("tile", "float32", (64,), "shared")
     t = Var("t")
     rev = Const(63, "int32") - t
-    body = Allocate(sh, For(t, 64, "thread", seq(
+    body = Allocate(sh, For(t, 64, ForKind.THREAD, seq(
         Store(sh, t, Load(X, (t,), "float32")), Barrier() if with_barrier else None,
         Store(OUT, t, Load(sh, (rev,), "float32"))), "threadIdx.x"))
     kern = emulated_kernel(PrimFunc("reverse", [X, OUT], body))

@@ -5,10 +5,10 @@ import pytest
 
 from autosched.measure import NullBuilder, ReplayRunner, measure_with
 from autosched.target import Target
+from autosched.templates import get_template
 from autosched.tuner import ModelBasedTuner
 from cost_models import FEATURES, LoopFeatures, XGBCostModel, create_cost_model, loop_nest_features
 from cost_models.loop_features import NAMES
-from search_spaces import get_template
 
 from task_helpers import conv_task, matmul_task
 

@@ -20,8 +20,8 @@ from autosched.measure.record import ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import create_schedule
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
+from autosched.templates import get_template
 from autosched.tuner.api import tune_task
-from search_spaces import get_template
 from tests.cuda_markers import needs_gpu, no_gpu_here
 from tests.fake_cuda import H100, NoDeviceDriver, driver_modules
 from tests.gpu_schedules import tiled_matmul

@@ -11,7 +11,7 @@ from autosched.lower import lower
 from autosched.lower.ir import Allocate, walk_stmts
 from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.target import Target
-from search_spaces import TemplateError, get_template
+from autosched.templates import TemplateError, get_template
 from tests.cuda_markers import needs_nvcc
 from tests.task_helpers import (
     add_relu_task, attention_scores_task, conv_task, gemm_task, matmul_task, multi_output_task, softmax_task,

@@ -15,7 +15,7 @@ from autosched.measure import ErrorKind, MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.space import ConfigError
 from autosched.target import Target
-from search_spaces import TemplateError, get_template, templates
+from autosched.templates import TemplateError, get_template, templates
 from search_spaces.llvm.common import InvalidConfigError, max_accumulators
 from search_spaces.llvm.conv2d_winograd import direct_values
 

@@ -163,7 +163,7 @@ def test_history_skips_a_config_outside_the_tasks_space_naming_it(small_model, t
 def test_each_task_is_first_measured_at_its_untuned_config(tmp_path):
     """So a tuned build is never slower than the untuned one: the conv's first trial is the
     template's fallback config, which the untuned build uses."""
-    from search_spaces import get_template
+    from autosched.templates import get_template
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((32, 8, 3, 3)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",

@@ -8,8 +8,8 @@ import autosched
 from autosched.measure import ErrorKind, NullBuilder, ReplayRunner
 from autosched.measure.local import LocalRunner, RunnerOptions
 from autosched.target import Target, TargetError
+from autosched.templates import TemplateError, get_template
 from autosched.tuner import OptionError, TunerError
-from search_spaces import TemplateError, get_template
 
 from task_helpers import matmul_task, softmax_task
 

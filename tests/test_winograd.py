@@ -24,8 +24,8 @@ from autosched.lower import lower
 from autosched.measure import MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.ops import winograd
-from autosched.schedule import create_schedule
-from search_spaces import get_template
+from autosched.schedule import Attach, create_schedule
+from autosched.templates import get_template
 from search_spaces.llvm import conv2d_winograd as wino
 from search_spaces.llvm.common import InvalidConfigError
 
@@ -242,7 +242,7 @@ def test_the_weight_transform_is_computed_at_build_time(algorithm, cpu_target):
     plan = _plan_kernel(sched, args, (weights, 2), "k")
     (_, sources), = plan.folded
     assert sources == [weights]
-    assert [st.op.tag for st in sched.stages if st.attach == ("precomputed",)] == [winograd.WEIGHT_TAG]
+    assert [st.op.tag for st in sched.stages if st.attach is Attach.PRECOMPUTED] == [winograd.WEIGHT_TAG]
     assert not plan.used[weights]  # the kernel no longer reads the OIHW weights
 
 

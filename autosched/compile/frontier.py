@@ -3,7 +3,7 @@ time, and what a timing precomputes before it times the rest (`measure/fold.py`)
 agree on what a kernel does at run time."""
 from __future__ import annotations
 
-from autosched.schedule import Schedule, Stage
+from autosched.schedule import Attach, Schedule, Stage
 from autosched.te import Tensor
 from autosched.te.tensor import PlaceholderOp
 
@@ -15,7 +15,7 @@ def weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
     for st in sched.stages:  # producers first
         ins = st.op.inputs()
         # a stage computed inside another's loops (a shared-memory tile) is part of that nest
-        const[id(st)] = bool(ins) and id(st) not in outputs and st.attach == ("root",) and all(
+        const[id(st)] = bool(ins) and id(st) not in outputs and st.attach is Attach.ROOT and all(
             id(t.op) in const_ops if sched.stage_of(t) is None else const.get(id(sched.stage_of(t)), False) for t in ins)
     frontier = []
     for st in sched.stages:

@@ -34,6 +34,7 @@ from autosched.task import Task, extract_tasks
 from autosched.target import CpuCapabilities, Target
 from autosched.te import Load, Tensor
 from autosched.te.expr import walk
+from autosched.templates import TemplateError, get_template
 
 #: (task, target) -> (schedule, argument tensors); the tuning database supplies tuned ones
 ScheduleFor = Callable[[Task, Target], tuple[Schedule, list]]
@@ -42,7 +43,6 @@ ScheduleFor = Callable[[Task, Target], tuple[Schedule, list]]
 def default_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
     """The untuned schedule of a task, the baseline tuning improves on: its template's fallback
     config where the template has one that applies, else the op library's default schedule."""
-    from search_spaces import TemplateError, get_template
     try:
         template = get_template(task.op, target.kind)
         config = template.fallback(task, target)
@@ -205,9 +205,7 @@ def _precompute_kernel(t: Tensor, sources: list[Tensor]) -> Kernel:
     """A weight-packing kernel, run once here at build time: built for this host, whatever the
     model's target."""
     s = create_schedule(t)
-    for st in s.stages:
-        if st.op.axes and st.op.axes[0].extent > 1:
-            st.parallel(st.op.axes[0])
+    s.parallel_outermost()
     return build_kernel(s, sources + [t], "precompute")
 
 

@@ -23,6 +23,7 @@ from autosched.measure import MeasureInput, Record
 from autosched.space import Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task, task_from_key
+from autosched.templates import TemplateError, get_template
 
 log = logging.getLogger("autosched.database")
 
@@ -34,7 +35,6 @@ BEST_CANDIDATES = 32
 
 def space_of(task: Task, target: Target) -> ConfigSpace | None:
     """The task's space on `target`, None for an op without a template there."""
-    from search_spaces import TemplateError, get_template
     try:
         return get_template(task.op, target.kind).space(task, target)
     except TemplateError:

@@ -10,6 +10,7 @@ from autosched.database.store import Database
 from autosched.schedule import Schedule
 from autosched.target import Target
 from autosched.task import Task
+from autosched.templates import get_template
 
 log = logging.getLogger("autosched.database")
 
@@ -33,7 +34,6 @@ class TunedSchedules:
         self._noticed: set[str] = set()
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
-        from search_spaces import get_template
         found = best(self.db, task, target)
         if found is None and self.fallback is not None:
             found = best(self.fallback, task, target)

@@ -6,12 +6,24 @@ live here too: the C back end refuses them, the CUDA back end prints them.
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 
 from autosched.te.expr import Expr, Var
 
-LOOP_KINDS = ("serial", "parallel", "unroll", "vectorize", "thread")
+
+class ForKind(str, enum.Enum):
+    """How a loop runs. A `str` so code that still compares with the plain names keeps working."""
+
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    UNROLL = "unroll"
+    VECTORIZE = "vectorize"
+    THREAD = "thread"  # bound to a GPU thread/block axis, named by `For.thread`
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,7 +49,7 @@ class For(Stmt):
     """for (var = 0; var < extent; ++var); `thread` loops carry the axis they are bound to."""
     var: Var
     extent: int
-    kind: str
+    kind: ForKind
     body: Stmt
     thread: str = ""
     pragmas: dict = field(default_factory=dict)

@@ -13,15 +13,17 @@ from typing import Sequence
 
 from autosched.lower import arith
 from autosched.lower.ir import (
-    Allocate, Barrier, Buffer, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, seq,
+    Allocate, Barrier, Buffer, For, ForKind, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, seq,
 )
-from autosched.schedule import Schedule, ScheduleError, Split, Stage
+from autosched.schedule import ANNOTATIONS, Attach, ComputeAt, Schedule, ScheduleError, Split, Stage
 from autosched.te.expr import (
-    BinOp, Const, Expr, Load, Reduce, Var, substitute, transform, walk,
+    BinOp, Const, Expr, Load, Reduce, Var, free_vars, substitute, transform, walk,
 )
 from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tensor
 
 _COMBINE = {"sum": "add", "max": "max", "min": "min"}
+#: id of a leaf loop -> the (variable, value) pairs bound right inside it: the parts of a fused axis
+Lets = dict[int, list[tuple[Var, Expr]]]
 
 
 def lower(sched: Schedule, args: Sequence[Tensor], name: str = "kernel") -> PrimFunc:
@@ -43,10 +45,10 @@ class _Lowerer:
     def run(self) -> PrimFunc:
         params = self._params()
         for st in self.sched.stages:
-            if st.attach[0] == "at":
-                self.attached.setdefault(id(st.attach[2]), []).append(st)
+            if isinstance(st.attach, ComputeAt):
+                self.attached.setdefault(id(st.attach.axis), []).append(st)
         needed = self._needed()
-        roots = [st for st in self.sched.stages if st.attach == ("root",) and id(st) in needed]
+        roots = [st for st in self.sched.stages if st.attach is Attach.ROOT and id(st) in needed]
         temps: list[Buffer] = []
         for st in roots:
             if id(st) not in self.buffers:
@@ -62,9 +64,9 @@ class _Lowerer:
         params: list[Buffer] = []
         for t in self.args:
             st = self.sched.stage_of(t)
-            if st is not None and st.attach not in (("root",), ("precomputed",)):
+            if st is not None and st.attach not in (Attach.ROOT, Attach.PRECOMPUTED):
                 raise ScheduleError(f"stage {st.name}: an argument of the function must be computed at root, "
-                                    f"not {st.attach[0]}")
+                                    f"not {st.attach.value}")
             key = id(st) if st is not None else id(t.op)
             if key in self.buffers:
                 raise ScheduleError(f"tensor {t.name} is passed twice")
@@ -75,7 +77,7 @@ class _Lowerer:
                 raise ScheduleError(f"output {o.name} is not among the function's arguments")
         needed = self._needed()
         for st in self.sched.stages:
-            if st.attach == ("precomputed",) and id(st) in needed and id(st) not in self.buffers:
+            if st.attach is Attach.PRECOMPUTED and id(st) in needed and id(st) not in self.buffers:
                 raise ScheduleError(f"stage {st.name} is precomputed but not among the function's arguments")
         for t in self._reads():
             if isinstance(t.op, PlaceholderOp) and id(t.op) not in self.buffers:
@@ -92,7 +94,7 @@ class _Lowerer:
             seen.add(id(t.op))
             out.append(t)
             st = self.sched.stage_of(t)
-            if st is not None and st.attach != ("precomputed",):
+            if st is not None and st.attach is not Attach.PRECOMPUTED:
                 todo.extend(st.op.inputs())
         return out
 
@@ -102,25 +104,35 @@ class _Lowerer:
 
     # --- one stage -----------------------------------------------------------------------------
     def _stage(self, st: Stage, region_ext: list[int]) -> Stmt:
-        op: ComputeOp = st.op
-        ext = {id(a): e for a, e in zip(op.axes, region_ext)}
-        ext.update({id(r): r.extent for r in op.reduce_axes})
-        for rel in st.relations:
-            if isinstance(rel, Split):
-                pe = ext[id(rel.parent)]
-                f = rel.factor if rel.factor is not None else max(1, -(-pe // rel.nparts))
-                ext[id(rel.inner)] = max(1, min(f, pe))
-                ext[id(rel.outer)] = -(-pe // ext[id(rel.inner)])
-            else:
-                ext[id(rel.fused)] = ext[id(rel.outer)] * ext[id(rel.inner)]
-        leaves = st.leaf_axes
-        for iv in leaves:
+        """The loop nest computing `st` over a region of `region_ext` points per output dimension,
+        starting at `self.mins[id(st)]`, with the stages attached to its loops inside it."""
+        ext = _leaf_extents(st, region_ext)
+        self._enter_leaf_loops(st, ext)
+        value, lets, guards = self._root_axis_values(st, ext)
+        absolute, region_guards = self._absolute_indices(st, region_ext, value)
+        guards += region_guards
+        body_te = self._expand_inline(substitute(_body_source(st.op), absolute))
+        pre = self._attached_stages(st, body_te, lets)
+        idx = self._offset(st, self._flat([value[id(a)] for a in st.op.axes], region_ext))
+        store = self._store(st, idx, body_te)
+        guards = self._live_guards(st, store, guards, lets)
+        return self._loop_nest(st, ext, lets, pre, self._guard(store, guards), idx, guards)
+
+    def _enter_leaf_loops(self, st: Stage, ext: dict[int, int]) -> None:
+        """Record the range of every leaf loop variable, and which of them index one block's threads."""
+        for iv in st.leaf_axes:
             self.ranges[iv.var] = (0, ext[id(iv)] - 1)
             if str(st.annotations.get(iv, "")).startswith(("threadIdx", "vthread")):
                 self.block_shared[iv.var] = self.ranges[iv.var]
 
+    def _root_axis_values(self, st: Stage, ext: dict[int, int]) -> tuple[dict[int, Expr], Lets, list[Expr]]:
+        """Every axis of the stage as an expression of the leaf loop variables, undoing the splits
+        and fuses last to first; returns those values (by id of the axis), the lets that name the
+        parts of a fused leaf, and the guards that keep a split which does not divide its axis
+        inside that axis."""
+        leaves = st.leaf_axes
         value: dict[int, Expr] = {id(iv): iv.var for iv in leaves}
-        lets: dict[int, list] = {}  # id(leaf) -> [(var, expr)] bound right inside that loop
+        lets: Lets = {}
         guards: list[Expr] = []
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
@@ -140,16 +152,23 @@ class _Lowerer:
                             self.block_shared[iv.var] = self.ranges[iv.var]
                 else:
                     value[id(rel.outer)], value[id(rel.inner)] = outer_v, inner_v
+        return value, lets, guards
 
-        mins = self.mins[id(st)]
+    def _absolute_indices(self, st: Stage, region_ext: list[int], value: dict[int, Expr]) -> tuple[dict, list[Expr]]:
+        """The computation's axis variables -> their values in the whole tensor (the region's
+        minimum plus the loop position), and the guards that keep a partial or moving region
+        inside the tensor."""
+        op, mins = st.op, self.mins[id(st)]
         absolute = {a.var: mins[d] + value[id(a)] for d, a in enumerate(op.axes)}
         absolute.update({r.var: value[id(r)] for r in op.reduce_axes})
-        for d, a in enumerate(op.axes):
-            if region_ext[d] < a.extent or not isinstance(mins[d], Const):
-                guards.append(absolute[a.var] < a.extent)
-        local_idx = [value[id(a)] for a in op.axes]
+        guards = [absolute[a.var] < a.extent for d, a in enumerate(op.axes)
+                  if region_ext[d] < a.extent or not isinstance(mins[d], Const)]
+        return absolute, guards
 
-        body_te = self._expand_inline(substitute(_body_source(op), absolute))
+    def _attached_stages(self, st: Stage, body_te: Expr, lets: Lets) -> dict[int, Stmt]:
+        """id of a leaf loop -> the nests of the stages computed at it, sized to the region of
+        `body_te` that the loops inside it cover."""
+        leaves = st.leaf_axes
         pre: dict[int, Stmt] = {}
         for k, iv in enumerate(leaves):
             if id(iv) in self.attached:
@@ -158,27 +177,36 @@ class _Lowerer:
                     inner[lv.var] = self.ranges[lv.var]
                     inner.update({v: self.ranges[v] for v, _ in lets.get(id(lv), [])})
                 pre[id(iv)] = seq(*[self._attached(a, body_te, inner) for a in self.attached[id(iv)]])
+        return pre
 
+    def _store(self, st: Stage, idx: Expr, body_te: Expr) -> Store:
+        """The innermost statement: the stage's value stored, or for a reduction combined into, at `idx`."""
         buf = self.buffers[id(st)]
-        idx = self._offset(st, self._flat(local_idx, region_ext))
         value_expr = self._resolve(body_te)
-        if isinstance(op.body, Reduce):
+        if isinstance(st.op.body, Reduce):
             old = Load(buf, (idx,), buf.dtype)
-            main: Stmt = Store(buf, idx, BinOp(_COMBINE[op.body.combiner], old, value_expr))
-        else:
-            main = Store(buf, idx, value_expr)
-        if st.attach[0] == "at" and self._in_bounds(main):
-            # a spatial overhang lands in scratch rows of a local buffer that no one reads; a
-            # reduction's overhang would add terms to the sum, so its guards stay
-            reduce_vars = {v for iv in leaves if st.axis_kind(iv) == REDUCE
-                           for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
-            guards = [g for g in guards if _vars(g) & reduce_vars]
-        main = self._guard(main, guards)
+            return Store(buf, idx, BinOp(_COMBINE[st.op.body.combiner], old, value_expr))
+        return Store(buf, idx, value_expr)
 
+    def _live_guards(self, st: Stage, store: Store, guards: list[Expr], lets: Lets) -> list[Expr]:
+        """The guards `store` needs. A stage computed at another's loop whose accesses all stay
+        inside its buffers keeps only those on reduction loops: a spatial overhang lands in scratch
+        rows of a local buffer that no one reads, a reduction's overhang would add terms to the sum."""
+        if not (isinstance(st.attach, ComputeAt) and self._in_bounds(store)):
+            return guards
+        reduce_vars = {v for iv in st.leaf_axes if st.axis_kind(iv) == REDUCE
+                       for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
+        return [g for g in guards if free_vars(g) & reduce_vars]
+
+    def _loop_nest(self, st: Stage, ext: dict[int, int], lets: Lets, pre: dict[int, Stmt], main: Stmt,
+                   idx: Expr, guards: list[Expr]) -> Stmt:
+        """The leaf loops around `main`, innermost first, each with its lets and attached stages,
+        and for a reduction the identity's initialization just outside the first reduction loop."""
+        leaves = st.leaf_axes
         kinds = [self._kind(st, iv) for iv in leaves]
         p = next((k for k, iv in enumerate(leaves) if st.axis_kind(iv) == REDUCE), None)
         for k, iv in enumerate(leaves):
-            if kinds[k][0] == "vectorize" and (k != len(leaves) - 1 or id(iv) in pre):
+            if kinds[k][0] is ForKind.VECTORIZE and (k != len(leaves) - 1 or id(iv) in pre):
                 raise ScheduleError(f"stage {st.name}, axis {iv.name}: only the innermost loop can be vectorized")
         init = self._init_nest(st, leaves[p:], kinds[p:], idx, guards, ext, lets) if p is not None else None
 
@@ -198,13 +226,13 @@ class _Lowerer:
             body = seq(init, body)
         return body
 
-    def _kind(self, st: Stage, iv: IterVar) -> tuple[str, str]:
+    def _kind(self, st: Stage, iv: IterVar) -> tuple[ForKind, str]:
         a = st.annotations.get(iv)
         if a is None:
-            return ("serial", "")
-        if a in ("unroll", "vectorize", "parallel"):
-            return (a, "")
-        return ("thread", a)
+            return (ForKind.SERIAL, "")
+        if a in ANNOTATIONS:
+            return (ForKind(a), "")
+        return (ForKind.THREAD, a)
 
     def _init_nest(self, st: Stage, leaves: list, kinds: list, idx: Expr, guards: list[Expr], ext: dict,
                    lets: dict) -> Stmt:
@@ -216,7 +244,7 @@ class _Lowerer:
                 fresh[var] = Var(var.name + ".init")
                 self.ranges[fresh[var]] = self.ranges[var]
         reduce_vars = {iv.var for iv in leaves if st.axis_kind(iv) == REDUCE}
-        conds = [substitute(g, fresh) for g in guards if not (_vars(g) & reduce_vars)]
+        conds = [substitute(g, fresh) for g in guards if not (free_vars(g) & reduce_vars)]
         buf = self.buffers[id(st)]
         stmt = self._guard(Store(buf, substitute(idx, fresh), st.op.body.identity()), conds)
         for iv, (kind, thread) in reversed(spatial):
@@ -273,7 +301,7 @@ class _Lowerer:
         shape = tuple(exts)
         if st.double_buffer:  # two copies, one after the other; the first extent never enters an index
             shape = (2 * shape[0],) + shape[1:]
-            self.offsets[id(st)] = arith.simplify((st.attach[2].var % 2) * math.prod(exts), self.ranges)
+            self.offsets[id(st)] = arith.simplify((st.attach.axis.var % 2) * math.prod(exts), self.ranges)
         buf = Buffer(st.name, op.dtype, shape, st.scope if st.scope != "global" else "local")
         self.buffers[id(st)] = buf
         nest = self._stage(st, exts)
@@ -316,7 +344,7 @@ class _Lowerer:
         def expand(x):
             if isinstance(x, Load) and isinstance(x.source, Tensor):
                 st = self.sched.stage_of(x.source)
-                if st is not None and st.attach == ("inline",):
+                if st is not None and st.attach is Attach.INLINE:
                     body = substitute(st.op.body, {a.var: i for a, i in zip(st.op.axes, x.indices)})
                     return self._expand_inline(body)
             return None
@@ -349,8 +377,20 @@ def _body_source(op: ComputeOp) -> Expr:
     return op.body.source if isinstance(op.body, Reduce) else op.body
 
 
-def _vars(e: Expr) -> set:
-    return {x for x in walk(e) if isinstance(x, Var)}
+def _leaf_extents(st: Stage, region_ext: list[int]) -> dict[int, int]:
+    """id of every axis of the stage (root, split, fused) -> its extent when the stage computes a
+    region of `region_ext` points: a split's inner part never exceeds its parent."""
+    ext = {id(a): e for a, e in zip(st.op.axes, region_ext)}
+    ext.update({id(r): r.extent for r in st.op.reduce_axes})
+    for rel in st.relations:
+        if isinstance(rel, Split):
+            pe = ext[id(rel.parent)]
+            f = rel.factor if rel.factor is not None else max(1, -(-pe // rel.nparts))
+            ext[id(rel.inner)] = max(1, min(f, pe))
+            ext[id(rel.outer)] = -(-pe // ext[id(rel.inner)])
+        else:
+            ext[id(rel.fused)] = ext[id(rel.outer)] * ext[id(rel.inner)]
+    return ext
 
 
 def _trip_count(s: Stmt) -> int:
@@ -367,8 +407,8 @@ def _auto_unroll(s: Stmt, max_step: int) -> Stmt:
     """Unroll every serial loop whose whole nest runs at most `max_step` iterations."""
     if isinstance(s, For):
         s.body = _auto_unroll(s.body, max_step)
-        if s.kind == "serial" and _trip_count(s) <= max_step:
-            s.kind = "unroll"
+        if s.kind is ForKind.SERIAL and _trip_count(s) <= max_step:
+            s.kind = ForKind.UNROLL
         return s
     if isinstance(s, Seq):
         return Seq(tuple(_auto_unroll(x, max_step) for x in s.stmts))
@@ -383,7 +423,7 @@ def _drop_unit_loops(s: Stmt) -> Stmt:
     """A loop of one iteration is its body with the variable set to 0."""
     if isinstance(s, For):
         body = _drop_unit_loops(s.body)
-        if s.extent == 1 and s.kind != "thread":
+        if s.extent == 1 and s.kind is not ForKind.THREAD:
             return _subst_stmt(body, {s.var: Const(0, "int32")})
         s.body = body
         return s

@@ -1,14 +1,14 @@
 """Indented text for loop nests: what `print(lower(...))` shows a user checking a schedule."""
 from __future__ import annotations
 
-from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, Let, Seq, Stmt, Store
+from autosched.lower.ir import Allocate, Barrier, For, ForKind, IfThenElse, Let, Seq, Stmt, Store
 from autosched.te.printer import expr_str
 
 
 def stmt_str(s: Stmt, depth: int = 0) -> str:
     pad = "  " * depth
     if isinstance(s, For):
-        tag = s.kind if s.kind != "thread" else f"bind {s.thread}"
+        tag = s.kind.value if s.kind is not ForKind.THREAD else f"bind {s.thread}"
         extra = "".join(f" {k}={v}" for k, v in s.pragmas.items())
         return f"{pad}for {s.var.name} in 0..{s.extent}  # {tag}{extra}\n" + stmt_str(s.body, depth + 1)
     if isinstance(s, Store):

@@ -56,9 +56,7 @@ def fold_weights(sched: Schedule, args: list[Tensor], task: Task) -> tuple[list[
         t = Tensor(st.op)
         sources = tuple(i for i in consts if stage_reads(st, args[i]))
         pre = create_schedule(t)
-        for s in pre.stages:  # as build's precompute kernels: the outer axis in parallel
-            if s.op.axes and s.op.axes[0].extent > 1:
-                s.parallel(s.op.axes[0])
+        pre.parallel_outermost()  # as build's precompute kernels
         folded.append(FoldedStage(lower(pre, [args[i] for i in sources] + [t], f"precompute{len(folded)}"), sources))
         extra.append(t)
     return list(args) + extra, folded

@@ -32,6 +32,7 @@ from autosched.measure.interface import Builder, Runner
 from autosched.measure.lifetime import die_with_parent
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import ScheduleError
+from autosched.templates import get_template
 
 #: (MeasureInput) -> (Schedule, argument tensors: inputs first, then outputs)
 Instantiate = Callable[[MeasureInput], tuple]
@@ -39,7 +40,6 @@ Instantiate = Callable[[MeasureInput], tuple]
 
 def instantiate_from_template(inp: MeasureInput) -> tuple:
     """The registered template of the task's op and target, applied to the config."""
-    from search_spaces import get_template
     template = get_template(inp.task.op, inp.target.kind)
     return template.apply(inp.task, inp.config, inp.target)
 

@@ -300,7 +300,8 @@ def substitute(e: Expr, mapping: dict) -> Expr:
     return transform(e, lambda x: mapping.get(x) if isinstance(x, Var) else None)
 
 
-def free_vars(e: Expr) -> set:
+def free_vars(e: Expr) -> set[Var]:
+    """The variables `e` reads: which loops (or lets) an index or a guard depends on."""
     return {x for x in walk(e) if isinstance(x, Var)}
 
 

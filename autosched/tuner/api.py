@@ -18,6 +18,7 @@ from autosched.measure import Builder, MeasureInput, MeasureResult, Record, Runn
 from autosched.space import Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
+from autosched.templates import get_template
 from autosched.tuner.base import Callback, TunerError
 from autosched.tuner.callbacks import JsonLinesLog
 from autosched.tuner.registry import get_tuner
@@ -53,7 +54,6 @@ def tune_task(task: Task, target: Target | str, trials: int, tuner: str = "xgb",
     target = Target.parse(target) if isinstance(target, str) else target
     with backend_for(target, emulate).measuring(builder, runner) as (builder, runner):
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
-        from search_spaces import get_template
         space = get_template(task.op, target.kind).space(task, target)
         search = tuner_cls(task, space, target, seed=seed, **tuner_options)
 

@@ -1,7 +1,7 @@
 """GPU templates (target kind "cuda"), registered by ONNX op name when this package is imported."""
 from autosched.compute import BY_LANES, ELEMENTWISE, OTHERS
+from autosched.templates import register
 from search_spaces.cuda import conv2d, matmul, pointwise
-from search_spaces.registry import register
 
 register("MatMul", "cuda", matmul.TEMPLATE)
 register("Gemm", "cuda", matmul.TEMPLATE)

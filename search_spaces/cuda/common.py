@@ -14,9 +14,9 @@ from autosched.schedule import Schedule, Stage
 from autosched.space import Config, ConfigSpace
 from autosched.target import GpuCapabilities, Target
 from autosched.te import Tensor
+from autosched.templates import TemplateError
 from search_spaces.llvm.common import CpuTemplate as GpuTemplate
 from search_spaces.llvm.common import InvalidConfigError, inline_epilogue, task_tensors
-from search_spaces.registry import TemplateError
 
 THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
@@ -26,6 +26,12 @@ def gpu_caps(target: Target) -> GpuCapabilities:
     if not isinstance(caps, GpuCapabilities):
         raise TemplateError(f"target {target} is not a GPU target")
     return caps
+
+
+def up_to(options: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """The options not larger than the axis (at least the smallest): a knob never offers more
+    threads or a longer tile than the axis has points."""
+    return tuple(v for v in options if v == options[0] or v <= n)
 
 
 def config_near(space: ConfigSpace, want: Mapping[str, int]) -> Config:

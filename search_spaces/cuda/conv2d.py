@@ -28,10 +28,10 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from search_spaces.cuda.common import (
-    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads,
+    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads, up_to,
 )
 from search_spaces.cuda.conv2d_gemm import IMPLICIT_GEMM_TAG, conv2d_implicit_gemm
-from search_spaces.cuda.matmul import GemmTiles, _up_to, schedule_gemm
+from search_spaces.cuda.matmul import GemmTiles, schedule_gemm
 from search_spaces.llvm.conv2d import ConvDims, conv_dims
 
 THREADS = (1, 2, 4, 8, 16, 32)
@@ -61,12 +61,12 @@ class Conv2dTemplate(GpuTemplate):
         gpu_caps(target)
         d = conv_dims(task)
         return ConfigSpace(self.name, (
-            ChoiceKnob("threads_w", _up_to(THREADS, d.ow)),
-            ChoiceKnob("threads_h", _up_to(THREADS, d.oh)),
-            ChoiceKnob("threads_c", _up_to(THREADS, d.oc)),
-            ChoiceKnob("tile_w", _up_to(TILES, d.ow)),
-            ChoiceKnob("tile_c", _up_to(TILES, d.oc)),
-            ChoiceKnob("tile_ic", _up_to(TILE_IC, d.c // d.groups)),
+            ChoiceKnob("threads_w", up_to(THREADS, d.ow)),
+            ChoiceKnob("threads_h", up_to(THREADS, d.oh)),
+            ChoiceKnob("threads_c", up_to(THREADS, d.oc)),
+            ChoiceKnob("tile_w", up_to(TILES, d.ow)),
+            ChoiceKnob("tile_c", up_to(TILES, d.oc)),
+            ChoiceKnob("tile_ic", up_to(TILE_IC, d.c // d.groups)),
             ChoiceKnob("vec", (1, 2, 4)),
             ChoiceKnob("unroll_window", (1, 0)),
             ChoiceKnob("double_buffer", (0, 1)),

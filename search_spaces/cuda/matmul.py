@@ -26,9 +26,9 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import IterVar, Tensor
 from search_spaces.cuda.common import (
-    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads,
+    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads, up_to,
 )
-from search_spaces.llvm.matmul import _gemm_epilogue, matmul_dims, matmul_operands
+from search_spaces.llvm.matmul import gemm_epilogue, matmul_dims, matmul_operands
 
 THREADS = (1, 2, 4, 8, 16, 32)
 TILES = (1, 2, 4, 8)
@@ -42,14 +42,9 @@ def _compute(task: Task) -> tuple[list[Tensor], Tensor]:
     gemm = task.op == "Gemm"
     trans_a, trans_b = gemm and bool(attrs.get("transA", 0)), gemm and bool(attrs.get("transB", 0))
     y = mm.matmul(*matmul_operands(task, tt), trans_a, trans_b)
-    pre = _gemm_epilogue(tt.anchor[2] if len(tt.anchor) > 2 else None, attrs.get("alpha", 1.0),
-                         attrs.get("beta", 1.0)) if gemm else ()
+    pre = gemm_epilogue(tt.anchor[2] if len(tt.anchor) > 2 else None, attrs.get("alpha", 1.0),
+                        attrs.get("beta", 1.0)) if gemm else ()
     return list(tt.args), apply_epilogue(y, pre + tt.epilogue)
-
-
-def _up_to(options: tuple[int, ...], n: int) -> tuple[int, ...]:
-    """The options not larger than the axis (at least the smallest)."""
-    return tuple(v for v in options if v == options[0] or v <= n)
 
 
 class MatmulTemplate(GpuTemplate):
@@ -59,11 +54,11 @@ class MatmulTemplate(GpuTemplate):
         gpu_caps(target)
         d = matmul_dims(task)
         return ConfigSpace(self.name, (
-            ChoiceKnob("threads_x", _up_to(THREADS, d.n)),
-            ChoiceKnob("threads_y", _up_to(THREADS, d.m)),
-            ChoiceKnob("tile_n", _up_to(TILES, d.n)),
-            ChoiceKnob("tile_m", _up_to(TILES, d.m)),
-            ChoiceKnob("tile_k", _up_to(TILE_K, d.k)),
+            ChoiceKnob("threads_x", up_to(THREADS, d.n)),
+            ChoiceKnob("threads_y", up_to(THREADS, d.m)),
+            ChoiceKnob("tile_n", up_to(TILES, d.n)),
+            ChoiceKnob("tile_m", up_to(TILES, d.m)),
+            ChoiceKnob("tile_k", up_to(TILE_K, d.k)),
             ChoiceKnob("vec", VEC),
             ChoiceKnob("unroll_k", (1, 0)),
             ChoiceKnob("double_buffer", (0, 1)),

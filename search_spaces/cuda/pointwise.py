@@ -26,9 +26,9 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
+from autosched.templates import TemplateError
 from search_spaces.cuda.common import GpuTemplate, config_near, gpu_caps
 from search_spaces.cuda.row_reduce import block_rows, consumers, rebuild, schedule_block_rows
-from search_spaces.registry import TemplateError
 
 THREADS = (32, 64, 128, 256, 512, 1024)
 PER_THREAD = (1, 2, 4)

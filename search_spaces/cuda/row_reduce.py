@@ -17,7 +17,7 @@ import operator
 from collections.abc import Callable
 
 from autosched import te
-from autosched.schedule import Schedule, Stage
+from autosched.schedule import Attach, Schedule, Stage
 from autosched.te import Expr, IterVar, Load, Reduce, Tensor
 from autosched.te.expr import substitute, transform
 
@@ -123,5 +123,5 @@ def consumers(s: Schedule, st: Stage) -> list[Stage]:
     """The stages that read `st`, directly or through inlined stages."""
     out = []
     for r in s.readers(st):
-        out += consumers(s, r) if r.attach == ("inline",) else [r]
+        out += consumers(s, r) if r.attach is Attach.INLINE else [r]
     return out

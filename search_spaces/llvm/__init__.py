@@ -1,6 +1,6 @@
 """CPU templates (target kind "llvm"), registered by ONNX op name when this package is imported."""
+from autosched.templates import register
 from search_spaces.llvm import conv2d, conv2d_nchwc, matmul
-from search_spaces.registry import register
 
 register("MatMul", "llvm", matmul.TEMPLATE)
 register("Gemm", "llvm", matmul.TEMPLATE)

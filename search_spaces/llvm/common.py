@@ -20,7 +20,7 @@ from autosched.space import Config, ConfigError, ConfigSpace
 from autosched.target import CpuCapabilities, Target
 from autosched.task import Task
 from autosched.te import Tensor
-from search_spaces.registry import TemplateError
+from autosched.templates import TemplateError
 
 _DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2}
 

@@ -30,11 +30,11 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob, 
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
+from autosched.templates import TemplateError
 from search_spaces.llvm.common import (
     CpuTemplate, check_register_tile, cpu_capabilities, divisors, inline_epilogue, parallel_copy, task_tensors, vector_lanes,
 )
 from search_spaces.llvm import conv2d_winograd as winograd
-from search_spaces.registry import TemplateError
 
 MAX_TILE_OW = 32
 TILE_OH = (1, 2, 4)
@@ -81,7 +81,9 @@ def _channel_blocks(channels: int, lanes: int) -> tuple[int, ...]:
     return whole or divisors(channels, MAX_CHANNEL_BLOCKS * lanes)[-MAX_CHANNEL_BLOCKS:]
 
 
-def _common_knobs(d: ConvDims) -> list[Knob]:
+def conv_knobs(d: ConvDims) -> list[Knob]:
+    """The knobs the direct convolution templates (NCHW and NCHWc) share: output tiling, where
+    the padding is computed, the outer loop order and how many outer loops run in parallel."""
     padded = any(d.pads)
     return [
         SplitKnob("tile_ow", d.ow, 2, max_innermost=MAX_TILE_OW),
@@ -92,7 +94,9 @@ def _common_knobs(d: ConvDims) -> list[Knob]:
     ]
 
 
-def _place_pad(s: Schedule, config: Config) -> None:
+def place_pad(s: Schedule, config: Config) -> None:
+    """Inline the padding stages or give them a parallel copy loop of their own, as the `pad`
+    knob of `conv_knobs` says."""
     for st in s.stages:
         if st.op.tag == PAD_TAG:
             if config["pad"] == "inline":
@@ -141,7 +145,7 @@ class _Blocked:
             ChoiceKnob("ic_bn", divisors(d.c, MAX_CHANNEL_BLOCKS * lanes)),
             ReorderKnob("reduce_order", REDUCE_ORDERS[:1] if one_by_one else REDUCE_ORDERS),
             ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
-            *_common_knobs(d),
+            *conv_knobs(d),
             *(winograd.winograd_knobs() if self._winograd(d) else ()),
         ))
 
@@ -163,7 +167,7 @@ class _Blocked:
             padding=d.pads, dilation=d.dilation, oc_bn=oc_bn, ic_bn=ic_bn if packed else None, epilogue=tt.epilogue)
         s = create_schedule(out)
         inline_epilogue(s, out, tags=(conv_nchwc.UNPACK_TAG,))
-        _place_pad(s, config)
+        place_pad(s, config)
         for st in s.stages:
             if st.op.tag == conv_nchwc.PACK_TAG:
                 parallel_copy(st)
@@ -220,7 +224,7 @@ class _Grouped:
             ChoiceKnob("tile_oc", divisors(d.oc, MAX_GROUPED_TILE_OC)),
             ReorderKnob("reduce_order", (("ic", "kh", "kw"), ("kh", "kw", "ic"))),
             ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
-            *_common_knobs(d),
+            *conv_knobs(d),
         ))
 
     def schedule(self, task: Task, d: ConvDims, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
@@ -234,7 +238,7 @@ class _Grouped:
                               epilogue=tt.epilogue)
         s = create_schedule(out)
         inline_epilogue(s, out)
-        _place_pad(s, config)
+        place_pad(s, config)
         anchor = next(st for st in s.stages if st.op.tag == conv_ops.CONV2D_TAG)
         acc = anchor if anchor.op is not out.op else s[s.cache_write(out, "local")]
         acc.set_scope("local")

@@ -27,13 +27,13 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
+from autosched.templates import TemplateError
 from search_spaces.llvm.common import (
     CpuTemplate, check_register_tile, cpu_capabilities, divisors, inline_epilogue, parallel_copy, task_tensors,
     vector_lanes,
 )
 from search_spaces.llvm import conv2d_winograd as winograd
-from search_spaces.llvm.conv2d import OUTER_ORDERS, REDUCE_ORDERS, _common_knobs, _place_pad
-from search_spaces.registry import TemplateError
+from search_spaces.llvm.conv2d import OUTER_ORDERS, REDUCE_ORDERS, conv_knobs, place_pad
 
 MAX_TILE_OC = 4
 MAX_FALLBACK_COLUMNS = 8
@@ -77,7 +77,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         if d.depthwise:
             return ConfigSpace(self.name + "_depthwise", (
                 ChoiceKnob("unroll_window", WINDOW_UNROLL if d.kw > 1 else ("none",)),
-                *_common_knobs(d),
+                *conv_knobs(d),
             ))
         one_by_one = d.kh == d.kw == 1
         return ConfigSpace(self.name, (
@@ -85,7 +85,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
             ChoiceKnob("ic_bn", (d.in_block,) if d.in_block else divisors(d.c, 64)),
             ReorderKnob("reduce_order", REDUCE_ORDERS[:1] if one_by_one else REDUCE_ORDERS),
             ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
-            *_common_knobs(d),
+            *conv_knobs(d),
             *(winograd.winograd_knobs() if _winograd(d) else ()),
         ))
 
@@ -140,7 +140,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         out = apply_epilogue(y, pre + tuple(tt.epilogue))
         s = create_schedule(out)
         inline_epilogue(s, out)
-        _place_pad(s, config)
+        place_pad(s, config)
         for st in s.stages:
             if st.op.tag == conv_nchwc.PACK_TAG:
                 parallel_copy(st)

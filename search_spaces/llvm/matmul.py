@@ -33,10 +33,10 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob, SplitK
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
+from autosched.templates import TemplateError
 from search_spaces.llvm.common import (
     CpuTemplate, TaskTensors, cpu_capabilities, inline_epilogue, max_accumulators, parallel_copy, task_tensors, vector_lanes,
 )
-from search_spaces.registry import TemplateError
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 NR_VECTORS = (1, 2, 3, 4)
@@ -99,7 +99,7 @@ def _nr_choices(n: int, lanes: int) -> tuple[int, ...]:
     return tuple(lanes * v for v in NR_VECTORS if lanes * v <= -(-n // lanes) * lanes)
 
 
-def _gemm_epilogue(c: Tensor | None, alpha: float, beta: float) -> tuple[EpilogueFn, ...]:
+def gemm_epilogue(c: Tensor | None, alpha: float, beta: float) -> tuple[EpilogueFn, ...]:
     """ONNX Gemm's alpha · (A·B) + beta · C as epilogue functions, applied to the output's rows."""
     fns: list[EpilogueFn] = [scale(alpha)] if alpha != 1.0 else []
     if c is not None and beta != 0.0:
@@ -127,8 +127,8 @@ def _compute(task: Task, packing: mm.Packing, tile_rows: int) -> tuple[list[Tens
     if extra:
         core = y
         y = te.compute(core.shape[:-2] + (m, core.shape[-1]), lambda *i: core[i], name="matmul_rows", tag=ROWS_TAG)
-    pre = _gemm_epilogue(tt.anchor[2] if len(tt.anchor) > 2 else None, attrs.get("alpha", 1.0),
-                         attrs.get("beta", 1.0)) if gemm else ()
+    pre = gemm_epilogue(tt.anchor[2] if len(tt.anchor) > 2 else None, attrs.get("alpha", 1.0),
+                        attrs.get("beta", 1.0)) if gemm else ()
     return list(tt.args), apply_epilogue(y, pre + tt.epilogue)
 
 

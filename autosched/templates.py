@@ -1,5 +1,9 @@
 """Templates, registered once by (op, target kind) and looked up by the measure and tuning code.
 
+The core owns this registry; the built-in templates live in the `search_spaces` package, which
+imports the core and so cannot be imported by it at module level. The registry loads that package
+itself, once, on the first lookup or registration: the one place the core names it.
+
 A template is a pair of pure functions: `space(task, target) -> ConfigSpace` says which
 schedules exist, `apply(task, config, target) -> (Schedule, tensors)` builds one of them, the
 tensors being the kernel's arguments (the task's inputs in order, then its output). No global
@@ -7,6 +11,7 @@ dispatch context: callers pass the config they mean.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Protocol
 
 from autosched.errors import AutoschedError
@@ -27,9 +32,28 @@ class Template(Protocol):
 
 
 _TEMPLATES: dict[tuple[str, str], Template] = {}
+_BUILTIN_PACKAGE = "search_spaces"
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    """Import the built-in templates' package, whose modules register themselves here. Marked loaded
+    before the import so their `register` calls, made while it runs, do not start it again."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    try:
+        importlib.import_module(_BUILTIN_PACKAGE)
+    except BaseException:
+        _builtins_loaded = False
+        raise
 
 
 def register(op: str, target_kind: str, template: Template, replace: bool = False) -> Template:
+    """Add a template; the built-ins are loaded first, so a caller's `replace=True` overrides them
+    rather than being refused by them later."""
+    _load_builtins()
     key = (op, target_kind)
     if key in _TEMPLATES and not replace:
         raise TemplateError(f"a template for op {op!r} on {target_kind!r} is already registered "
@@ -39,6 +63,7 @@ def register(op: str, target_kind: str, template: Template, replace: bool = Fals
 
 
 def get_template(op: str, target_kind: str) -> Template:
+    _load_builtins()
     try:
         return _TEMPLATES[(op, target_kind)]
     except KeyError:
@@ -47,4 +72,5 @@ def get_template(op: str, target_kind: str) -> Template:
 
 
 def templates() -> dict[tuple[str, str], Template]:
+    _load_builtins()
     return dict(_TEMPLATES)
