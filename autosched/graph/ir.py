@@ -42,6 +42,7 @@ class Op(str, enum.Enum):
     LOG = "Log"
     TANH = "Tanh"
     SIGMOID = "Sigmoid"
+    SOFTSIGN = "Softsign"
     RELU = "Relu"
     LEAKY_RELU = "LeakyRelu"
     CLIP = "Clip"

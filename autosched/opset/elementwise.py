@@ -210,6 +210,7 @@ RECORDS: tuple[OpDef, ...] = (
     _unary(Op.LOG, lambda a, at: te.log(a[0]), np.log),
     _unary(Op.TANH, lambda a, at: te.tanh(a[0]), np.tanh),
     _unary(Op.SIGMOID, lambda a, at: te.sigmoid(a[0]), _sigmoid),
+    _unary(Op.SOFTSIGN, lambda a, at: a[0] / (const_like(1, a[0]) + te.abs(a[0])), lambda x: x / (1 + np.abs(x))),
     _unary(Op.RELU, lambda a, at: te.max(a[0], const_like(0, a[0])), lambda x: np.maximum(x, 0)),
     elementwise(Op.LEAKY_RELU,
                 lambda a, at: te.select(a[0] >= const_like(0, a[0]), a[0], a[0] * const_like(at.get("alpha", 0.01), a[0])),
