@@ -11,9 +11,8 @@ from typing import Mapping
 import numpy as np
 from onnx import numpy_helper
 
-from autosched.frontend.context import Importer, OnnxNode, ints
+from autosched.frontend.context import Converter, Importer, OnnxNode, ints
 from autosched.graph.ir import DTYPES
-from autosched.opset.record import Converter
 
 
 def _shape(imp: Importer, node: OnnxNode) -> None:

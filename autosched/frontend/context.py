@@ -183,3 +183,12 @@ class Importer:
         for out, result in zip(producer.outputs, self._evaluate(producer, args)):
             self.add_constant(out, result)
         return self.constants[name]
+
+
+@dataclass(frozen=True)
+class Converter:
+    """Imports one ONNX op type. `constant_inputs` are the operand positions that must be
+    constants for shapes to be static; the importer folds them before `fn` runs."""
+
+    fn: Callable[[Importer, OnnxNode], None]
+    constant_inputs: tuple[int, ...] = ()

@@ -21,12 +21,11 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from autosched.errors import FrontendError, GraphError
-from autosched.frontend.context import Importer, OnnxNode, numpy_dtype, type_name
+from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
 from autosched.frontend.constant_ops import CONSTANT_OPS
 from autosched.graph.ir import Graph, Value, toposort
 from autosched.graph.reference import eval_node
 from autosched.graph.shapes import infer
-from autosched.opset.record import Converter
 from autosched.opset.registry import IMPORTERS
 
 # Lowest opset whose operator forms the converters implement; the highest is

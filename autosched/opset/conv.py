@@ -6,10 +6,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from autosched.frontend.context import Importer, OnnxNode
+from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import conv as conv_ops
-from autosched.opset.record import ComputeArgs, Converter, OpDef, OpKind, Shape, UnsupportedTaskError, contiguous, on_output
+from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, UnsupportedTaskError, contiguous, on_output
 from autosched.opset.window import channel_param, output_spatial, pad_spatial, sliding_windows, window_attrs
 from autosched.te import Tensor
 

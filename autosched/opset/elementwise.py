@@ -12,11 +12,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from autosched import te
-from autosched.frontend.context import Importer, OnnxNode, numpy_dtype, type_name
+from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import elementwise as ew
 from autosched.opset.record import (
-    ComputeArgs, Converter, OpDef, OpKind, OperandLoad, ReferenceFn, ScalarFn, Shape, ShapeFn, direct, on_output,
+    ComputeArgs, OpDef, OpKind, OperandLoad, ReferenceFn, ScalarFn, Shape, ShapeFn, direct, on_output,
     same_shape,
 )
 from autosched.te import Cmp, Expr, Tensor

@@ -5,12 +5,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from autosched.frontend.context import Importer, OnnxNode
+from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.views import keeps_rows, operand_views, view_array, view_shape, view_tensor
 from autosched.ops import matmul as mm_ops
 from autosched.opset.record import (
-    ComputeArgs, Converter, OpDef, OpKind, Shape, UnsupportedTaskError, direct, on_output,
+    ComputeArgs, OpDef, OpKind, Shape, UnsupportedTaskError, direct, on_output,
 )
 from autosched.target import CpuCapabilities
 from autosched.te import Tensor

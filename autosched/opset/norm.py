@@ -7,11 +7,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from autosched import te
-from autosched.frontend.context import Importer, OnnxNode, normalize_axis
+from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_axis
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import nn, reduce as reduce_ops
 from autosched.opset.elementwise import broadcast_operand, const_like, elementwise
-from autosched.opset.record import ComputeArgs, Converter, OpDef, OpKind, Shape, on_output, same_shape
+from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, on_output, same_shape
 from autosched.opset.transform import schedule_outputs
 from autosched.opset.window import channel_param
 from autosched.schedule import Schedule

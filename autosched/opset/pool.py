@@ -6,12 +6,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from autosched.frontend.context import Importer, OnnxNode
+from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.layout import to_blocked, to_plain
 from autosched.ops import nn
 from autosched.opset.record import (
-    ComputeArgs, ComputeFn, Converter, OpDef, OpKind, ReferenceFn, Shape, UnsupportedTaskError, on_output,
+    ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, Shape, UnsupportedTaskError, on_output,
 )
 from autosched.opset.window import output_spatial, pad_spatial, pooled_size, sliding_windows, window_attrs
 from autosched.te import Tensor

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from autosched.errors import AutoschedError
-from autosched.frontend.context import Importer, OnnxNode
+from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops.epilogue import EpilogueFn
 from autosched.schedule import Schedule
@@ -51,15 +51,6 @@ class UnknownOpError(AutoschedError):
 
 class UnsupportedTaskError(AutoschedError):
     """No compute definition exists for a task's op or attributes."""
-
-
-@dataclass(frozen=True)
-class Converter:
-    """Imports one ONNX op type. `constant_inputs` are the operand positions that must be
-    constants for shapes to be static; the importer folds them before `fn` runs."""
-
-    fn: Callable[[Importer, OnnxNode], None]
-    constant_inputs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

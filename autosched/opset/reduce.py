@@ -5,10 +5,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from autosched.frontend.context import Importer, OnnxNode, ints, normalize_axes
+from autosched.frontend.context import Converter, Importer, OnnxNode, ints, normalize_axes
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import reduce as reduce_ops
-from autosched.opset.record import ComputeArgs, ComputeFn, Converter, OpDef, OpKind, ReferenceFn, Shape, on_output
+from autosched.opset.record import ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, Shape, on_output
 from autosched.te import Tensor
 
 

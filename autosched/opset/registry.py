@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from autosched.frontend.context import Converter
 from autosched.graph.ir import Op
 from autosched.opset import conv, elementwise, layout, matmul, norm, pool, reduce, transform
-from autosched.opset.record import Converter, OpDef, OpKind, UnknownOpError
+from autosched.opset.record import OpDef, OpKind, UnknownOpError
 
 
 def _by_op(records: Iterable[OpDef]) -> dict[Op, OpDef]:

@@ -8,11 +8,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from autosched import te
-from autosched.frontend.context import Importer, OnnxNode, ints, normalize_axes, normalize_axis
+from autosched.frontend.context import Converter, Importer, OnnxNode, ints, normalize_axes, normalize_axis
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import transform
 from autosched.opset.record import (
-    ComputeArgs, ComputeFn, Converter, OpDef, OpKind, ReferenceFn, ScheduleFn, Shape, ShapeFn, UnsupportedTaskError,
+    ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, ScheduleFn, Shape, ShapeFn, UnsupportedTaskError,
     contiguous, on_output,
 )
 from autosched.schedule import Schedule, create_schedule
