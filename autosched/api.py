@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autosched.build_module import ModelFiles, build_model
+from autosched.compile.model import ModelFiles, build_model
 from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import best_seconds  # noqa: E402
 
 from autosched import te  # noqa: E402
-from autosched.kernel import build_kernel  # noqa: E402
+from autosched.compile.kernel import build_kernel  # noqa: E402
 from autosched.ops.matmul import default_packing, matmul, schedule_matmul  # noqa: E402
 from autosched.target import Target, read_cpuinfo  # noqa: E402
 

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from autosched import zoo
-from autosched.build_module import build_model
-from autosched.evaluate import Latency, compare, latency, onnxruntime_session, sample_inputs
+from autosched.compile.model import build_model
+from autosched.compile.evaluate import Latency, compare, latency, onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.database import Database, TunedSchedules

@@ -39,12 +39,12 @@ from gemm import numpy_child  # noqa: E402
 from autosched import zoo  # noqa: E402
 from autosched.codegen import renderer_for  # noqa: E402
 from autosched.codegen.gcc import compile_c  # noqa: E402
-from autosched.evaluate import onnxruntime_session  # noqa: E402
+from autosched.compile.evaluate import onnxruntime_session  # noqa: E402
 from autosched.frontend.onnx import import_model  # noqa: E402
 from autosched.graph.builder import GraphBuilder  # noqa: E402
 from autosched.graph.ir import Op  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
-from autosched.kernel import build_kernel  # noqa: E402
+from autosched.compile.kernel import build_kernel  # noqa: E402
 from autosched.lower import lower  # noqa: E402
 from autosched.measure import Builder, BuildResult, MeasureInput, MeasureResult, Runner, measure_with  # noqa: E402
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402

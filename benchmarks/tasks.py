@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import best_seconds  # noqa: E402
 
-from autosched.build_module import default_kernel, kernel_as_built, library_kernel, weight_positions  # noqa: E402
+from autosched.compile.model import default_kernel, kernel_as_built, library_kernel, weight_positions  # noqa: E402
 from autosched.frontend.onnx import load_onnx  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
 from autosched.database import Database, TunedSchedules, best  # noqa: E402

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import autosched
 from autosched import zoo
-from autosched.build_module import build_model
+from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules, best, shipped_database
-from autosched.evaluate import onnxruntime_session, sample_inputs
+from autosched.compile.evaluate import onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.target import Target

@@ -36,7 +36,7 @@ from autosched.frontend.onnx import load_onnx  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
 from autosched.codegen import renderer_for  # noqa: E402
 from autosched.codegen.gcc import compile_c, target_flags  # noqa: E402
-from autosched.kernel import build_kernel  # noqa: E402
+from autosched.compile.kernel import build_kernel  # noqa: E402
 from autosched.measure.fold import fold_weights  # noqa: E402
 from autosched.runtime import Kernel  # noqa: E402
 from autosched.target import Target  # noqa: E402

@@ -5,7 +5,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autosched.kernel import build_kernel
+from autosched.compile.kernel import build_kernel
 from autosched.target import Target
 from autosched.te import Tensor
 

@@ -8,9 +8,9 @@ import onnx
 import pytest
 
 from autosched import zoo
-from autosched.build_module import build_model, group_arguments
+from autosched.compile.model import build_model, group_arguments
 from autosched.cli import main
-from autosched.evaluate import compare, onnxruntime_session, sample_inputs
+from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import import_model, load_onnx
 from autosched.graph.passes import fuse, optimize
 from autosched.target import Target

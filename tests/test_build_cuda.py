@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autosched import zoo
-from autosched.build_module import build_model
+from autosched.compile.model import build_model
 from autosched.cli import main
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx

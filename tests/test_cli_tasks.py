@@ -9,7 +9,9 @@ import onnx
 import pytest
 
 from autosched import zoo
-from autosched.cli import COMMANDS, main, parse_shape
+from autosched.cli import main
+from autosched.cli.app import COMMANDS
+from autosched.cli.args import parse_shape
 from autosched.errors import FrontendError
 
 

@@ -9,7 +9,7 @@ from autosched import te
 from autosched.codegen import CodegenError, CompileError
 from autosched.codegen import gcc
 from autosched.codegen.gcc import compile_c, optimization_report, target_flags
-from autosched.kernel import build_kernel, source
+from autosched.compile.kernel import build_kernel, source
 from autosched.ops.matmul import default_packing, matmul, schedule_matmul
 from autosched.schedule import create_schedule
 

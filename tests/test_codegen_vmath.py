@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from autosched import te
-from autosched.kernel import source
+from autosched.compile.kernel import source
 from autosched.ops.util import vectorize_innermost
 from autosched.schedule import create_schedule
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from autosched.emulation import build_emulated_kernel, emulated_kernel
+from autosched.compile.emulation import build_emulated_kernel, emulated_kernel
 from autosched.measure.emulate import EmulationBuilder
 from autosched.measure.interface import measure_with
 from autosched.measure.local import LocalRunner, RunnerOptions

@@ -20,7 +20,7 @@ import pytest
 from onnx import numpy_helper
 from onnx.backend.test.case.node import collect_testcases
 
-from autosched.build_module import build_model
+from autosched.compile.model import build_model
 from autosched.errors import AutoschedError, FrontendError
 from autosched.frontend.onnx import CONVERTERS, load_onnx
 from autosched.graph.passes import optimize

@@ -5,7 +5,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from autosched.build_module import build_model
+from autosched.compile.model import build_model
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.layout import convert, to_blocked, to_plain

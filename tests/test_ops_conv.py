@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from autosched import ops, te
-from autosched.kernel import source
+from autosched.compile.kernel import source
 from autosched.ops.epilogue import add, bias_add, clip, relu
 from autosched.ops.util import as_pads2d, as_pair
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from autosched import ops, te
-from autosched.kernel import source
+from autosched.compile.kernel import source
 from autosched.ops.elementwise import contiguous_suffix
 
 from isa import ISAS

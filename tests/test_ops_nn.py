@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from autosched import ops, te
-from autosched.kernel import source
+from autosched.compile.kernel import source
 
 from isa import ISAS
 from ops_helpers import rand, run

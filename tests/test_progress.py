@@ -7,7 +7,7 @@ from rich.console import Console
 
 from autosched.api import TunePlan
 from autosched.cli import main
-from autosched.progress import JsonLinesProgress, LiveProgress, Tally
+from autosched.cli.progress import JsonLinesProgress, LiveProgress, Tally
 from test_database import HERE, measured
 
 

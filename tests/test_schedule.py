@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from autosched import te
-from autosched.kernel import build_kernel
+from autosched.compile.kernel import build_kernel
 from autosched.lower import lower
 from autosched.schedule import ScheduleError, create_schedule
 

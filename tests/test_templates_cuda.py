@@ -4,7 +4,7 @@ random configs and odd sizes, and compiled by nvcc for sm_80 and sm_90 (no GPU i
 import numpy as np
 import pytest
 
-from autosched.emulation import build_emulated_kernel
+from autosched.compile.emulation import build_emulated_kernel
 from autosched.graph.ir import Op
 from autosched.measure.nvcc import NvccBuilder
 from autosched.lower import lower

@@ -232,7 +232,7 @@ def test_matmul_fallback_is_the_op_library_schedule(make):
     packing and loop order, or a tune could end slower than the untuned build (it did on the
     MLP before the fallback existed). Same tile and same answer; the two lower differently only
     in unit loops the template's extra splits leave."""
-    from autosched.build_module import library_kernel
+    from autosched.compile.model import library_kernel
     from autosched.ops.matmul import MATMUL_TAG
     task = make()
     for target in RUN_TARGETS:
@@ -245,7 +245,7 @@ def test_matmul_fallback_is_the_op_library_schedule(make):
 
 
 def test_untuned_build_of_a_conv_uses_the_fallback_config():
-    from autosched.build_module import default_kernel
+    from autosched.compile.model import default_kernel
     task = TASKS["conv3x3_bias_relu"][0]()
     template = get_template(task.op, "llvm")
     render = renderer_for("llvm").render

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from autosched.build_module import build_model
+from autosched.compile.model import build_model
 from autosched.cli import main
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from autosched import te
-from autosched.build_module import _plan_kernel
+from autosched.compile.model import _plan_kernel
 from autosched.codegen import renderer_for
-from autosched.kernel import build_kernel
+from autosched.compile.kernel import build_kernel
 from autosched.lower import lower
 from autosched.measure import MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from autosched.compile.model import default_kernel
 from autosched.database.queries import Best, best, other_isas
 from autosched.database.store import Database
 from autosched.schedule import Schedule
@@ -32,7 +33,6 @@ class TunedSchedules:
         self._noticed: set[str] = set()
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
-        from autosched.build_module import default_kernel
         from search_spaces import get_template
         found = best(self.db, task, target)
         if found is None and self.fallback is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from autosched.codegen.cuda_emulate import EmulationRenderer
-from autosched.emulation import host_flags
+from autosched.compile.emulation import host_flags
 from autosched.measure.gpu_build import INSTANTIATION_ERRORS, build_failure, lower_for_gpu
 from autosched.measure.local import Instantiate, LocalBuilder, RunnerOptions, compile_candidate
 from autosched.measure.record import BuildResult, MeasureInput

@@ -1,6 +1,6 @@
 """Measure what a built model runs: stages that read only weights are precomputed, not timed.
 
-A model build (`autosched.build_module`) computes the stages that read only constants (packed
+A model build (`autosched.compile.model`) computes the stages that read only constants (packed
 weights, Winograd's transformed filters) once, at build time, and the kernel takes them as
 arguments. Timing a candidate with those stages inside would charge it for work the model never
 does at run time: Winograd's weight transform made ResNet-18's 512-channel 7×7 layers look 2×
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autosched.compile.model import stage_reads, weight_only_frontier
 from autosched.lower import PrimFunc, lower
 from autosched.schedule import Schedule, create_schedule
 from autosched.task import WEIGHT_INPUTS_ATTR, Task
@@ -44,17 +45,16 @@ def constant_inputs(task: Task) -> tuple[int, ...]:
 
 
 def fold_weights(sched: Schedule, args: list[Tensor], task: Task) -> tuple[list[Tensor], list[FoldedStage]]:
-    """Mark the weight-only frontier of `sched` precomputed, as `autosched.build_module` does; returns
+    """Mark the weight-only frontier of `sched` precomputed, as `autosched.compile.model` does; returns
     the candidate's arguments (inputs, outputs, then the precomputed tensors) and their kernels."""
-    from autosched.build_module import _reads, _weight_only_frontier
     consts = constant_inputs(task)
     if not consts:
         return list(args), []
     folded, extra = [], []
-    for st in _weight_only_frontier(sched, {id(args[i].op) for i in consts}):
+    for st in weight_only_frontier(sched, {id(args[i].op) for i in consts}):
         sched.precompute(st)
         t = Tensor(st.op)
-        sources = tuple(i for i in consts if _reads(st, args[i]))
+        sources = tuple(i for i in consts if stage_reads(st, args[i]))
         pre = create_schedule(t)
         for s in pre.stages:  # as build's precompute kernels: the outer axis in parallel
             if s.op.axes and s.op.axes[0].extent > 1:

@@ -31,7 +31,7 @@ indices: schedules unroll those loops, the conditions become constants and gcc f
 chain, so a transform costs its non-zero terms only.
 
 Stages (tags): "pad" (the input grown to whole tiles; absent when nothing to pad),
-"winograd_weight" U[ε,ν,OC/bo,C,bo] (reads only weights: `autosched.build_module` precomputes it at
+"winograd_weight" U[ε,ν,OC/bo,C,bo] (reads only weights: `autosched.compile.model` precomputes it at
 build time; "winograd_weight_rows" is its first 1-D pass G g), "winograd_input_rows" (d B) and "winograd_input" V[ε,ν,C/bi,T,bi] (Bᵀ d B),
 "winograd_gemm" M[ε,ν,OC/bo,T,bo], "winograd_output_rows" (M A) and "winograd_output"
 Y[N,OC/bo,OH,OW,bo] (Aᵀ M A) with bias and epilogue. T = N·⌈OH/m⌉·⌈OW/m⌉ tiles. The input and

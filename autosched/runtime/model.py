@@ -9,7 +9,7 @@ import numpy as np
 from cffi import FFI
 
 from autosched.errors import AutoschedError
-from autosched.runtime.module import _NP, _keep_freed_memory, _pin_openmp
+from autosched.runtime.module import NUMPY_DTYPES, keep_freed_memory, pin_openmp
 from autosched.target import CpuInfo, read_cpuinfo
 
 
@@ -33,8 +33,8 @@ class Model:
         self._ffi.cdef("int32_t autosched_model_init(const char*); void autosched_model_free(void);"
                        "int32_t autosched_model_run(void**, void**); void autosched_set_num_threads(int32_t);"
                        "const char* autosched_last_error(void);")
-        _pin_openmp()
-        _keep_freed_memory()
+        pin_openmp()
+        keep_freed_memory()
         self._lib = self._ffi.dlopen(str(self.library.resolve()))
         weights = self.library.with_name(self.manifest["weights"])
         status = self._lib.autosched_model_init(str(weights).encode())
@@ -61,14 +61,14 @@ class Model:
             a = np.ascontiguousarray(feeds[v["name"]])
             if list(a.shape) != v["shape"] and [d for d in a.shape if d != 1] == [d for d in v["shape"] if d != 1]:
                 a = a.reshape(v["shape"])  # e.g. a 1-element array for a scalar input
-            if a.dtype != _NP[v["dtype"]] or list(a.shape) != v["shape"]:
+            if a.dtype != NUMPY_DTYPES[v["dtype"]] or list(a.shape) != v["shape"]:
                 raise ModelError(f"input {v['name']} must be {v['dtype']}{v['shape']}, got {a.dtype}{list(a.shape)}")
             arrays.append(a)
         return arrays
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ins = self._check(feeds)
-        outs = [np.empty(v["shape"], _NP[v["dtype"]]) for v in self.outputs]
+        outs = [np.empty(v["shape"], NUMPY_DTYPES[v["dtype"]]) for v in self.outputs]
         self.run_into(ins, outs)
         return {v["name"]: o for v, o in zip(self.outputs, outs)}
 

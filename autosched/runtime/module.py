@@ -14,11 +14,11 @@ from cffi import FFI
 from autosched.codegen.c import C_TYPES
 from autosched.lower.ir import Buffer
 
-_NP = {d: np.dtype(d) for d in C_TYPES}
+NUMPY_DTYPES = {d: np.dtype(d) for d in C_TYPES}
 
 
 @functools.lru_cache(maxsize=None)
-def _pin_openmp():
+def pin_openmp():
     """Keep the OpenMP runtime loaded for the life of the process.
 
     A kernel library pulls in libgomp; when the last kernel is unloaded libgomp would be
@@ -37,7 +37,7 @@ _TRIM_THRESHOLD_BYTES = 256 << 20
 
 
 @functools.lru_cache(maxsize=None)
-def _keep_freed_memory() -> bool:
+def keep_freed_memory() -> bool:
     """Make the kernels' per-call scratch allocations cheap for the life of the process.
 
     Kernels allocate intermediate buffers with aligned_alloc and free them before returning.
@@ -72,8 +72,8 @@ class Kernel:
                        f"int32_t {name}_time({ptrs}, int32_t, double, int64_t, double, double*);\n"
                        "void autosched_set_num_threads(int32_t);\n"
                        "const char* autosched_last_error(void);")
-        _pin_openmp()
-        _keep_freed_memory()
+        pin_openmp()
+        keep_freed_memory()
         self._lib = self._ffi.dlopen(str(self.path))
         self._fn = getattr(self._lib, name)
         self._time = getattr(self._lib, name + "_time")
@@ -92,7 +92,7 @@ class Kernel:
                             f"({', '.join(b.name for b in self.params)}), got {len(arrays)}")
         out = []
         for a, b, pt in zip(arrays, self.params, self._ptr_types):
-            if not isinstance(a, np.ndarray) or a.dtype != _NP[b.dtype] or tuple(a.shape) != tuple(b.shape):
+            if not isinstance(a, np.ndarray) or a.dtype != NUMPY_DTYPES[b.dtype] or tuple(a.shape) != tuple(b.shape):
                 got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
                 raise TypeError(f"{self.name}: argument {b.name} must be {b.dtype}{list(b.shape)}, got {got}")
             if not a.flags.c_contiguous:
@@ -126,7 +126,7 @@ class Kernel:
         self._lib.autosched_set_num_threads(int(n))
 
     def empty_args(self) -> list[np.ndarray]:
-        return [np.zeros(b.shape, dtype=_NP[b.dtype]) for b in self.params]
+        return [np.zeros(b.shape, dtype=NUMPY_DTYPES[b.dtype]) for b in self.params]
 
 
 @dataclass(frozen=True)

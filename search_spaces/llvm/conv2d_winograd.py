@@ -151,7 +151,7 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
             parallel_copy(st)
     # weights: computed at build time in a model (reads only weights), each call while tuning
     _weight_pass(stage[winograd.WEIGHT_TAG], lanes)
-    # its first pass stays at root: `autosched.build_module` precomputes only stages at root, and a
+    # its first pass stays at root: `autosched.compile.model` precomputes only stages at root, and a
     # stage computed inside U's loops would make U look like run-time work
     _weight_pass(stage[winograd.WEIGHT_ROWS_TAG], lanes)
 

@@ -8,7 +8,11 @@ import datetime
 import json
 import sys
 
+from autosched.api import model_tasks
+from autosched.cli.args import add_db_argument, add_model_arguments
+from autosched.database import Database, best, export_jsonl, import_jsonl
 from autosched.errors import AutoschedError
+from autosched.target import Target
 
 
 def _date(text: str) -> float:
@@ -21,7 +25,6 @@ def _date(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from autosched.cli import add_db_argument, add_model_arguments
     sub = parser.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     actions = {
         "import": ("store the records of JSON-lines files (today's tuning logs included)", _import),
@@ -52,13 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autosched.database import Database
     with contextlib.closing(Database(args.db)) as db:
         return args.db_run(db, args)
 
 
 def _import(db, args) -> int:
-    from autosched.database import import_jsonl
     for path in args.files:
         lines, new = import_jsonl(db, path)
         print(f"{path}: {lines} records, {new} new, into {db.location}")
@@ -66,7 +67,6 @@ def _import(db, args) -> int:
 
 
 def _export(db, args) -> int:
-    from autosched.database import export_jsonl
     if args.output == "-":
         export_jsonl(db, sys.stdout, args.isa)
         return 0
@@ -90,9 +90,6 @@ def _stats(db, args) -> int:
 
 
 def _best(db, args) -> int:
-    from autosched.api import model_tasks
-    from autosched.database import best
-    from autosched.target import Target
     target = Target.parse(args.target)
     _, tasks = model_tasks(args.model, target, dict(args.shape))
     print(f"{'op':<10} {'weight':>6} {'best ms':>9} {'GFLOP/s':>8} {'record':>7}  shapes / where")
@@ -112,7 +109,6 @@ def _best(db, args) -> int:
 
 
 def _merge(db, args) -> int:
-    from autosched.database import Database
     with contextlib.closing(Database(args.other)) as other:
         n = db.merge(other)
     print(f"{n} new records from {args.other} into {db.location}")

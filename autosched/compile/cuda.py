@@ -11,9 +11,14 @@ by `autosched_last_error`.
 """
 from __future__ import annotations
 
-from autosched.build_module import WEIGHT_ALIGN, arg_pointer
-from autosched.codegen.gpu import LaunchGeometry
+from pathlib import Path
+
+from autosched.codegen.gpu import LaunchGeometry, check_limits, plan_kernel
+from autosched.codegen.nvcc import compile_cuda
+from autosched.compile.weights import WEIGHT_ALIGN, Weights, arg_pointer
 from autosched.graph.ir import Graph
+from autosched.lower import PrimFunc
+from autosched.target import Target
 
 DEVICE_BASES = {"inputs": "device_inputs", "outputs": "device_outputs", "weights": "device_weights",
                 "arena": "device_arena"}
@@ -106,4 +111,16 @@ extern "C" int32_t autosched_model_run(void** inputs, void** outputs) {{
 """
 
 
-__all__ = ["cuda_executor"]
+def cuda_library(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: Weights, memory,
+                 target: Target) -> tuple[str, Path]:
+    """Source and nvcc-built library of a cuda model: kernels, host executor, CUDA runtime."""
+    geometries = {}
+    for f in funcs:
+        geometries[renderer.symbol(f)] = plan_kernel(f).geometry
+        check_limits(renderer.symbol(f), geometries[renderer.symbol(f)], target.capabilities)
+    executor = cuda_executor(graph, calls, geometries, weights, memory.buffers, memory.arena_size)
+    source = renderer.render_module(funcs, tail=executor)
+    return source, compile_cuda(source, target.capabilities.arch, output="so").path
+
+
+__all__ = ["cuda_executor", "cuda_library"]

@@ -18,8 +18,10 @@ from typing import Callable
 import numpy as np
 
 from autosched.codegen import renderer_for
-from autosched.codegen.c import C_TYPES
 from autosched.codegen.gcc import compile_c, target_flags
+from autosched.compile.cuda import cuda_library
+from autosched.compile.kernel import build_kernel
+from autosched.compile.weights import WEIGHT_ALIGN, Arg, Weights, aligned_size, arg_pointer
 from autosched.compute import default_schedule, task_compute
 from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
@@ -34,7 +36,6 @@ from autosched.te import Load, Tensor
 from autosched.te.expr import walk
 from autosched.te.tensor import PlaceholderOp
 
-WEIGHT_ALIGN = 64
 #: (task, target) -> (schedule, argument tensors); the tuning database supplies tuned ones
 ScheduleFor = Callable[[Task, Target], tuple[Schedule, list]]
 
@@ -91,7 +92,7 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     groups = fuse(graph)
     taskset = extract_tasks(graph, groups)
     renderer = renderer_for("cuda-emulate" if emulate else target.kind)
-    weights = _Weights()
+    weights = Weights()
     plans: dict[tuple, _KernelPlan] = {}
     calls = []
     for group, task_index in zip(groups, taskset.group_tasks):
@@ -102,10 +103,10 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
         if key not in plans:
             plans[key] = _plan_kernel(*schedule_for(taskset.tasks[task_index], target), consts, f"task{len(plans)}")
         plan = plans[key]
-        args = [_Arg(n) if used else _Arg(None) for n, used in zip(names, plan.used)]
+        args = [Arg(n) if used else Arg(None) for n, used in zip(names, plan.used)]
         for k, (pre, positions) in enumerate(plan.folded):
             arrays = [graph.constants[names[p]] for p in positions]
-            args.append(_Arg(weights.add(f"{group.name}:folded{k}", _run_precompute(pre, arrays))))
+            args.append(Arg(weights.add(f"{group.name}:folded{k}", _run_precompute(pre, arrays))))
         calls.append((group, renderer.symbol(plan.func), args))
     for name in dict.fromkeys(a.name for _, _, args in calls for a in args if a.name in graph.constants):
         weights.add(name, graph.constants[name])
@@ -117,7 +118,7 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if target.kind == "cuda" and not emulate:
-        source, library = _cuda_library(graph, calls, funcs, renderer, weights, memory, target)
+        source, library = cuda_library(graph, calls, funcs, renderer, weights, memory, target)
         isa, isa_flags = target.isa, []
     else:
         executor = _executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
@@ -140,44 +141,6 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     return files
 
 
-def _cuda_library(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, memory,
-                  target: Target) -> tuple[str, Path]:
-    """Source and nvcc-built library of a cuda model: kernels, host executor, CUDA runtime."""
-    from autosched.build_cuda import cuda_executor
-    from autosched.codegen.gpu import check_limits, plan_kernel
-    from autosched.codegen.nvcc import compile_cuda
-    geometries = {}
-    for f in funcs:
-        geometries[renderer.symbol(f)] = plan_kernel(f).geometry
-        check_limits(renderer.symbol(f), geometries[renderer.symbol(f)], target.capabilities)
-    executor = cuda_executor(graph, calls, geometries, weights, memory.buffers, memory.arena_size)
-    source = renderer.render_module(funcs, tail=executor)
-    return source, compile_cuda(source, target.capabilities.arch, output="so").path
-
-
-@dataclass(frozen=True)
-class _Arg:
-    """A kernel argument: a graph value by name, a stored array by name, or None (the kernel ignores it)."""
-    name: str | None
-
-
-class _Weights:
-    """The weights file: arrays at 64-byte aligned offsets, each stored once."""
-
-    def __init__(self):
-        self.blob = bytearray()
-        self.offsets: dict[str, int] = {}
-        self.dtypes: dict[str, str] = {}
-
-    def add(self, name: str, array: np.ndarray) -> str:
-        if name not in self.offsets:
-            self.blob.extend(b"\0" * (-len(self.blob) % WEIGHT_ALIGN))
-            self.offsets[name] = len(self.blob)
-            self.dtypes[name] = array.dtype.name
-            self.blob.extend(np.ascontiguousarray(array).tobytes())
-        return name
-
-
 def _value_json(v) -> dict:
     return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype}
 
@@ -198,10 +161,10 @@ def _plan_kernel(sched: Schedule, args: list[Tensor], consts: tuple[int, ...], n
     """Lower the kernel with its weight-only stages precomputed (extra arguments after the outputs)."""
     const_ops = {id(args[i].op) for i in consts}
     folded = []
-    for st in _weight_only_frontier(sched, const_ops):
+    for st in weight_only_frontier(sched, const_ops):
         sched.precompute(st)
         t = Tensor(st.op)
-        sources = [i for i in consts if _reads(st, args[i])]
+        sources = [i for i in consts if stage_reads(st, args[i])]
         folded.append((t, sources))
     func = lower(sched, list(args) + [t for t, _ in folded], name)
     read = _params_read(func)
@@ -234,7 +197,7 @@ def kernel_as_built(sched: Schedule, args: list[Tensor], consts: tuple[int, ...]
     return kernel, [_run_precompute(pre, [inputs[p] for p in positions]) for pre, positions in plan.folded]
 
 
-def _weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
+def weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
     """Stages computed from weights alone whose values a weight-dependent stage (or output) reads."""
     const: dict[int, bool] = {}
     outputs = {id(sched.stage_of(o)) for o in sched.outputs}
@@ -253,7 +216,7 @@ def _weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
     return frontier
 
 
-def _reads(st: Stage, placeholder: Tensor) -> bool:
+def stage_reads(st: Stage, placeholder: Tensor) -> bool:
     todo, seen = [st.op], set()
     while todo:
         op = todo.pop()
@@ -281,7 +244,6 @@ def _params_read(func: PrimFunc) -> set[int]:
 def _precompute_kernel(t: Tensor, sources: list[Tensor]) -> Kernel:
     """A weight-packing kernel, run once here at build time: built for this host, whatever the
     model's target."""
-    from autosched.kernel import build_kernel
     s = create_schedule(t)
     for st in s.stages:
         if st.op.axes and st.op.axes[0].extent > 1:
@@ -297,30 +259,7 @@ def _run_precompute(kernel: Kernel, arrays: list[np.ndarray]) -> np.ndarray:
 
 # --- the executor ---------------------------------------------------------------------------------
 
-#: the C arrays a kernel argument points into: the caller's inputs and outputs, the weights, the arena
-HOST_BASES = {"inputs": "inputs", "outputs": "outputs", "weights": "model_weights", "arena": "model_arena"}
-
-
-def arg_pointer(graph: Graph, weights: _Weights, buffers, bases: dict = HOST_BASES) -> Callable[[_Arg], str]:
-    """C for a kernel argument's pointer into the arrays named by `bases` (host or device copies)."""
-    inputs = {v.name: k for k, v in enumerate(graph.inputs)}
-    outputs = {v.name: k for k, v in enumerate(graph.outputs)}
-
-    def ptr(arg: _Arg) -> str:
-        name = arg.name
-        if name is None:
-            return "NULL"
-        if name in inputs:  # before outputs: a graph input may also be an output
-            return f"({C_TYPES[graph.values[name].dtype]}*){bases['inputs']}[{inputs[name]}]"
-        if name in weights.offsets:
-            return f"({C_TYPES[weights.dtypes[name]]}*)({bases['weights']} + {weights.offsets[name]})"
-        if name in outputs:
-            return f"({C_TYPES[graph.values[name].dtype]}*){bases['outputs']}[{outputs[name]}]"
-        return f"({C_TYPES[graph.values[name].dtype]}*)({bases['arena']} + {buffers[name].offset})"
-    return ptr
-
-
-def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: _Weights, buffers,
+def _executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: Weights, buffers,
               arena_size: int) -> str:
     inputs = {v.name: k for k, v in enumerate(graph.inputs)}
     outputs = {v.name: k for k, v in enumerate(graph.outputs)}
@@ -346,8 +285,8 @@ static char* model_arena = NULL;
 
 /* Loads the weights file and allocates the arena: 0, or 1 (no memory), 2 (weights file unreadable or of the wrong size). */
 int32_t autosched_model_init(const char* weights_path) {{
-  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {_round(n_weights)});
-  model_arena = (char*)aligned_alloc({WEIGHT_ALIGN}, {_round(arena_size)});
+  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {aligned_size(n_weights)});
+  model_arena = (char*)aligned_alloc({WEIGHT_ALIGN}, {aligned_size(arena_size)});
   if (model_weights == NULL || model_arena == NULL) return 1;
   FILE* f = fopen(weights_path, "rb");
   if (f == NULL) return 2;
@@ -369,7 +308,3 @@ int32_t autosched_model_run(void** inputs, void** outputs) {{
   return 0;
 }}
 """
-
-
-def _round(n: int) -> int:
-    return max(WEIGHT_ALIGN, -(-n // WEIGHT_ALIGN) * WEIGHT_ALIGN)

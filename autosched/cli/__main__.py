@@ -1,0 +1,5 @@
+import sys
+
+from autosched.cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,166 @@
+"""The subcommands on one model: tasks, build, run, check, bench and report."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from autosched.api import BuildOutcome, build, model_tasks, open_database
+from autosched.cli.args import add_build_db_arguments, add_db_argument, add_model_arguments, load_graph, parse_shape
+from autosched.cli.report import write_report
+from autosched.compile.evaluate import compare, latency, onnxruntime_session, sample_inputs
+from autosched.errors import AutoschedError
+from autosched.frontend.onnx import load_onnx
+from autosched.runtime import Model, load_model
+from autosched.target import Target
+from autosched.task import TaskSet, extract_tasks
+
+
+def tasks_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+
+
+def run_tasks(args: argparse.Namespace) -> int:
+    target = Target.parse(args.target)
+    tasks = extract_tasks(load_graph(args, target))
+    print(f"model: {args.model}")
+    print(f"target: {target}")
+    print(format_task_table(tasks))
+    return 0
+
+
+def format_task_table(task_set: TaskSet) -> str:
+    """One line per task: index, op, weight, GFLOPs (all occurrences), share, shapes, key."""
+    total = task_set.total_flops or 1
+    header = f"{'#':>3}  {'op':<18} {'weight':>6} {'GFLOPs':>9} {'share':>7}  {'shapes':<40} key"
+    lines = [header]
+    for i, task in enumerate(task_set.tasks):
+        flops = task.flops * task.weight
+        shapes = ",".join("x".join(map(str, s)) or "scalar" for s in task.shapes)
+        epilogue = "+".join(e.op for e in task.epilogue)
+        op = f"{task.op}+{epilogue}" if epilogue else task.op
+        lines.append(
+            f"{i:>3}  {op:<18} {task.weight:>6} {flops / 1e9:>9.4f} {100 * flops / total:>6.2f}%  {shapes:<40} {task.key}"
+        )
+    groups = len(task_set.groups)
+    lines.append(
+        f"{len(task_set.tasks)} tasks for {groups} fused groups, {task_set.total_flops / 1e9:.3f} GFLOPs per inference"
+    )
+    return "\n".join(lines)
+
+
+def build_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    add_build_db_arguments(parser)
+    parser.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="the library to write; OUT's .json manifest and .weights go beside it")
+
+
+def _build(args: argparse.Namespace, output: Path):
+    """Build from the database; say once which tasks have records only for another ISA."""
+    out = build(args.model, args.target, db=args.db, output=output, shapes=dict(args.shape),
+                shipped=not args.no_shipped, emulate=getattr(args, "emulate", False))
+    if out.other_isa:
+        isas = sorted({isa for found in out.other_isa.values() for isa in found})
+        print(f"note: {len(out.other_isa)} tasks have records only for {', '.join(isas)}, not for this target's "
+              f"{Target.parse(args.target).isa}: they use the default schedule", file=sys.stderr)
+    return out
+
+
+def run_build(args: argparse.Namespace) -> int:
+    out = _build(args, Path(args.output))
+    files = out.files
+    shipped = f" ({len(out.shipped)} from the shipped records)" if out.shipped else ""
+    print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}, "
+          f"{out.tuned} of {out.tasks} tasks with tuned schedules{shipped}")
+    return 0
+
+
+def run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("library", metavar="OUT", help="a model built by 'autosched build'")
+    parser.add_argument("--inputs", required=True, metavar="X.npz", help="arrays named like the model's inputs")
+    parser.add_argument("--outputs", required=True, metavar="Y.npz", help="where to write the outputs")
+
+
+def run_run(args: argparse.Namespace) -> int:
+    model = load_model(args.library)
+    try:
+        with np.load(args.inputs) as z:
+            feeds = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise AutoschedError(f"{args.inputs}: cannot read the inputs: {e}") from None
+    np.savez(args.outputs, **model.run(feeds))
+    print(f"wrote {args.outputs}")
+    return 0
+
+
+def check_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    add_build_db_arguments(parser)
+    parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
+    parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--emulate", action="store_true",
+                        help="with --target cuda: run the CUDA kernels in the CPU emulation (no GPU needed)")
+
+
+def _built(args: argparse.Namespace, tmp: str):
+    """The model imported, built into `tmp` and loaded, plus an onnxruntime session and the graph."""
+    graph = load_onnx(args.model, dict(args.shape))
+    files = _build(args, Path(tmp) / "model.so").files
+    threads = getattr(args, "threads", None) or os.cpu_count() or 1
+    model = load_model(files.library)
+    model.set_num_threads(threads)
+    return graph, model, onnxruntime_session(Path(args.model), threads)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="autosched-check-") as tmp:
+        graph, model, session = _built(args, tmp)
+        diffs = compare(model, session, sample_inputs(graph, args.seed), args.rtol, args.atol)
+        model.close()
+    print(f"{'output':<32} {'max abs err':>12} {'max rel err':>12}  verdict (rtol {args.rtol:g}, atol {args.atol:g})")
+    for d in diffs:
+        print(f"{d.name:<32} {d.max_abs:12.3e} {d.max_rel:12.3e}  {'ok' if d.ok else 'MISMATCH'}")
+    return 0 if all(d.ok for d in diffs) else 1
+
+
+def bench_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    add_build_db_arguments(parser)
+    parser.add_argument("--threads", type=int, default=None, help="threads for both (default: all cores)")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs of each, alternating")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
+        graph, model, session = _built(args, tmp)
+        lat = latency(model, session, sample_inputs(graph, 0), runs=args.runs)
+        model.close()
+    print(f"model: {args.model}  threads: {args.threads or os.cpu_count()}  runs: {args.runs}")
+    print(f"autosched   {lat.autosched_ms:9.3f} ms (median)")
+    print(f"onnxruntime {lat.onnxruntime_ms:9.3f} ms (median)")
+    print(f"ratio       {lat.ratio:9.3f} (autosched / onnxruntime; below 1 is faster)")
+    return 0
+
+
+def report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", nargs="?", help="ONNX model whose tasks to report (default: all)")
+    parser.add_argument("--target", default="llvm", help="the machine's target (default llvm: this host)")
+    parser.add_argument("--shape", action="append", type=parse_shape, default=[], metavar="NAME=DIMS",
+                        help="bind an input's dynamic dimensions (repeatable)")
+    add_db_argument(parser)
+    parser.add_argument("-o", "--output", default="report.html", metavar="REPORT.html")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    tasks = model_tasks(args.model, args.target, dict(args.shape))[1] if args.model else None
+    with open_database(args.db) as db:
+        n = write_report(db, args.output, Target.parse(args.target), args.model, tasks)
+    print(f"wrote {args.output} ({n} records)")
+    return 0
+
