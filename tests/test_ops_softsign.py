@@ -11,7 +11,7 @@ from autosched.frontend.onnx import import_model
 from autosched.graph.ir import Op
 from autosched.graph.passes import optimize
 from autosched.graph.reference import random_inputs, run_graph
-from autosched.kernel import build_kernel, source
+from autosched.compile.kernel import build_kernel, source
 from autosched.task import extract_tasks
 
 from isa import ISAS, runs_here
