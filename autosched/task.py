@@ -17,10 +17,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from autosched.graph.ir import Graph, Node, Op, OpKind, Value
+from autosched.graph.ir import Graph, Node, Op, Value
 from autosched.graph.reference import eval_node, random_inputs
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.views import operand_views, view_shape
+from autosched.opset.record import OpKind
+from autosched.opset.registry import kind_of
 
 Shape = tuple[int, ...]
 Attrs = tuple[tuple[str, Any], ...]
@@ -213,12 +215,12 @@ def _anchor_flops(graph: Graph, node: Node) -> int:
         a = view_shape(shape[node.inputs[0]], operand_views(node.attrs)[0])
         k = a[0] if node.op is Op.GEMM and node.attrs["transA"] else a[-1]
         return 2 * out_size * k + (out_size if len(node.inputs) == 3 else 0)
-    if node.op in (Op.MAX_POOL, Op.AVERAGE_POOL):
+    if kind_of(node.op) is OpKind.POOL:
         return out_size * math.prod(node.attrs["kernel_shape"])
-    if node.kind is OpKind.REDUCE:
+    if kind_of(node.op) is OpKind.REDUCE:
         size = math.prod(shape[node.inputs[0]])
         return {Op.SOFTMAX: 4 * size, Op.LAYER_NORM: 7 * size}.get(node.op, size)
-    if node.kind is OpKind.ELEMWISE:
+    if kind_of(node.op) is OpKind.ELEMWISE:
         return _elementwise_flops(graph, node)
     return 0
 

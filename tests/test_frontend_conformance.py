@@ -22,8 +22,7 @@ from onnx.backend.test.case.node import collect_testcases
 
 from autosched.compile.model import build_model
 from autosched.errors import AutoschedError, FrontendError
-from autosched.frontend.converters import CONVERTERS
-from autosched.frontend.onnx import load_onnx
+from autosched.frontend.onnx import CONVERTERS, load_onnx
 from autosched.graph.passes import optimize
 from autosched.graph.reference import run_graph
 from autosched.runtime import load_model

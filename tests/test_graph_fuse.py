@@ -3,7 +3,8 @@
 import numpy as np
 
 from autosched.graph.builder import GraphBuilder
-from autosched.graph.ir import Op, OpKind
+from autosched.graph.ir import Op
+from autosched.opset.record import OpKind
 from autosched.graph.passes import fuse
 
 RNG = np.random.default_rng(0)

@@ -5,7 +5,9 @@ import pytest
 
 from autosched.errors import GraphError
 from autosched.graph.builder import GraphBuilder
-from autosched.graph.ir import OP_KIND, Graph, Node, Op, OpKind, Value, toposort
+from autosched.graph.ir import Graph, Node, Op, Value, toposort
+from autosched.opset.record import OpKind
+from autosched.opset.registry import OPS, kind_of
 
 
 def _node(name, inputs, outputs):
@@ -13,8 +15,8 @@ def _node(name, inputs, outputs):
 
 
 def test_every_op_has_a_kind():
-    assert set(OP_KIND) == set(Op)
-    assert OP_KIND[Op.CONV] is OpKind.ANCHOR and OP_KIND[Op.ERF] is OpKind.ELEMWISE
+    assert set(OPS) == set(Op)
+    assert kind_of(Op.CONV) is OpKind.ANCHOR and kind_of(Op.ERF) is OpKind.ELEMWISE
 
 
 def test_toposort_orders_producers_first_and_keeps_sorted_lists():

@@ -12,7 +12,8 @@ from autosched.errors import GraphError
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.reference import eval_node, random_inputs, run_graph
-from autosched.graph.shapes import infer, pooled_size
+from autosched.graph.shapes import infer
+from autosched.opset.window import pooled_size
 
 
 def _loop_conv(x, w, b, strides, pads, dilations, group):

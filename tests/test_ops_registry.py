@@ -1,28 +1,31 @@
-"""The registry: every op name maps to a compute and a default schedule that build and agree
-with numpy at other vector widths too (targets without AVX-512 schedule with 8 or 4 lanes)."""
+"""The op registry: every graph op has one record whose compute and default schedule build and
+agree with numpy at other vector widths too (targets without AVX-512 schedule with 8 or 4 lanes)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
-from autosched import ops, te
+from autosched.graph.ir import Node, Op, Value
+from autosched.opset.record import ComputeArgs, UnknownOpError
+from autosched.opset.registry import IMPORTERS, OPS, lookup
+from autosched import te
 
 from isa import HOST
 from ops_helpers import rand, run
 
 
 def test_lookup_unknown_op_names_the_known_ones():
-    with pytest.raises(KeyError, match="conv2d"):
-        ops.lookup("convolution")
+    with pytest.raises(UnknownOpError, match="Conv"):
+        lookup("Convolution")
 
 
-def test_registry_covers_the_library():
-    expected = {"conv2d", "matmul", "dense", "gemm", "batch_norm", "max_pool2d", "avg_pool2d", "global_avg_pool2d",
-                "global_max_pool2d", "softmax", "layer_norm", "reduce_sum", "reduce_mean", "reduce_max", "pad",
-                "transpose", "reshape", "concat", "slice", "relu", "leaky_relu", "clip", "sigmoid", "tanh", "exp",
-                "log", "sqrt", "erf", "gelu", "hard_sigmoid", "hard_swish", "neg", "abs", "cast", "add", "sub", "mul",
-                "div", "pow", "maximum", "minimum"}
-    assert set(ops.REGISTRY) == expected
-    for entry in ops.REGISTRY.values():
-        assert callable(entry.compute) and callable(entry.schedule)
+def test_registry_covers_every_graph_op():
+    assert set(OPS) == set(Op)
+    for record in OPS.values():
+        assert lookup(record.op.value) is record
+        assert all(callable(fn) for fn in (record.shape, record.reference, record.compute, record.schedule))
+        assert (record.scalar is not None) == (record.kind.value == "elemwise")
+    assert {"Conv", "MatMul", "Gemm", "Relu", "Flatten", "Squeeze", "Unsqueeze", "GlobalAveragePool"} <= set(IMPORTERS)
 
 
 def _softmax_ref(x):
@@ -30,32 +33,37 @@ def _softmax_ref(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
+def _conv_ref(x, w):
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    return sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + 6, j:j + 24], w[:, :, i, j]) for i in range(3) for j in range(3))
+
+
+_WINDOW = {"strides": (2, 2), "pads": (0, 0, 0, 0), "dilations": (1, 1)}
 NARROW = {
-    # name: (args builder over placeholders, input shapes, numpy reference)
-    "relu": (lambda x: (x,), [(3, 37)], lambda x: np.maximum(x, 0)),
-    "add": (lambda x, y: (x, y), [(3, 37), (37,)], lambda x, y: x + y),
-    "softmax": (lambda x: (x, 1), [(3, 5, 24)], _softmax_ref),
-    "reduce_sum": (lambda x: (x, 0), [(5, 24)], lambda x: x.sum(axis=0)),
-    "transpose": (lambda x: (x, (1, 0)), [(24, 7)], lambda x: x.T),
-    "max_pool2d": (lambda x: (x, 2, 2), [(1, 2, 8, 48)], lambda x: x.reshape(1, 2, 4, 2, 24, 2).max(axis=(3, 5))),
+    # op: (attributes, input shapes, numpy reference)
+    Op.RELU: ({}, [(3, 37)], lambda x: np.maximum(x, 0)),
+    Op.ADD: ({}, [(3, 37), (37,)], lambda x, y: x + y),
+    Op.SOFTMAX: ({"axis": 1}, [(3, 5, 24)], _softmax_ref),
+    Op.REDUCE_SUM: ({"axes": (0,), "keepdims": 0}, [(5, 24)], lambda x: x.sum(axis=0)),
+    Op.TRANSPOSE: ({"perm": (1, 0)}, [(24, 7)], lambda x: x.T),
+    Op.MAX_POOL: ({"kernel_shape": (2, 2), "ceil_mode": 0, **_WINDOW}, [(1, 2, 8, 48)],
+                  lambda x: x.reshape(1, 2, 4, 2, 24, 2).max(axis=(3, 5))),
+    Op.CONV: ({"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}, [(1, 4, 6, 24), (8, 4, 3, 3)],
+              _conv_ref),
 }
 
 
 @pytest.mark.parametrize("lanes", [8, 4])
-@pytest.mark.parametrize("name", sorted(NARROW) + ["conv2d"])
-def test_default_schedules_at_narrower_vector_widths(name, lanes):
-    if name == "conv2d":
-        x, w = te.placeholder((1, 4, 6, 24), name="x"), te.placeholder((8, 4, 3, 3), name="w")
-        dx, dw = rand(1, 4, 6, 24), rand(8, 4, 3, 3)
-        got = run(ops.conv2d(x, w, padding=1), [x, w], [dx, dw], ops.schedule_conv2d, HOST, lanes)
-        xp = np.pad(dx.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-        want = sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + 6, j:j + 24], dw[:, :, i, j])
-                   for i in range(3) for j in range(3))
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
-        return
-    build, shapes, ref = NARROW[name]
+@pytest.mark.parametrize("op", sorted(NARROW, key=str))
+def test_default_schedules_at_narrower_vector_widths(op, lanes):
+    attrs, shapes, ref = NARROW[op]
+    record = lookup(op)
+    values = [Value(f"x{k}", s, "float32") for k, s in enumerate(shapes)]
+    node = Node("n", op, tuple(v.name for v in values), ("y",), attrs)
+    ((out_shape, _),) = record.shape(node, values)
+    caps = dataclasses.replace(HOST.capabilities, vector_bytes=4 * lanes)
     xs = [te.placeholder(s, name=f"x{k}") for k, s in enumerate(shapes)]
+    (out,) = record.compute(ComputeArgs(attrs, tuple(xs), (out_shape,), None, caps))
     data = [rand(*s) for s in shapes]
-    entry = ops.lookup(name)
-    got = run(entry.compute(*build(*xs)), xs, data, entry.schedule, HOST, lanes)
+    got = run(out, xs, data, lambda t, vector_lanes: record.schedule([t], vector_lanes), HOST, lanes)
     np.testing.assert_allclose(got, ref(*[d.astype(np.float64) for d in data]), rtol=1e-4, atol=1e-5)

@@ -1,14 +1,17 @@
 """The state an ONNX import builds up, and the view of one ONNX node.
 
-Converters (in `converters.py`) read an `OnnxNode` and call the `Importer`
-to add IR nodes or constants.  Everything a converter reports goes through
-`OnnxNode.error`, so each message names the model file and the node.
+Converters (each op's `importers` in `autosched.opset`) read an `OnnxNode` and
+call the `Importer` to add IR nodes or constants.  Everything a converter
+reports goes through `OnnxNode.error`, so each message names the model file
+and the node.  The importer is handed shape inference and the numpy
+evaluator rather than importing them: both dispatch through the op records,
+which are built on the types defined here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -16,8 +19,11 @@ from onnx import helper
 
 from autosched.errors import FrontendError, GraphError
 from autosched.graph.ir import DTYPES, Node, Op, Value
-from autosched.graph.reference import eval_node
-from autosched.graph.shapes import infer
+
+#: output values of a node given its input values (`autosched.graph.shapes.infer`)
+InferFn = Callable[[Node, Sequence[Value]], list[Value]]
+#: outputs of a node on concrete arrays (`autosched.graph.reference.eval_node`)
+EvalFn = Callable[[Node, Sequence[np.ndarray]], list[np.ndarray]]
 
 
 def numpy_dtype(elem_type: int) -> str | None:
@@ -104,11 +110,35 @@ class OnnxNode:
         return [i for i, name in enumerate(self.outputs) if name]
 
 
+def normalize_axis(node: OnnxNode, axis: int | None, rank: int) -> int:
+    """`axis` in [0, rank), checked against the operand's rank."""
+    if axis is None:
+        raise node.error("the axis attribute is missing")
+    if not -rank <= axis < max(rank, 1):
+        raise node.error(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def normalize_axes(node: OnnxNode, axes: Sequence[int], rank: int) -> tuple[int, ...]:
+    """Sorted non-negative axes; a repeated axis is an error."""
+    normalized = [normalize_axis(node, int(a), rank) for a in axes]
+    if len(set(normalized)) != len(normalized):
+        raise node.error(f"axes {list(axes)} repeat an axis")
+    return tuple(sorted(normalized))
+
+
+def ints(array: np.ndarray | None) -> list[int] | None:
+    """A constant operand's values as Python ints (None if omitted)."""
+    return None if array is None else [int(v) for v in array.reshape(-1)]
+
+
 class Importer:
     """Values, constants and IR nodes of a graph under import."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, infer: InferFn, evaluate: EvalFn) -> None:
         self.source = source
+        self._infer = infer
+        self._evaluate = evaluate
         self.values: dict[str, Value] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
@@ -129,7 +159,7 @@ class Importer:
         """Add one IR node for `onnx_node`, inferring its output values."""
         node = Node(onnx_node.name, op, tuple(inputs), tuple(outputs), dict(attrs))
         try:
-            results = infer(node, [self.values[name] for name in inputs])
+            results = self._infer(node, [self.values[name] for name in inputs])
         except GraphError as exc:
             raise onnx_node.error(str(exc).split(": ", 1)[-1]) from exc
         for value in results:
@@ -150,6 +180,15 @@ class Importer:
             raise reader.error(f"operand '{name}' must be a constant (autosched compiles static shapes only)")
         args = [self.constant_value(arg, reader) for arg in producer.inputs]
         self.nodes.remove(producer)
-        for out, result in zip(producer.outputs, eval_node(producer, args)):
+        for out, result in zip(producer.outputs, self._evaluate(producer, args)):
             self.add_constant(out, result)
         return self.constants[name]
+
+
+@dataclass(frozen=True)
+class Converter:
+    """Imports one ONNX op type. `constant_inputs` are the operand positions that must be
+    constants for shapes to be static; the importer folds them before `fn` runs."""
+
+    fn: Callable[[Importer, OnnxNode], None]
+    constant_inputs: tuple[int, ...] = ()

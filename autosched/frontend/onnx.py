@@ -21,15 +21,21 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from autosched.errors import FrontendError, GraphError
-from autosched.frontend.context import Importer, OnnxNode, numpy_dtype, type_name
-from autosched.frontend.converters import CONVERTERS
+from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
+from autosched.frontend.constant_ops import CONSTANT_OPS
 from autosched.graph.ir import Graph, Value, toposort
+from autosched.graph.reference import eval_node
+from autosched.graph.shapes import infer
+from autosched.opset.registry import IMPORTERS
 
 # Lowest opset whose operator forms the converters implement; the highest is
 # the newest opset the converters were checked against (versions 22-28 of the
 # supported ops only widen the accepted types).
 MIN_OPSET = 13
 MAX_OPSET = 28
+
+#: every ONNX op type the importer accepts: the op records' importers and the constant folders
+CONVERTERS: Mapping[str, Converter] = {**IMPORTERS, **CONSTANT_OPS}
 
 
 def load_onnx(path: str | os.PathLike[str], shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -64,7 +70,7 @@ def import_model(
     graph = model.graph
     nodes = [OnnxNode.from_proto(proto, i, source) for i, proto in enumerate(graph.node)]
     _check_supported(nodes, source)
-    imp = Importer(source)
+    imp = Importer(source, infer, eval_node)
     for tensor in graph.initializer:
         imp.add_constant(tensor.name, _initializer(tensor, source))
     inputs = _graph_inputs(graph, dict(shapes or {}), imp, source)

@@ -3,9 +3,9 @@
 A `Graph` is a static-shape dataflow graph: every value has a known shape and
 dtype, every node's attributes are normalized (explicit pads, non-negative
 axes, constant operands folded into attributes), and nodes are stored in
-topological order.  Operators come from one closed vocabulary, `Op`, and
-`OP_KIND` sorts them into the few families that fusion and task extraction
-reason about.
+topological order.  Operators come from one closed vocabulary, `Op`; what
+each one means (its shape, numpy semantics, kernel and family) is its record
+in `autosched.opset`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from autosched.errors import GraphError
 
 
 class Op(str, enum.Enum):
-    """Operators of the IR; the value is the ONNX op type they come from."""
+    """Operators of the IR; the value is the ONNX op type they come from.
+
+    The vocabulary is declared here, below the op records (autosched.opset), because records
+    and passes alike name ops through it; the registry checks at import that every member
+    has exactly one record.
+    """
 
     CONV = "Conv"
     GEMM = "Gemm"
@@ -37,6 +42,7 @@ class Op(str, enum.Enum):
     LOG = "Log"
     TANH = "Tanh"
     SIGMOID = "Sigmoid"
+    SOFTSIGN = "Softsign"
     RELU = "Relu"
     LEAKY_RELU = "LeakyRelu"
     CLIP = "Clip"
@@ -69,44 +75,6 @@ class Op(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-
-class OpKind(str, enum.Enum):
-    """Families of operators, as fusion sees them."""
-
-    ANCHOR = "anchor"  # compute-heavy: absorbs elementwise consumers
-    ELEMWISE = "elemwise"  # one output element from the same element of each input
-    REDUCE = "reduce"  # reduces along axes; its own fused group
-    POOL = "pool"  # windowed reduction; its own fused group
-    INJECTIVE = "injective"  # moves data (reshape, transpose, ...); its own group
-
-
-OP_KIND: Mapping[Op, OpKind] = {
-    Op.CONV: OpKind.ANCHOR,
-    Op.GEMM: OpKind.ANCHOR,
-    Op.MATMUL: OpKind.ANCHOR,
-    Op.CONV_NCHWC: OpKind.ANCHOR,
-    **{
-        op: OpKind.ELEMWISE
-        for op in (
-            Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.SQRT, Op.ERF, Op.EXP,
-            Op.LOG, Op.TANH, Op.SIGMOID, Op.RELU, Op.LEAKY_RELU, Op.CLIP,
-            Op.HARD_SIGMOID, Op.HARD_SWISH, Op.GELU, Op.CAST, Op.IDENTITY,
-            Op.DROPOUT, Op.BATCH_NORM,
-        )
-    },
-    Op.SOFTMAX: OpKind.REDUCE,
-    Op.LAYER_NORM: OpKind.REDUCE,
-    Op.REDUCE_MEAN: OpKind.REDUCE,
-    Op.REDUCE_SUM: OpKind.REDUCE,
-    Op.REDUCE_MAX: OpKind.REDUCE,
-    Op.MAX_POOL: OpKind.POOL,
-    Op.AVERAGE_POOL: OpKind.POOL,
-    **{
-        op: OpKind.INJECTIVE
-        for op in (Op.RESHAPE, Op.TRANSPOSE, Op.CONCAT, Op.SPLIT, Op.SLICE, Op.GATHER, Op.PAD,
-                   Op.LAYOUT_TRANSFORM)
-    },
-}
 
 # Dtypes the IR can carry, by numpy name.
 DTYPES: frozenset[str] = frozenset(
@@ -148,10 +116,6 @@ class Node:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attrs: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def kind(self) -> OpKind:
-        return OP_KIND[self.op]
 
 
 class Operation(Protocol):

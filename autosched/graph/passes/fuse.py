@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from autosched.graph.ir import Graph, Node, OpKind, toposort
+from autosched.graph.ir import Graph, Node, toposort
+from autosched.opset.record import OpKind
+from autosched.opset.registry import kind_of
 
 # Longest epilogue considered; far beyond any real activation chain, it only
 # bounds the search in pathological graphs.
@@ -68,7 +70,7 @@ def fuse(graph: Graph) -> list[FusedGroup]:
         if id(node) in assigned:
             continue
         epilogue: list[Node] = []
-        if node.kind in (OpKind.ANCHOR, OpKind.ELEMWISE) and len(node.outputs) == 1:
+        if kind_of(node.op) in (OpKind.ANCHOR, OpKind.ELEMWISE) and len(node.outputs) == 1:
             epilogue = _epilogue(graph, index, readers, assigned)
         assigned.update(id(member) for member in (node, *epilogue))
         groups.append(_make_group(node, epilogue))
@@ -89,7 +91,7 @@ def _epilogue(graph: Graph, start: int, readers: Callable[[str], set[int]], assi
             continue
         if (
             id(node) in assigned
-            or node.kind is not OpKind.ELEMWISE
+            or kind_of(node.op) is not OpKind.ELEMWISE
             or len(node.outputs) != 1
             or graph.values[node.outputs[0]].shape != chain_shape
             or len(members) == MAX_EPILOGUE
@@ -109,4 +111,4 @@ def _make_group(anchor: Node, epilogue: list[Node]) -> FusedGroup:
     produced = {out for node in (anchor, *epilogue) for out in node.outputs}
     inputs = dict.fromkeys(name for node in (anchor, *epilogue) for name in node.inputs if name not in produced)
     outputs = (epilogue[-1].outputs[0],) if epilogue else anchor.outputs
-    return FusedGroup(anchor.kind, anchor, tuple(epilogue), tuple(inputs), tuple(outputs))
+    return FusedGroup(kind_of(anchor.op), anchor, tuple(epilogue), tuple(inputs), tuple(outputs))

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from autosched.graph.ir import Graph, Node, Op, OpKind, Value
+from autosched.graph.ir import Graph, Node, Op, Value
 from autosched.graph.layout import blocked_shape, to_blocked
+from autosched.opset.record import OpKind
+from autosched.opset.registry import kind_of
 
 def channel_block(channels: int, lanes: int) -> int:
     """The block for a tensor of `channels` channels: a whole vector of `lanes`, else half of
@@ -134,7 +136,7 @@ class _Planner:
         """An elementwise op with a blocked operand runs blocked when every other operand is
         blocked too, converts to blocks, or is a constant broadcast per channel (reshaped here)."""
         # BatchNorm indexes its parameters by channel position (and is folded into convolutions)
-        if node.kind is not OpKind.ELEMWISE or node.op is Op.BATCH_NORM or len(node.outputs) != 1:
+        if kind_of(node.op) is not OpKind.ELEMWISE or node.op is Op.BATCH_NORM or len(node.outputs) != 1:
             return False
         out = self.values[node.outputs[0]]
         if len(out.shape) != 4 or not any(n in self.blocked for n in node.inputs):
@@ -179,7 +181,7 @@ class _Planner:
 
     def _pool(self, node: Node) -> bool:
         """2-D max and average pools run on the blocks (attribute `block`), the block axis riding along."""
-        if node.op not in (Op.MAX_POOL, Op.AVERAGE_POOL) or node.inputs[0] not in self.blocked:
+        if kind_of(node.op) is not OpKind.POOL or node.inputs[0] not in self.blocked:
             return False
         if len(self.values[node.inputs[0]].shape) != 4 or len(node.outputs) != 1:
             return False

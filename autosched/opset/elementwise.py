@@ -1,0 +1,230 @@
+"""Elementwise ops: arithmetic, math functions and activations.
+
+Each is one scalar expression; the same expression is the op's own kernel and, fused, a step of
+an anchor's epilogue. The numpy reference computes in the operands' dtype except where ONNX
+asks for more care (integer division truncates, Erf and Sigmoid go through float64).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from autosched import te
+from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
+from autosched.graph.ir import Node, Op, Value
+from autosched.ops import elementwise as ew
+from autosched.opset.record import (
+    ComputeArgs, OpDef, OpKind, OperandLoad, ReferenceFn, ScalarFn, Shape, ShapeFn, direct, on_output,
+    same_shape,
+)
+from autosched.te import Cmp, Expr, Tensor
+
+
+def broadcast_operand(t: Tensor, idx: tuple, position: int) -> Expr:
+    """t's element for output index idx under numpy broadcasting."""
+    off = len(idx) - t.ndim
+    return t[tuple(0 if n == 1 else idx[off + d] for d, n in enumerate(t.shape))]
+
+
+def elementwise(op: Op, scalar: ScalarFn, reference: ReferenceFn, importers: Mapping[str, Converter],
+                shape: ShapeFn = same_shape, operand_load: OperandLoad = broadcast_operand) -> OpDef:
+    """The record of an elementwise op: its kernel is `scalar` over every output element, with
+    the fused epilogue applied before the store."""
+
+    def compute(args: ComputeArgs) -> list[Tensor]:
+        def body(*i: Expr) -> Expr:
+            v = scalar([operand_load(t, i, k) for k, t in enumerate(args.inputs)], args.attrs)
+            return args.epilogue(v, i) if args.epilogue else v
+        return [te.compute(args.out_shapes[0], body, name=op.value.lower(), tag="elementwise")]
+
+    return OpDef(op, OpKind.ELEMWISE, shape, reference, compute, on_output(ew.schedule_elementwise),
+                 importers, scalar, operand_load)
+
+
+def const_like(v: float, like: Expr) -> Expr:
+    return te.const(v, like.dtype)
+
+
+def unary_reference(fn: Callable[[np.ndarray], np.ndarray]) -> ReferenceFn:
+    """A reference applying `fn` to the one operand, the result in the operand's dtype."""
+    def kernel(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+        x = args[0]
+        return [np.asarray(fn(x)).astype(x.dtype, copy=False)]
+
+    return kernel
+
+
+def _binary_reference(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> ReferenceFn:
+    def kernel(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+        a, b = args
+        return [np.asarray(fn(a, b)).astype(a.dtype, copy=False)]
+
+    return kernel
+
+
+def _broadcast(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    if node.op is not Op.POW and len({v.dtype for v in inputs}) > 1:
+        raise ValueError(f"operand dtypes differ: {[v.dtype for v in inputs]}")
+    shape = np.broadcast_shapes(*(v.shape for v in inputs))
+    return [(shape, inputs[0].dtype)]
+
+
+def _binary(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> OpDef:
+    return elementwise(op, scalar, _binary_reference(fn), {op.value: direct(op)}, shape=_broadcast)
+
+
+def _unary(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray], np.ndarray]) -> OpDef:
+    return elementwise(op, scalar, unary_reference(fn), {op.value: direct(op)})
+
+
+def _trunc_div(a: Expr, b: Expr) -> Expr:
+    """Integer division rounding toward zero, as ONNX (and C) define it."""
+    q = a // b
+    inexact = Cmp("ne", a % b, te.const(0, a.dtype))
+    signs_differ = Cmp("ne", a < te.const(0, a.dtype), b < te.const(0, b.dtype))
+    return te.select(inexact & signs_differ, q + 1, q)
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return a / b
+    quotient = np.floor_divide(a, b)
+    if a.dtype.kind == "i":  # ONNX integer division truncates toward zero
+        quotient = quotient + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0)))
+    return quotient
+
+
+def _pow(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    if base.dtype.kind in "iu" and exponent.dtype.kind in "iu":
+        return np.power(base, exponent.astype(base.dtype))
+    return np.power(base.astype(np.float64), exponent.astype(np.float64))
+
+
+def erf_reference(x: np.ndarray) -> np.ndarray:
+    """Erf in float64 through math.erf (numpy has none)."""
+    flat = [math.erf(v) for v in x.astype(np.float64).ravel().tolist()]
+    return np.array(flat, dtype=np.float64).reshape(x.shape)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    e = np.exp(-np.abs(x64))
+    return np.where(x64 >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _gelu(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0].astype(np.float64)
+    if attrs["approximate"] == "tanh":
+        y = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    else:
+        y = 0.5 * x * (1.0 + erf_reference(x / math.sqrt(2.0)))
+    return [y.astype(args[0].dtype)]
+
+
+def _leaky_relu(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    return [np.where(x < 0, x * attrs["alpha"], x).astype(x.dtype)]
+
+
+def _clip_expr(a: list[Expr], at: Mapping[str, Any]) -> Expr:
+    x = a[0]
+    if at.get("min") is not None:
+        x = te.max(x, const_like(at["min"], x))
+    if at.get("max") is not None:
+        x = te.min(x, const_like(at["max"], x))
+    return x
+
+
+def _clip(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    if attrs["min"] is not None:
+        x = np.maximum(x, np.asarray(attrs["min"]).astype(x.dtype))
+    if attrs["max"] is not None:
+        x = np.minimum(x, np.asarray(attrs["max"]).astype(x.dtype))
+    return [x.astype(args[0].dtype, copy=False)]
+
+
+def _import_clip(imp: Importer, node: OnnxNode) -> None:
+    dtype = np.dtype(imp.value(node.inputs[0]).dtype)
+
+    def bound(index: int) -> float | int | None:
+        array = node.const(index)
+        if array is None:
+            return None
+        if array.size != 1:
+            raise node.error(f"bound '{node.inputs[index]}' must be a scalar")
+        return array.reshape(()).astype(dtype).item()
+
+    imp.emit(node, Op.CLIP, node.inputs[:1], node.outputs, {"min": bound(1), "max": bound(2)})
+
+
+def _hard_sigmoid(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    return [np.clip(attrs["alpha"] * x + attrs["beta"], 0, 1).astype(x.dtype)]
+
+
+def _hard_swish(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    return [(x * np.clip(x / 6.0 + 0.5, 0, 1)).astype(x.dtype)]
+
+
+def _cast_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    return [(inputs[0].shape, node.attrs["to"])]
+
+
+def _cast(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    return [args[0].astype(attrs["to"])]
+
+
+def _import_cast(imp: Importer, node: OnnxNode) -> None:
+    to = numpy_dtype(node.attr("to"))
+    if to is None:
+        raise node.error(f"target type {type_name(node.attr('to'))} is not supported")
+    imp.emit(node, Op.CAST, node.inputs, node.outputs, {"to": to})
+
+
+def _identity(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    return [args[0]]
+
+
+def _import_dropout(imp: Importer, node: OnnxNode) -> None:
+    training = node.const(2)
+    if training is not None and bool(training.reshape(())):
+        raise node.error("training mode is not supported")
+    imp.emit(node, Op.DROPOUT, node.inputs[:1], node.outputs[:1], {})
+    if len(node.outputs) > 1 and node.outputs[1]:
+        imp.add_constant(node.outputs[1], np.ones(imp.value(node.inputs[0]).shape, dtype=bool))
+
+
+RECORDS: tuple[OpDef, ...] = (
+    _binary(Op.ADD, lambda a, at: a[0] + a[1], np.add),
+    _binary(Op.SUB, lambda a, at: a[0] - a[1], np.subtract),
+    _binary(Op.MUL, lambda a, at: a[0] * a[1], np.multiply),
+    _binary(Op.DIV, lambda a, at: a[0] / a[1] if a[0].dtype.startswith("float") else _trunc_div(a[0], a[1]), _div),
+    _binary(Op.POW, lambda a, at: te.power(a[0], te.cast(a[0].dtype, a[1])), _pow),
+    _unary(Op.SQRT, lambda a, at: te.sqrt(a[0]), np.sqrt),
+    _unary(Op.ERF, lambda a, at: te.erf(a[0]), erf_reference),
+    _unary(Op.EXP, lambda a, at: te.exp(a[0]), np.exp),
+    _unary(Op.LOG, lambda a, at: te.log(a[0]), np.log),
+    _unary(Op.TANH, lambda a, at: te.tanh(a[0]), np.tanh),
+    _unary(Op.SIGMOID, lambda a, at: te.sigmoid(a[0]), _sigmoid),
+    _unary(Op.SOFTSIGN, lambda a, at: a[0] / (const_like(1, a[0]) + te.abs(a[0])), lambda x: x / (1 + np.abs(x))),
+    _unary(Op.RELU, lambda a, at: te.max(a[0], const_like(0, a[0])), lambda x: np.maximum(x, 0)),
+    elementwise(Op.LEAKY_RELU,
+                lambda a, at: te.select(a[0] >= const_like(0, a[0]), a[0], a[0] * const_like(at.get("alpha", 0.01), a[0])),
+                _leaky_relu, {"LeakyRelu": direct(Op.LEAKY_RELU, alpha=0.01)}),
+    elementwise(Op.CLIP, _clip_expr, _clip, {"Clip": Converter(_import_clip, constant_inputs=(1, 2))}),
+    elementwise(Op.HARD_SIGMOID, lambda a, at: ew.hard_sigmoid_expr(a[0], at.get("alpha", 0.2), at.get("beta", 0.5)),
+                _hard_sigmoid, {"HardSigmoid": direct(Op.HARD_SIGMOID, alpha=0.2, beta=0.5)}),
+    elementwise(Op.HARD_SWISH, lambda a, at: a[0] * ew.hard_sigmoid_expr(a[0], 1 / 6, 0.5),
+                _hard_swish, {"HardSwish": direct(Op.HARD_SWISH)}),
+    elementwise(Op.GELU, lambda a, at: ew.gelu_expr(a[0], at.get("approximate", "none")),
+                _gelu, {"Gelu": direct(Op.GELU, approximate="none")}),
+    elementwise(Op.CAST, lambda a, at: te.cast(at["to"], a[0]), _cast, {"Cast": Converter(_import_cast)},
+                shape=_cast_shape),
+    elementwise(Op.IDENTITY, lambda a, at: a[0], _identity, {"Identity": direct(Op.IDENTITY)}),
+    elementwise(Op.DROPOUT, lambda a, at: a[0], _identity,
+                {"Dropout": Converter(_import_dropout, constant_inputs=(1, 2))}),
+)

@@ -1,0 +1,63 @@
+"""Ops only layout planning (graph/passes/layout.py) creates: convolutions on channels cut into
+blocks that are the innermost axis, and the conversions between block sizes. No ONNX op imports
+as them."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from autosched.graph.ir import Node, Op, Value
+from autosched.graph.layout import blocked_shape, convert, plain_shape, to_blocked, to_plain
+from autosched.ops import conv_nchwc as conv_blocked
+from autosched.ops import transform
+from autosched.ops.epilogue import apply_epilogue
+from autosched.opset.conv import conv_reference, conv_shape
+from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, on_output
+from autosched.te import Tensor
+
+
+def _conv_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = Value(inputs[0].name, plain_shape(inputs[0].shape, node.attrs["in_block"]), inputs[0].dtype)
+    ((shape, dtype),) = conv_shape(node, [x, *inputs[1:]])
+    return [(blocked_shape(shape, node.attrs["out_block"]), dtype)]
+
+
+def _conv_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    """Conv on a blocked (or, with in_block 0, plain) input, writing the blocked output."""
+    x = to_plain(args[0], attrs["in_block"])
+    return [to_blocked(conv_reference(attrs, [x, *args[1:]])[0], attrs["out_block"])]
+
+
+def _conv_compute(args: ComputeArgs) -> list[Tensor]:
+    """Bias and epilogue apply to the blocked output."""
+    at = args.attrs
+    p = at.get("pads", (0, 0, 0, 0))
+    x, w = args.inputs[0], args.inputs[1]
+    depthwise = at.get("group", 1) != 1
+    y = conv_blocked.conv2d_blocked(x, w, at.get("strides", (1, 1)), (p[0], p[1], p[2], p[3]),
+                                    at.get("dilations", (1, 1)), in_block=at["in_block"],
+                                    out_block=at["out_block"], depthwise=depthwise)
+    pre = (conv_blocked.blocked_bias(args.inputs[2], at["out_block"]),) if len(args.inputs) > 2 else ()
+    return [apply_epilogue(y, pre + args.epilogues)]
+
+
+def _transform_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = inputs[0]
+    return [(blocked_shape(plain_shape(x.shape, node.attrs["src_block"]), node.attrs["dst_block"]), x.dtype)]
+
+
+def _transform_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    return [convert(args[0], attrs["src_block"], attrs["dst_block"])]
+
+
+def _transform_compute(args: ComputeArgs) -> list[Tensor]:
+    return [conv_blocked.layout_transform(args.inputs[0], args.attrs["src_block"], args.attrs["dst_block"])]
+
+
+RECORDS: tuple[OpDef, ...] = (
+    OpDef(Op.CONV_NCHWC, OpKind.ANCHOR, _conv_shape, _conv_reference, _conv_compute,
+          on_output(conv_blocked.schedule_conv2d_blocked)),
+    OpDef(Op.LAYOUT_TRANSFORM, OpKind.INJECTIVE, _transform_shape, _transform_reference, _transform_compute,
+          on_output(transform.schedule_injective)),
+)

@@ -1,0 +1,109 @@
+"""Matrix products: MatMul (batched, possibly through operand views) and Gemm."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from autosched.frontend.context import Converter, Importer, OnnxNode
+from autosched.graph.ir import Node, Op, Value
+from autosched.graph.views import keeps_rows, operand_views, view_array, view_shape, view_tensor
+from autosched.ops import matmul as mm_ops
+from autosched.opset.record import (
+    ComputeArgs, OpDef, OpKind, Shape, UnsupportedTaskError, direct, on_output,
+)
+from autosched.target import CpuCapabilities
+from autosched.te import Tensor
+
+
+def _matmul_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    view_a, view_b = operand_views(node.attrs)
+    a, b = view_shape(inputs[0].shape, view_a), view_shape(inputs[1].shape, view_b)
+    if not a or not b:
+        raise ValueError("operands must have rank >= 1")
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"inner dimensions differ: {list(a)} @ {list(b)}")
+    shape = (*np.broadcast_shapes(a2[:-2], b2[:-2]), a2[-2], b2[-1])
+    if len(a) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b) == 1:
+        shape = shape[:-1]
+    return [(shape, inputs[0].dtype)]
+
+
+def _matmul_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    view_a, view_b = operand_views(attrs)
+    return [np.matmul(view_array(args[0], view_a), view_array(args[1], view_b))]
+
+
+def _matmul_compute(args: ComputeArgs) -> list[Tensor]:
+    view_a, view_b = operand_views(args.attrs)
+    ins = args.inputs
+    a, b = view_tensor(ins[0], view_a), view_tensor(ins[1], view_b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise UnsupportedTaskError("MatMul with a 1-D operand is not compiled (only 2-D and batched operands)")
+    m, n = a.shape[-2], b.shape[-1]
+    # A seen through a view is packed (its index arithmetic then runs once per element, not per
+    # FMA) unless the view keeps A's rows contiguous: then the index is affine and A is read in place
+    packing = mm_ops.default_packing(m, n, _cpu(args), trans_a=not keeps_rows(ins[0].shape, view_a))
+    return [mm_ops.matmul(a, b, epilogue=args.epilogues, packing=packing)]
+
+
+def _cpu(args: ComputeArgs) -> CpuCapabilities:
+    """Matmul panels are sized for a CPU's registers and caches."""
+    if not isinstance(args.caps, CpuCapabilities):
+        raise UnsupportedTaskError("matrix products are compiled for CPUs only by the default compute")
+    return args.caps
+
+
+def _gemm_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    a, b = inputs[0].shape, inputs[1].shape
+    if len(a) != 2 or len(b) != 2:
+        raise ValueError(f"operands must be matrices, got {list(a)} and {list(b)}")
+    m, k = (a[1], a[0]) if node.attrs["transA"] else a
+    k2, n = (b[1], b[0]) if node.attrs["transB"] else b
+    if k != k2:
+        raise ValueError(f"inner dimensions differ: {k} and {k2}")
+    if len(inputs) == 3:
+        if np.broadcast_shapes(inputs[2].shape, (m, n)) != (m, n):
+            raise ValueError(f"bias {list(inputs[2].shape)} does not broadcast to [{m}, {n}]")
+    return [((m, n), inputs[0].dtype)]
+
+
+def _gemm_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    a = args[0].T if attrs["transA"] else args[0]
+    b = args[1].T if attrs["transB"] else args[1]
+    y = attrs["alpha"] * np.matmul(a, b)
+    if len(args) == 3:
+        y = y + attrs["beta"] * args[2]
+    return [np.asarray(y).astype(args[0].dtype, copy=False)]
+
+
+def _gemm_compute(args: ComputeArgs) -> list[Tensor]:
+    at, ins = args.attrs, args.inputs
+    ta, tb = bool(at.get("transA", 0)), bool(at.get("transB", 0))
+    m = ins[0].shape[1] if ta else ins[0].shape[0]
+    n = ins[1].shape[0] if tb else ins[1].shape[1]
+    return [mm_ops.gemm(ins[0], ins[1], ins[2] if len(ins) > 2 else None, at.get("alpha", 1.0), at.get("beta", 1.0),
+                        ta, tb, epilogue=args.epilogues,
+                        packing=mm_ops.default_packing(m, n, _cpu(args), trans_a=ta))]
+
+
+def _import_gemm(imp: Importer, node: OnnxNode) -> None:
+    attrs = {
+        "alpha": float(node.attr("alpha", 1.0)),
+        "beta": float(node.attr("beta", 1.0)),
+        "transA": int(node.attr("transA", 0)),
+        "transB": int(node.attr("transB", 0)),
+    }
+    imp.emit(node, Op.GEMM, [name for name in node.inputs if name], node.outputs, attrs)
+
+
+RECORDS: tuple[OpDef, ...] = (
+    OpDef(Op.MATMUL, OpKind.ANCHOR, _matmul_shape, _matmul_reference, _matmul_compute,
+          on_output(mm_ops.schedule_matmul), {"MatMul": direct(Op.MATMUL)}),
+    OpDef(Op.GEMM, OpKind.ANCHOR, _gemm_shape, _gemm_reference, _gemm_compute,
+          on_output(mm_ops.schedule_matmul), {"Gemm": Converter(_import_gemm)}),
+)

@@ -1,0 +1,126 @@
+"""Normalizations: batch norm (elementwise per channel, usually folded into a convolution),
+softmax and layer norm (reductions over trailing axes)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from autosched import te
+from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_axis
+from autosched.graph.ir import Node, Op, Value
+from autosched.ops import nn, reduce as reduce_ops
+from autosched.opset.elementwise import broadcast_operand, const_like, elementwise
+from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, on_output, same_shape
+from autosched.opset.transform import schedule_outputs
+from autosched.opset.window import channel_param
+from autosched.schedule import Schedule
+from autosched.te import Expr, Tensor
+
+
+def _batch_norm_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = inputs[0]
+    for param in inputs[1:]:
+        if param.shape != (x.shape[1],):
+            raise ValueError(f"parameter '{param.name}' has shape {list(param.shape)}, expected [{x.shape[1]}]")
+    return [(x.shape, x.dtype)]
+
+
+def _batch_norm_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x, scale, bias, mean, var = args
+    rank = x.ndim
+    inv = channel_param(scale, rank) / np.sqrt(channel_param(var, rank) + attrs["epsilon"])
+    y = (x - channel_param(mean, rank)) * inv + channel_param(bias, rank)
+    return [y.astype(x.dtype)]
+
+
+def _batch_norm_expr(a: list[Expr], at: Mapping[str, Any]) -> Expr:
+    x, scale, bias, mean, var = a
+    return (x - mean) * te.rsqrt(var + const_like(at.get("epsilon", 1e-5), x)) * scale + bias
+
+
+def _per_channel(t: Tensor, idx: tuple, position: int) -> Expr:
+    """The data tensor broadcasts; the parameters are indexed by the channel (axis 1)."""
+    return t[(idx[1],)] if position > 0 else broadcast_operand(t, idx, position)
+
+
+def _import_batch_norm(imp: Importer, node: OnnxNode) -> None:
+    if node.attr("training_mode", 0) or len(node.used_outputs()) > 1:
+        raise node.error("training mode (running statistics outputs) is not supported")
+    imp.emit(node, Op.BATCH_NORM, node.inputs, node.outputs[:1], {"epsilon": float(node.attr("epsilon", 1e-5))})
+
+
+def _softmax_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    shifted = x.astype(np.float64) - x.max(axis=attrs["axis"], keepdims=True)
+    e = np.exp(shifted)
+    return [(e / e.sum(axis=attrs["axis"], keepdims=True)).astype(x.dtype)]
+
+
+def _import_softmax(imp: Importer, node: OnnxNode) -> None:
+    rank = len(imp.value(node.inputs[0]).shape)
+    imp.emit(node, Op.SOFTMAX, node.inputs, node.outputs, {"axis": normalize_axis(node, node.attr("axis", -1), rank)})
+
+
+def _layer_norm_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = inputs[0]
+    axis = node.attrs["axis"]
+    for param in inputs[1:]:
+        np.broadcast_shapes(param.shape, x.shape[axis:])
+    stat_shape = (*x.shape[:axis], *([1] * (len(x.shape) - axis)))
+    return [(x.shape, x.dtype)] + [(stat_shape, "float32")] * (len(node.outputs) - 1)
+
+
+def _layer_norm_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    axes = tuple(range(attrs["axis"], x.ndim))
+    x32 = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+    mean = x32.mean(axis=axes, keepdims=True)
+    inv_std = 1.0 / np.sqrt(((x32 - mean) ** 2).mean(axis=axes, keepdims=True) + attrs["epsilon"])
+    y = (x32 - mean) * inv_std * args[1]
+    if len(args) == 3:
+        y = y + args[2]
+    return [y.astype(x.dtype), mean.astype(np.float32), inv_std.astype(np.float32)]
+
+
+def _layer_norm_compute(args: ComputeArgs) -> list[Tensor]:
+    at, ins, n_out = args.attrs, args.inputs, len(args.out_shapes)
+    x, axis, eps = ins[0], at["axis"], at.get("epsilon", 1e-5)
+    y = nn.layer_norm(x, ins[1], ins[2] if len(ins) > 2 else None, axis, eps,
+                      lanes=args.lanes if n_out == 1 else None)
+    if n_out == 1:
+        return [y]
+    # the optional Mean and InvStdDev outputs, over the same axes, kept as size-1 dims
+    axes = tuple(range(axis, x.ndim))
+    mean = reduce_ops.reduce_mean(x, axes, keepdims=True)
+    dev = te.compute(x.shape, lambda *i: te.power(x[i] - mean[i[:axis] + (0,) * len(axes)], 2.0), name="sq_dev")
+    var = reduce_ops.reduce_mean(dev, axes, keepdims=True)
+    inv = te.compute(var.shape, lambda *i: te.rsqrt(var[i] + te.const(eps, var.dtype)), name="inv_std_dev")
+    return [y, mean, inv][:n_out]
+
+
+def _layer_norm_schedule(outs: list[Tensor], lanes: int) -> Schedule:
+    """With its statistics outputs, every stage at root; alone, the fused layer-norm schedule."""
+    return schedule_outputs(outs, lanes) if len(outs) > 1 else nn.schedule_layer_norm(outs[0], lanes)
+
+
+def _import_layer_norm(imp: Importer, node: OnnxNode) -> None:
+    rank = len(imp.value(node.inputs[0]).shape)
+    outputs = list(node.outputs)
+    while outputs and not outputs[-1]:
+        outputs.pop()
+    outputs = [name or f"{node.name}:unused{i}" for i, name in enumerate(outputs)]
+    attrs = {"axis": normalize_axis(node, node.attr("axis", -1), rank), "epsilon": float(node.attr("epsilon", 1e-5))}
+    imp.emit(node, Op.LAYER_NORM, [name for name in node.inputs if name], outputs, attrs)
+
+
+RECORDS: tuple[OpDef, ...] = (
+    elementwise(Op.BATCH_NORM, _batch_norm_expr, _batch_norm_reference,
+                {"BatchNormalization": Converter(_import_batch_norm)},
+                shape=_batch_norm_shape, operand_load=_per_channel),
+    OpDef(Op.SOFTMAX, OpKind.REDUCE, same_shape, _softmax_reference,
+          lambda args: [nn.softmax(args.inputs[0], args.attrs["axis"], lanes=args.lanes)],
+          on_output(nn.schedule_softmax), {"Softmax": Converter(_import_softmax)}),
+    OpDef(Op.LAYER_NORM, OpKind.REDUCE, _layer_norm_shape, _layer_norm_reference, _layer_norm_compute,
+          _layer_norm_schedule, {"LayerNormalization": Converter(_import_layer_norm)}),
+)

@@ -1,0 +1,121 @@
+"""Max and average pooling, plain or left in channel blocks by layout planning (attribute
+`block`)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from autosched.frontend.context import Converter, Importer, OnnxNode
+from autosched.graph.ir import Node, Op, Value
+from autosched.graph.layout import to_blocked, to_plain
+from autosched.ops import nn
+from autosched.opset.record import (
+    ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, Shape, UnsupportedTaskError, on_output,
+)
+from autosched.opset.window import output_spatial, pad_spatial, pooled_size, sliding_windows, window_attrs
+from autosched.te import Tensor
+
+
+def _shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = inputs[0]
+    block = x.shape[-1:] if node.attrs.get("block") else ()
+    spatial = output_spatial(node, x.shape[2:len(x.shape) - len(block)], node.attrs["kernel_shape"],
+                             bool(node.attrs["ceil_mode"]))
+    return [((*x.shape[:2], *spatial, *block), x.dtype)]
+
+
+def _blocked(pool: ReferenceFn) -> ReferenceFn:
+    """The pool on a blocked input (attribute `block`, 0 or absent: plain)."""
+    def kernel(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+        block = attrs.get("block", 0)
+        return [to_blocked(pool(attrs, [to_plain(args[0], block)])[0], block)]
+    return kernel
+
+
+def _pool_input(attrs: Mapping[str, Any], x: np.ndarray, fill: Any) -> tuple[np.ndarray, list[int], list[int]]:
+    """`x` padded by the explicit pads plus the end padding ceil mode needs.
+
+    Also returns the spatial sizes with explicit pads, beyond which a window
+    element is ceil-mode overhang, and the output spatial sizes.
+    """
+    rank = x.ndim - 2
+    kernel, strides, dilations, pads = attrs["kernel_shape"], attrs["strides"], attrs["dilations"], attrs["pads"]
+    out = [
+        pooled_size(x.shape[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[rank + i], bool(attrs["ceil_mode"]))
+        for i in range(rank)
+    ]
+    explicit = [x.shape[2 + i] + pads[i] + pads[rank + i] for i in range(rank)]
+    needed = [(out[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 for i in range(rank)]
+    end = [pads[rank + i] + max(0, needed[i] - explicit[i]) for i in range(rank)]
+    padded = pad_spatial(x, pads[:rank], end, fill)
+    return padded, explicit, out
+
+
+def _crop(windows: np.ndarray, out: Sequence[int]) -> np.ndarray:
+    return windows[(slice(None), slice(None), *(slice(0, o) for o in out))]
+
+
+def _max_pool(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    padded, _, out = _pool_input(attrs, x, lowest)
+    windows = _crop(sliding_windows(padded, attrs["kernel_shape"], attrs["strides"], attrs["dilations"]), out)
+    rank = x.ndim - 2
+    return [windows.max(axis=tuple(range(-rank, 0))).astype(x.dtype)]
+
+
+def _average_pool(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    rank = x.ndim - 2
+    kernel, strides, dilations, pads = attrs["kernel_shape"], attrs["strides"], attrs["dilations"], attrs["pads"]
+    padded, explicit, out = _pool_input(attrs, x.astype(np.float64), 0.0)
+    axes = tuple(range(-rank, 0))
+    sums = _crop(sliding_windows(padded, kernel, strides, dilations), out).sum(axis=axes)
+    # Which padded positions count toward the divisor: real pixels, plus the
+    # explicit pads when count_include_pad is set; ceil-mode overhang never.
+    mask = np.zeros((1, 1, *padded.shape[2:]))
+    counted = tuple(
+        slice(0, explicit[i]) if attrs["count_include_pad"] else slice(pads[i], pads[i] + x.shape[2 + i])
+        for i in range(rank)
+    )
+    mask[(0, 0, *counted)] = 1.0
+    counts = _crop(sliding_windows(mask, kernel, strides, dilations), out).sum(axis=axes)
+    return [(sums / counts).astype(x.dtype)]
+
+
+def _compute(op: Op) -> ComputeFn:
+    def compute(args: ComputeArgs) -> list[Tensor]:
+        at = args.attrs
+        rank = len(args.inputs[0].shape)
+        if rank != (5 if at.get("block") else 4):
+            raise UnsupportedTaskError(f"{op.value} over {rank - 2} spatial dims: only 2-D pooling is compiled")
+        p = at["pads"]
+        common = dict(kernel=at["kernel_shape"], stride=at["strides"], padding=(p[0], p[1], p[2], p[3]),
+                      dilation=at["dilations"], ceil_mode=bool(at.get("ceil_mode", 0)))
+        if op is Op.MAX_POOL:
+            return [nn.max_pool2d(args.inputs[0], **common)]
+        return [nn.avg_pool2d(args.inputs[0], count_include_pad=bool(at.get("count_include_pad", 0)), **common)]
+    return compute
+
+
+def _importer(op: Op) -> Converter:
+    def convert(imp: Importer, node: OnnxNode) -> None:
+        if len(node.used_outputs()) > 1:
+            raise node.error("the Indices output is not supported")
+        x = imp.value(node.inputs[0])
+        attrs = window_attrs(node, x.shape[2:], node.attr("kernel_shape", []))
+        attrs["ceil_mode"] = int(node.attr("ceil_mode", 0))
+        if op is Op.AVERAGE_POOL:
+            attrs["count_include_pad"] = int(node.attr("count_include_pad", 0))
+        imp.emit(node, op, node.inputs, node.outputs[:1], attrs)
+
+    return Converter(convert)
+
+
+RECORDS: tuple[OpDef, ...] = (
+    OpDef(Op.MAX_POOL, OpKind.POOL, _shape, _blocked(_max_pool), _compute(Op.MAX_POOL),
+          on_output(nn.schedule_pool2d), {"MaxPool": _importer(Op.MAX_POOL)}),
+    OpDef(Op.AVERAGE_POOL, OpKind.POOL, _shape, _blocked(_average_pool), _compute(Op.AVERAGE_POOL),
+          on_output(nn.schedule_pool2d), {"AveragePool": _importer(Op.AVERAGE_POOL)}),
+)

@@ -1,0 +1,344 @@
+"""Data movement: reshape (and the ONNX ops that are reshapes), transpose, concat, split, slice,
+gather and pad. Shapes and attributes are static, so each is an index mapping."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from autosched import te
+from autosched.frontend.context import Converter, Importer, OnnxNode, ints, normalize_axes, normalize_axis
+from autosched.graph.ir import Node, Op, Value
+from autosched.ops import transform
+from autosched.opset.record import (
+    ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, ScheduleFn, Shape, ShapeFn, UnsupportedTaskError,
+    contiguous, on_output,
+)
+from autosched.schedule import Schedule, create_schedule
+from autosched.te import Expr, Tensor
+
+
+def schedule_outputs(outs: list[Tensor], lanes: int) -> Schedule:
+    """For kernels with several outputs: every stage at root, its outermost loop parallel."""
+    s = create_schedule(outs)
+    s.parallel_outermost()
+    return s
+
+
+def _reshape_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    shape = tuple(node.attrs["shape"])
+    if math.prod(shape) != inputs[0].size:
+        raise ValueError(f"cannot reshape {list(inputs[0].shape)} to {list(shape)}")
+    return [(shape, inputs[0].dtype)]
+
+
+def _emit_reshape(imp: Importer, node: OnnxNode, shape: Sequence[int]) -> None:
+    imp.emit(node, Op.RESHAPE, node.inputs[:1], node.outputs, {"shape": tuple(int(d) for d in shape)})
+
+
+def _import_reshape(imp: Importer, node: OnnxNode) -> None:
+    source = imp.value(node.inputs[0]).shape
+    requested = ints(node.const(1))
+    allow_zero = node.attr("allowzero", 0)
+    if not allow_zero and any(d == 0 and i >= len(source) for i, d in enumerate(requested)):
+        raise node.error(f"shape {requested} copies a dimension (0) beyond the input's rank {len(source)}")
+    shape = [source[i] if d == 0 and not allow_zero else d for i, d in enumerate(requested)]
+    if shape.count(-1) > 1:
+        raise node.error(f"shape {requested} has more than one -1")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or math.prod(source) % known:
+            raise node.error(f"cannot reshape {list(source)} to {requested}")
+        shape[shape.index(-1)] = math.prod(source) // known
+    _emit_reshape(imp, node, shape)
+
+
+def _import_flatten(imp: Importer, node: OnnxNode) -> None:
+    shape = imp.value(node.inputs[0]).shape
+    axis = node.attr("axis", 1)
+    if not -len(shape) <= axis <= len(shape):
+        raise node.error(f"axis {axis} is out of range for rank {len(shape)}")
+    axis = axis + len(shape) if axis < 0 else axis
+    _emit_reshape(imp, node, [math.prod(shape[:axis]), math.prod(shape[axis:])])
+
+
+def _import_squeeze(imp: Importer, node: OnnxNode) -> None:
+    shape = imp.value(node.inputs[0]).shape
+    axes = ints(node.const(1))
+    if axes is None:
+        axes = node.attr("axes")
+    if axes is None:
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    axes = normalize_axes(node, axes, len(shape))
+    if any(shape[a] != 1 for a in axes):
+        raise node.error(f"cannot squeeze axes {list(axes)} of shape {list(shape)}")
+    _emit_reshape(imp, node, [d for i, d in enumerate(shape) if i not in axes])
+
+
+def _import_unsqueeze(imp: Importer, node: OnnxNode) -> None:
+    shape = list(imp.value(node.inputs[0]).shape)
+    axes = ints(node.const(1))
+    if axes is None:
+        axes = node.attr("axes")
+    if axes is None:
+        raise node.error("axes are missing")
+    axes = normalize_axes(node, axes, len(shape) + len(axes))
+    for a in axes:
+        shape.insert(a, 1)
+    _emit_reshape(imp, node, shape)
+
+
+def _transpose_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    perm = node.attrs["perm"]
+    if sorted(perm) != list(range(len(inputs[0].shape))):
+        raise ValueError(f"perm {list(perm)} is not a permutation of rank {len(inputs[0].shape)}")
+    return [(tuple(inputs[0].shape[p] for p in perm), inputs[0].dtype)]
+
+
+def _import_transpose(imp: Importer, node: OnnxNode) -> None:
+    rank = len(imp.value(node.inputs[0]).shape)
+    perm = tuple(int(p) for p in node.attr("perm", range(rank - 1, -1, -1)))
+    imp.emit(node, Op.TRANSPOSE, node.inputs, node.outputs, {"perm": perm})
+
+
+def _concat_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    axis = node.attrs["axis"]
+    first = inputs[0].shape
+    for v in inputs[1:]:
+        if len(v.shape) != len(first) or any(a != b for i, (a, b) in enumerate(zip(v.shape, first)) if i != axis):
+            raise ValueError(f"shapes {[list(v.shape) for v in inputs]} differ off axis {axis}")
+    return [((*first[:axis], sum(v.shape[axis] for v in inputs), *first[axis + 1:]), inputs[0].dtype)]
+
+
+def _import_concat(imp: Importer, node: OnnxNode) -> None:
+    rank = len(imp.value(node.inputs[0]).shape)
+    imp.emit(node, Op.CONCAT, node.inputs, node.outputs, {"axis": normalize_axis(node, node.attr("axis"), rank)})
+
+
+def _split_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = inputs[0]
+    axis, sizes = node.attrs["axis"], node.attrs["split"]
+    if sum(sizes) != x.shape[axis]:
+        raise ValueError(f"split {list(sizes)} does not add up to dimension {x.shape[axis]}")
+    return [((*x.shape[:axis], s, *x.shape[axis + 1:]), x.dtype) for s in sizes]
+
+
+def _split_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    bounds = np.cumsum(attrs["split"])[:-1]
+    return [contiguous(part) for part in np.split(args[0], bounds, axis=attrs["axis"])]
+
+
+def _split_compute(args: ComputeArgs) -> list[Tensor]:
+    axis, x, outs, start = args.attrs["axis"], args.inputs[0], [], 0
+    for k, size in enumerate(args.attrs["split"]):
+        outs.append(te.compute(args.out_shapes[k], lambda *i, s0=start: x[i[:axis] + (i[axis] + s0,) + i[axis + 1:]],
+                               name=f"split{k}", tag="injective"))
+        start += size
+    return outs
+
+
+def _import_split(imp: Importer, node: OnnxNode) -> None:
+    shape = imp.value(node.inputs[0]).shape
+    axis = normalize_axis(node, node.attr("axis", 0), len(shape))
+    sizes = ints(node.const(1)) or node.attr("split")
+    parts = len(node.outputs)
+    if not sizes:
+        if node.attr("num_outputs") is not None:
+            chunk = math.ceil(shape[axis] / node.attr("num_outputs"))
+            sizes = [min(chunk, shape[axis] - i * chunk) for i in range(node.attr("num_outputs"))]
+        elif shape[axis] % parts:
+            raise node.error(f"dimension {shape[axis]} does not split evenly into {parts} parts")
+        else:
+            sizes = [shape[axis] // parts] * parts
+    if len(sizes) != parts:
+        raise node.error(f"split {list(sizes)} does not give {parts} outputs")
+    outputs = [name or f"{node.name}:unused{i}" for i, name in enumerate(node.outputs)]
+    imp.emit(node, Op.SPLIT, node.inputs[:1], outputs, {"axis": axis, "split": tuple(sizes)})
+
+
+def slice_length(start: int, end: int, step: int) -> int:
+    """Elements selected by a normalized (start, end, step) triple."""
+    return max(0, math.ceil((end - start) / step))
+
+
+def _slice_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    attrs = node.attrs
+    shape = tuple(slice_length(s, e, t) for s, e, t in zip(attrs["starts"], attrs["ends"], attrs["steps"]))
+    if len(shape) != len(inputs[0].shape):
+        raise ValueError("slice bounds do not cover every axis")
+    return [(shape, inputs[0].dtype)]
+
+
+def _slice_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    index = tuple(
+        slice(start, end if end >= 0 else None, step)
+        for start, end, step in zip(attrs["starts"], attrs["ends"], attrs["steps"])
+    )
+    return [contiguous(args[0][index])]
+
+
+def _slice_compute(args: ComputeArgs) -> list[Tensor]:
+    at = args.attrs
+    ranges = [range(s, e, st) for s, e, st in zip(at["starts"], at["ends"], at["steps"])]
+    x = args.inputs[0]
+    return [te.compute(tuple(len(r) for r in ranges), lambda *i: x[tuple(r.start + r.step * v for r, v in zip(ranges, i))],
+                       name="slice", tag="injective")]
+
+
+def _import_slice(imp: Importer, node: OnnxNode) -> None:
+    shape = imp.value(node.inputs[0]).shape
+    starts, ends = ints(node.const(1)), ints(node.const(2))
+    axes = ints(node.const(3)) or list(range(len(starts)))
+    steps = ints(node.const(4)) or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise node.error("starts, ends, axes and steps differ in length")
+    normalize_axes(node, axes, len(shape))  # rejects repeated axes
+    full_starts, full_ends, full_steps = [0] * len(shape), list(shape), [1] * len(shape)
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        axis = normalize_axis(node, axis, len(shape))
+        dim = shape[axis]
+        if step == 0:
+            raise node.error("step 0")
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        full_starts[axis], full_ends[axis], full_steps[axis] = start, end, step
+    attrs = {"starts": tuple(full_starts), "ends": tuple(full_ends), "steps": tuple(full_steps)}
+    imp.emit(node, Op.SLICE, node.inputs[:1], node.outputs, attrs)
+
+
+def _gather_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    data, indices = inputs
+    axis = node.attrs["axis"]
+    return [((*data.shape[:axis], *indices.shape, *data.shape[axis + 1:]), data.dtype)]
+
+
+def _gather_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    data, indices = args
+    return [np.take(data, indices.astype(np.int64), axis=attrs["axis"])]
+
+
+def _gather_compute(args: ComputeArgs) -> list[Tensor]:
+    axis = args.attrs["axis"]
+    x, idx = args.inputs
+    q = idx.ndim
+
+    def body(*i: Expr) -> Expr:
+        pos = te.cast("int32", idx[i[axis:axis + q]]) if q else te.cast("int32", idx[()])
+        return x[i[:axis] + (pos,) + i[axis + q:]]
+    return [te.compute(args.out_shapes[0], body, name="gather", tag="injective")]
+
+
+def _import_gather(imp: Importer, node: OnnxNode) -> None:
+    shape = imp.value(node.inputs[0]).shape
+    axis = normalize_axis(node, node.attr("axis", 0), len(shape))
+    indices = node.const(1).astype(np.int64)
+    if indices.size and (indices.min() < -shape[axis] or indices.max() >= shape[axis]):
+        raise node.error(f"indices fall outside dimension {shape[axis]}")
+    normalized = np.where(indices < 0, indices + shape[axis], indices)
+    name = node.inputs[1]
+    if not np.array_equal(normalized, node.const(1)) or node.const(1).dtype != np.int64:
+        name = f"{node.name}:indices"
+        imp.add_constant(name, normalized)
+    imp.emit(node, Op.GATHER, [node.inputs[0], name], node.outputs, {"axis": axis})
+
+
+def _pad_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x = inputs[0]
+    pads = node.attrs["pads"]
+    rank = len(x.shape)
+    shape = tuple(x.shape[i] + pads[i] + pads[rank + i] for i in range(rank))
+    if min(shape, default=0) < 0:
+        raise ValueError(f"pads {list(pads)} crop input {list(x.shape)} below zero")
+    return [(shape, x.dtype)]
+
+
+def _pad_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    rank = x.ndim
+    pads = attrs["pads"]
+    crop = tuple(slice(max(0, -pads[i]), x.shape[i] - max(0, -pads[rank + i])) for i in range(rank))
+    x = x[crop]
+    widths = [(max(0, pads[i]), max(0, pads[rank + i])) for i in range(rank)]
+    mode = attrs["mode"]
+    if mode == "constant":
+        y = np.pad(x, widths, mode="constant", constant_values=np.asarray(attrs["value"]).astype(x.dtype))
+    else:
+        y = np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
+    return [y]
+
+
+def _pad_source(i: Expr, before: int, n: int, mode: str) -> Expr:
+    """The input index that output index `i` reads under a non-constant pad mode."""
+    j = i - before
+    if mode == "edge":
+        return te.min(te.max(j, 0), n - 1)
+    if mode == "wrap":
+        return j % n
+    if n == 1:
+        return j * 0
+    m = j % (2 * (n - 1))
+    return te.select(m < n, m, 2 * (n - 1) - m)
+
+
+def _pad_compute(args: ComputeArgs) -> list[Tensor]:
+    at = args.attrs
+    x, pads, rank = args.inputs[0], at["pads"], len(args.inputs[0].shape)
+    widths = [(pads[d], pads[rank + d]) for d in range(rank)]
+    if any(b < 0 or a < 0 for b, a in widths):
+        raise UnsupportedTaskError("Pad with negative pads (cropping) is not compiled")
+    if at.get("mode", "constant") == "constant":
+        return [transform.pad(x, widths, value=float(at.get("value", 0)))]
+    return [te.compute(args.out_shapes[0], lambda *i: x[tuple(_pad_source(v, b, n, at["mode"])
+                                                              for v, (b, _), n in zip(i, widths, x.shape))],
+                       name="pad", tag="injective")]
+
+
+def _import_pad(imp: Importer, node: OnnxNode) -> None:
+    rank = len(imp.value(node.inputs[0]).shape)
+    widths = ints(node.const(1))
+    axes = ints(node.const(3))
+    axes = list(range(rank)) if axes is None else [normalize_axis(node, a, rank) for a in axes]
+    if len(widths) != 2 * len(axes):
+        raise node.error(f"pads {widths} do not match {len(axes)} axes")
+    pads = [0] * 2 * rank
+    for i, axis in enumerate(axes):
+        pads[axis], pads[rank + axis] = widths[i], widths[len(axes) + i]
+    mode = node.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise node.error(f"mode {mode!r} is not supported")
+    value = node.const(2)
+    fill = 0 if value is None or value.size == 0 else value.reshape(-1)[0].item()
+    imp.emit(node, Op.PAD, node.inputs[:1], node.outputs, {"pads": tuple(pads), "mode": mode, "value": fill})
+
+
+def _injective(op: Op, shape: ShapeFn, reference: ReferenceFn, compute: ComputeFn,
+               importers: Mapping[str, Converter], schedule: ScheduleFn = on_output(transform.schedule_injective)) -> OpDef:
+    return OpDef(op, OpKind.INJECTIVE, shape, reference, compute, schedule, importers)
+
+
+RECORDS: tuple[OpDef, ...] = (
+    _injective(Op.RESHAPE, _reshape_shape, lambda attrs, args: [args[0].reshape(attrs["shape"])],
+               lambda args: [transform.reshape(args.inputs[0], args.out_shapes[0])],
+               {"Reshape": Converter(_import_reshape, constant_inputs=(1,)), "Flatten": Converter(_import_flatten),
+                "Squeeze": Converter(_import_squeeze, constant_inputs=(1,)),
+                "Unsqueeze": Converter(_import_unsqueeze, constant_inputs=(1,))}),
+    _injective(Op.TRANSPOSE, _transpose_shape, lambda attrs, args: [contiguous(np.transpose(args[0], attrs["perm"]))],
+               lambda args: [transform.transpose(args.inputs[0], args.attrs["perm"])],
+               {"Transpose": Converter(_import_transpose)}),
+    _injective(Op.CONCAT, _concat_shape, lambda attrs, args: [np.concatenate(args, axis=attrs["axis"])],
+               lambda args: [transform.concat(list(args.inputs), args.attrs["axis"])],
+               {"Concat": Converter(_import_concat)}),
+    _injective(Op.SPLIT, _split_shape, _split_reference, _split_compute,
+               {"Split": Converter(_import_split, constant_inputs=(1,))}, schedule=schedule_outputs),
+    _injective(Op.SLICE, _slice_shape, _slice_reference, _slice_compute,
+               {"Slice": Converter(_import_slice, constant_inputs=(1, 2, 3, 4))}),
+    _injective(Op.GATHER, _gather_shape, _gather_reference, _gather_compute,
+               {"Gather": Converter(_import_gather, constant_inputs=(1,))}),
+    _injective(Op.PAD, _pad_shape, _pad_reference, _pad_compute,
+               {"Pad": Converter(_import_pad, constant_inputs=(1, 2, 3))}),
+)
