@@ -38,7 +38,7 @@ from gemm import numpy_child  # noqa: E402
 
 from autosched import zoo  # noqa: E402
 from autosched.codegen import renderer_for  # noqa: E402
-from autosched.codegen.gcc import compile_c  # noqa: E402
+from autosched.codegen.gcc import compile_c, target_flags  # noqa: E402
 from autosched.compile.evaluate import onnxruntime_session  # noqa: E402
 from autosched.frontend.onnx import import_model  # noqa: E402
 from autosched.graph.builder import GraphBuilder  # noqa: E402
@@ -182,7 +182,7 @@ def stage_sample(task: Task, target: Target, n: int, workdir: Path) -> dict:
             continue  # refused before compiling: what the builder reports as INSTANTIATION_ERROR
         code = renderer_for(target.kind).render(lower(sched, args, "candidate"))
         t1 = time.perf_counter()
-        compile_c(code, cache_dir=workdir / "stage-sample")
+        compile_c(code, target_flags(target), cache_dir=workdir / "stage-sample")
         cc.append(time.perf_counter() - t1)
         gen.append(t1 - t0)
     return {"generate_lower_ms": round(1e3 * statistics.mean(gen), 1), "compile_ms": round(1e3 * statistics.mean(cc), 1)}
