@@ -122,10 +122,10 @@ def test_tuning_benchmark(tuning):
 
 
 @pytest.mark.parametrize("name", [n for n in FIELDS if n != "tuning"])
-def test_benchmark_quick_run(name, tuning, tmp_path):
+def test_benchmark_quick_run(name, tmp_path, request):
     if name == "fleet":
         pytest.importorskip("ray")
-    args = ("--db", str(tuning[1])) if name in USES_TUNED_DB else ()
+    args = ("--db", str(request.getfixturevalue("tuning")[1])) if name in USES_TUNED_DB else ()
     out = run_benchmark(name, *args, cwd=tmp_path)
     assert missing(out, FIELDS[name]) == []
     if name == "models":
