@@ -45,9 +45,10 @@ from autosched.frontend.onnx import import_model  # noqa: E402
 from autosched.graph.builder import GraphBuilder  # noqa: E402
 from autosched.graph.ir import Op  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
-from autosched.compile.kernel import build_kernel  # noqa: E402
+from autosched.compile.model import kernel_as_built  # noqa: E402
 from autosched.lower import lower  # noqa: E402
 from autosched.measure import Builder, BuildResult, MeasureInput, MeasureResult, Runner, measure_with  # noqa: E402
+from autosched.measure.fold import constant_inputs  # noqa: E402
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
 from autosched.space import Config  # noqa: E402
 from autosched.target import Target  # noqa: E402
@@ -193,12 +194,14 @@ def stage_sample(task: Task, target: Target, n: int, workdir: Path) -> dict:
 # --- the tuned kernels against numpy and onnxruntime ---------------------------------------
 
 def tuned_kernel(task: Task, target: Target, config: Config, threads: int):
+    """The tuned kernel as a built model runs it, and as the tuner timed it: stages that read only
+    weights (matmul's packed B, Winograd's transformed kernel) computed once beforehand."""
     sched, args = get_template(task.op, target.kind).apply(task, config, target)
-    kern = build_kernel(sched, args, "tuned")
-    kern.set_num_threads(threads)
     ins = task.random_inputs(0)
+    kern, folded = kernel_as_built(sched, args, constant_inputs(task), target, ins)
+    kern.set_num_threads(threads)
     out = np.empty(task.out_shapes[0], task.out_dtypes[0])
-    bound = kern.bind(ins + [out])
+    bound = kern.bind(ins + [out] + folded)
     kern.run(bound)
     ref = task.reference(ins)[0]
     if not np.allclose(out, ref, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(ref).max()))):

@@ -135,8 +135,9 @@ def assert_matches_reference(task: Task, schedule, args, target) -> None:
     computed ahead) computes what `task.reference` (numpy) computes on the task's seeded inputs:
     comparing two of our own kernels would miss a mistake they share."""
     from autosched.compile.model import kernel_as_built
+    from autosched.measure.fold import constant_inputs
     inputs = task.random_inputs(0)
-    kern, folded = kernel_as_built(schedule, args, dict(task.attrs).get("weight_inputs", ()), target, inputs)
+    kern, folded = kernel_as_built(schedule, args, constant_inputs(task), target, inputs)
     outs = [np.empty(shape, dtype) for shape, dtype in zip(task.out_shapes, task.out_dtypes)]
     kern(*inputs, *outs, *folded)
     for got, want in zip(outs, task.reference(inputs)):
