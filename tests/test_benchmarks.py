@@ -135,7 +135,6 @@ def test_benchmark_quick_run(name, tmp_path, request):
         assert all(row["within_limits"] == 1.0 for row in out["templates"].values()) or not out["nvcc"]
 
 
-@pytest.mark.slow  # the emulation alone takes ~20 s more, for a branch of a dozen lines
 def test_the_gpu_templates_benchmark_without_nvcc_reports_the_emulation(tmp_path):
     """No nvcc on PATH: the emulation's figures still come, without nvcc's, and it exits 0."""
     nvcc = shutil.which("nvcc")
