@@ -2,7 +2,11 @@
 task's best — on a real SQLite file already holding N records — next to what a trial costs to
 build and to time (from a real tune's records, with --db; timing excludes the worker's checks).
 
-    python benchmarks/database.py [--records 20000] [--batch 16] [--db tuning.db] [--json]
+    python benchmarks/database.py [--records 20000] [--batch 16] [--db tuning.db] [--json] [--quick]
+
+`--json` prints one object: `records_in_file`, `batch`, `commit_ms_per_trial`, `history_ms`,
+`history_records`, `best_ms_per_task` (with --db also `build_s_per_trial`, `timed_s_per_trial`).
+`--quick` is a smoke run on a file of 1000 records.
 """
 from __future__ import annotations
 
@@ -39,13 +43,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch", type=int, default=16, help="trials per committed batch (the tuner's batch)")
     p.add_argument("--db", type=Path, help="a real tune's database: its median build and run seconds per trial")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="smoke run: 1000 records in the file")
     args = p.parse_args(argv)
+    records = 1000 if args.quick else args.records
     target = Target.parse("llvm")
     with tempfile.TemporaryDirectory() as tmp:
         onnx.save(mlp(), Path(tmp) / "mlp.onnx")
         tasks = extract_tasks(optimize(load_onnx(Path(tmp) / "mlp.onnx"))).tasks
         db = Database(Path(tmp) / "bench.db")
-        for batch in batches(tasks[0], target, args.records, 512, 0.0):
+        for batch in batches(tasks[0], target, records, 512, 0.0):
             db.commit(batch)
         commits = []
         for batch in batches(tasks[1], target, 50 * args.batch, args.batch, 1e9):
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
         for task in tasks:
             best(db, task, target)
         best_s = time.perf_counter() - start
-    result = {"records_in_file": args.records + 50 * args.batch, "batch": args.batch,
+    result = {"records_in_file": records + 50 * args.batch, "batch": args.batch,
               "commit_ms_per_trial": round(1e3 * statistics.median(commits) / args.batch, 4),
               "history_ms": round(1e3 * history_s, 1), "history_records": sum(map(len, found.values())),
               "best_ms_per_task": round(1e3 * best_s / len(tasks), 2)}

@@ -1,7 +1,7 @@
 """Throughput of the Ray fleet on this machine: trials per minute with 1, 2 and 3 measuring
 devices, and the per-trial cost of the Ray path against the local builder and runner.
 
-    python benchmarks/fleet.py [--json] [--trials 24] [--min-repeat-ms 100]
+    python benchmarks/fleet.py [--json] [--quick] [--trials 24] [--min-repeat-ms 100]
 
 A measurement-bound task: valid configs of a small matmul, each timed for at least 3 ×
 `--min-repeat-ms` on one thread, their builds already in the kernel cache. For N devices a local
@@ -13,7 +13,11 @@ RayBuilder+RayRunner with one device: the difference per trial is what the Ray p
 last rows compile every candidate on one node while its device times on all cores, with timings
 exclusive of the node's builds (the default) and not: trials per minute, and each candidate's
 time there against its time measured alone.
-`--json` prints one JSON object.
+`--json` prints one JSON object: `host`, `task`, `trials`, `min_repeat_ms`, `trials_per_minute` and
+`speedup` per device count, `per_trial_ms` (`local`, `ray`, `ray_overhead`) and
+`builds_beside_timings` (`exclusive`, `not exclusive`: `trials_per_minute`, `failed`,
+`time_vs_alone_median`, `time_vs_alone_worst`). `--quick` is a smoke run: 4 trials of at least
+1 ms, 1 device.
 """
 from __future__ import annotations
 
@@ -96,7 +100,7 @@ def on_cluster(devices: int, target: Target, options: RunnerOptions, inputs: Seq
 
 
 def builds_beside_timings(target: Target, inputs: Sequence[MeasureInput], exclusive: bool,
-                          alone: Sequence[float | None]) -> dict:
+                          alone: Sequence[float | None], options: RunnerOptions) -> dict:
     """One node that compiles every candidate (a kernel cache of its own) while its device
     times on all its cores, two batches in flight, with timings exclusive of builds or not:
     trials per minute, and the median and worst ratio of a candidate's time there to its time
@@ -105,7 +109,7 @@ def builds_beside_timings(target: Target, inputs: Sequence[MeasureInput], exclus
     from ray.cluster_utils import Cluster
     from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
     cores = os.cpu_count() or 1
-    options = RayOptions(runner=all_cores(), exclusive_timing=exclusive)
+    options = RayOptions(runner=options, exclusive_timing=exclusive)
     with tempfile.TemporaryDirectory() as cache:
         os.environ["XDG_CACHE_HOME"] = cache  # the node's processes keep the environment it started with
         try:
@@ -132,9 +136,10 @@ def builds_beside_timings(target: Target, inputs: Sequence[MeasureInput], exclus
             "time_vs_alone_median": round(statistics.median(ratios), 2), "time_vs_alone_worst": round(max(ratios), 2)}
 
 
-def all_cores() -> RunnerOptions:
+def all_cores(min_repeat_ms: float) -> RunnerOptions:
     """Timings on every core (OpenMP): the case a build beside a timing hurts most."""
-    return RunnerOptions(repeat=3, min_repeat_ms=20.0, timeout=30.0, threads=os.cpu_count() or 1, stop_factor=0)
+    return RunnerOptions(repeat=3, min_repeat_ms=min_repeat_ms, timeout=30.0, threads=os.cpu_count() or 1,
+                         stop_factor=0)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -142,7 +147,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--min-repeat-ms", type=float, default=100.0)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 4 trials of at least 1 ms, 1 device")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.trials, args.min_repeat_ms = 4, 1.0
+    device_counts = (1,) if args.quick else (1, 2, 3)  # a Ray cluster starts in ~10 s on 2 busy cores
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))  # a throwaway cluster's own token
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     fleet.token_auth()
@@ -150,16 +159,17 @@ def main(argv: list[str] | None = None) -> dict:
     inputs = candidates(matmul(64, 64, 64), target, args.trials)
 
     timed = RunnerOptions(repeat=3, min_repeat_ms=args.min_repeat_ms, threads=1, stop_factor=0)
-    scaling = {n: 60.0 / on_cluster(n, target, timed, inputs) for n in (1, 2, 3)}
+    scaling = {n: 60.0 / on_cluster(n, target, timed, inputs) for n in device_counts}
 
     bare = RunnerOptions(repeat=1, min_repeat_ms=0.0, threads=1, stop_factor=0)
     with LocalRunner(bare) as runner:
         local = per_trial(LocalBuilder(), runner, inputs)
     ray_path = on_cluster(1, target, bare, inputs)
-    with LocalRunner(all_cores()) as runner:
+    every_core = all_cores(1.0 if args.quick else 20.0)
+    with LocalRunner(every_core) as runner:
         alone = [r.cost if r.ok else None for r in measure_with(LocalBuilder(), runner)(inputs)]
-    beside = {"exclusive": builds_beside_timings(target, inputs, True, alone),
-              "not exclusive": builds_beside_timings(target, inputs, False, alone)}
+    beside = {"exclusive": builds_beside_timings(target, inputs, True, alone, every_core),
+              "not exclusive": builds_beside_timings(target, inputs, False, alone, every_core)}
     out = {"host": {"cores": os.cpu_count(), "avx512f": "avx512f" in Target.parse("llvm").fingerprint},
            "task": "matmul 64x64x64, measurement-bound", "trials": args.trials,
            "min_repeat_ms": args.min_repeat_ms, "trials_per_minute": {str(n): round(v, 1) for n, v in scaling.items()},

@@ -1,12 +1,14 @@
 """GEMM throughput of autosched's default matmul schedule against numpy, in one run, 2 threads.
 
-    python benchmarks/gemm.py [--json] [--threads 2] [--rounds 3] [--target "llvm -mcpu=haswell"]
+    python benchmarks/gemm.py [--json] [--quick] [--threads 2] [--rounds 3] [--target "llvm -mcpu=haswell"]
 
 The default schedule's register tile and vectors come from the target (the host by default;
 `--target "llvm -mcpu=haswell"` measures AVX2 code on any AVX2-capable host).
 numpy runs in a child process started with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (the
 machine's default sets them and OpenBLAS then uses its slower AVX2 kernels); measurements of the
-two alternate, round by round, so machine noise hits both alike.
+two alternate, round by round, so machine noise hits both alike. `--json` prints one object: `host`,
+`target` (with the `register_tile`) and per case `autosched_gflops`, `numpy_gflops` and `ratio`;
+`--quick` is a smoke run (one round).
 """
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
+    p.add_argument("--quick", action="store_true", help="smoke run: one round per case")
     p.add_argument("--target", default="llvm", help="the target to build for (default: this host)")
     p.add_argument("--openblas-coretype", metavar="NAME",
                    help="OpenBLAS kernels for numpy (e.g. Haswell, to compare AVX2 code with AVX2 BLAS on an "
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name, (m, n, k) in CASES.items():
         run = autosched_gemm(m, n, k, args.threads, target)
         ours, theirs = 0.0, 0.0
-        for _ in range(args.rounds):
+        for _ in range(1 if args.quick else args.rounds):
             ours = max(ours, 2 * m * n * k / best_seconds(run) / 1e9)
             child.stdin.write(f"{m} {n} {k}\n")
             child.stdin.flush()

@@ -1,11 +1,15 @@
 """Whole-model latency of autosched's builds against onnxruntime, for the zoo models.
 
-    python benchmarks/models.py [--json] [--threads 2] [--runs 30] [--models mlp,bert_layer] [--db tuning.db]
+    python benchmarks/models.py [--json] [--quick] [--threads 2] [--runs 30] [--models mlp,bert_layer]
+                                [--db tuning.db]
 
 Each model is built with default schedules (and, with --db, once more with the database's best
 schedules), checked against onnxruntime, then timed in alternating blocks with it (same inputs, same
 thread count); medians are compared. The tuned build is timed in the same run, so its ratio
-to onnxruntime and its speedup over the untuned build come from one machine state.
+to onnxruntime and its speedup over the untuned build come from one machine state. Per model,
+`--json` gives `autosched_ms`, `onnxruntime_ms`, `ratio`, `tasks`, `kernel_calls` and
+`matches_onnxruntime` (with --db also `tuned_ms`, `tuned_ratio`, `speedup_vs_untuned`, `tuned_tasks`);
+`--quick` is a smoke run (the MLP alone unless --models says otherwise, 3 runs).
 """
 from __future__ import annotations
 
@@ -61,19 +65,22 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--models", default=",".join(zoo.MODELS), help="comma-separated zoo model names")
+    p.add_argument("--models", help="comma-separated zoo model names (default: all of them)")
     p.add_argument("--db", type=Path, metavar="PATH", help="tuning database: also build with its best schedules")
+    p.add_argument("--quick", action="store_true", help="smoke run: the MLP (or --models), 3 runs")
     args = p.parse_args(argv)
+    names = (args.models or ("mlp" if args.quick else ",".join(zoo.MODELS))).split(",")
+    runs = 3 if args.quick else args.runs
     results = {}
     db = Database(args.db) if args.db else None
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         zoo.save_zoo(Path(tmp))
-        for name in args.models.split(","):
-            results[name] = bench_model(name, Path(tmp), args.threads, args.runs, db)
+        for name in names:
+            results[name] = bench_model(name, Path(tmp), args.threads, runs, db)
     if args.json:
         print(json.dumps(results))
     else:
-        print(f"threads: {args.threads}, runs: {args.runs} (medians, alternating blocks)")
+        print(f"threads: {args.threads}, runs: {runs} (medians, alternating blocks)")
         print(f"{'model':14} {'autosched ms':>13} {'onnxruntime ms':>15} {'ratio':>7} {'tasks':>6} {'calls':>6}  check")
         for name, r in results.items():
             print(f"{name:14} {r['autosched_ms']:13.3f} {r['onnxruntime_ms']:15.3f} {r['ratio']:7.3f} "

@@ -12,8 +12,9 @@ where the time per trial went (tuner and cost model in this process, parallel bu
 runs; and, from a serial sample, generating+lowering a candidate against compiling it); the
 best kernels against numpy (a child process with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset,
 so OpenBLAS uses its AVX-512 kernels) and onnxruntime (a single-Conv model with the same
-shapes, bias and ReLU), timed alternately in one run with the same thread count. `--json`
-prints one JSON object; `--quick` is a smoke run (32 trials, one seed).
+shapes in NCHW, bias and ReLU), timed alternately in one run with the same thread count. `--json`
+prints one JSON object (`matmul_1024`, `conv_resnet`, `trials_to_90pct`); `--quick` is a smoke run
+(4 trials, one seed, one timing round).
 """
 from __future__ import annotations
 
@@ -38,15 +39,16 @@ from gemm import numpy_child  # noqa: E402
 
 from autosched import zoo  # noqa: E402
 from autosched.backend import renderer_for  # noqa: E402
-from autosched.codegen.gcc import compile_c  # noqa: E402
+from autosched.codegen.gcc import compile_c, target_flags  # noqa: E402
 from autosched.compile.evaluate import onnxruntime_session  # noqa: E402
 from autosched.frontend.onnx import import_model  # noqa: E402
 from autosched.graph.builder import GraphBuilder  # noqa: E402
 from autosched.graph.ir import Op  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
-from autosched.compile.kernel import build_kernel  # noqa: E402
+from autosched.compile.model import kernel_as_built  # noqa: E402
 from autosched.lower import lower  # noqa: E402
 from autosched.measure import Builder, BuildResult, MeasureInput, MeasureResult, Runner, measure_with  # noqa: E402
+from autosched.measure.fold import constant_inputs  # noqa: E402
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # noqa: E402
 from autosched.space import Config  # noqa: E402
 from autosched.target import Target  # noqa: E402
@@ -57,6 +59,7 @@ from autosched.templates import get_template  # noqa: E402
 from search_spaces.llvm.common import InvalidConfigError  # noqa: E402
 
 TUNERS = ("random", "ga", "xgb")
+QUICK_TRIALS = 4  # per tuner and task with --quick: the whole pipeline runs, in seconds rather than an hour
 
 
 def matmul_task(n: int = 1024) -> Task:
@@ -182,7 +185,7 @@ def stage_sample(task: Task, target: Target, n: int, workdir: Path) -> dict:
             continue  # refused before compiling: what the builder reports as INSTANTIATION_ERROR
         code = renderer_for(target.kind).render(lower(sched, args, "candidate"))
         t1 = time.perf_counter()
-        compile_c(code, cache_dir=workdir / "stage-sample")
+        compile_c(code, target_flags(target), cache_dir=workdir / "stage-sample")
         cc.append(time.perf_counter() - t1)
         gen.append(t1 - t0)
     return {"generate_lower_ms": round(1e3 * statistics.mean(gen), 1), "compile_ms": round(1e3 * statistics.mean(cc), 1)}
@@ -191,12 +194,14 @@ def stage_sample(task: Task, target: Target, n: int, workdir: Path) -> dict:
 # --- the tuned kernels against numpy and onnxruntime ---------------------------------------
 
 def tuned_kernel(task: Task, target: Target, config: Config, threads: int):
+    """The tuned kernel as a built model runs it, and as the tuner timed it: stages that read only
+    weights (matmul's packed B, Winograd's transformed kernel) computed once beforehand."""
     sched, args = get_template(task.op, target.kind).apply(task, config, target)
-    kern = build_kernel(sched, args, "tuned")
-    kern.set_num_threads(threads)
     ins = task.random_inputs(0)
+    kern, folded = kernel_as_built(sched, args, constant_inputs(task), target, ins)
+    kern.set_num_threads(threads)
     out = np.empty(task.out_shapes[0], task.out_dtypes[0])
-    bound = kern.bind(ins + [out])
+    bound = kern.bind(ins + [out] + folded)
     kern.run(bound)
     ref = task.reference(ins)[0]
     if not np.allclose(out, ref, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(ref).max()))):
@@ -208,7 +213,7 @@ def vs_numpy(task: Task, target: Target, config: Config, threads: int, rounds: i
     m, k = task.shapes[0]
     n = task.shapes[1][1]
     run = tuned_kernel(task, target, config, threads)
-    child = numpy_child(threads)
+    child = numpy_child(threads, None)  # OpenBLAS picks the host's kernels
     child.stdout.readline()  # the BLAS description
     ours = theirs = 0.0
     for _ in range(rounds):
@@ -221,6 +226,16 @@ def vs_numpy(task: Task, target: Target, config: Config, threads: int, rounds: i
     return {"tuned_gflops": round(ours, 1), "numpy_gflops": round(theirs, 1), "ratio": round(ours / theirs, 3)}
 
 
+def nchw_shape(shape: Sequence[int]) -> list[int]:
+    """The task's (N, C/b, H, W, b) channel-blocked shape in onnxruntime's layout, NCHW."""
+    n, blocks, h, w, b = shape
+    return [n, blocks * b, h, w]
+
+
+def nchw(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(nchw_shape(x.shape)))
+
+
 def single_conv_model(task: Task) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     attrs = dict(task.attrs)
@@ -230,8 +245,8 @@ def single_conv_model(task: Task) -> onnx.ModelProto:
                             dilations=list(attrs["dilations"]), group=attrs["group"])
     relu = helper.make_node("Relu", ["c"], ["y"])
     graph = helper.make_graph([conv, relu], "single_conv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(task.shapes[0]))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(task.out_shapes[0]))],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, nchw_shape(task.shapes[0]))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, nchw_shape(task.out_shapes[0]))],
                               weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8  # onnxruntime 1.31 refuses onnx 1.23's default IR version
@@ -242,7 +257,7 @@ def vs_onnxruntime(task: Task, target: Target, config: Config, threads: int, rou
     path = workdir / "single_conv.onnx"
     onnx.save(single_conv_model(task), str(path))
     session = onnxruntime_session(path, threads)
-    feeds = {"x": task.random_inputs(0)[0]}
+    feeds = {"x": nchw(task.random_inputs(0)[0])}
     run = tuned_kernel(task, target, config, threads)
     ours = theirs = math.inf
     for _ in range(rounds):
@@ -256,7 +271,7 @@ def vs_onnxruntime(task: Task, target: Target, config: Config, threads: int, rou
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quick", action="store_true", help="smoke run: 32 trials, one seed")
+    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_TRIALS} trials, one seed, one round")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--trials", type=int, default=512)
     p.add_argument("--threads", type=int, default=2)
@@ -265,9 +280,11 @@ def main(argv: list[str] | None = None) -> dict:
                    help='options per tuner, e.g. \'{"xgb": {"plan_size": 64}}\'')
     p.add_argument("--details", type=Path, help="also write every figure (per tuner, per stage) to this JSON file")
     args = p.parse_args(argv)
-    trials, seeds = (32, 1) if args.quick else (args.trials, args.seeds)
-    checkpoints = [c for c in (8, 16, 32) if args.quick] or [c for c in (64, 128, 256, 512) if c <= trials]
-    options = RunnerOptions(repeat=3, min_repeat_ms=5.0 if args.quick else 20.0, threads=args.threads)
+    trials, seeds = (QUICK_TRIALS, 1) if args.quick else (args.trials, args.seeds)
+    checkpoints = [c for c in (2, 4) if args.quick] or [c for c in (64, 128, 256, 512) if c <= trials]
+    options = RunnerOptions(repeat=1 if args.quick else 3, min_repeat_ms=1.0 if args.quick else 20.0,
+                            threads=args.threads)
+    rounds = 1 if args.quick else args.rounds
     target = Target.parse("llvm")
     tasks = {"matmul_1024": matmul_task(), "conv_resnet": resnet_conv_task()}
     log = sys.stderr
@@ -276,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="autosched-search-") as tmp:
         workdir = Path(tmp)
         for name, task in tasks.items():
-            report["stages"][name] = stage_sample(task, target, 4 if args.quick else 12, workdir)
+            report["stages"][name] = stage_sample(task, target, 2 if args.quick else 12, workdir)
             for tuner in TUNERS:
                 for seed in range(seeds):
                     run = tune_once(name, task, target, tuner, seed, trials, options, args.tuner_options, workdir)
@@ -285,8 +302,8 @@ def main(argv: list[str] | None = None) -> dict:
                           f"in {run.wall_s:.0f} s", file=log, flush=True)
         best = {name: min((r for r in runs if r.task == name), key=lambda r: r.best_after(trials)) for name in tasks}
         best_config = {name: r.configs[r.costs.index(r.best_after(trials))] for name, r in best.items()}
-        mm = vs_numpy(tasks["matmul_1024"], target, best_config["matmul_1024"], args.threads, args.rounds)
-        conv = vs_onnxruntime(tasks["conv_resnet"], target, best_config["conv_resnet"], args.threads, args.rounds,
+        mm = vs_numpy(tasks["matmul_1024"], target, best_config["matmul_1024"], args.threads, rounds)
+        conv = vs_onnxruntime(tasks["conv_resnet"], target, best_config["conv_resnet"], args.threads, rounds,
                               workdir)
 
     to90 = {}

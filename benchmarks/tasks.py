@@ -1,6 +1,6 @@
 """Where a model's time goes, task by task: the op library's schedule, the untuned build's, and the tuned one.
 
-    python benchmarks/tasks.py MODEL.onnx [--db tuning.db] [--threads 2] [--target llvm] [--json]
+    python benchmarks/tasks.py MODEL.onnx [--db tuning.db] [--threads 2] [--target llvm] [--json] [--quick]
 
 Each task's kernel is compiled alone, as the build compiles it (stages that read only weights,
 such as a dense layer's packed B, computed once beforehand), and timed on the task's seeded
@@ -9,7 +9,10 @@ schedule, `untuned` what `autosched build` uses without tuning records (a templa
 where it has one, else the library's), `tuned` the database's best config (blank without one).
 Totals weigh each task by how often the model runs it, so they compare with whole-model
 latency minus the executor's own work. A second table gives each op kind's share of the
-untuned and tuned totals (depthwise convolutions apart from dense ones).
+untuned and tuned totals (depthwise convolutions apart from dense ones). `--json` prints one
+object: `model`, `threads`, `target`, `tasks` (per task `op`, `kind`, `shapes`, `weight`, `library_ms`,
+`untuned_ms`, with --db `tuned_ms`), `totals` and `share_by_op`. `--quick` is a smoke run: one short
+timing round per kernel, and without MODEL the zoo MLP.
 """
 from __future__ import annotations
 
@@ -23,15 +26,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import best_seconds  # noqa: E402
 
+from autosched import zoo  # noqa: E402
 from autosched.compile.model import default_kernel, kernel_as_built, library_kernel, weight_positions  # noqa: E402
-from autosched.frontend.onnx import load_onnx  # noqa: E402
+from autosched.frontend.onnx import import_model, load_onnx  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
 from autosched.database import Database, TunedSchedules, best  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
 
 
-def kernel_ms(task: Task, schedule, args, threads: int, consts: tuple[int, ...], target: Target) -> float:
+def kernel_ms(task: Task, schedule, args, threads: int, consts: tuple[int, ...], target: Target,
+              quick: bool = False) -> float:
     """The kernel as the build runs it: stages reading only the task's weights (`consts`) are
     computed once beforehand, not timed (a dense layer's packed weights)."""
     inputs = task.random_inputs(0)
@@ -39,7 +44,8 @@ def kernel_ms(task: Task, schedule, args, threads: int, consts: tuple[int, ...],
     kern.set_num_threads(threads)
     outs = [np.empty(shape, dtype) for shape, dtype in zip(task.out_shapes, task.out_dtypes)]
     bound = kern.bind(inputs + outs + folded)
-    return 1e3 * best_seconds(lambda: kern.run(bound))
+    run = lambda: kern.run(bound)  # noqa: E731
+    return 1e3 * (best_seconds(run, min_s=0.01, rounds=1) if quick else best_seconds(run))
 
 
 def op_kind(task: Task) -> str:
@@ -58,14 +64,19 @@ def shares(rows: list[dict], column: str) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", type=Path)
+    p.add_argument("model", type=Path, nargs="?", help="the ONNX model (with --quick, default: the zoo MLP)")
     p.add_argument("--db", type=Path, metavar="PATH", help="tuning database whose best configs make the tuned column")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--target", default="llvm", help="the build's target (its layout planning and schedules)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="smoke run: one short timing round per kernel")
     args = p.parse_args(argv)
+    if args.model is None and not args.quick:
+        p.error("the model is required (or --quick, which times the zoo MLP)")
     target = Target.parse(args.target)
-    graph = optimize(load_onnx(args.model), target.layout_lanes)
+    source = load_onnx(args.model) if args.model else import_model(zoo.mlp(), source="mlp")
+    name = args.model.name if args.model else "mlp.onnx"
+    graph = optimize(source, target.layout_lanes)
     taskset = extract_tasks(graph)
     tasks, weights = taskset.tasks, weight_positions(graph, taskset)
     db = Database(args.db) if args.db else None
@@ -73,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for index, task in enumerate(tasks):
         def timed(schedule_and_args) -> float:
-            return kernel_ms(task, *schedule_and_args, args.threads, weights[index], target)
+            return kernel_ms(task, *schedule_and_args, args.threads, weights[index], target, args.quick)
         row = {"op": task.op, "kind": op_kind(task), "shapes": [list(s) for s in task.shapes], "weight": task.weight,
                "library_ms": timed(library_kernel(task, target)), "untuned_ms": timed(default_kernel(task, target))}
         if tuned is not None and best(db, task, target) is not None:
@@ -82,12 +93,12 @@ def main(argv: list[str] | None = None) -> dict:
     totals = {col: round(sum(r["weight"] * r.get(col, r["untuned_ms"]) for r in rows), 3)
               for col in ("library_ms", "untuned_ms", "tuned_ms")}
     by_kind = {col: shares(rows, col) for col in ("untuned_ms", "tuned_ms")}
-    result = {"model": args.model.name, "threads": args.threads, "target": str(target), "tasks": rows,
+    result = {"model": name, "threads": args.threads, "target": str(target), "tasks": rows,
               "totals": totals, "share_by_op": by_kind}
     if args.json:
         print(json.dumps(result))
         return result
-    print(f"{args.model.name}: kernel ms per call, {args.threads} threads (tuned: the database's best; "
+    print(f"{name}: kernel ms per call, {args.threads} threads (tuned: the database's best; "
           "tasks without a tuned config count as untuned in the total)")
     print(f"{'op':10} {'shapes':44} {'weight':>6} {'library':>9} {'untuned':>9} {'tuned':>9}")
     for r in rows:

@@ -3,14 +3,17 @@ the untuned build, the tuned build and onnxruntime in one run; and the build fro
 records alone (a first build, no tuning).
 
     python benchmarks/tuning.py [--models mlp,resnet18] [--checkpoints 250,500,1000]
-                                [--scheduler costliest] [--threads 2] [--runs 20] [--db-dir DIR] [--json]
+                                [--scheduler costliest] [--threads 2] [--runs 20] [--db-dir DIR] [--json] [--quick]
 
 Per checkpoint: the tuning wall time so far, the estimated model latency (Σ weight × each
 task's best measured time, what the task scheduler minimizes) and the measured ratios to
 onnxruntime. Each model gets its own database file in --db-dir (kept, so the figures can be
 re-examined with `autosched report`); an existing file is refused, since the curve must start
 from nothing. Comparing `--scheduler costliest` and `--scheduler gradient` at equal trials is
-issue 9's scheduler comparison.
+issue 9's scheduler comparison. `--json` prints one object: `threads`, `runs`, `scheduler` and per
+model `untuned` and `shipped` (`ms`, `ratio`, ...) and `checkpoints` (per checkpoint `trials`,
+`tune_wall_s`, `estimated_ms`, `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
+`onnxruntime_ms`, `ok`). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
 """
 from __future__ import annotations
 
@@ -84,27 +87,29 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(zoo.MODELS), help="comma-separated zoo model names")
-    p.add_argument("--checkpoints", default="250,500,1000", help="cumulative trial counts to stop and time at")
+    p.add_argument("--models", help="comma-separated zoo model names (default: all of them)")
+    p.add_argument("--checkpoints", help="cumulative trial counts to stop and time at (default: 250,500,1000)")
     p.add_argument("--scheduler", default="gradient", choices=["costliest", "gradient"])
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--db-dir", type=Path, default=Path("tuning-curves"), help="one database per model, kept")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="smoke run: the MLP, checkpoints 4 and 8, 3 runs")
     args = p.parse_args(argv)
-    checkpoints = sorted(int(c) for c in args.checkpoints.split(","))
-    names = args.models.split(",")
+    checkpoints = sorted(int(c) for c in (args.checkpoints or ("4,8" if args.quick else "250,500,1000")).split(","))
+    names = (args.models or ("mlp" if args.quick else ",".join(zoo.MODELS))).split(",")
+    runs = 3 if args.quick else args.runs
     args.db_dir.mkdir(parents=True, exist_ok=True)
     dbs = {n: args.db_dir / f"{n}-{args.scheduler}.db" for n in names}
     taken = [str(d) for d in dbs.values() if d.exists()]
     if taken:
         raise SystemExit(f"error: {taken[0]} exists; a tuning curve starts from an empty database")
-    results = {"threads": args.threads, "runs": args.runs, "scheduler": args.scheduler, "models": {}}
+    results = {"threads": args.threads, "runs": runs, "scheduler": args.scheduler, "models": {}}
     with tempfile.TemporaryDirectory(prefix="autosched-curve-") as tmp:
         zoo.save_zoo(Path(tmp))
         for name in names:
             results["models"][name] = r = curve(name, Path(tmp), dbs[name], checkpoints, args.scheduler,
-                                                args.threads, args.runs)
+                                                args.threads, runs)
             if not args.json:
                 _print(name, r)
     if args.json:

@@ -1,6 +1,6 @@
 """Direct against Winograd convolution, per 3×3 stride-1 Conv task of a model (ResNet-18 by default).
 
-    python benchmarks/winograd.py [MODEL.onnx] [--trials 24] [--threads 2] [--target llvm] [--json]
+    python benchmarks/winograd.py [MODEL.onnx] [--trials 24] [--threads 2] [--target llvm] [--json] [--quick]
 
 For each eligible task, every kernel timed as a built model runs it, which is also how the tuner
 times it (stages that read only weights, the direct algorithm's packing and Winograd's weight
@@ -15,7 +15,10 @@ same threads for all. With `--threads 1` the time is the thread's CPU time, whic
 processes on the machine inflate far less than wall-clock time: on a shared 2-core machine a
 2-thread kernel whose OpenMP barrier waits on a descheduled thread takes a whole time slice
 (30 or 52 ms seen for 0.3 ms kernels, in every round of a task), so read 2-thread figures from
-a quiet machine only.
+a quiet machine only. Without MODEL, the zoo's ResNet-18. `--json` prints one object: `model`,
+`target`, `isa`, `threads`, `trials` and `tasks` (per task `op`, `shapes`, `weight`, `direct_ms` and,
+where a Winograd config built, `winograd_ms`, `ratio`, `config`, `fallback_ms`, `fallback`).
+`--quick` is a smoke run: the first eligible task, 2 configs, one round.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _timing import best_seconds  # noqa: E402
 
-from autosched.frontend.onnx import load_onnx  # noqa: E402
+from autosched import zoo  # noqa: E402
+from autosched.frontend.onnx import import_model, load_onnx  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
 from autosched.backend import renderer_for  # noqa: E402
 from autosched.codegen.gcc import compile_c, target_flags  # noqa: E402
@@ -91,7 +95,7 @@ def built_kernel(task: Task, tpl, config, target: Target, threads: int) -> _Time
     renderer = renderer_for("llvm")
     for f in folded:
         code = renderer.render(f.func)
-        pre = Kernel(compile_c(code, target_flags(Target.parse("llvm"))), renderer.symbol(f.func), f.func.params, code)
+        pre = Kernel(compile_c(code, target_flags(target)), renderer.symbol(f.func), f.func.params, code)
         extra.append(np.empty(f.func.params[-1].shape, f.func.params[-1].dtype))
         pre(*[inputs[i] for i in f.sources], extra[-1])
     return _Timed(task, sched, args, threads, extra)
@@ -107,19 +111,25 @@ def direct_fallback(tpl, task: Task, target: Target):
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", type=Path, nargs="?", default=Path("models/resnet18.onnx"))
+    p.add_argument("model", type=Path, nargs="?", help="the ONNX model (default: the zoo's ResNet-18)")
     p.add_argument("--trials", type=int, default=24, help="random Winograd configs per task")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--target", default="llvm")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (best kept)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="smoke run: the first eligible task, 2 configs, one round")
     args = p.parse_args(argv)
+    trials, rounds = (2, 1) if args.quick else (args.trials, args.rounds)
     target = Target.parse(args.target)
     rng = np.random.default_rng(args.seed)
+    source = load_onnx(args.model) if args.model else import_model(zoo.resnet18(), source="resnet18")
+    model_name = args.model.name if args.model else "resnet18.onnx"
     rows = []
     # the tasks the build runs: with layout planning, ConvNCHWc
-    for task in extract_tasks(optimize(load_onnx(args.model), target.layout_lanes)).tasks:
+    for task in extract_tasks(optimize(source, target.layout_lanes)).tasks:
+        if args.quick and rows:
+            break
         if task.op not in ("Conv", "ConvNCHWc"):
             continue
         tpl = get_template(task.op, "llvm")
@@ -130,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
         direct = built_kernel(task, tpl, base, target, args.threads)
         untuned = tpl.fallback(task, target)
         candidates = []
-        for _ in range(args.trials):
+        for _ in range(trials):
             values = {k.name: base[k.name] for k in space.knobs}
             for name in (n for n in SEARCHED if n in values):
                 opts = [v for v in space.knob(name).values if name != "algorithm" or v != wino.DIRECT]
@@ -140,26 +150,26 @@ def main(argv: list[str] | None = None) -> dict:
                 candidates.append((config, built_kernel(task, tpl, config, target, args.threads)))
             except InvalidConfigError:
                 continue
-        interleaved([direct] + [k for _, k in candidates], args.rounds)
+        interleaved([direct] + [k for _, k in candidates], rounds)
         row = {"op": task.op, "shapes": [list(s) for s in task.shapes[:2]], "weight": task.weight}
         names = {k.name for k in space.knobs}
         if candidates:
             config, best = min(candidates, key=lambda ck: ck[1].ms)
             fallback = built_kernel(task, tpl, untuned, target, args.threads) if wino.algorithm(untuned) != \
                 wino.DIRECT else direct
-            interleaved([direct, best, fallback], args.rounds)  # compared in the same moments
+            interleaved([direct, best, fallback], rounds)  # compared in the same moments
             row.update(winograd_ms=round(best.ms, 4), ratio=round(best.ms / direct.ms, 3),
                        config={n: config[n] for n in SEARCHED if n in names}, fallback_ms=round(fallback.ms, 4),
                        fallback={n: untuned[n] for n in SEARCHED if n in names})
         row["direct_ms"] = round(direct.ms, 4)
         rows.append(row)
-    result = {"model": args.model.name, "target": str(target), "isa": target.isa, "threads": args.threads,
-              "trials": args.trials, "tasks": rows}
+    result = {"model": model_name, "target": str(target), "isa": target.isa, "threads": args.threads,
+              "trials": trials, "tasks": rows}
     if args.json:
         print(json.dumps(result))
         return result
-    print(f"{args.model.name}, {target.isa}, {args.threads} threads: kernel ms per call as a built model runs it "
-          f"(weight-only stages precomputed); winograd = best of {args.trials} random configs; untuned = the fallback")
+    print(f"{model_name}, {target.isa}, {args.threads} threads: kernel ms per call as a built model runs it "
+          f"(weight-only stages precomputed); winograd = best of {trials} random configs; untuned = the fallback")
     print(f"{'input':16} {'weights':14} {'direct':>8} {'winograd':>9} {'ratio':>6} {'untuned':>8}  config")
     for r in rows:
         x, w = ("x".join(map(str, s)) for s in r["shapes"])

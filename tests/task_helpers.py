@@ -128,3 +128,17 @@ def add_relu_task(shape: Sequence[int], other: Sequence[int]) -> Task:
     b = GraphBuilder()
     b.output(b.node(Op.RELU, [b.node(Op.ADD, [b.input("x", shape), b.input("y", other)])]))
     return _task(b)
+
+
+def assert_matches_reference(task: Task, schedule, args, target) -> None:
+    """The kernel of `schedule` compiled as a model build compiles it (weight-only stages
+    computed ahead) computes what `task.reference` (numpy) computes on the task's seeded inputs:
+    comparing two of our own kernels would miss a mistake they share."""
+    from autosched.compile.model import kernel_as_built
+    from autosched.measure.fold import constant_inputs
+    inputs = task.random_inputs(0)
+    kern, folded = kernel_as_built(schedule, args, constant_inputs(task), target, inputs)
+    outs = [np.empty(shape, dtype) for shape, dtype in zip(task.out_shapes, task.out_dtypes)]
+    kern(*inputs, *outs, *folded)
+    for got, want in zip(outs, task.reference(inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))

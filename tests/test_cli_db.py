@@ -8,7 +8,7 @@ from autosched.cli import main
 from autosched.database import Database
 from autosched.target import Target
 from autosched.zoo import mlp
-from test_database import HERE, measured
+from db_helpers import HERE, measured
 
 
 @pytest.fixture

@@ -15,27 +15,14 @@ import pytest
 
 from autosched.database import (Database, DatabaseError, LogError, RecordWriter, SCHEMA_VERSION, best,
                                 export_jsonl, history, import_jsonl, isa_of)
-from autosched.measure import ErrorKind, MeasureInput, MeasureResult, record_to_json
+from autosched.measure import record_to_json
 from autosched.target import CpuInfo, Target
-from autosched.templates import get_template
 from autosched.zoo import mlp
+from db_helpers import AVX512, HERE, measured
 
 FIXTURES = Path(__file__).parent / "fixtures"
-AVX512 = frozenset({"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
-HERE = Target.parse("llvm", host=CpuInfo("Example CPU A", AVX512))
 OTHER_CPU = Target.parse("llvm", host=CpuInfo("Example CPU B", AVX512))
 OTHER_ISA = Target.parse("llvm", host=CpuInfo("Example CPU C", frozenset({"avx", "avx2", "fma"})))
-
-
-def measured(task, target, costs, t0=1000.0):
-    """Records of `task` on `target`: config i gets costs[i] (None: a compile error)."""
-    space = get_template(task.op, target.kind).space(task, target)
-    out = []
-    for i, cost in enumerate(costs):
-        res = (MeasureResult((cost, cost), ErrorKind.NO_ERROR, "", 0.1, t0 + i) if cost is not None
-               else MeasureResult.failure(ErrorKind.COMPILE_ERROR, "gcc: error", 0.1, t0 + i))
-        out.append((MeasureInput(task, target, space.get(i)), res))
-    return out
 
 
 def test_records_round_trip_and_a_batch_is_stored_once(tmp_path, tasks):
@@ -238,7 +225,7 @@ def test_two_processes_write_one_file_at_once(tmp_path, tasks):
     script = textwrap.dedent("""
         import sys, onnx
         sys.path.insert(0, sys.argv[3])
-        from test_database import measured, HERE
+        from db_helpers import measured, HERE
         from autosched.database import Database
         from autosched.frontend.onnx import load_onnx
         from autosched.graph.passes import optimize

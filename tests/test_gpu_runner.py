@@ -12,7 +12,8 @@ from autosched.cli import main
 from autosched.measure import gpu_worker
 from autosched.measure.gpu import GpuRunner, GpuUnavailableError
 from autosched.measure.interface import measure_with
-from autosched.measure.local import RunnerOptions
+from autosched.measure.emulate import EmulationBuilder
+from autosched.measure.local import LocalRunner, RunnerOptions
 from autosched.measure.nvcc import NvccBuilder
 from autosched.database import Database, best
 from autosched.database.schedules import TunedSchedules
@@ -87,13 +88,34 @@ def test_gpu_runner_times_checked_kernels_and_survives_a_sticky_error(tmp_path):
     assert again.ok, again.error_msg  # a fresh worker, a fresh context
 
 
+REFUSED = (ErrorKind.INSTANTIATION_ERROR, ErrorKind.RESOURCE_LIMIT)  # a config the template or the device rules out
+
+
+def assert_every_candidate_ran_right_or_was_refused(records, trials: int) -> None:
+    """Each of the `trials` candidates either ran and matched the task's reference, or was ruled
+    out before running; none crashed, hung or computed a wrong answer."""
+    assert len(records) == trials
+    for inp, res in records:
+        assert res.ok or res.error_kind in REFUSED, (inp.config.to_json(), res.error_kind, res.error_msg)
+    assert any(res.ok for _, res in records)
+
+
 @pytest.mark.cuda
 @needs_gpu
 def test_tuning_a_gemm_on_the_gpu(tmp_path):
     task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
     with GpuRunner(RunnerOptions(repeat=3, min_repeat_ms=5.0)) as runner:
         result = tune_task(task, "cuda", 16, "random", runner=runner, builder=NvccBuilder(cache_dir=tmp_path))
-    assert any(res.ok for _, res in result.records)
+    assert_every_candidate_ran_right_or_was_refused(result.records, 16)
+
+
+def test_tuning_a_gemm_emulated(tmp_path):
+    """The tune above on a machine without a GPU: each candidate checked by its CPU emulation."""
+    task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
+    with LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.0, threads=1)) as runner:
+        result = tune_task(task, "cuda -arch=sm_80", 8, "random", runner=runner,
+                           builder=EmulationBuilder(n_parallel=2, cache_dir=tmp_path))
+    assert_every_candidate_ran_right_or_was_refused(result.records, 8)
 
 
 def test_a_driver_without_a_device_is_one_clear_message(monkeypatch):

@@ -1,6 +1,9 @@
 """Task extraction: workload keys, deduplication, epilogue description, FLOPs."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -57,10 +60,35 @@ def test_gelu_epilogue_refers_back_to_earlier_steps():
     assert projections.weight == 3  # query, key, value
 
 
-def test_keys_are_stable_across_imports():
-    first = [t.key for t in _tasks(zoo.mobilenet_v2()).tasks]
-    second = [t.key for t in _tasks(zoo.mobilenet_v2()).tasks]
+ZOO_KEYS = """
+import json, sys
+from autosched import zoo
+from autosched.frontend.onnx import import_model
+from autosched.graph.passes import optimize
+from autosched.target import Target
+from autosched.task import extract_tasks
+lanes = Target.parse("llvm -mcpu=haswell").layout_lanes
+keys = {f"{name} {planned}": [t.key for t in extract_tasks(optimize(import_model(build(), source=name),
+                                                                    *([lanes] if planned else []))).tasks]
+        for name, build in zoo.MODELS.items() for planned in (False, True)}
+json.dump(keys, sys.stdout)
+"""
+
+
+def test_keys_are_the_same_in_fresh_processes():
+    """Keys are what the tuning database stores: a tune in one process and a build in another
+    (string hashing salted differently in each) must name every zoo model's tasks alike, with
+    and without layout planning."""
+    def keys(hash_seed: str) -> dict:
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run([sys.executable, "-c", ZOO_KEYS], env=env, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+
+    first, second = keys("1"), keys("2")
     assert first == second
+    assert set(first) == {f"{name} {planned}" for name in zoo.MODELS for planned in (False, True)}
+    assert all(first.values())
+    assert first["mobilenet_v2 False"] == [t.key for t in _tasks(zoo.mobilenet_v2()).tasks]  # and this process
 
 
 def test_keys_ignore_node_and_value_names():

@@ -8,7 +8,7 @@ from rich.console import Console
 from autosched.api import TunePlan
 from autosched.cli import main
 from autosched.cli.progress import JsonLinesProgress, LiveProgress, Tally
-from test_database import HERE, measured
+from db_helpers import HERE, measured
 
 
 def plan_for(tasks, trials=8, history=None):

@@ -33,7 +33,7 @@ from isa import AVX2  # noqa: E402
 from task_helpers import matmul_task  # noqa: E402
 from cuda_markers import needs_nvcc  # noqa: E402
 from autosched.templates import get_template  # noqa: E402
-from test_measure_local import SPACE, AddOneTask, instantiate  # noqa: E402
+from faulty_kernels import SPACE, AddOneTask, instantiate  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 HOST = Target.parse("llvm")

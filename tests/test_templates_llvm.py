@@ -21,7 +21,8 @@ from search_spaces.llvm.conv2d_winograd import direct_values
 
 from isa import AVX2, HOST, ISAS, RUN_TARGETS
 from task_helpers import (
-    attention_scores_task, blocked_conv_task, conv_task, gemm_task, matmul_task, softmax_task, viewed_attention_task,
+    assert_matches_reference, attention_scores_task, blocked_conv_task, conv_task, gemm_task, matmul_task, softmax_task,
+    viewed_attention_task,
 )
 
 TARGET = HOST
@@ -230,18 +231,21 @@ def test_matmul_fallback_is_the_op_library_schedule(make):
     """An untuned matmul runs the op library's default schedule, and the tuner's first trial is
     that schedule in the template's space: the fallback must take the default's register tile,
     packing and loop order, or a tune could end slower than the untuned build (it did on the
-    MLP before the fallback existed). Same tile and same answer; the two lower differently only
-    in unit loops the template's extra splits leave."""
+    MLP before the fallback existed). Same tile, and both give numpy's answer; the two lower
+    differently only in unit loops the template's extra splits leave."""
     from autosched.compile.model import library_kernel
     from autosched.ops.matmul import MATMUL_TAG
     task = make()
+    template = get_template(task.op, "llvm")
     for target in RUN_TARGETS:
-        config = get_template(task.op, "llvm").fallback(task, target)
-        schedule, _ = library_kernel(task, target)
+        config = template.fallback(task, target)
+        schedule, args = library_kernel(task, target)
         packing = next(s.op for s in schedule.stages if s.op.tag == MATMUL_TAG).attrs["packing"]
         assert (config["mr"], config["nr"], config["pack_a"]) == (packing.mr, packing.nr, packing.pack_a), target
         assert config["mb"] == 1 and config["tile_k"][0] == config["tile_k"][2] == 1
         assert config["tile_order"] == ("j", "i")
+        assert_matches_reference(task, *template.apply(task, config, target), target)
+        assert_matches_reference(task, schedule, args, target)
 
 
 def test_untuned_build_of_a_conv_uses_the_fallback_config():
@@ -249,8 +253,10 @@ def test_untuned_build_of_a_conv_uses_the_fallback_config():
     task = TASKS["conv3x3_bias_relu"][0]()
     template = get_template(task.op, "llvm")
     render = renderer_for("llvm").render
-    untuned = render(lower(*default_kernel(task, TARGET), "k"))
-    assert untuned == render(lower(*template.apply(task, template.fallback(task, TARGET), TARGET), "k"))
+    untuned = default_kernel(task, TARGET)
+    assert render(lower(*untuned, "k")) == render(lower(*template.apply(task, template.fallback(task, TARGET), TARGET),
+                                                        "k"))
+    assert_matches_reference(task, *untuned, TARGET)
 
 
 def test_matmul_candidates_are_timed_with_their_weights_packed_ahead(tmp_path):

@@ -21,6 +21,7 @@ from autosched.task import extract_tasks
 from autosched.task_scheduler import tune_tasks
 from autosched.tuner.base import TunerError
 from autosched.tuner.callbacks import JsonLinesLog
+from task_helpers import assert_matches_reference
 
 
 def test_scheduler_spends_the_budget_in_rounds_and_commits_everything(small_model, tmp_path):
@@ -162,7 +163,7 @@ def test_history_skips_a_config_outside_the_tasks_space_naming_it(small_model, t
 
 def test_each_task_is_first_measured_at_its_untuned_config(tmp_path):
     """So a tuned build is never slower than the untuned one: the conv's first trial is the
-    template's fallback config, which the untuned build uses."""
+    template's fallback config, which the untuned build uses, and its kernel gives numpy's answer."""
     from autosched.templates import get_template
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((32, 8, 3, 3)).astype(np.float32), "w")
@@ -178,7 +179,10 @@ def test_each_task_is_first_measured_at_its_untuned_config(tmp_path):
     with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
         tune_tasks([task], "llvm", 3, LocalBuilder(n_parallel=2), runner, tuner="random", callbacks=[JsonLinesLog(log)])
     first = json.loads(log.read_text().splitlines()[0])
-    assert first["config"]["index"] == get_template("Conv", "llvm").fallback(task, Target.parse("llvm")).index
+    template, target = get_template("Conv", "llvm"), Target.parse("llvm")
+    fallback = template.fallback(task, target)
+    assert first["config"]["index"] == fallback.index
+    assert_matches_reference(task, *template.apply(task, fallback, target), target)
 
 
 class PerTaskCost:

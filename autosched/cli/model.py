@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.api import BuildOutcome, build, model_tasks, open_database
+from autosched.api import build, model_tasks, open_database
 from autosched.cli.args import add_build_db_arguments, add_db_argument, add_model_arguments, load_graph, parse_shape
 from autosched.cli.report import write_report
 from autosched.compile.evaluate import compare, latency, onnxruntime_session, sample_inputs
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx
-from autosched.runtime import Model, load_model
+from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import TaskSet, extract_tasks
 

@@ -1,0 +1,145 @@
+"""Every benchmark runs in the suite: `--quick --json` in a subprocess, as a user runs it, exits 0
+and prints one JSON object with the fields the README and the benchmark's docstring quote.
+Figures are not checked against any speed; a benchmark whose code rots fails here, not on the
+day someone needs its numbers. The tuning benchmark's database feeds the `--db` runs of the
+others, so their tuned columns run too."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+
+# The fields each benchmark's JSON must have: a dict names keys (None: any value), "*" stands for
+# every key of a dict whose keys are data (model names, template labels), a one-element list for
+# every item of a list (which must not be empty).
+TIMING = {"autosched_gflops": None, "numpy_gflops": None, "ratio": None}
+FIELDS: dict[str, Any] = {
+    "gemm": {"host": {"cpu": None, "isa": None}, "target": {"target": None, "isa": None, "register_tile": None},
+             "matmul_1024": TIMING, "matmul_128x768x3072": TIMING},
+    "models": {"*": {"autosched_ms": None, "onnxruntime_ms": None, "ratio": None, "tasks": None,
+                     "kernel_calls": None, "matches_onnxruntime": None, "tuned_ms": None, "tuned_ratio": None,
+                     "speedup_vs_untuned": None, "tuned_tasks": None}},
+    "tasks": {"model": None, "threads": None, "target": None,
+              "tasks": [{"op": None, "kind": None, "shapes": None, "weight": None, "library_ms": None,
+                         "untuned_ms": None}],
+              "totals": {"library_ms": None, "untuned_ms": None, "tuned_ms": None},
+              "share_by_op": {"untuned_ms": None, "tuned_ms": None}},
+    "tuning": {"threads": None, "runs": None, "scheduler": None, "models": {"*": {
+        "untuned": {"ms": None, "onnxruntime_ms": None, "ratio": None, "ok": None},
+        "shipped": {"ms": None, "ratio": None, "tasks_from_shipped": None, "tasks": None, "ok": None},
+        "checkpoints": [{"trials": None, "tune_wall_s": None, "estimated_ms": None, "tuned_ms": None,
+                         "tuned_ratio": None, "untuned_ms": None, "untuned_ratio": None, "onnxruntime_ms": None,
+                         "ok": None}]}}},
+    "winograd": {"model": None, "target": None, "isa": None, "threads": None, "trials": None,
+                 "tasks": [{"op": None, "shapes": None, "weight": None, "direct_ms": None, "winograd_ms": None,
+                            "ratio": None, "config": None, "fallback_ms": None, "fallback": None}]},
+    "database": {"records_in_file": None, "batch": None, "commit_ms_per_trial": None, "history_ms": None,
+                 "history_records": None, "best_ms_per_task": None, "build_s_per_trial": None,
+                 "timed_s_per_trial": None},
+    "fleet": {"host": {"cores": None, "avx512f": None}, "task": None, "trials": None, "min_repeat_ms": None,
+              "trials_per_minute": {"1": None}, "speedup": {"1": None},
+              "per_trial_ms": {"local": None, "ray": None, "ray_overhead": None},
+              "builds_beside_timings": {mode: {"trials_per_minute": None, "failed": None,
+                                               "time_vs_alone_median": None, "time_vs_alone_worst": None}
+                                        for mode in ("exclusive", "not exclusive")}},
+    "search": {"matmul_1024": {"tuned_gflops": None, "numpy_gflops": None, "ratio": None},
+               "conv_resnet": {"tuned_ms": None, "onnxruntime_ms": None, "ratio": None},
+               "trials_to_90pct": {"random": None, "ga": None, "xgb": None}},
+    "cuda_templates": {"arch": None, "configs_per_task": None, "nvcc": None, "templates": {"*": {
+        "tasks": None, "configs": None, "pass_emulation": None, "failures": None, "within_limits": None,
+        "over_limits": None, "nvcc_configs_per_s": None}}},
+}
+USES_TUNED_DB = ("models", "tasks", "database")  # run with --db: the tuning benchmark's database
+
+
+def missing(value: Any, spec: Any, path: str = "") -> list[str]:
+    """The paths `spec` names that `value` lacks."""
+    if spec is None:
+        return []
+    if isinstance(spec, list):
+        if not isinstance(value, list) or not value:
+            return [f"{path}[] (a non-empty list)"]
+        return [m for i, item in enumerate(value) for m in missing(item, spec[0], f"{path}[{i}]")]
+    if not isinstance(value, dict):
+        return [f"{path} (an object)"]
+    if "*" in spec:
+        return [f"{path} (not empty)"] * (not value) + [m for k, v in value.items()
+                                                        for m in missing(v, spec["*"], f"{path}.{k}")]
+    return [f"{path}.{k}" for k in spec if k not in value] + [m for k, sub in spec.items() if k in value
+                                                            for m in missing(value[k], sub, f"{path}.{k}")]
+
+
+def run_benchmark(name: str, *args: str, cwd: Path, path: str | None = None) -> dict:
+    """The benchmark's `--quick --json` output, run as a script from `cwd` (its stdout must be
+    exactly one JSON object); `path` replaces PATH (a machine without some tool)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    if path is not None:
+        env["PATH"] = path
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", "--json", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{name}.py exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout)
+
+
+def test_every_benchmark_script_is_covered():
+    """A new benchmark gets its fields here, or this fails: none can rot unnoticed."""
+    scripts = {p.stem for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(FIELDS)
+
+
+@pytest.fixture(scope="module")
+def tuning(tmp_path_factory) -> tuple[dict, Path]:
+    """The tuning benchmark's output and the database it tuned into."""
+    tmp = tmp_path_factory.mktemp("tuning")
+    out = run_benchmark("tuning", "--db-dir", str(tmp / "curves"), cwd=tmp)
+    (db,) = (tmp / "curves").glob("*.db")
+    return out, db
+
+
+def test_the_missing_fields_of_a_result_are_named():
+    """The field check itself: it finds what is absent at any depth, and empty lists and dicts."""
+    spec = {"a": {"b": None}, "c": [{"d": None}], "e": {"*": {"f": None}}}
+    assert missing({"a": {"b": 1}, "c": [{"d": 2}], "e": {"x": {"f": 3}}}, spec) == []
+    assert missing({"a": {}, "c": [{"d": 2}, {}], "e": {"x": {}}}, spec) == [".a.b", ".c[1].d", ".e.x.f"]
+    assert missing({"a": 1, "c": [], "e": {}}, spec) == [".a (an object)", ".c[] (a non-empty list)", ".e (not empty)"]
+
+
+def test_tuning_benchmark(tuning):
+    out, _ = tuning
+    assert missing(out, FIELDS["tuning"]) == []
+    (curve,) = out["models"].values()
+    assert [c["trials"] for c in curve["checkpoints"]] == [4, 8]
+    assert curve["untuned"]["ok"] and curve["shipped"]["ok"] and all(c["ok"] for c in curve["checkpoints"])
+
+
+@pytest.mark.parametrize("name", [n for n in FIELDS if n != "tuning"])
+def test_benchmark_quick_run(name, tmp_path, request):
+    if name == "fleet":
+        pytest.importorskip("ray")
+    args = ("--db", str(request.getfixturevalue("tuning")[1])) if name in USES_TUNED_DB else ()
+    out = run_benchmark(name, *args, cwd=tmp_path)
+    assert missing(out, FIELDS[name]) == []
+    if name == "models":
+        assert all(model["matches_onnxruntime"] for model in out.values())
+    if name == "cuda_templates":  # each row's fallback config: valid by definition
+        assert all(row["pass_emulation"] == 1.0 for row in out["templates"].values())
+        assert all(row["within_limits"] == 1.0 for row in out["templates"].values()) or not out["nvcc"]
+
+
+def test_the_gpu_templates_benchmark_without_nvcc_reports_the_emulation(tmp_path):
+    """No nvcc on PATH: the emulation's figures still come, without nvcc's, and it exits 0."""
+    nvcc = shutil.which("nvcc")
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if nvcc is None or Path(d) != Path(nvcc).parent)
+    out = run_benchmark("cuda_templates", cwd=tmp_path, path=path)
+    assert out["nvcc"] is False
+    assert all(set(row) == {"tasks", "configs", "pass_emulation", "failures"} for row in out["templates"].values())
