@@ -84,16 +84,36 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("library", metavar="OUT", help="a model built by 'autosched build'")
     parser.add_argument("--inputs", required=True, metavar="X.npz", help="arrays named like the model's inputs")
     parser.add_argument("--outputs", required=True, metavar="Y.npz", help="where to write the outputs")
+    parser.add_argument("--no-verify", dest="verify", action="store_false",
+                        help="skip the SHA-256 check of the library and weights against the manifest (their sizes "
+                             "are still checked): for weights of many GB, whose hashing slows every load")
+
+
+def _check_writable(path: str) -> None:
+    """Refuse an output path that cannot be written before the model runs, not after."""
+    target = Path(path)
+    parent = target.parent
+    if target.is_dir():
+        raise AutoschedError(f"{path}: is a directory; --outputs names the .npz file to write")
+    if not parent.is_dir():
+        raise AutoschedError(f"{path}: cannot write the outputs: no directory {parent}")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise AutoschedError(f"{path}: cannot write the outputs: permission denied")
 
 
 def run_run(args: argparse.Namespace) -> int:
-    model = load_model(args.library)
+    _check_writable(args.outputs)
+    model = load_model(args.library, args.verify)
     try:
         with np.load(args.inputs) as z:
             feeds = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise AutoschedError(f"{args.inputs}: cannot read the inputs: {e}") from None
-    np.savez(args.outputs, **model.run(feeds))
+    outputs = model.run(feeds)
+    try:
+        np.savez(args.outputs, **outputs)
+    except OSError as e:
+        raise AutoschedError(f"{args.outputs}: cannot write the outputs: {e.strerror or e}") from None
     print(f"wrote {args.outputs}")
     return 0
 
