@@ -33,12 +33,13 @@ DatabaseLike = Database | PathLike | None
 
 
 @contextlib.contextmanager
-def open_database(db: DatabaseLike) -> Iterator[Database]:
-    """The caller's Database as is, or one opened (and closed after) from a path, URL or the default."""
+def open_database(db: DatabaseLike, read_only: bool = False) -> Iterator[Database]:
+    """The caller's Database as is, or one opened (and closed after) from a path, URL or the
+    default; `read_only` for callers that only read (they then work on a file they cannot write)."""
     if isinstance(db, Database):
         yield db
         return
-    database = Database(db)
+    database = Database(db, read_only=read_only)
     try:
         yield database
     finally:
@@ -97,7 +98,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     Callbacks with `start(plan)` / `finish()` methods (progress displays) are told when the run
     begins (a `TunePlan`) and ends, however it ends."""
     from autosched.measure.local import LocalBuilder, LocalRunner
-    from autosched.task_scheduler import tune_tasks
+    from autosched.task_scheduler import check_arguments, tune_tasks
+    check_arguments(trials, tuner, scheduler)
     target = Target.parse(target) if isinstance(target, str) else target
     if runner is not None:  # records name the device it measures on (the GPU's model)
         target = runner.measured_target(target)
@@ -156,7 +158,7 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
     output = Path(model).with_suffix(".so") if output is None else output
     graph, tasks = model_tasks(model, target, shapes)
     fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
-    with open_database(db) as database:
+    with open_database(db, read_only=True) as database:
         schedules = TunedSchedules(database, fallback)
         try:
             files = build_model(graph, Path(output), target, schedules, emulate=emulate)

@@ -186,7 +186,8 @@ def test_files_of_older_schemas_are_migrated(tmp_path, version, nodes):
 
 def test_a_newer_schema_is_refused_naming_the_file_and_both_versions(tmp_path):
     path = tmp_path / "new.db"
-    Database(path).close()
+    with Database(path) as db:
+        db.start_session("m.onnx", HERE, 1)  # the first write creates the file
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE schema_version SET version = 99")
     with pytest.raises(DatabaseError, match=rf"{path}: schema version 99 is newer than this autosched's "
@@ -220,14 +221,17 @@ def test_bad_files_give_one_error_naming_the_file(tmp_path, tasks):
 
 
 def test_a_path_that_cannot_be_written_is_refused_naming_the_file():
+    db = Database("/proc/autosched.db")  # read-only even for root; nothing to read there: an empty database
+    assert db.stats()["records"] == 0
     with pytest.raises(DatabaseError, match="/proc/autosched.db: cannot open or create the tuning database"):
-        Database("/proc/autosched.db")  # read-only even for root
+        db.start_session("m.onnx", HERE, 1)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
 def test_a_read_only_database_is_refused_naming_the_file(tmp_path):
     path = tmp_path / "ro.db"
-    Database(path).close()
+    with Database(path) as db:
+        db.start_session("m.onnx", HERE, 1)
     path.chmod(0o444)
     with pytest.raises(DatabaseError, match=rf"{path}: the tuning database is read-only"):
         Database(path)

@@ -179,7 +179,7 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     tasks = model_tasks(args.model, args.target, dict(args.shape))[1] if args.model else None
-    with open_database(args.db) as db:
+    with open_database(args.db, read_only=True) as db:
         n = write_report(db, args.output, Target.parse(args.target), args.model, tasks)
     print(f"wrote {args.output} ({n} records)")
     return 0
