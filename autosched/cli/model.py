@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from autosched.frontend.onnx import load_onnx
 from autosched.runtime import Model, load_model
 from autosched.target import Target
 from autosched.task import TaskSet, extract_tasks
+from autosched.tempdirs import temp_dir
 
 
 def tasks_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,7 +139,7 @@ def _built(args: argparse.Namespace, tmp: str):
 
 
 def run_check(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="autosched-check-") as tmp:
+    with temp_dir("check") as tmp:
         graph, model, session = _built(args, tmp)
         diffs = compare(model, session, sample_inputs(graph, args.seed), args.rtol, args.atol)
         model.close()
@@ -157,7 +157,7 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
+    with temp_dir("bench") as tmp:
         graph, model, session = _built(args, tmp)
         lat = latency(model, session, sample_inputs(graph, 0), runs=args.runs)
         model.close()

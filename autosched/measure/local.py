@@ -14,7 +14,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from autosched.measure.interface import Builder, Runner
 from autosched.measure.lifetime import die_with_parent
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import ScheduleError
+from autosched.tempdirs import temp_dir
 
 #: (MeasureInput) -> (Schedule, argument tensors: inputs first, then outputs)
 Instantiate = Callable[[MeasureInput], tuple]
@@ -159,7 +159,7 @@ class LocalRunner(Runner):
     def __init__(self, options: RunnerOptions = RunnerOptions()):
         self.options = options
         self._proc: subprocess.Popen | None = None
-        self._dir = tempfile.TemporaryDirectory(prefix="autosched-run-")
+        self._dir = temp_dir("run")
         self._data: dict[str, str] = {}
         self._best: dict[str, float] = {}
 
