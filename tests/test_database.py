@@ -299,6 +299,18 @@ def test_records_of_another_cpu_of_the_same_isa_are_used_with_one_notice(tmp_pat
     assert caplog.text.count("records measured on another CPU of the same ISA (Example CPU B") == 1
 
 
+def test_the_notice_says_what_differs_between_two_cpus_of_one_model(tmp_path, tasks, caplog):
+    """Two instances of one CPU model may expose different extensions: the notice names them,
+    not the model twice."""
+    from autosched.database import TunedSchedules
+    richer = Target.parse("llvm", host=CpuInfo("Example CPU A", AVX512 | {"avx512_vnni"}))
+    db = Database(tmp_path / "t.db")
+    db.commit(measured(tasks[0], richer, [1e-3]))
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        TunedSchedules(db)(tasks[0], HERE)
+    assert "of the same ISA (Example CPU A with avx512_vnni, unlike this one)" in caplog.text
+
+
 def test_the_checkout_ships_records_for_both_x86_isa_classes():
     from autosched.database import shipped_database, shipped_dir
     assert shipped_dir() is not None
