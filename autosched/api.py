@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autosched.compile.model import ModelFiles, build_model
-from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database
+from autosched.database import (Best, Database, RecordWriter, TunedSchedules, history, shipped_database,
+                                tasks_digest)
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
@@ -110,7 +111,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
         for callback in callbacks:
             if hasattr(callback, "start"):
                 callback.start(plan)
-        session = database.start_session(str(model), target, trials)
+        session = database.start_session(str(model), target, trials, tasks_digest(t.key for t in tasks))
         own_runner = runner is None
         runner = LocalRunner() if runner is None else runner
         status = "failed"

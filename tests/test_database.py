@@ -169,9 +169,10 @@ def test_sessions_count_what_their_writer_committed(tmp_path, tasks):
     assert db.stats()["sessions"] == 1
 
 
-@pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None])])
+@pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None]), (3, ["node-a", None])])
 def test_files_of_older_schemas_are_migrated(tmp_path, version, nodes):
-    """Fixtures are dumps of real files of each older version (v2: v1 migrated by that version's code)."""
+    """Fixtures are dumps of real files of each older version (v2: v1 migrated by that version's
+    code, v3: v2 migrated by v3's)."""
     path = tmp_path / f"v{version}.db"
     with sqlite3.connect(path) as conn:
         conn.executescript((FIXTURES / f"tuning_v{version}.sql").read_text())
@@ -179,7 +180,7 @@ def test_files_of_older_schemas_are_migrated(tmp_path, version, nodes):
     assert db.stats() | {"location": None} == {"location": None, "schema_version": SCHEMA_VERSION, "records": 2,
                                                "failed": 1, "workloads": 1, "targets": 1, "sessions": 1}
     assert [s.node for s in db.stored()] == nodes
-    assert [s["search_s"] for s in db.sessions()] == [0.0]
+    assert [(s["search_s"], s["tasks"]) for s in db.sessions()] == [(0.0, None)]
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 

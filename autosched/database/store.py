@@ -171,12 +171,14 @@ class Database:
         """Copy every record of `other` that this database lacks; returns how many were new."""
         return self.insert(other.stored())
 
-    def start_session(self, model: str, target: Target, trials: int) -> int:
-        """A tuning run begins: its row records what was asked; `end_session` what came of it."""
+    def start_session(self, model: str, target: Target, trials: int, tasks: str | None = None) -> int:
+        """A tuning run begins: its row records what was asked (`tasks`: the `tasks_digest` of the
+        model's tasks); `end_session` what came of it."""
         with self.writing() as conn:
             target_id = _target_id(conn, TargetInfo.of(target))
             return conn.execute(insert(sessions).values(model=model, target_id=target_id, trials_asked=trials,
-                                                        trials_done=0, status="running", started=time.time())
+                                                        trials_done=0, status="running", started=time.time(),
+                                                        tasks=tasks)
                                 ).inserted_primary_key[0]
 
     def end_session(self, session: int, status: str) -> int:
