@@ -84,10 +84,14 @@ def test_a_tune_refused_before_measuring_creates_no_database(model, tmp_path, ca
     assert not db.exists()
 
 
-def test_reading_commands_never_create_the_database(model, tmp_path, capsys):
+def test_commands_with_nothing_to_write_never_create_the_database(model, tmp_path, capsys):
     db = tmp_path / "never.db"
     assert main(["db", "stats", "--db", str(db)]) == 0
     assert main(["build", str(model), "--no-shipped", "--db", str(db), "-o", str(tmp_path / "m.so")]) == 0
+    assert main(["db", "prune", "--before", "2026-11-01", "--db", str(db)]) == 0
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["db", "import", str(empty), "--db", str(db)]) == 0
     assert not db.exists()
 
 

@@ -195,6 +195,8 @@ class Database:
     def prune(self, before: float) -> int:
         """Drop records older than `before` (a Unix time) that failed or are not the best of their
         workload and target; returns how many went."""
+        if self._pending is not None:  # no file: nothing to drop, and no reason to create one
+            return 0
         r2 = records.alias("r2")
         best_cost = (select(func.min(r2.c.cost))
                      .where(and_(r2.c.workload_id == records.c.workload_id, r2.c.target_id == records.c.target_id))
