@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -67,8 +68,13 @@ def _terminate_as_interrupt() -> Iterator[list[int]]:
     processes and temporary directories removed). Yields the signals received, for the exit
     status; a second SIGTERM while unwinding is ignored, so the cleanup runs to its end."""
     received: list[int] = []
+    owner = os.getpid()
 
     def interrupt(signum: int, _frame: object) -> None:
+        if os.getpid() != owner:  # a forked builder inherits the handler: it dies as a SIGTERM'd process does
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         received.append(signum)
         if len(received) == 1:
             raise KeyboardInterrupt
