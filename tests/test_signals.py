@@ -26,7 +26,7 @@ def test_sigterm_is_handled_like_ctrl_c_and_leaves_no_temporary_directory(small_
     wait_for(lambda: records(db) >= 2 and len(marked(mark)) > 1 or proc.poll() is not None)
     assert ours(tmp)  # the measuring worker's data directory at least
     proc.send_signal(signal.SIGTERM)  # `kill PID`: the tuner alone, not its process group
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
     [line] = err.splitlines()
     kept = records(db)
@@ -55,3 +55,19 @@ def test_the_next_command_sweeps_what_a_kill_9_left(small_model, tmp_path, monke
     subprocess.run([sys.executable, "-m", "autosched.cli", "db", "stats", "--db", str(db)], check=True,
                    capture_output=True, env=env)
     assert ours(tmp) == [live.name]
+
+
+def test_sigterm_during_bench_removes_its_build_directory(small_model, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "autosched.cli", "bench", str(small_model), "--runs", "1000000",
+                             "--db", str(tmp_path / "t.db")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    built = lambda: any(name.startswith(f"autosched-bench-{proc.pid}-") and (tmp / name / "model.weights").exists()
+                        for name in ours(tmp))
+    wait_for(lambda: proc.poll() is not None or built())  # built, so timing now
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and err == "interrupted\n", err
+    assert ours(tmp) == [] and not (tmp_path / "t.db").exists()
