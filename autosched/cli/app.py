@@ -108,6 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except AutoschedError as exc:
             if args.debug:
                 raise
+            if received:  # native code (an extension's import) turned the interrupt into an error
+                print("interrupted", file=sys.stderr)
+                return 128 + received[0]
             print(f"error: {exc}", file=sys.stderr)
             return 2
         finally:
