@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from autosched.backend import backend_for
 from autosched.compile.model import ModelFiles, build_model
-from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database
+from autosched.database import (Best, Database, RecordWriter, TunedSchedules, history, shipped_database,
+                                tasks_digest)
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
@@ -34,12 +35,13 @@ DatabaseLike = Database | PathLike | None
 
 
 @contextlib.contextmanager
-def open_database(db: DatabaseLike) -> Iterator[Database]:
-    """The caller's Database as is, or one opened (and closed after) from a path, URL or the default."""
+def open_database(db: DatabaseLike, read_only: bool = False) -> Iterator[Database]:
+    """The caller's Database as is, or one opened (and closed after) from a path, URL or the
+    default; `read_only` for callers that only read (they then work on a file they cannot write)."""
     if isinstance(db, Database):
         yield db
         return
-    database = Database(db)
+    database = Database(db, read_only=read_only)
     try:
         yield database
     finally:
@@ -100,7 +102,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     without a GPU (their times are the CPU's). Ctrl-C raises TuneInterrupted after marking the
     session interrupted. Callbacks with `start(plan)` / `finish()` methods (progress displays)
     are told when the run begins (a `TunePlan`) and ends, however it ends."""
-    from autosched.task_scheduler import tune_tasks
+    from autosched.task_scheduler import check_arguments, tune_tasks
+    check_arguments(trials, tuner, scheduler)
     target = Target.parse(target) if isinstance(target, str) else target
     with backend_for(target, emulate).measuring(builder, runner) as (builder, runner):
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
@@ -111,7 +114,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
             for callback in callbacks:
                 if hasattr(callback, "start"):
                     callback.start(plan)
-            session = database.start_session(str(model), target, trials)
+            session = database.start_session(str(model), target, trials, tasks_digest(t.key for t in tasks))
             status = "failed"
             try:
                 summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
@@ -156,7 +159,7 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
     output = Path(model).with_suffix(".so") if output is None else output
     graph, tasks = model_tasks(model, target, shapes)
     fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
-    with open_database(db) as database:
+    with open_database(db, read_only=True) as database:
         schedules = TunedSchedules(database, fallback)
         try:
             files = build_model(graph, Path(output), target, schedules, emulate=emulate)

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -106,10 +107,23 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def _reachable(address: str) -> None:
+    """One line when nothing listens at HOST:PORT: a wrong address is that, whether or not this
+    machine has a token."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise FleetError(f"{address!r} is not a Ray head's HOST:PORT (e.g. 10.0.0.5:{DEFAULT_PORT}) or 'auto'")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise FleetError(f"no Ray head answers at {address}: {e.strerror or e}") from None
+
+
 def probe(address: str) -> None:
     """Check in milliseconds that a head answers at HOST:PORT and accepts our token
     (`ray.init` would retry a wrong token for 20 s before a vague ConnectionError). Ray 2.60 has
     no public client that asks a head one question: the private GcsClient stays until one exists."""
+    _reachable(address)
     token_auth()
     _require_token(create=False)
     import ray._raylet

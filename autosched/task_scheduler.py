@@ -136,6 +136,16 @@ def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[s
     return TaskProgress(task, search, best=search.best, best_cost=search.best_cost)
 
 
+def check_arguments(trials: int, tuner: str, scheduler: str) -> None:
+    """Refuse a budget, tuner or scheduler `tune_tasks` cannot use; callers check before they
+    open or write a database, so a refused tune leaves nothing behind."""
+    get_tuner(tuner)
+    if type(trials) is not int or trials <= 0:
+        raise TunerError(f"trials must be a positive int, got {trials!r}")
+    if scheduler not in SCHEDULERS:
+        raise TunerError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+
+
 def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder: Builder, runner: Runner,
                tuner: str = "xgb", round_trials: int = 16, callbacks: Sequence[Callback] = (),
                seed: int = 0, history: Mapping[str, Sequence[Record]] | None = None,
@@ -145,10 +155,7 @@ def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder
     rounds, `scheduler` (a name in SCHEDULERS) picks each round's task. Callbacks with a
     `searched(seconds)` method hear, after each round, how long its tuner spent proposing and
     learning (the cost model's share of the tuning time)."""
-    if type(trials) is not int or trials <= 0:
-        raise TunerError(f"trials must be a positive int, got {trials!r}")
-    if scheduler not in SCHEDULERS:
-        raise TunerError(f"unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    check_arguments(trials, tuner, scheduler)
     priority = SCHEDULERS[scheduler]
     target = Target.parse(target) if isinstance(target, str) else target
     chosen, skipped = tunable(tasks, target)

@@ -156,9 +156,10 @@ def test_sessions_count_what_their_writer_committed(tmp_path, tasks):
     assert db.stats()["sessions"] == 1
 
 
-@pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None])])
+@pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None]), (3, ["node-a", None])])
 def test_files_of_older_schemas_are_migrated(tmp_path, version, nodes):
-    """Fixtures are dumps of real files of each older version (v2: v1 migrated by that version's code)."""
+    """Fixtures are dumps of real files of each older version (v2: v1 migrated by that version's
+    code, v3: v2 migrated by v3's)."""
     path = tmp_path / f"v{version}.db"
     with sqlite3.connect(path) as conn:
         conn.executescript((FIXTURES / f"tuning_v{version}.sql").read_text())
@@ -166,14 +167,15 @@ def test_files_of_older_schemas_are_migrated(tmp_path, version, nodes):
     assert db.stats() | {"location": None} == {"location": None, "schema_version": SCHEMA_VERSION, "records": 2,
                                                "failed": 1, "workloads": 1, "targets": 1, "sessions": 1}
     assert [s.node for s in db.stored()] == nodes
-    assert [s["search_s"] for s in db.sessions()] == [0.0]
+    assert [(s["search_s"], s["tasks"]) for s in db.sessions()] == [(0.0, None)]
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_a_newer_schema_is_refused_naming_the_file_and_both_versions(tmp_path):
     path = tmp_path / "new.db"
-    Database(path).close()
+    with Database(path) as db:
+        db.start_session("m.onnx", HERE, 1)  # the first write creates the file
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE schema_version SET version = 99")
     with pytest.raises(DatabaseError, match=rf"{path}: schema version 99 is newer than this autosched's "
@@ -207,14 +209,17 @@ def test_bad_files_give_one_error_naming_the_file(tmp_path, tasks):
 
 
 def test_a_path_that_cannot_be_written_is_refused_naming_the_file():
+    db = Database("/proc/autosched.db")  # read-only even for root; nothing to read there: an empty database
+    assert db.stats()["records"] == 0
     with pytest.raises(DatabaseError, match="/proc/autosched.db: cannot open or create the tuning database"):
-        Database("/proc/autosched.db")  # read-only even for root
+        db.start_session("m.onnx", HERE, 1)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
 def test_a_read_only_database_is_refused_naming_the_file(tmp_path):
     path = tmp_path / "ro.db"
-    Database(path).close()
+    with Database(path) as db:
+        db.start_session("m.onnx", HERE, 1)
     path.chmod(0o444)
     with pytest.raises(DatabaseError, match=rf"{path}: the tuning database is read-only"):
         Database(path)
@@ -280,6 +285,18 @@ def test_records_of_another_cpu_of_the_same_isa_are_used_with_one_notice(tmp_pat
             schedules(task, HERE)
     assert len(schedules.used) == 2
     assert caplog.text.count("records measured on another CPU of the same ISA (Example CPU B") == 1
+
+
+def test_the_notice_says_what_differs_between_two_cpus_of_one_model(tmp_path, tasks, caplog):
+    """Two instances of one CPU model may expose different extensions: the notice names them,
+    not the model twice."""
+    from autosched.database import TunedSchedules
+    richer = Target.parse("llvm", host=CpuInfo("Example CPU A", AVX512 | {"avx512_vnni"}))
+    db = Database(tmp_path / "t.db")
+    db.commit(measured(tasks[0], richer, [1e-3]))
+    with caplog.at_level(logging.WARNING, "autosched.database"):
+        TunedSchedules(db)(tasks[0], HERE)
+    assert "of the same ISA (Example CPU A with avx512_vnni, unlike this one)" in caplog.text
 
 
 def test_the_checkout_ships_records_for_both_x86_isa_classes():

@@ -1,6 +1,10 @@
 """`autosched report`: one self-contained HTML file with its figures embedded."""
+import re
+import shutil
+
 import onnx
 
+import autosched
 from autosched.cli import main
 from autosched.database import Database
 from autosched.target import Target
@@ -31,3 +35,15 @@ def test_report_without_records_is_one_error_line(tmp_path, capsys):
     db = tmp_path / "empty.db"
     assert main(["report", "--db", str(db), "-o", str(tmp_path / "r.html")]) == 2
     assert capsys.readouterr().err.startswith(f"error: {db}: no records for all workloads on this machine")
+
+
+def test_a_copy_of_a_tuned_model_reports_the_sessions_that_tuned_it(small_model, tmp_path, capsys):
+    """Sessions are matched by the model's tasks, not by the path it was tuned from."""
+    db = tmp_path / "t.db"
+    autosched.tune(small_model, "llvm", 4, db=db, tuner="random", round_trials=4)
+    copy = tmp_path / "elsewhere" / "renamed.onnx"
+    copy.parent.mkdir()
+    shutil.copy(small_model, copy)
+    assert main(["report", str(copy), "--db", str(db), "-o", str(tmp_path / "r.html")]) == 0
+    wall = re.search(r"wall time: ([0-9.]+) s", (tmp_path / "r.html").read_text())
+    assert float(wall.group(1)) > 0

@@ -80,7 +80,7 @@ def test_bad_imports_are_named_and_foreign_configs_skipped_with_a_warning(small_
     bad.write_text('{"task": "k", "target": "llvm"}\n')
     db = tmp_path / "t.db"
     assert main(["db", "import", str(bad), "--db", str(db)]) == 2
-    assert f"error: {bad}:1: not a measurement record" in capsys.readouterr().err
+    assert f"error: 0 imported: {bad}:1: not a measurement record" in capsys.readouterr().err
     assert main(["db", "import", str(tmp_path / "missing.jsonl"), "--db", str(db)]) == 2
     assert "missing.jsonl: cannot read" in capsys.readouterr().err
 

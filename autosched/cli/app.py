@@ -10,13 +10,18 @@ with the traceback only under `--debug`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import signal
 import sys
-from typing import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from autosched.cli import db, fleet, model, tune
 from autosched.cli.args import Command
 from autosched.errors import AutoschedError, TuneInterrupted
+from autosched.tempdirs import sweep_stale
 
 
 COMMANDS: dict[str, Command] = {
@@ -56,24 +61,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[list[int]]:
+    """SIGTERM (what `kill`, service managers and batch schedulers send) handled as Ctrl-C is: a
+    KeyboardInterrupt that unwinds every `finally` (the records committed are kept, worker
+    processes and temporary directories removed). Yields the signals received, for the exit
+    status; a second SIGTERM while unwinding is ignored, so the cleanup runs to its end."""
+    received: list[int] = []
+    owner = os.getpid()
+
+    def interrupt(signum: int, _frame: object) -> None:
+        if os.getpid() != owner:  # a forked builder inherits the handler: it dies as a SIGTERM'd process does
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield received
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _show_warnings()
-    try:
-        return args.run(args)
-    except TuneInterrupted as exc:
-        print(f"interrupted: {exc.kept} records kept in {exc.database}; run the same command again to resume "
-              "(nothing measured is measured again)", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:
-        if args.debug:
-            raise
-        print("interrupted", file=sys.stderr)
-        return 130
-    except AutoschedError as exc:
-        if args.debug:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    sweep_stale()  # what a kill -9 of an earlier command left
+    with _terminate_as_interrupt() as received:
+        try:
+            return args.run(args)
+        except TuneInterrupted as exc:
+            print(f"interrupted: {exc.kept} records kept in {exc.database}; run the same command again to resume "
+                  "(nothing measured is measured again)", file=sys.stderr)
+            return 128 + (received[0] if received else signal.SIGINT)
+        except KeyboardInterrupt:
+            if args.debug:
+                raise
+            print("interrupted", file=sys.stderr)
+            return 128 + (received[0] if received else signal.SIGINT)
+        except AutoschedError as exc:
+            if args.debug:
+                raise
+            if received:  # native code (an extension's import) turned the interrupt into an error
+                print("interrupted", file=sys.stderr)
+                return 128 + received[0]
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            sweep_stale()  # the directories of builder processes killed on the way out
 
 

@@ -6,11 +6,13 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 import sys
 
 from autosched.api import model_tasks
 from autosched.cli.args import add_db_argument, add_model_arguments
-from autosched.database import Database, best, export_jsonl, import_jsonl
+from autosched.database import Database, LogError, best, export_jsonl, read_jsonl
+from autosched.database.location import is_url
 from autosched.errors import AutoschedError
 from autosched.target import Target
 
@@ -54,15 +56,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--before", type=_date, required=True, metavar="DATE", help="e.g. 2026-11-01")
 
 
+#: the actions that only read the database: they open it read-only
+_READING = ("export", "stats", "best")
+
+
 def run(args: argparse.Namespace) -> int:
-    with contextlib.closing(Database(args.db)) as db:
+    with contextlib.closing(Database(args.db, read_only=args.db_command in _READING)) as db:
         return args.db_run(db, args)
 
 
 def _import(db, args) -> int:
-    for path in args.files:
-        lines, new = import_jsonl(db, path)
-        print(f"{path}: {lines} records, {new} new, into {db.location}")
+    """Every file is read before anything is stored: one bad line refuses them all."""
+    try:
+        files = [(path, list(read_jsonl(path))) for path in args.files]
+    except LogError as e:
+        raise LogError(f"0 imported: {e}") from None
+    for path, stored in files:
+        print(f"{path}: {len(stored)} records, {db.insert(stored)} new, into {db.location}")
     return 0
 
 
@@ -109,7 +119,13 @@ def _best(db, args) -> int:
 
 
 def _merge(db, args) -> int:
-    with contextlib.closing(Database(args.other)) as other:
+    """The other database is opened read-only: a merge never creates or changes its source."""
+    if not is_url(args.other):
+        if not os.path.exists(args.other):
+            raise AutoschedError(f"{args.other}: no such file; nothing merged")
+        if os.path.isfile(args.other) and os.path.getsize(args.other) == 0:
+            raise AutoschedError(f"{args.other}: an empty file, not a tuning database; nothing merged")
+    with contextlib.closing(Database(args.other, read_only=True)) as other:
         n = db.merge(other)
     print(f"{n} new records from {args.other} into {db.location}")
     return 0

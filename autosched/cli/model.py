@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from autosched.frontend.onnx import load_onnx
 from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import TaskSet, extract_tasks
+from autosched.tempdirs import temp_dir
 
 
 def tasks_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,16 +84,36 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("library", metavar="OUT", help="a model built by 'autosched build'")
     parser.add_argument("--inputs", required=True, metavar="X.npz", help="arrays named like the model's inputs")
     parser.add_argument("--outputs", required=True, metavar="Y.npz", help="where to write the outputs")
+    parser.add_argument("--no-verify", dest="verify", action="store_false",
+                        help="skip the SHA-256 check of the library and weights against the manifest (their sizes "
+                             "are still checked): for weights of many GB, whose hashing slows every load")
+
+
+def _check_writable(path: str) -> None:
+    """Refuse an output path that cannot be written before the model runs, not after."""
+    target = Path(path)
+    parent = target.parent
+    if target.is_dir():
+        raise AutoschedError(f"{path}: is a directory; --outputs names the .npz file to write")
+    if not parent.is_dir():
+        raise AutoschedError(f"{path}: cannot write the outputs: no directory {parent}")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise AutoschedError(f"{path}: cannot write the outputs: permission denied")
 
 
 def run_run(args: argparse.Namespace) -> int:
-    model = load_model(args.library)
+    _check_writable(args.outputs)
+    model = load_model(args.library, args.verify)
     try:
         with np.load(args.inputs) as z:
             feeds = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise AutoschedError(f"{args.inputs}: cannot read the inputs: {e}") from None
-    np.savez(args.outputs, **model.run(feeds))
+    outputs = model.run(feeds)
+    try:
+        np.savez(args.outputs, **outputs)
+    except OSError as e:
+        raise AutoschedError(f"{args.outputs}: cannot write the outputs: {e.strerror or e}") from None
     print(f"wrote {args.outputs}")
     return 0
 
@@ -119,7 +139,7 @@ def _built(args: argparse.Namespace, tmp: str):
 
 
 def run_check(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="autosched-check-") as tmp:
+    with temp_dir("check") as tmp:
         graph, model, session = _built(args, tmp)
         diffs = compare(model, session, sample_inputs(graph, args.seed), args.rtol, args.atol)
         model.close()
@@ -137,7 +157,7 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
+    with temp_dir("bench") as tmp:
         graph, model, session = _built(args, tmp)
         lat = latency(model, session, sample_inputs(graph, 0), runs=args.runs)
         model.close()
@@ -159,7 +179,7 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     tasks = model_tasks(args.model, args.target, dict(args.shape))[1] if args.model else None
-    with open_database(args.db) as db:
+    with open_database(args.db, read_only=True) as db:
         n = write_report(db, args.output, Target.parse(args.target), args.model, tasks)
     print(f"wrote {args.output} ({n} records)")
     return 0

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from autosched.database import Database, StoredRecord
+from autosched.database import Database, StoredRecord, tasks_digest
 from autosched.errors import AutoschedError
 from autosched.target import Target
 from autosched.task import Task
@@ -111,6 +111,14 @@ def _table(recs: Sequence[StoredRecord], weights: dict[str, int]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
+def _tuned(session: dict, model: str | None, tasks: Sequence[Task]) -> bool:
+    """Whether a session tuned this model: by its tasks, wherever the model's file lies (sessions
+    from before schema 4 know only the path they were given)."""
+    if session["tasks"] is None:
+        return session["model"] == model
+    return session["tasks"] == tasks_digest(t.key for t in tasks)
+
+
 def write_report(db: Database, out: str | os.PathLike[str], target: Target, model: str | None = None,
                  tasks: Sequence[Task] | None = None) -> int:
     """Write the report for `model`'s `tasks` (None: every workload) on `target`'s machine; returns
@@ -122,7 +130,7 @@ def write_report(db: Database, out: str | os.PathLike[str], target: Target, mode
     if not recs:
         raise AutoschedError(f"{db.location}: no records for {title} on this machine ({target})")
     curves, latency = _curves(recs, weights)
-    time_png, errors = _time_and_errors(recs, [s for s in db.sessions() if model is None or s["model"] == model])
+    time_png, errors = _time_and_errors(recs, [s for s in db.sessions() if tasks is None or _tuned(s, model, tasks)])
     body = (f"<h1>autosched tuning report: {html.escape(title)}</h1><p>database {html.escape(db.location)}, "
             f"target {html.escape(str(target))}, {len(recs)} records</p>{curves}{latency}{time_png}{errors}"
             f"<h2>Tasks</h2>{_table(recs, weights)}")

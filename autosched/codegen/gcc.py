@@ -13,12 +13,12 @@ import functools
 import hashlib
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 from autosched.codegen.errors import CompileError, format_diagnostics as compiler_diagnostics
 from autosched.target import CpuCapabilities, Target, TargetError, gcc_isa_flags
+from autosched.tempdirs import temp_dir
 
 #: every build's flags but the ISA's, which come from the target
 BASE_FLAGS = ("-O3", "-fopenmp", "-std=gnu11", "-shared", "-fPIC")
@@ -71,7 +71,7 @@ def compile_c(source: str, flags: Sequence[str], cache_dir: Path | None = None,
     out = cache / f"{key}.so"
     if out.exists():
         return out
-    with tempfile.TemporaryDirectory(prefix="autosched-cc-") as tmp:
+    with temp_dir("cc") as tmp:
         src = Path(tmp) / "kernel.c"
         src.write_text(source)
         obj = Path(tmp) / "kernel.so"
@@ -98,7 +98,7 @@ def optimization_report(source: str, flags: Sequence[str], cc: str = "gcc") -> s
 
     For a user checking that a schedule's annotations reached the machine code.
     """
-    with tempfile.TemporaryDirectory(prefix="autosched-cc-") as tmp:
+    with temp_dir("cc") as tmp:
         src = Path(tmp) / "kernel.c"
         src.write_text(source)
         proc = subprocess.run([cc, *flags, "-fopt-info-vec-optimized", "-fopt-info-loop-optimized", str(src),

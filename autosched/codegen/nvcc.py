@@ -13,13 +13,13 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 from autosched.codegen.errors import CompileError, format_diagnostics as compiler_diagnostics
 from autosched.codegen.gcc import default_cache_dir
+from autosched.tempdirs import temp_dir
 
 DEFAULT_FLAGS = ("-O3", "--use_fast_math")
 
@@ -71,7 +71,7 @@ def compile_cuda(source: str, arch: str, flags: Sequence[str] = DEFAULT_FLAGS, c
     if built.exists() and usage_file.exists():
         usage = {k: ResourceUsage(**v) for k, v in json.loads(usage_file.read_text()).items()}
         return CubinBuild(built, usage)
-    with tempfile.TemporaryDirectory(prefix="autosched-nvcc-") as tmp:
+    with temp_dir("nvcc") as tmp:
         src = Path(tmp) / "kernel.cu"
         src.write_text(source)
         out = Path(tmp) / f"kernel.{output}"

@@ -9,6 +9,7 @@ weights file in the layout the kernel reads, so inference never repacks a weight
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from autosched.graph.passes import FusedGroup, fuse, optimize, plan_memory
 from autosched.lower import PrimFunc, lower
 from autosched.lower.ir import Store, walk_stmts
 from autosched.runtime import Kernel
+from autosched.runtime.model import MANIFEST_FORMAT, file_sha256
 from autosched.schedule import Schedule, create_schedule
 from autosched.task import Task, extract_tasks
 from autosched.target import CpuCapabilities, Target
@@ -122,7 +124,9 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     files = ModelFiles(out, out.with_suffix(".json"), out.with_suffix(".weights"))
     files.weights.write_bytes(weights.blob)
     files.manifest.write_text(json.dumps({
-        "format": 1, "library": out.name, "weights": files.weights.name, "weights_bytes": len(weights.blob),
+        "format": MANIFEST_FORMAT, "library": out.name, "weights": files.weights.name,
+        "weights_bytes": len(weights.blob), "weights_sha256": hashlib.sha256(weights.blob).hexdigest(),
+        "library_bytes": out.stat().st_size, "library_sha256": file_sha256(out),
         "target": str(target), "emulated": backend.emulated, "isa": binary.isa, "isa_flags": isa_flags,
         "inputs": [_value_json(v) for v in graph.inputs],
         "outputs": [_value_json(v) for v in graph.outputs],

@@ -1,6 +1,6 @@
 """The tuning database: every measurement, where it was measured, and the queries a tune and a
 build need. SQLite through SQLAlchemy by default (any SQLAlchemy URL is accepted)."""
-from autosched.database.identity import TargetInfo, isa_of
+from autosched.database.identity import TargetInfo, isa_of, tasks_digest
 from autosched.database.jsonl import LogError, export_jsonl, import_jsonl, read_jsonl
 from autosched.database.location import DatabaseError, default_location
 from autosched.database.queries import Best, best, history
@@ -14,5 +14,5 @@ from autosched.database.writer import RecordWriter
 __all__ = [
     "Best", "Database", "DatabaseError", "LogError", "RecordWriter", "SCHEMA_VERSION", "StoredRecord", "TargetInfo",
     "TunedSchedules", "best", "default_location", "export_jsonl", "history", "import_jsonl", "isa_of", "read_jsonl",
-    "shipped_database", "shipped_dir",
+    "shipped_database", "shipped_dir", "tasks_digest",
 ]

@@ -6,6 +6,8 @@ machines (same ISA class, another CPU model); nothing crosses an ISA.
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from autosched.target import Target
@@ -14,6 +16,12 @@ from autosched.target import Target
 def isa_of(target: Target) -> str:
     """The target's coarse ISA class ("x86_64-avx512", "cuda-sm_90"): what records never cross."""
     return target.isa
+
+
+def tasks_digest(keys: Iterable[str]) -> str:
+    """What a tuning session tuned, as its sessions row keeps it: SHA-256 of the model's task
+    keys, so the same model copied elsewhere (or renamed) is recognised as the same one."""
+    return hashlib.sha256("\n".join(sorted(set(keys))).encode()).hexdigest()
 
 
 @functools.cache

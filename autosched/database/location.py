@@ -9,9 +9,11 @@ contention whatever the timeout, so several tuners could not share one file.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.pool import QueuePool
 
 from autosched.errors import AutoschedError
 
@@ -36,9 +38,9 @@ def is_url(location: str) -> bool:
     return "://" in location
 
 
-def check_file(path: Path) -> None:
+def check_file(path: Path, read_only: bool = False) -> None:
     """Refuse, naming the file, what SQLite would misreport later: a directory, a file that is
-    not an SQLite database, a path that cannot be written."""
+    not an SQLite database, a path that cannot be written (unless it is only to be read)."""
     if path.is_dir():
         raise DatabaseError(f"{path}: is a directory, not a tuning database")
     if path.exists():
@@ -49,7 +51,7 @@ def check_file(path: Path) -> None:
             raise DatabaseError(f"{path}: cannot read the tuning database: {e.strerror}") from None
         if head and head != _SQLITE_MAGIC:
             raise DatabaseError(f"{path}: not an SQLite database (not a tuning database, or overwritten)")
-        if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+        if not read_only and not writable(path):
             raise DatabaseError(f"{path}: the tuning database is read-only (SQLite needs to write the file "
                                 "and its directory); copy it somewhere writable or choose another with --db")
         return
@@ -61,12 +63,25 @@ def check_file(path: Path) -> None:
         raise DatabaseError(f"{path}: cannot create the tuning database: {path.parent} is read-only")
 
 
-def make_engine(location: str) -> Engine:
-    """An engine for a path or URL; SQLite files get WAL, a busy timeout and immediate writes."""
+def writable(path: Path) -> bool:
+    """Whether SQLite can write `path` and create its journal files beside it."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def make_engine(location: str, read_only: bool = False) -> Engine:
+    """An engine for a path or URL; SQLite files get WAL, a busy timeout and immediate writes.
+    `read_only` files are opened with SQLite's `mode=ro`, which never writes them, and with
+    `immutable=1` where they cannot be written at all: a WAL file's readers need its `-shm` beside
+    it, which a read-only directory does not let them create."""
     if is_url(location):
         engine = create_engine(location)
         if engine.dialect.name != "sqlite":
             return engine
+    elif read_only:
+        path = Path(location).resolve()
+        uri = f"{path.as_uri()}?mode=ro" + ("" if writable(path) else "&immutable=1")
+        engine = create_engine("sqlite://", poolclass=QueuePool,
+                               creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False))
     else:
         engine = create_engine(f"sqlite:///{location}")
 
@@ -75,13 +90,14 @@ def make_engine(location: str) -> Engine:
         dbapi_conn.isolation_level = None  # no implicit BEGIN from the driver: ours below
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA journal_mode = WAL")
+        if not read_only:
+            cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn) -> None:
-        read_only = conn.get_execution_options().get("autosched_read", False)
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        reads = read_only or conn.get_execution_options().get("autosched_read", False)
+        conn.exec_driver_sql("BEGIN" if reads else "BEGIN IMMEDIATE")
 
     return engine

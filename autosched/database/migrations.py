@@ -17,8 +17,12 @@ def _add_search_time(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE sessions ADD COLUMN search_s FLOAT NOT NULL DEFAULT 0")
 
 
+def _add_session_tasks(conn: Connection) -> None:
+    conn.exec_driver_sql("ALTER TABLE sessions ADD COLUMN tasks VARCHAR(64)")
+
+
 #: version v → the step that turns a version-v file into version v + 1
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_node, 2: _add_search_time}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_node, 2: _add_search_time, 3: _add_session_tasks}
 
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "every older version needs its step"
 

@@ -21,6 +21,20 @@ def _device(fingerprint: str) -> str:
     return parts[1] if len(parts) > 1 else fingerprint
 
 
+def difference(found: str, here: str) -> str:
+    """What tells the fingerprint of a record's machine from this one's, in words: the device
+    models, else (one model, as two cloud instances of one CPU often are) the CPU extensions
+    one has and the other lacks, else the target options."""
+    if _device(found) != _device(here):
+        return f"{_device(found)}, this is {_device(here)}"
+    theirs, ours = found.split("|"), here.split("|")
+    if len(theirs) > 2 and len(ours) > 2 and theirs[2] != ours[2]:
+        a, b = set(theirs[2].split(",")), set(ours[2].split(","))
+        told = [f"{name} {', '.join(sorted(flags))}" for name, flags in (("with", a - b), ("without", b - a)) if flags]
+        return f"{_device(found)} {' and '.join(told)}, unlike this one"
+    return f"{_device(found)} with target options {'|'.join(theirs[3:]) or 'none'}, here {'|'.join(ours[3:]) or 'none'}"
+
+
 class TunedSchedules:
     """Called by `build_model` once per task; `used` maps each task that got a tuned config to
     the record it came from, `other_isa` each task whose only records are for other ISAs to
@@ -48,8 +62,8 @@ class TunedSchedules:
         if (found.fingerprint != target.fingerprint and found.fingerprint not in self._noticed
                 and task.key not in self.from_fallback and not unnamed_gpu):
             self._noticed.add(found.fingerprint)
-            log.warning("%s: some tasks use records measured on another %s of the same ISA (%s, this is %s); "
+            log.warning("%s: some tasks use records measured on another %s of the same ISA (%s); "
                         "tune here for schedules fitted to this one", self.db.location,
-                        "GPU" if target.kind == "cuda" else "CPU", _device(found.fingerprint), _device(target.fingerprint))
+                        "GPU" if target.kind == "cuda" else "CPU", difference(found.fingerprint, target.fingerprint))
         self.used[task.key] = found
         return get_template(task.op, target.kind).apply(task, found.config, target)

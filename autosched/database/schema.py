@@ -11,8 +11,9 @@ from __future__ import annotations
 from sqlalchemy import (Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
                         UniqueConstraint)
 
-#: version 1: the first schema; 2: records.node (the fleet machine that measured a record)
-SCHEMA_VERSION = 3
+#: version 1: the first schema; 2: records.node (the fleet machine that measured a record);
+#: 3: sessions.search_s; 4: sessions.tasks (what model a session tuned, wherever its file lies)
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -51,6 +52,7 @@ sessions = Table(
     Column("started", Float, nullable=False),
     Column("ended", Float),
     Column("search_s", Float, nullable=False, default=0.0),  # tuners proposing and fitting cost models
+    Column("tasks", String(64)),  # tasks_digest of the model's tasks; NULL in sessions of schema 3 and older
 )
 
 records = Table(

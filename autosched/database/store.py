@@ -14,8 +14,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from sqlalchemy import Connection, and_, delete, func, insert, inspect, select, update
+from sqlalchemy import Connection, Engine, and_, create_engine, delete, func, insert, inspect, select, update
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import StaticPool
 
 from autosched.database.identity import TargetInfo
 from autosched.database.location import DatabaseError, check_file, default_location, is_url, make_engine
@@ -28,14 +29,27 @@ from autosched.target import Target
 
 class Database:
     """A tuning database. `location` is a path or an SQLAlchemy URL; None means
-    `default_location()` (`AUTOSCHED_DB`, else the per-user file)."""
+    `default_location()` (`AUTOSCHED_DB`, else the per-user file).
 
-    def __init__(self, location: str | os.PathLike[str] | None = None) -> None:
+    A file that does not exist yet (or is empty) is created by the first write, not by opening
+    it: until then reads see an empty database, so a command that fails before writing leaves
+    no file behind. `read_only` opens a file without ever writing it (SQLite's `mode=ro`): what
+    the commands that only read use, so they work on a file they may not write, and never
+    change a file they read from."""
+
+    def __init__(self, location: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> None:
         self.location = str(location) if location is not None else default_location()
+        self.read_only = read_only
+        self._pending: Path | None = None  # the file the first write creates
         if not is_url(self.location):
             self.location = str(Path(self.location).expanduser())
-            check_file(Path(self.location))
-        self._engine = make_engine(self.location)
+            path = Path(self.location)
+            if not path.is_dir() and (not path.exists() or path.stat().st_size == 0):
+                self._pending = path
+                self._engine = _empty_engine()
+                return
+            check_file(path, read_only)
+        self._engine = make_engine(self.location, read_only)
         with self._guard():
             self._prepare()
 
@@ -72,6 +86,8 @@ class Database:
             if self.location.startswith("sqlite") or not is_url(self.location):
                 conn.exec_driver_sql("PRAGMA quick_check").fetchall()
             tables = set(inspect(conn).get_table_names())
+            if not tables and self.read_only:
+                raise DatabaseError(f"{self.location}: an empty SQLite database, not a tuning database")
             if not tables:
                 metadata.create_all(conn)
                 conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
@@ -83,8 +99,21 @@ class Database:
             if version is None or version > SCHEMA_VERSION:
                 raise DatabaseError(f"{self.location}: schema version {version} is newer than this autosched's "
                                     f"{SCHEMA_VERSION}; upgrade autosched to use this database")
-            if version < SCHEMA_VERSION:
+            if version < SCHEMA_VERSION and not self.read_only:
                 migrate(conn, version)
+        if version < SCHEMA_VERSION and self.read_only:
+            if self._engine.dialect.name != "sqlite":
+                raise DatabaseError(f"{self.location}: schema version {version} is older than this autosched's "
+                                    f"{SCHEMA_VERSION}; a command that writes to it (tune, db import) upgrades it")
+            self._engine = _migrated_copy(self._engine, version)
+
+    def _create(self) -> None:
+        """The first write to a database whose file did not exist: create it now."""
+        check_file(self._pending)
+        self._engine.dispose()
+        self._engine = make_engine(self.location)
+        self._pending = None
+        self._prepare()
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -95,8 +124,13 @@ class Database:
     @contextlib.contextmanager
     def writing(self) -> Iterator[Connection]:
         """One write transaction, `BEGIN IMMEDIATE` on SQLite."""
-        with self._guard(), self._engine.begin() as conn:
-            yield conn
+        if self.read_only:
+            raise DatabaseError(f"{self.location}: opened read-only, cannot write to it")
+        with self._guard():
+            if self._pending is not None:
+                self._create()
+            with self._engine.begin() as conn:
+                yield conn
 
     # --- writing -----------------------------------------------------------------------------
     def commit(self, measured: Sequence[Record], session: int | None = None, tuner: str | None = None) -> int:
@@ -137,12 +171,14 @@ class Database:
         """Copy every record of `other` that this database lacks; returns how many were new."""
         return self.insert(other.stored())
 
-    def start_session(self, model: str, target: Target, trials: int) -> int:
-        """A tuning run begins: its row records what was asked; `end_session` what came of it."""
+    def start_session(self, model: str, target: Target, trials: int, tasks: str | None = None) -> int:
+        """A tuning run begins: its row records what was asked (`tasks`: the `tasks_digest` of the
+        model's tasks); `end_session` what came of it."""
         with self.writing() as conn:
             target_id = _target_id(conn, TargetInfo.of(target))
             return conn.execute(insert(sessions).values(model=model, target_id=target_id, trials_asked=trials,
-                                                        trials_done=0, status="running", started=time.time())
+                                                        trials_done=0, status="running", started=time.time(),
+                                                        tasks=tasks)
                                 ).inserted_primary_key[0]
 
     def end_session(self, session: int, status: str) -> int:
@@ -159,6 +195,8 @@ class Database:
     def prune(self, before: float) -> int:
         """Drop records older than `before` (a Unix time) that failed or are not the best of their
         workload and target; returns how many went."""
+        if self._pending is not None:  # no file: nothing to drop, and no reason to create one
+            return 0
         r2 = records.alias("r2")
         best_cost = (select(func.min(r2.c.cost))
                      .where(and_(r2.c.workload_id == records.c.workload_id, r2.c.target_id == records.c.target_id))
@@ -200,6 +238,36 @@ class Database:
                                target=TargetInfo(row["target"], row["fingerprint"], row["isa"], row["compiler"]),
                                result=result_of(row), tuner=row["tuner"], version=row["version"], node=row["node"],
                                run_s=row["run_s"])
+
+
+def _memory_engine() -> Engine:
+    """One in-memory SQLite database, the same whichever thread reads it."""
+    return create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+
+
+def _empty_engine() -> Engine:
+    """An empty tuning database in memory: what reads see before a new file's first write."""
+    engine = _memory_engine()
+    with engine.begin() as conn:
+        metadata.create_all(conn)
+        conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
+    return engine
+
+
+def _migrated_copy(engine: Engine, version: int) -> Engine:
+    """A file of an older schema opened read-only, copied into memory and migrated there:
+    reading a file must not upgrade (rewrite) it."""
+    memory = _memory_engine()
+    source, copy = engine.raw_connection(), memory.raw_connection()
+    try:
+        source.driver_connection.backup(copy.driver_connection)
+    finally:
+        source.close()
+        copy.close()
+    engine.dispose()
+    with memory.begin() as conn:
+        migrate(conn, version)
+    return memory
 
 
 def _insert_new(conn: Connection, rows: list[dict]) -> None:

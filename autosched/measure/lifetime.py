@@ -17,10 +17,12 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Make this process exit when `parent_pid` (its parent) does; ignore SIGINT (and unblock it,
-    for children forked while the parent blocked it)."""
+    """Make this process exit when `parent_pid` (its parent) does; ignore SIGINT, die of SIGTERM
+    (the parent's handler, inherited by a fork, is not this process's), and unblock both, for
+    children forked while the parent blocked them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

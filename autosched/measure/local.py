@@ -14,7 +14,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from autosched.measure.interface import Builder, Runner
 from autosched.measure.lifetime import die_with_parent
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import ScheduleError
+from autosched.tempdirs import temp_dir
 from autosched.templates import get_template
 
 #: (MeasureInput) -> (Schedule, argument tensors: inputs first, then outputs)
@@ -107,25 +107,27 @@ class LocalBuilder(Builder):
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         cache = str(self.cache_dir) if self.cache_dir else None
         # fork: templates registered at run time (tests, plugins) exist in the children too. SIGINT
-        # stays blocked until the children ignore it, so Ctrl-C now is the parent's alone.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # and SIGTERM stay blocked until the children have their own dispositions, so Ctrl-C or a
+        # kill now is the parent's alone; one arriving meanwhile interrupts once `pool` is set.
+        pool, finished = None, False
         try:
-            pool = multiprocessing.get_context("fork").Pool(self.n_parallel, die_with_parent, (os.getpid(),))
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        finished = False
-        try:
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                pool = multiprocessing.get_context("fork").Pool(self.n_parallel, die_with_parent, (os.getpid(),))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             pending = [pool.apply_async(self.build_one, (inp, self.instantiate, cache, self.timeout))
                        for inp in inputs]
             out = [self._result(p) for p in pending]
             finished = all(p.ready() for p in pending)
         finally:
             # a hung build, an error or Ctrl-C: kill the workers now, never wait on them at exit
-            if finished:
-                pool.close()
-            else:
-                pool.terminate()
-            pool.join()
+            if pool is not None:
+                if finished:
+                    pool.close()
+                else:
+                    pool.terminate()
+                pool.join()
         return out
 
     def _result(self, pending) -> BuildResult:
@@ -160,7 +162,7 @@ class LocalRunner(Runner):
     def __init__(self, options: RunnerOptions = RunnerOptions()):
         self.options = options
         self._proc: subprocess.Popen | None = None
-        self._dir = tempfile.TemporaryDirectory(prefix="autosched-run-")
+        self._dir = temp_dir("run")
         self._data: dict[str, str] = {}
         self._best: dict[str, float] = {}
 

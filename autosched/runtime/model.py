@@ -1,6 +1,7 @@
 """Loading a built model (library + manifest + weights) and running it on numpy arrays."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Mapping
@@ -13,19 +14,35 @@ from autosched.runtime.module import NUMPY_DTYPES, keep_freed_memory, pin_openmp
 from autosched.target import CpuInfo, read_cpuinfo
 
 
+#: 2: the manifest holds the size and SHA-256 of the library and of the weights
+MANIFEST_FORMAT = 2
+
+_REQUIRED = ("weights", "weights_bytes", "inputs", "outputs")
+
+
 class ModelError(AutoschedError):
     """A built model cannot be loaded or run with the given inputs."""
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks (weights files reach gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class Model:
     """A compiled model; `run` takes and returns arrays by the ONNX graph's value names."""
 
-    def __init__(self, library: Path | str):
+    def __init__(self, library: Path | str, verify: bool = True):
         self.library = Path(library)
         manifest = self.library.with_suffix(".json")
         if not self.library.exists() or not manifest.exists():
             raise ModelError(f"{self.library}: not a built model (expected the library and {manifest.name} beside it)")
-        self.manifest = json.loads(manifest.read_text())
+        self.manifest = _read_manifest(manifest)
+        _check_files(self.library, self.manifest, verify)
         _check_isa(self.library, self.manifest)
         self.inputs = self.manifest["inputs"]
         self.outputs = self.manifest["outputs"]
@@ -89,6 +106,42 @@ class Model:
             self._lib = None
 
 
+def _read_manifest(path: Path) -> dict:
+    """The manifest, or one line saying it is not one (a truncated copy is the usual cause)."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path}: truncated or not a model manifest ({e}); rebuild the model") from None
+    missing = [k for k in _REQUIRED if not isinstance(manifest, dict) or k not in manifest]
+    if missing:
+        raise ModelError(f"{path}: not a model manifest (no {', '.join(missing)}); rebuild the model")
+    return manifest
+
+
+def _check_files(library: Path, manifest: Mapping, verify: bool) -> None:
+    """The library and weights are the ones the build wrote. A truncated library must be caught
+    here: mapping it dies of SIGBUS. Sizes are always compared (free); `verify` also compares
+    SHA-256 digests, which read every byte (about a second per GB of weights)."""
+    if "library_sha256" not in manifest:
+        if verify:
+            raise ModelError(f"{library.with_suffix('.json')}: no checksums (built by an older autosched); "
+                             "rebuild the model, or load it unchecked (verify=False, 'autosched run --no-verify')")
+        return
+    weights = library.with_name(manifest["weights"])
+    for path, size, digest in ((library, manifest["library_bytes"], manifest["library_sha256"]),
+                               (weights, manifest["weights_bytes"], manifest["weights_sha256"])):
+        try:
+            actual = path.stat().st_size
+            if actual != size:
+                raise ModelError(f"{path}: {actual} bytes where the build wrote {size} (truncated or replaced); "
+                                 "rebuild the model")
+            if verify and file_sha256(path) != digest:
+                raise ModelError(f"{path}: damaged (its SHA-256 is not the one the build recorded); "
+                                 "rebuild the model")
+        except OSError as e:
+            raise ModelError(f"{path}: cannot read the built model's file: {e.strerror}") from None
+
+
 def _check_isa(library: Path, manifest: Mapping, host: CpuInfo | None = None) -> None:
     """A library built for ISA extensions this CPU lacks dies of SIGILL at its first
     instruction: refuse it up front, naming what is missing."""
@@ -101,5 +154,8 @@ def _check_isa(library: Path, manifest: Mapping, host: CpuInfo | None = None) ->
                          f"or for this CPU with e.g. --target 'llvm -mcpu=NAME'")
 
 
-def load_model(library: Path | str) -> Model:
-    return Model(library)
+def load_model(library: Path | str, verify: bool = True) -> Model:
+    """Load a built model, its library and weights checked against the manifest's SHA-256 digests
+    first; `verify=False` compares only their sizes (for weights so large hashing them at every
+    load costs too much)."""
+    return Model(library, verify)

@@ -1,0 +1,73 @@
+"""SIGTERM is Ctrl-C: one line, every committed record kept, exit 143, nothing left behind; and
+what a kill -9 leaves in the temporary directory is swept by the next command."""
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+
+from test_tune_faults import ROOT, marked, records, start_tune, wait_for
+
+OURS = re.compile(r"autosched-(cc|run|check|bench|nvcc)-")
+
+
+def ours(tmp):
+    return sorted(p.name for p in tmp.iterdir() if OURS.match(p.name))
+
+
+def test_sigterm_is_handled_like_ctrl_c_and_leaves_no_temporary_directory(small_model, tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    db, mark = tmp_path / "t.db", uuid.uuid4().hex
+    proc = start_tune(small_model, db, 400, mark)
+    wait_for(lambda: records(db) >= 2 and len(marked(mark)) > 1 or proc.poll() is not None)
+    assert ours(tmp)  # the measuring worker's data directory at least
+    proc.send_signal(signal.SIGTERM)  # `kill PID`: the tuner alone, not its process group
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    [line] = err.splitlines()
+    kept = records(db)
+    assert line.startswith(f"interrupted: {kept} records kept in {db}")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status, trials_done FROM sessions").fetchall() == [("interrupted", kept)]
+    wait_for(lambda: not marked(mark))
+    assert ours(tmp) == []
+
+
+def test_the_next_command_sweeps_what_a_kill_9_left(small_model, tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    db, mark = tmp_path / "t.db", uuid.uuid4().hex
+    proc = start_tune(small_model, db, 400, mark)
+    wait_for(lambda: records(db) >= 2 or proc.poll() is not None)
+    proc.kill()
+    proc.communicate()
+    wait_for(lambda: not marked(mark))
+    left = ours(tmp)
+    assert any(name.startswith(f"autosched-run-{proc.pid}-") for name in left), left
+    live = tmp / f"autosched-cc-{os.getpid()}-live"  # a live process's directory stays
+    live.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "autosched.cli", "db", "stats", "--db", str(db)], check=True,
+                   capture_output=True, env=env)
+    assert ours(tmp) == [live.name]
+
+
+def test_sigterm_during_bench_removes_its_build_directory(small_model, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "autosched.cli", "bench", str(small_model), "--runs", "1000000",
+                             "--db", str(tmp_path / "t.db")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    built = lambda: any(name.startswith(f"autosched-bench-{proc.pid}-") and (tmp / name / "model.weights").exists()
+                        for name in ours(tmp))
+    wait_for(lambda: proc.poll() is not None or built())  # built, so timing now
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and err == "interrupted\n", err
+    assert ours(tmp) == [] and not (tmp_path / "t.db").exists()
