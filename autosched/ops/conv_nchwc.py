@@ -129,8 +129,8 @@ def layout_transform(x: Tensor, src_block: int, dst_block: int, name: str = "lay
         ch = i[1] * dst_block + i[-1] if dst_block else i[1]  # plain channel of the output element
         spatial = i[2:-1] if dst_block else i[2:]
         if src_block:
-            return x[(i[0], ch // src_block, *spatial, ch % src_block)]
-        return x[(i[0], ch, *spatial)]
+            return x[(i[0], ch // src_block) + spatial + (ch % src_block,)]
+        return x[(i[0], ch) + spatial]
     if dst_block and c % dst_block:
         raise ValueError(f"{name}: {c} channels do not split into blocks of {dst_block}")
     return te.compute(blocked_shape(plain, dst_block), body, name=name, tag="injective")

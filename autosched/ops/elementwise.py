@@ -128,8 +128,8 @@ def binary(op: str, a: Tensor | float, b: Tensor | float) -> Tensor:
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise TypeError(f"{op}: at least one operand must be a tensor")
     tensors = [t for t in (a, b) if isinstance(t, Tensor)]
-    if len(tensors) == 2 and a.dtype != b.dtype:
-        raise TypeError(f"{op}: operand dtypes differ ({a.dtype}, {b.dtype}); insert a cast")
+    if len(tensors) == 2 and tensors[0].dtype != tensors[1].dtype:
+        raise TypeError(f"{op}: operand dtypes differ ({tensors[0].dtype}, {tensors[1].dtype}); insert a cast")
     dtype = tensors[0].dtype
     shape = broadcast_shapes(*(t.shape for t in tensors))
 

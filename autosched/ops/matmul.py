@@ -181,7 +181,7 @@ def schedule_matmul(out: Tensor, vector_lanes: int) -> Schedule:
     """
     s = create_schedule(out)
     anchor = next(t for t in te.post_order([out]) if getattr(t.op, "tag", "") == MATMUL_TAG)
-    packing: Packing | None = anchor.op.attrs.get("packing")
+    packing: Packing | None = anchor.compute_op.attrs.get("packing")
     mr, nr = (packing.mr, packing.nr) if packing else (1, min(anchor.shape[-1], vector_lanes))
     for st in s.stages:
         if st.op.tag in (EPILOGUE_TAG, INJECTIVE_TAG) and st.op is not out.op:

@@ -48,7 +48,7 @@ def schedule_batch_norm(out: Tensor, vector_lanes: int) -> Schedule:
     """Scale and shift at root (one value per channel); the axes after the channel fused into
     the vector, along which both are constant."""
     s = create_schedule(out)
-    axis = out.op.attrs["axis"]
+    axis = out.compute_op.attrs["axis"]
     vectorize_innermost(s[out], vector_lanes, fuse_from=min(axis + 1, out.ndim - 1))
     return s
 
@@ -83,7 +83,7 @@ def avg_pool2d(x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[in
     """
     window_sum = _pool(x, "sum", kernel, stride, padding, dilation, ceil_mode, 0.0)
     oh, ow = window_sum.shape[2:4]
-    a = window_sum.op.attrs
+    a = window_sum.compute_op.attrs
     (kh, kw), (sh, sw), (dh, dw), (top, left, bottom, right) = a["kernel"], a["stride"], a["dilation"], a["padding"]
     h, w = x.shape[2:4]
     lo_h, hi_h = (-top, h + bottom) if count_include_pad else (0, h)
@@ -145,7 +145,7 @@ def _pool(x: Tensor, combiner: str, kernel: int | Sequence[int], stride: int | S
     attrs = {"kernel": (kh, kw), "stride": (sh, sw), "padding": (top, left, bottom, right), "dilation": (dh, dw),
              "ceil_mode": ceil_mode}
     return te.compute((n, c, oh, ow, *block),
-                      lambda n_, c_, y, z, *b: reducer(xp[(n_, c_, y * sh + ry * dh, z * sw + rx * dw, *b)], [ry, rx]),
+                      lambda n_, c_, y, z, *b: reducer(xp[(n_, c_, y * sh + ry * dh, z * sw + rx * dw) + b], [ry, rx]),
                       name="max_pool2d" if combiner == "max" else "avg_pool2d_sum", tag=POOL_TAG, attrs=attrs)
 
 
@@ -241,10 +241,10 @@ def _softmax_rows(x: Tensor, width: int) -> Tensor:
 def schedule_softmax(out: Tensor, vector_lanes: int) -> Schedule:
     """Two parallel passes, each with its reduction computed per tile: max then exponentials,
     sum then quotients; for the row form, one parallel pass (`_schedule_softmax_rows`)."""
-    if "width" in out.op.attrs:
+    if "width" in out.compute_op.attrs:
         return _schedule_softmax_rows(out)
     s = create_schedule(out)
-    axis = out.op.attrs["axis"]
+    axis = out.compute_op.attrs["axis"]
     for st in s.stages:
         if not st.op.reduce_axes:  # the exponentials, the quotients
             reduction = next(r for r in s.stages if r.op.reduce_axes and s.readers(r) == [st])
@@ -258,7 +258,7 @@ def _schedule_softmax_rows(out: Tensor) -> Schedule:
     partial (per-lane) ones with their chunk loop outside the vector of lanes."""
     s = create_schedule(out)
     o = s[out]
-    width = out.op.attrs["width"]
+    width = out.compute_op.attrs["width"]
     axes = list(o.op.axes)
     _, lanes = o.split(axes[-1], width)
     o.vectorize(lanes)
@@ -373,7 +373,7 @@ def schedule_layer_norm(out: Tensor, vector_lanes: int) -> Schedule:
     and written as vectors."""
     s = create_schedule(out)
     o = s[out]
-    axis = out.op.attrs["axis"]
+    axis = out.compute_op.attrs["axis"]
     axes = list(o.op.axes)
     inner = o.fuse(*axes[axis:])
     outer, lanes = o.split(inner, vector_width(inner.extent, vector_lanes))

@@ -105,7 +105,7 @@ def schedule_reduce(out: Tensor, vector_lanes: int) -> Schedule:
     anchor = next(t for t in te.post_order([out]) if getattr(t.op, "tag", "") == REDUCE_TAG)
     acc = s[s.cache_write(anchor, "local")] if anchor.op is out.op else s[anchor]
     acc.set_scope("local")
-    if "width" in anchor.op.attrs:  # the lanes form: its partials inside each output's accumulator
+    if "width" in anchor.compute_op.attrs:  # the lanes form: its partials inside each output's accumulator
         tile_reduction(s, s[out], acc, vector_lanes, vectorize=False)
         part = next(st for st in s.stages if st.op.tag == REDUCE_LANES_TAG)
         part.set_scope("local")
@@ -116,7 +116,7 @@ def schedule_reduce(out: Tensor, vector_lanes: int) -> Schedule:
         part.vectorize(spatial[-1])
         return s
     (source,) = anchor.op.inputs()
-    tile_reduction(s, s[out], acc, vector_lanes, vectorize=source.ndim - 1 not in anchor.op.attrs["axes"])
+    tile_reduction(s, s[out], acc, vector_lanes, vectorize=source.ndim - 1 not in anchor.compute_op.attrs["axes"])
     return s
 
 

@@ -96,7 +96,8 @@ def winograd_matrices(m: int, points: tuple[Fraction, ...] | None = None) -> tup
         rhs = [Fraction(int(l == i + k)) for i in range(m) for k in range(KERNEL)]
         for j, v in enumerate(_solve_exact(rows, rhs, alpha)):
             bt[j][l] = v
-    return tuple(np.array([[float(v) for v in r] for r in mat]) for mat in (at, g, bt))
+    at_f, g_f, bt_f = (np.array([[float(v) for v in r] for r in mat]) for mat in (at, g, bt))
+    return at_f, g_f, bt_f
 
 
 def _solve_exact(rows: list[list[Fraction]], rhs: list[Fraction], n: int) -> list[Fraction]:

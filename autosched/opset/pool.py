@@ -53,7 +53,7 @@ def _pool_input(attrs: Mapping[str, Any], x: np.ndarray, fill: Any) -> tuple[np.
 
 
 def _crop(windows: np.ndarray, out: Sequence[int]) -> np.ndarray:
-    return windows[(slice(None), slice(None), *(slice(0, o) for o in out))]
+    return windows[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
 
 
 def _max_pool(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
@@ -79,7 +79,7 @@ def _average_pool(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.n
         slice(0, explicit[i]) if attrs["count_include_pad"] else slice(pads[i], pads[i] + x.shape[2 + i])
         for i in range(rank)
     )
-    mask[(0, 0, *counted)] = 1.0
+    mask[(0, 0) + counted] = 1.0
     counts = _crop(sliding_windows(mask, kernel, strides, dilations), out).sum(axis=axes)
     return [(sums / counts).astype(x.dtype)]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosched.te.expr import Expr, Load, Reduce, Var, as_expr, walk, DTYPES
 
@@ -50,8 +50,13 @@ def reduce_axis(extent: int, name: str = "r") -> IterVar:
 
 class Operation:
     name: str
-    shape: tuple
-    dtype: str
+    if TYPE_CHECKING:
+        # Read-only for the type checker: ComputeOp derives both from its axes and body,
+        # PlaceholderOp stores them. Real properties here would block the dataclass fields.
+        @property
+        def shape(self) -> tuple: ...
+        @property
+        def dtype(self) -> str: ...
 
     def inputs(self) -> list["Tensor"]:
         return []
@@ -113,6 +118,14 @@ class Tensor:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def compute_op(self) -> ComputeOp:
+        """`op` where only a compute definition makes sense (its axes, tag, attrs): a clear
+        error, not an AttributeError later, when it is a placeholder."""
+        if not isinstance(self.op, ComputeOp):
+            raise TypeError(f"tensor {self.name} is not computed (its op is {type(self.op).__name__})")
+        return self.op
 
     def __getitem__(self, idx: Any) -> Load:
         idx = idx if isinstance(idx, tuple) else (idx,)

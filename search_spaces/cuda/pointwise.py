@@ -65,7 +65,7 @@ class PointwiseTemplate(GpuTemplate):
         knobs = [ChoiceKnob("threads", tuple(t for t in THREADS if t == THREADS[0] or t <= most)),
                  ChoiceKnob("per_thread", PER_THREAD)]
         if rows:
-            own = any(o.op.reduce_axes for o in outs)
+            own = any(o.compute_op.reduce_axes for o in outs)
             knobs.append(ChoiceKnob("row_reduce", (THREAD_ROWS, OUTPUT_ROWS) + (() if own else (BLOCK_ROWS,))))
         return ConfigSpace(self.name, tuple(knobs))
 
@@ -102,7 +102,7 @@ class PointwiseTemplate(GpuTemplate):
 def _schedule_flat(s: Schedule, out: Tensor, own: list[Stage], threads: int, per_thread: int, rows: bool) -> None:
     """`per_thread` consecutive outputs a thread (whole rows with `rows`), `threads` a block;
     `own` (the output's producers) inlined, or, reductions, computed in registers where read."""
-    acc = s[s.cache_write(out, "local")] if out.op.reduce_axes else None  # pooling: accumulate, store once
+    acc = s[s.cache_write(out, "local")] if out.compute_op.reduce_axes else None  # pooling: accumulate, store once
     o = s[out]
     axes = list(o.op.axes)
     serial = axes[-1:] if rows else []

@@ -38,7 +38,7 @@ def _partial(r: Tensor, body: Reduce, threads: int) -> Tensor:
     """lane t of the row: the reduction of the row's elements t, t + threads, …"""
     length = math.prod(a.extent for a in body.axes)
     j = te.reduce_axis(-(-length // threads), "j")
-    spatial = r.op.axes
+    spatial = r.compute_op.axes
 
     def lane(*idx):
         flat = j * threads + idx[-1]
@@ -63,7 +63,7 @@ def _tree(r: Tensor, body: Reduce, threads: int) -> Tensor:
     level = _partial(r, body, threads)
     while level.shape[-1] > 1:
         level = _halve(level, _COMBINE[body.combiner], r.name)
-    return te.compute(r.shape, lambda *i: level[i + (0,)], name=r.name, tag=r.op.tag)
+    return te.compute(r.shape, lambda *i: level[i + (0,)], name=r.name, tag=r.compute_op.tag)
 
 
 def rebuild(out: Tensor, reduction: Callable[[Tensor, Reduce], Tensor] | None = None) -> Tensor:
