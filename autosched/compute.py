@@ -15,7 +15,7 @@ from autosched.ops.epilogue import EpilogueFn
 from autosched.opset.record import ComputeArgs, OpKind, UnsupportedTaskError
 from autosched.opset.registry import lookup
 from autosched.schedule import Schedule
-from autosched.target import CpuCapabilities
+from autosched.target import Capabilities, CpuCapabilities
 from autosched.task import EpilogueOp, Task
 from autosched.te import Expr, Tensor
 
@@ -41,7 +41,7 @@ def epilogue_fn(epilogue: Sequence[EpilogueOp], extras: Sequence[Tensor]) -> Epi
     return fn
 
 
-def task_compute(task: Task, caps: CpuCapabilities) -> tuple[list[Tensor], list[Tensor]]:
+def task_compute(task: Task, caps: Capabilities) -> tuple[list[Tensor], list[Tensor]]:
     """(argument placeholders, output tensors) of the task's computation; the matmul panels it
     packs into are sized for `caps`."""
     record = lookup(task.op)

@@ -74,7 +74,10 @@ class GpuCapabilities:
     @property
     def compute_capability(self) -> tuple[int, int]:
         """(major, minor) from the arch name: sm_90a -> (9, 0)."""
-        digits = re.match(r"sm_([0-9]+)", self.arch).group(1)
+        m = re.match(r"sm_([0-9]+)", self.arch)
+        if m is None:
+            raise TargetError(f"cuda arch {self.arch!r} is not of the form sm_NN")
+        digits = m.group(1)
         return int(digits[:-1]), int(digits[-1])
 
 
@@ -207,15 +210,15 @@ def _describe_llvm(options: Mapping[str, str], host: CpuInfo | None) -> tuple[st
     mcpu, mattr = options.get("mcpu"), options.get("mattr")
     cflags = (f"{_cpu_option(machine)}={mcpu or 'native'}", *_mattr_cflags(mattr))
     if mcpu:
-        flags = set(gcc_isa_flags(cflags))  # what the named CPU has, whatever this host has
+        chosen = set(gcc_isa_flags(cflags))  # what the named CPU has, whatever this host has
     else:
-        flags = set(host.flags & _ISA_FLAGS)
+        chosen = set(host.flags & _ISA_FLAGS)
         for item in mattr.split(",") if mattr else ():
             if item[0] == "+":
-                flags.add(item[1:])
+                chosen.add(item[1:])
             else:  # as in gcc, dropping an extension drops those built on it
-                flags -= {f for f in flags if f == item[1:] or f.startswith(_DEPENDENTS.get(item[1:], ()))}
-    flags = frozenset(flags)
+                chosen -= {f for f in chosen if f == item[1:] or f.startswith(_DEPENDENTS.get(item[1:], ()))}
+    flags = frozenset(chosen)
     isa, width, registers = _isa_class(flags, machine)
     parts = ["llvm", host.model, ",".join(sorted(flags))]
     parts += [f"{k}={v}" for k, v in sorted(options.items())]
@@ -366,7 +369,21 @@ class Target:
         records carry different fingerprints, as two CPU models of one ISA do."""
         if self.kind != "cuda":
             raise TargetError(f"target {self} is not a cuda target; only GPU measurements name a GPU")
-        return replace(self, fingerprint=f"cuda|{name}|{self.capabilities.arch}", gpu=name)
+        return replace(self, fingerprint=f"cuda|{name}|{self.gpu_capabilities.arch}", gpu=name)
+
+    @property
+    def cpu_capabilities(self) -> CpuCapabilities:
+        """`capabilities` where only a CPU target makes sense: a clear error for any other."""
+        if not isinstance(self.capabilities, CpuCapabilities):
+            raise TargetError(f"target {self} is not a CPU target")
+        return self.capabilities
+
+    @property
+    def gpu_capabilities(self) -> GpuCapabilities:
+        """`capabilities` where only a cuda target makes sense: a clear error for any other."""
+        if not isinstance(self.capabilities, GpuCapabilities):
+            raise TargetError(f"target {self} is not a cuda target")
+        return self.capabilities
 
     def option(self, name: str) -> str | None:
         return dict(self.options).get(name)

@@ -117,10 +117,10 @@ def cuda_library(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, wei
     geometries = {}
     for f in funcs:
         geometries[renderer.symbol(f)] = plan_kernel(f).geometry
-        check_limits(renderer.symbol(f), geometries[renderer.symbol(f)], target.capabilities)
+        check_limits(renderer.symbol(f), geometries[renderer.symbol(f)], target.gpu_capabilities)
     executor = cuda_executor(graph, calls, geometries, weights, memory.buffers, memory.arena_size)
     source = renderer.render_module(funcs, tail=executor)
-    return source, compile_cuda(source, target.capabilities.arch, output="so").path
+    return source, compile_cuda(source, target.gpu_capabilities.arch, output="so").path
 
 
 __all__ = ["cuda_executor", "cuda_library"]

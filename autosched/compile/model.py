@@ -61,7 +61,7 @@ def library_kernel(task: Task, target: Target) -> tuple[Schedule, list]:
         raise AutoschedError(f"task {task.key}: op {task.op} has no GPU template for target {target} "
                              "(the op library's schedules are CPU schedules)")
     args, outs = task_compute(task, target.capabilities)
-    return default_schedule(task, outs, target.capabilities), args + outs
+    return default_schedule(task, outs, target.cpu_capabilities), args + outs
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def cpu_device(target: Target) -> str:
 
 def gpu_device(target: Target) -> str:
     """The resource of a GPU that may measure `target`: one per compute capability."""
-    return f"{PREFIX}gpu-{target.capabilities.arch}"
+    return f"{PREFIX}gpu-{target.gpu_capabilities.arch}"
 
 
 def gcc_toolchain(target: Target) -> str:

@@ -30,7 +30,7 @@ def _build_cubin(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | N
         code = renderer.render(func)
     except INSTANTIATION_ERRORS as e:
         return build_failure(e, start)
-    caps = inp.target.capabilities
+    caps = inp.target.gpu_capabilities
     try:
         built = compile_cuda(code, caps.arch, cache_dir=Path(cache_dir) if cache_dir else None, timeout=compile_timeout)
     except CompileError as e:
