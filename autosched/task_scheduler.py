@@ -31,7 +31,7 @@ from autosched.space import Config
 from autosched.target import Target
 from autosched.task import Task
 from autosched.templates import TemplateError, get_template
-from autosched.tuner.base import Callback, TunerError
+from autosched.tuner.base import Callback, Tuner, TunerError
 from autosched.tuner.model_based import ModelBasedTuner
 from autosched.tuner.registry import get_tuner
 
@@ -39,7 +39,7 @@ from autosched.tuner.registry import get_tuner
 @dataclass
 class TaskProgress:
     task: Task
-    tuner: object
+    tuner: Tuner
     trials: int = 0
     best: Config | None = None
     best_cost: float = math.inf

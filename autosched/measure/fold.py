@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from autosched.compile.frontier import stage_reads, weight_only_frontier
 from autosched.lower import PrimFunc, lower
 from autosched.schedule import Schedule, create_schedule
-from autosched.task import WEIGHT_INPUTS_ATTR, Task
+from autosched.measure.record import TaskLike
+from autosched.task import WEIGHT_INPUTS_ATTR
 from autosched.te import Tensor
 
 #: per op, the anchor inputs (by position) that are constants in a model
@@ -39,12 +40,12 @@ class FoldedStage:
     sources: tuple[int, ...]
 
 
-def constant_inputs(task: Task) -> tuple[int, ...]:
+def constant_inputs(task: TaskLike) -> tuple[int, ...]:
     marked = dict(getattr(task, "attrs", ())).get(WEIGHT_INPUTS_ATTR, CONSTANT_INPUTS.get(task.op, ()))
     return tuple(i for i in marked if i < len(task.shapes))
 
 
-def fold_weights(sched: Schedule, args: list[Tensor], task: Task) -> tuple[list[Tensor], list[FoldedStage]]:
+def fold_weights(sched: Schedule, args: list[Tensor], task: TaskLike) -> tuple[list[Tensor], list[FoldedStage]]:
     """Mark the weight-only frontier of `sched` precomputed, as `autosched.compile.model` does; returns
     the candidate's arguments (inputs, outputs, then the precomputed tensors) and their kernels."""
     consts = constant_inputs(task)

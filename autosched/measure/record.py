@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from autosched.errors import AutoschedError
 from autosched.space import Config
@@ -37,10 +37,18 @@ class ErrorKind(Enum):
 
 
 class TaskLike(Protocol):
-    """All measurement needs from a task: a key stable across models and runs."""
+    """All measurement needs from a task: a key stable across models and runs, the op whose
+    template builds its candidates, and its input shapes (weight folding, the database).
+    `autosched.task.Task` is one; tests measure smaller stand-ins."""
 
     @property
     def key(self) -> str: ...
+
+    @property
+    def op(self) -> str: ...
+
+    @property
+    def shapes(self) -> Sequence[Sequence[int]]: ...
 
 
 @dataclass(frozen=True)
