@@ -12,7 +12,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
@@ -21,7 +20,7 @@ from autosched.space import AnnotateKnob, ChoiceKnob, ConfigSpace, Knob, Reorder
 
 
 class FeatureExtractor(ABC):
-    name: ClassVar[str]
+    name: str  # a class attribute, except where an instance composes it (ConcatFeatures)
 
     @abstractmethod
     def names(self, task: TaskLike, space: ConfigSpace) -> tuple[str, ...]:

@@ -111,7 +111,7 @@ def run_run(args: argparse.Namespace) -> int:
         raise AutoschedError(f"{args.inputs}: cannot read the inputs: {e}") from None
     outputs = model.run(feeds)
     try:
-        np.savez(args.outputs, **outputs)
+        np.savez(args.outputs, **outputs)  # type: ignore[arg-type]  # numpy's stub matches **outputs against allow_pickle: bool
     except OSError as e:
         raise AutoschedError(f"{args.outputs}: cannot write the outputs: {e.strerror or e}") from None
     print(f"wrote {args.outputs}")

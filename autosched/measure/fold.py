@@ -51,7 +51,8 @@ def fold_weights(sched: Schedule, args: list[Tensor], task: TaskLike) -> tuple[l
     consts = constant_inputs(task)
     if not consts:
         return list(args), []
-    folded, extra = [], []
+    folded: list[FoldedStage] = []
+    extra: list[Tensor] = []
     for st in weight_only_frontier(sched, {id(args[i].op) for i in consts}):
         sched.precompute(st)
         t = Tensor(st.op)

@@ -161,7 +161,7 @@ class LocalRunner(Runner):
 
     def __init__(self, options: RunnerOptions = RunnerOptions()):
         self.options = options
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[str] | None = None
         self._dir = temp_dir("run")
         self._data: dict[str, str] = {}
         self._best: dict[str, float] = {}
@@ -174,12 +174,12 @@ class LocalRunner(Runner):
             path = Path(self._dir.name) / f"task{len(self._data)}.npz"
             arrays = {f"in{i}": np.asarray(a, order="C") for i, a in enumerate(inputs)}  # 0-d stays 0-d
             arrays.update({f"out{i}": np.asarray(a, order="C") for i, a in enumerate(outputs)})
-            np.savez(path, n_inputs=len(inputs), n_outputs=len(outputs), **arrays)
+            np.savez(path, n_inputs=len(inputs), n_outputs=len(outputs), **arrays)  # type: ignore[arg-type]  # numpy's stub matches **arrays against allow_pickle: bool
             self._data[task.key] = str(path)
         return self._data[task.key]
 
     # --- worker ---------------------------------------------------------------------------
-    def _worker(self) -> subprocess.Popen:
+    def _worker(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = subprocess.Popen([sys.executable, "-m", self.WORKER, str(os.getpid())],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -215,11 +215,14 @@ class LocalRunner(Runner):
                "stop_above": best * o.stop_factor if best and o.stop_factor else 0.0, "rtol": o.rtol, "atol": o.atol}
         limit = o.timeout + 3 * o.repeat * o.min_repeat_ms / 1e3
         proc = self._worker()
+        stdin, stdout = proc.stdin, proc.stdout
+        if stdin is None or stdout is None:  # _worker always opens both pipes
+            raise RuntimeError("the measurement worker has no stdin/stdout pipe")
         try:
-            proc.stdin.write(json.dumps(req) + "\n")
-            proc.stdin.flush()
-            ready, _, _ = select.select([proc.stdout], [], [], limit)
-            line = proc.stdout.readline() if ready else None
+            stdin.write(json.dumps(req) + "\n")
+            stdin.flush()
+            ready, _, _ = select.select([stdout], [], [], limit)
+            line = stdout.readline() if ready else None
         except (BrokenPipeError, OSError):
             line = ""
         now = time.time()
