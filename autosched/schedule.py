@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable, Sequence
+from typing import ClassVar, Iterable, Sequence, cast
 
 from autosched.errors import AutoschedError
 from autosched.te.expr import Load, Reduce, Var, substitute, transform
@@ -113,7 +113,7 @@ class Stage:
         k = self._leaf(iv)
         if (factor is None) == (nparts is None):
             raise self._err("split takes exactly one of factor= or nparts=", iv)
-        n = int(factor if factor is not None else nparts)
+        n = int(factor if factor is not None else cast(int, nparts))  # exactly one is given (checked above)
         if n < 1:
             raise self._err(f"split {'factor' if factor is not None else 'nparts'} must be >= 1, got {n}", iv)
         f = n if factor is not None else max(1, -(-iv.extent // n))
@@ -342,19 +342,19 @@ class Schedule:
 
     def cache_read(self, t: Tensor, scope: str, readers: Iterable[Stage | Tensor]) -> Tensor:
         """Copy `t` into a buffer of `scope` that the given readers load from instead."""
-        readers = [self._st(r) for r in readers]
+        reading = [self._st(r) for r in readers]
         if scope not in SCOPES:
             raise ScheduleError(f"cache_read of {t.name}: unknown memory scope {scope!r}")
         src = self.stage_of(t)
         cache_op_t = _copy_compute(t, f"{t.name}_{scope}")
-        cache_stage = Stage(cache_op_t.op, scope=scope)
+        cache_stage = Stage(cache_op_t.compute_op, scope=scope)
         self._by_op[id(cache_op_t.op)] = cache_stage
-        for r in readers:
+        for r in reading:
             if not any(self.stage_of(i) is src and (src is not None or i.op is t.op) for i in r.op.inputs()):
                 raise r._err(f"cache_read: this stage does not read {t.name}")
             r.op = _redirect(r.op, t, cache_op_t, self)
             self._by_op[id(r.op)] = r
-        first = min(self.stages.index(r) for r in readers)
+        first = min(self.stages.index(r) for r in reading)
         self.stages.insert(first, cache_stage)
         return cache_op_t
 

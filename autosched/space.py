@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, SupportsIndex, Union
 
 import numpy as np
 
@@ -358,7 +358,7 @@ class ConfigSpace:
         return self._by_name[name]
 
     def _check_index(self, index: object) -> int:
-        if isinstance(index, bool):
+        if isinstance(index, bool) or not isinstance(index, SupportsIndex):
             raise ConfigError(f"config index must be an int, got {index!r}")
         try:
             i = operator.index(index)

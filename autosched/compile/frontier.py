@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from autosched.schedule import Attach, Schedule, Stage
 from autosched.te import Tensor
-from autosched.te.tensor import PlaceholderOp
+from autosched.te.tensor import Operation, PlaceholderOp
 
 
 def weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
@@ -28,7 +28,8 @@ def weight_only_frontier(sched: Schedule, const_ops: set[int]) -> list[Stage]:
 
 
 def stage_reads(st: Stage, placeholder: Tensor) -> bool:
-    todo, seen = [st.op], set()
+    todo: list[Operation] = [st.op]
+    seen: set[int] = set()
     while todo:
         op = todo.pop()
         if id(op) in seen:

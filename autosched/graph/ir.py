@@ -259,7 +259,7 @@ class Graph:
 
     def replace(self, **changes: Any) -> Graph:
         """A copy with some fields changed (validated again)."""
-        fields = {
+        fields: dict[str, Any] = {  # the constructor's keywords, each of its own type
             "inputs": self.inputs,
             "outputs": self.outputs,
             "nodes": self.nodes,

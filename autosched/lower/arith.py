@@ -7,7 +7,7 @@ coefficient × atom plus a constant, where atoms are variables or irreducible su
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from autosched.te.expr import (
     BinOp, Cast, Cmp, Const, Expr, INT_DTYPES, Select, Var, children, is_float, rebuild,
@@ -195,7 +195,7 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     return _simplify_node(e, ranges)
 
 
-_FOLD = {
+_FOLD: dict[str, Callable[[Any, Any], Any]] = {  # constant folding of Const values (int, float, bool)
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b, "min": min, "max": max,
     "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,

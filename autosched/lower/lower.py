@@ -9,7 +9,7 @@ ranges in hand.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, cast
 
 from autosched.lower import arith
 from autosched.lower.ir import (
@@ -246,7 +246,10 @@ class _Lowerer:
         reduce_vars = {iv.var for iv in leaves if st.axis_kind(iv) == REDUCE}
         conds = [substitute(g, fresh) for g in guards if not (free_vars(g) & reduce_vars)]
         buf = self.buffers[id(st)]
-        stmt = self._guard(Store(buf, substitute(idx, fresh), st.op.body.identity()), conds)
+        reduction = st.op.body
+        if not isinstance(reduction, Reduce):  # reduction loops come only from a Reduce body
+            raise ScheduleError(f"stage {st.name} has reduction loops but no reduction to initialize")
+        stmt = self._guard(Store(buf, substitute(idx, fresh), reduction.identity()), conds)
         for iv, (kind, thread) in reversed(spatial):
             for var, e in reversed(lets.get(id(iv), [])):
                 stmt = Let(fresh[var], arith.simplify(substitute(e, fresh), self.ranges), stmt)
@@ -300,6 +303,8 @@ class _Lowerer:
         self.mins[id(st)] = mins
         shape = tuple(exts)
         if st.double_buffer:  # two copies, one after the other; the first extent never enters an index
+            if not isinstance(st.attach, ComputeAt):
+                raise ScheduleError(f"stage {st.name} is double buffered but not computed at a loop to alternate with")
             shape = (2 * shape[0],) + shape[1:]
             self.offsets[id(st)] = arith.simplify((st.attach.axis.var % 2) * math.prod(exts), self.ranges)
         buf = Buffer(st.name, op.dtype, shape, st.scope if st.scope != "global" else "local")
@@ -385,7 +390,7 @@ def _leaf_extents(st: Stage, region_ext: list[int]) -> dict[int, int]:
     for rel in st.relations:
         if isinstance(rel, Split):
             pe = ext[id(rel.parent)]
-            f = rel.factor if rel.factor is not None else max(1, -(-pe // rel.nparts))
+            f = rel.factor if rel.factor is not None else max(1, -(-pe // cast(int, rel.nparts)))  # one is set
             ext[id(rel.inner)] = max(1, min(f, pe))
             ext[id(rel.outer)] = -(-pe // ext[id(rel.inner)])
         else:

@@ -32,7 +32,9 @@ def _as_result(index: int, outcome: Outcome) -> MeasureResult:
         if outcome is ErrorKind.NO_ERROR:
             raise RecordError(f"replay entry {index}: NO_ERROR needs costs; give the cost instead")
         return MeasureResult.failure(outcome, f"replayed {outcome.name}", build_s=0.0, timestamp=0.0)
-    costs = (outcome,) if isinstance(outcome, (int, float)) and not isinstance(outcome, bool) else tuple(outcome)
+    if isinstance(outcome, bool):  # an int to Python, but never a cost (tuple() refused it before)
+        raise TypeError(f"replay entry {index}: {outcome!r} is not a cost")
+    costs = (outcome,) if isinstance(outcome, (int, float)) else tuple(outcome)
     return MeasureResult(costs=costs, error_kind=ErrorKind.NO_ERROR, error_msg="", build_s=0.0, timestamp=0.0)
 
 

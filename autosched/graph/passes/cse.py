@@ -29,12 +29,12 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     kept: list[Node] = []
     for node in graph.nodes:
         node = rename_inputs(node, mapping)
-        signature = (node.op, node.inputs, _freeze(node.attrs))
-        earlier = first_node.get(signature)
+        node_signature = (node.op, node.inputs, _freeze(node.attrs))
+        earlier = first_node.get(node_signature)
         if earlier is not None and not outputs.intersection(node.outputs):
             mapping.update(zip(node.outputs, earlier.outputs))
             continue
-        first_node.setdefault(signature, node)
+        first_node.setdefault(node_signature, node)
         kept.append(node)
     constants = {name: array for name, array in graph.constants.items() if name not in mapping}
     return rebuild(graph, kept, constants)
