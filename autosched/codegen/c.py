@@ -10,13 +10,15 @@ promotes to registers.
 """
 from __future__ import annotations
 
+from typing import TypeGuard, TypeVar
+
 from autosched.codegen import vmath
 from autosched.codegen.cstyle import (
     BINARY_OPS, COMPARISONS, C_TYPES, DTYPE_BYTES, MATH, SHORT, CStyleRenderer, lane_zero, math_fmt, var_in_atoms,
 )
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
-from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store, walk_stmts
+from autosched.lower.ir import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autosched.te.expr import (
     INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, children, free_vars, is_float, substitute,
     transform, walk,
@@ -121,14 +123,14 @@ class CRenderer(CStyleRenderer):
             return None
         fast = Store(body.buffer, body.index, transform(body.value, lambda x: x.t if isinstance(x, Select) and
                                                         s.var in free_vars(x.cond) else None))
-        vec = self._vector_loop(For(s.var, s.extent, "vectorize", fast), d + 1)
+        vec = self._vector_loop(For(s.var, s.extent, ForKind.VECTORIZE, fast), d + 1)
         if vec is None:
             return None
         ends = [arith.simplify(substitute(c, {s.var: Const(k, s.var.dtype)}), self._ranges)
                 for c in conds for k in (0, s.extent - 1)]
         test = " && ".join(self._expr(e) for e in ends if not (isinstance(e, Const) and e.value)) or "1"
         self._ranges[s.var] = (0, s.extent - 1)
-        scalar = self._for(For(s.var, s.extent, "serial", s.body), d + 1)
+        scalar = self._for(For(s.var, s.extent, ForKind.SERIAL, s.body), d + 1)
         pad = "  " * d
         return (f"{pad}if ({test}) {{\n{vec}{pad}}} else {{\n"
                 f"{pad}  #pragma omp simd\n{scalar}{pad}}}\n")
@@ -202,7 +204,7 @@ class CRenderer(CStyleRenderer):
         if isinstance(e, Select):
             return self._vselect(e, v, lanes, vt)
         kids = [self._vexpr(k, v, lanes) for k in children(e)]
-        if any(k is None for k in kids):
+        if not _all_present(kids):
             return None
         if isinstance(e, BinOp) and e.op in ("add", "sub", "mul", "div"):
             (a, _), (b, _) = kids
@@ -235,7 +237,7 @@ class CRenderer(CStyleRenderer):
 
     def _vselect(self, e: Select, v: Var, lanes: int, vt: str) -> tuple[str, bool] | None:
         branches = [self._vexpr(x, v, lanes) for x in (e.t, e.f)]
-        if any(b is None for b in branches):
+        if not _all_present(branches):
             return None
         t, f = [code if is_vec else f"(({vt}){{0}} + ({code}))" for code, is_vec in branches]
         if v not in free_vars(e.cond):
@@ -246,7 +248,7 @@ class CRenderer(CStyleRenderer):
         if not isinstance(e.cond, Cmp) or not self._loads_in_bounds(e):
             return None
         operands = [self._vexpr(x, v, lanes) for x in (e.cond.a, e.cond.b)]
-        if any(o is None for o in operands):
+        if not _all_present(operands):
             return None
         ct = self._vtype(e.cond.a.dtype, lanes)
         x, y = [code if is_vec else f"(({ct}){{0}} + ({code}))" for code, is_vec in operands]
@@ -287,6 +289,14 @@ def _flatten_stores(s: Stmt, v: Var):
         yield (s.cond, s.then)
     else:
         yield None
+
+
+T = TypeVar("T")
+
+
+def _all_present(parts: list[T | None]) -> TypeGuard[list[T]]:
+    """Whether every part vectorized (None marks one that did not), so the caller may unpack them."""
+    return all(p is not None for p in parts)
 
 
 __all__ = ["CRenderer"]

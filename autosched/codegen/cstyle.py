@@ -40,6 +40,12 @@ class CStyleRenderer(ABC):
 
     #: storage and linkage of generated helper functions (a GPU back end adds its device qualifier)
     INLINE = "static inline"
+    #: helper functions the kernels call, by name: reset by each subclass's `render`
+    _helpers: dict[str, str]
+
+    @abstractmethod
+    def render(self, func: PrimFunc) -> str:
+        """The translation unit of one lowered kernel."""
 
     @staticmethod
     def symbol(func: PrimFunc) -> str:

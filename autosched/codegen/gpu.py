@@ -73,8 +73,9 @@ def plan_kernel(func: PrimFunc) -> GpuKernelPlan:
     if not any(a in extents for a in BLOCK_AXES + THREAD_AXES):
         raise CodegenError(f"{func.name}: the schedule binds no loop to blockIdx/threadIdx; "
                            "a GPU kernel would run the whole computation in one thread")
-    geometry = LaunchGeometry(tuple(extents.get(a, 1) for a in BLOCK_AXES),
-                              tuple(extents.get(a, 1) for a in THREAD_AXES), total)
+    bx, by, bz = (extents.get(a, 1) for a in BLOCK_AXES)  # x, y, z: LaunchGeometry's 3-tuples
+    tx, ty, tz = (extents.get(a, 1) for a in THREAD_AXES)
+    geometry = LaunchGeometry((bx, by, bz), (tx, ty, tz), total)
     _check_structure(func, geometry)
     for axis, n, most in zip(THREAD_AXES + BLOCK_AXES, geometry.block + geometry.grid, MAX_BLOCK_DIMS + MAX_GRID_DIMS):
         if n > most:

@@ -65,8 +65,8 @@ def compile_cuda(source: str, arch: str, flags: Sequence[str] = DEFAULT_FLAGS, c
     already built, and its kernels' resource usage."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256("\0".join([source, arch, *flags, *OUTPUTS[output], nvcc, nvcc_version(nvcc)]).encode())
-    key = key.hexdigest()[:32]
+    digest = hashlib.sha256("\0".join([source, arch, *flags, *OUTPUTS[output], nvcc, nvcc_version(nvcc)]).encode())
+    key = digest.hexdigest()[:32]
     built, usage_file = cache / f"{key}.{output}", cache / f"{key}.usage.json"
     if built.exists() and usage_file.exists():
         usage = {k: ResourceUsage(**v) for k, v in json.loads(usage_file.read_text()).items()}

@@ -108,7 +108,8 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
             arrays = [graph.constants[names[p]] for p in positions]
             args.append(Arg(weights.add(f"{group.name}:folded{k}", _run_precompute(pre, arrays))))
         calls.append((group, renderer.symbol(plan.func), args))
-    for name in dict.fromkeys(a.name for _, _, args in calls for a in args if a.name in graph.constants):
+    for name in dict.fromkeys(a.name for _, _, args in calls for a in args
+                                 if a.name is not None and a.name in graph.constants):
         weights.add(name, graph.constants[name])
     for v in graph.outputs:
         if v.name in graph.constants:
@@ -145,7 +146,7 @@ def _value_json(v) -> dict:
 def group_arguments(group: FusedGroup) -> list[str]:
     """Value names a group's kernel takes, in the order of `Task.input_values`, then its outputs."""
     inside = set(group.anchor.outputs)
-    extras = []
+    extras: list[str] = []
     for node in group.epilogue:
         extras.extend(name for name in node.inputs if name not in inside)
         inside.update(node.outputs)

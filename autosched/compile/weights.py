@@ -27,7 +27,7 @@ class Arg:
 class Weights:
     """The weights file: arrays at 64-byte aligned offsets, each stored once."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.blob = bytearray()
         self.offsets: dict[str, int] = {}
         self.dtypes: dict[str, str] = {}
