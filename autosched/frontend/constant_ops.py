@@ -41,14 +41,14 @@ def _constant(imp: Importer, node: OnnxNode) -> None:
 
 
 def _constant_of_shape(imp: Importer, node: OnnxNode) -> None:
-    shape = ints(node.const(0))
+    shape = ints(node.required_const(0))
     value = node.attr("value")
     fill = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
     imp.add_constant(node.outputs[0], np.full(shape, fill[0], dtype=fill.dtype))
 
 
 def _range(imp: Importer, node: OnnxNode) -> None:
-    start, limit, delta = (node.const(i).reshape(()) for i in range(3))
+    start, limit, delta = (node.required_const(i).reshape(()) for i in range(3))
     count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
     values = start.item() + np.arange(count, dtype=np.float64 if start.dtype.kind == "f" else np.int64) * delta.item()
     imp.add_constant(node.outputs[0], values.astype(start.dtype))

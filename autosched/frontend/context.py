@@ -11,7 +11,7 @@ which are built on the types defined here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, overload
 
 import numpy as np
 import onnx
@@ -103,6 +103,14 @@ class OnnxNode:
         """Value of a declared-constant operand, None if omitted."""
         return self.constants.get(index)
 
+    def required_const(self, index: int) -> np.ndarray:
+        """Value of a declared-constant operand the op cannot do without: an error naming the
+        node, not a failure deep in its converter, when the model omits it."""
+        value = self.constants.get(index)
+        if value is None:
+            raise self.error(f"input {index} is required (a constant) but omitted")
+        return value
+
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
@@ -127,6 +135,10 @@ def normalize_axes(node: OnnxNode, axes: Sequence[int], rank: int) -> tuple[int,
     return tuple(sorted(normalized))
 
 
+@overload
+def ints(array: np.ndarray) -> list[int]: ...
+@overload
+def ints(array: np.ndarray | None) -> list[int] | None: ...
 def ints(array: np.ndarray | None) -> list[int] | None:
     """A constant operand's values as Python ints (None if omitted)."""
     return None if array is None else [int(v) for v in array.reshape(-1)]

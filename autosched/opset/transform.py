@@ -3,7 +3,7 @@ gather and pad. Shapes and attributes are static, so each is an index mapping.""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ def _emit_reshape(imp: Importer, node: OnnxNode, shape: Sequence[int]) -> None:
 
 def _import_reshape(imp: Importer, node: OnnxNode) -> None:
     source = imp.value(node.inputs[0]).shape
-    requested = ints(node.const(1))
+    requested = ints(node.required_const(1))
     allow_zero = node.attr("allowzero", 0)
     if not allow_zero and any(d == 0 and i >= len(source) for i, d in enumerate(requested)):
         raise node.error(f"shape {requested} copies a dimension (0) beyond the input's rank {len(source)}")
@@ -65,12 +65,12 @@ def _import_flatten(imp: Importer, node: OnnxNode) -> None:
 
 def _import_squeeze(imp: Importer, node: OnnxNode) -> None:
     shape = imp.value(node.inputs[0]).shape
-    axes = ints(node.const(1))
-    if axes is None:
-        axes = node.attr("axes")
-    if axes is None:
-        axes = [i for i, d in enumerate(shape) if d == 1]
-    axes = normalize_axes(node, axes, len(shape))
+    given = ints(node.const(1))
+    if given is None:
+        given = node.attr("axes")
+    if given is None:
+        given = [i for i, d in enumerate(shape) if d == 1]
+    axes = normalize_axes(node, given, len(shape))
     if any(shape[a] != 1 for a in axes):
         raise node.error(f"cannot squeeze axes {list(axes)} of shape {list(shape)}")
     _emit_reshape(imp, node, [d for i, d in enumerate(shape) if i not in axes])
@@ -78,12 +78,12 @@ def _import_squeeze(imp: Importer, node: OnnxNode) -> None:
 
 def _import_unsqueeze(imp: Importer, node: OnnxNode) -> None:
     shape = list(imp.value(node.inputs[0]).shape)
-    axes = ints(node.const(1))
-    if axes is None:
-        axes = node.attr("axes")
-    if axes is None:
+    given = ints(node.const(1))
+    if given is None:
+        given = node.attr("axes")
+    if given is None:
         raise node.error("axes are missing")
-    axes = normalize_axes(node, axes, len(shape) + len(axes))
+    axes = normalize_axes(node, given, len(shape) + len(given))
     for a in axes:
         shape.insert(a, 1)
     _emit_reshape(imp, node, shape)
@@ -188,7 +188,7 @@ def _slice_compute(args: ComputeArgs) -> list[Tensor]:
 
 def _import_slice(imp: Importer, node: OnnxNode) -> None:
     shape = imp.value(node.inputs[0]).shape
-    starts, ends = ints(node.const(1)), ints(node.const(2))
+    starts, ends = ints(node.required_const(1)), ints(node.required_const(2))
     axes = ints(node.const(3)) or list(range(len(starts)))
     steps = ints(node.const(4)) or [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps):
@@ -236,12 +236,13 @@ def _gather_compute(args: ComputeArgs) -> list[Tensor]:
 def _import_gather(imp: Importer, node: OnnxNode) -> None:
     shape = imp.value(node.inputs[0]).shape
     axis = normalize_axis(node, node.attr("axis", 0), len(shape))
-    indices = node.const(1).astype(np.int64)
+    given = node.required_const(1)
+    indices = given.astype(np.int64)
     if indices.size and (indices.min() < -shape[axis] or indices.max() >= shape[axis]):
         raise node.error(f"indices fall outside dimension {shape[axis]}")
     normalized = np.where(indices < 0, indices + shape[axis], indices)
     name = node.inputs[1]
-    if not np.array_equal(normalized, node.const(1)) or node.const(1).dtype != np.int64:
+    if not np.array_equal(normalized, given) or given.dtype != np.int64:
         name = f"{node.name}:indices"
         imp.add_constant(name, normalized)
     imp.emit(node, Op.GATHER, [node.inputs[0], name], node.outputs, {"axis": axis})
@@ -268,7 +269,8 @@ def _pad_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.
     if mode == "constant":
         y = np.pad(x, widths, mode="constant", constant_values=np.asarray(attrs["value"]).astype(x.dtype))
     else:
-        y = np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
+        modes: dict[str, Literal["reflect", "edge", "wrap"]] = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+        y = np.pad(x, widths, mode=modes[mode])
     return [y]
 
 
@@ -300,9 +302,9 @@ def _pad_compute(args: ComputeArgs) -> list[Tensor]:
 
 def _import_pad(imp: Importer, node: OnnxNode) -> None:
     rank = len(imp.value(node.inputs[0]).shape)
-    widths = ints(node.const(1))
-    axes = ints(node.const(3))
-    axes = list(range(rank)) if axes is None else [normalize_axis(node, a, rank) for a in axes]
+    widths = ints(node.required_const(1))
+    given = ints(node.const(3))
+    axes = list(range(rank)) if given is None else [normalize_axis(node, a, rank) for a in given]
     if len(widths) != 2 * len(axes):
         raise node.error(f"pads {widths} do not match {len(axes)} axes")
     pads = [0] * 2 * rank
