@@ -13,7 +13,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
@@ -91,7 +91,11 @@ class Task:
     def input_values(self) -> tuple[Value, ...]:
         """Every tensor a kernel of this task reads, in argument order: anchor operands, then extras."""
         anchor = [Value(f"in{k}", s, d) for k, (s, d) in enumerate(zip(self.shapes, self.dtypes))]
-        extra = [Value(f"extra{k}", o.shape, o.dtype) for k, o in enumerate(self.extra_inputs)]
+        extra = []
+        for k, o in enumerate(self.extra_inputs):
+            if o.shape is None or o.dtype is None:  # an extra tensor is always described
+                raise ValueError(f"task {self.key}: epilogue operand {k} has neither a step nor a shape and dtype")
+            extra.append(Value(f"extra{k}", o.shape, o.dtype))
         return tuple(anchor + extra)
 
     def random_inputs(self, seed: int) -> list[np.ndarray]:
@@ -164,7 +168,7 @@ def task_for_group(graph: Graph, group: FusedGroup) -> Task:
         weights = tuple(k for k, name in enumerate(anchor.inputs) if name in graph.constants)
         if weights:
             attrs[WEIGHT_INPUTS_ATTR] = weights
-    fields = {
+    fields: _TaskFields = {
         "op": anchor.op.value,
         "shapes": tuple(values[name].shape for name in anchor.inputs),
         "dtypes": tuple(values[name].dtype for name in anchor.inputs),
@@ -186,10 +190,31 @@ def _tuples(v: Any) -> Any:
     return tuple(_tuples(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
-def _key(fields: Mapping[str, Any]) -> str:
+class _TaskFields(TypedDict):
+    """A task's structure, the fields its key digests (all but `key`, `flops` and `weight`)."""
+
+    op: str
+    shapes: tuple[Shape, ...]
+    dtypes: tuple[str, ...]
+    attrs: Attrs
+    epilogue: tuple[EpilogueOp, ...]
+    out_shapes: tuple[Shape, ...]
+    out_dtypes: tuple[str, ...]
+
+
+def _operand_key(o: Operand) -> int | list:
+    """An epilogue operand in a key: its step, or an extra tensor's [shape, dtype]."""
+    if o.step is not None:
+        return o.step
+    if o.shape is None:  # an extra tensor is always described
+        raise ValueError("epilogue operand has neither a step nor a shape")
+    return [list(o.shape), o.dtype]
+
+
+def _key(fields: _TaskFields) -> str:
     """Canonical JSON of a task's structure: compact, key-sorted, names excluded."""
     epilogue = [
-        [e.op, dict(e.attrs), [o.step if o.step is not None else [list(o.shape), o.dtype] for o in e.operands], e.dtype]
+        [e.op, dict(e.attrs), [_operand_key(o) for o in e.operands], e.dtype]
         for e in fields["epilogue"]
     ]
     body = {
@@ -242,7 +267,7 @@ def task_from_key(key: str, flops: int = 0, weight: int = 1) -> Task:
             EpilogueOp(op, _attrs(attrs), tuple(Operand(step=o) if isinstance(o, int)
                                                 else Operand(shape=tuple(o[0]), dtype=o[1]) for o in operands), dtype)
             for op, attrs, operands, dtype in body["epilogue"])
-        fields = {
+        fields: _TaskFields = {
             "op": body["op"],
             "shapes": tuple(tuple(s) for s, _ in body["in"]),
             "dtypes": tuple(d for _, d in body["in"]),

@@ -15,7 +15,7 @@ import argparse
 import math
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import onnx
@@ -40,7 +40,7 @@ class _Builder:
     def normal(self, name: str, shape: Sequence[int], std: float) -> str:
         return self.constant(name, (self.rng.standard_normal(shape) * std).astype(np.float32))
 
-    def node(self, op: str, inputs: Sequence[str], name: str, outputs: int = 1, **attrs: object) -> str:
+    def node(self, op: str, inputs: Sequence[str], name: str, outputs: int = 1, **attrs: Any) -> str:
         names = [name] if outputs == 1 else [f"{name}:{i}" for i in range(outputs)]
         self.nodes.append(helper.make_node(op, list(inputs), names, name=name, **attrs))
         return names[0]
