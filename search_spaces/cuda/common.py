@@ -34,7 +34,7 @@ def up_to(options: tuple[int, ...], n: int) -> tuple[int, ...]:
     return tuple(v for v in options if v == options[0] or v <= n)
 
 
-def config_near(space: ConfigSpace, want: Mapping[str, int]) -> Config:
+def config_near(space: ConfigSpace, want: Mapping[str, int | str]) -> Config:
     """For each knob the wanted value where the space offers it, else the largest option not
     above it (else the smallest): a textbook fallback shrunk to what a small problem's space
     offers. Named options (an algorithm) are only ever taken as they are."""

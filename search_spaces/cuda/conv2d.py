@@ -38,7 +38,7 @@ THREADS = (1, 2, 4, 8, 16, 32)
 TILES = (1, 2, 4)
 TILE_IC = (1, 2, 4, 8, 16)
 DIRECT, IMPLICIT_GEMM = "direct", "implicit_gemm"
-FALLBACK_DIRECT = {"threads_w": 8, "threads_h": 4, "threads_c": 4, "tile_w": 2, "tile_c": 4, "tile_ic": 4, "vec": 1,
+FALLBACK_DIRECT: dict[str, int | str] = {"threads_w": 8, "threads_h": 4, "threads_c": 4, "tile_w": 2, "tile_c": 4, "tile_ic": 4, "vec": 1,
                    "unroll_window": 1, "double_buffer": 0, "algorithm": DIRECT}
 
 

@@ -20,6 +20,7 @@ Both refuse a register tile beyond `max_accumulators` of the target (see `common
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from autosched.ops import conv as conv_ops
 from autosched.ops import conv_nchwc
@@ -81,7 +82,21 @@ def _channel_blocks(channels: int, lanes: int) -> tuple[int, ...]:
     return whole or divisors(channels, MAX_CHANNEL_BLOCKS * lanes)[-MAX_CHANNEL_BLOCKS:]
 
 
-def conv_knobs(d: ConvDims) -> list[Knob]:
+class ConvOutput(Protocol):
+    """What `conv_knobs` reads of a convolution: its output's size and its padding. `ConvDims`
+    and the NCHWc template's `BlockedConvDims` both have them."""
+
+    @property
+    def oh(self) -> int: ...
+
+    @property
+    def ow(self) -> int: ...
+
+    @property
+    def pads(self) -> tuple[int, int, int, int]: ...
+
+
+def conv_knobs(d: ConvOutput) -> list[Knob]:
     """The knobs the direct convolution templates (NCHW and NCHWc) share: output tiling, where
     the padding is computed, the outer loop order and how many outer loops run in parallel."""
     padded = any(d.pads)
