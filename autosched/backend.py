@@ -110,7 +110,7 @@ class Backend:
         """The caller's builder and runner, or this back end's on this machine where none is
         given; a runner made here is closed after (one passed in stays the caller's)."""
         own = runner is None
-        runner = self.make_runner() if own else runner
+        runner = self.make_runner() if runner is None else runner
         try:
             yield builder or self.builder(), runner
         finally:

@@ -105,13 +105,21 @@ def _while_building(lock: NodeLock | None) -> AbstractContextManager:
     return lock.building() if lock else nullcontext()
 
 
+def _manifest(build: BuildResult) -> str:
+    """A successful build's manifest: the fleet ships built kernels, so its builders must make
+    files (a NullBuilder's "nothing to build" cannot run on it)."""
+    if build.artifact is None:
+        raise ValueError("a successful build left no artifact for the fleet to time")
+    return build.artifact
+
+
 def _build_remote(inp: MeasureInput, build_one: BuildOne, instantiate: Instantiate,
                   timeout: float, exclusive_timing: bool) -> tuple[BuildResult, BuiltKernel | None]:
     """One build on whichever node Ray chose, in that node's kernel cache, never while that
     node's device times a candidate (the whole build: lowering holds a core as gcc does)."""
     with _while_building(_this_node(exclusive_timing)):
         res = build_one(inp, instantiate, None, timeout)
-    kernel = BuiltKernel.from_manifest(res.artifact) if res.ok else None
+    kernel = BuiltKernel.from_manifest(_manifest(res)) if res.ok else None
     return replace(res, artifact=None), kernel
 
 
@@ -326,7 +334,7 @@ class RayRunner(PipelinedRunner):
         """Candidates built on this machine: their libraries travel to the devices as bytes."""
         for i, (inp, b) in enumerate(zip(inputs, builds)):
             if b.ok:
-                self._ready.append(_Job(ticket, i, inp, b, ray.put(BuiltKernel.from_manifest(b.artifact))))
+                self._ready.append(_Job(ticket, i, inp, b, ray.put(BuiltKernel.from_manifest(_manifest(b)))))
             else:
                 self._batches[ticket][i] = MeasureResult.failure(b.error_kind, b.error_msg, b.build_s, time.time())
 
