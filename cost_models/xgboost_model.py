@@ -18,7 +18,8 @@ from cost_models.features import FeatureExtractor, KnobFeatures
 # XGBoost >= 2 builds ranking pairs around each group's top k by default; the
 # annealer needs the whole order to leave poor regions, so pairs are sampled
 # uniformly ("mean"): held-out Spearman on tests/synthetic.py rose from ~0.65 to ~0.9.
-OBJECTIVES = {
+#: objective name -> its XGBoost parameters (strings and numbers, as xgb.train takes them)
+OBJECTIVES: dict[str, dict[str, str | int]] = {
     "rank": {"objective": "rank:pairwise", "lambdarank_pair_method": "mean", "lambdarank_num_pair_per_sample": 8},
     "reg": {"objective": "reg:squarederror"},
 }
@@ -35,8 +36,8 @@ class XGBCostModel(FeatureModel):
             raise ValueError(f"unknown XGBoost objective {objective!r}; known: {', '.join(OBJECTIVES)}")
         super().__init__(task, space, features or KnobFeatures())
         self.rounds = rounds
-        self.params = {**OBJECTIVES[objective], "max_depth": max_depth, "eta": eta, "seed": seed, "nthread": nthread,
-                       "verbosity": 0}
+        self.params: dict[str, str | int | float] = {
+            **OBJECTIVES[objective], "max_depth": max_depth, "eta": eta, "seed": seed, "nthread": nthread, "verbosity": 0}
         self._booster: xgb.Booster | None = None
 
     def _train(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> None:

@@ -11,11 +11,12 @@ import json
 import math
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.live import Live
 from rich.table import Table
 
@@ -99,8 +100,10 @@ def _ms(seconds: float) -> str:
 def summary_table(tally: Tally, title: str) -> Table:
     """Per task: op, shapes, weight, trials, failures, best ms, GFLOP/s; the totals in the caption."""
     table = Table(title=title, title_justify="left")
-    for name, justify in (("op", "left"), ("shapes", "left"), ("weight", "right"), ("trials", "right"),
-                          ("failures", "right"), ("best ms", "right"), ("GFLOP/s", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("op", "left"), ("shapes", "left"), ("weight", "right"), ("trials", "right"), ("failures", "right"),
+        ("best ms", "right"), ("GFLOP/s", "right"))
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     for t in tally.tasks.values():
         if t.trials or math.isfinite(t.best):
@@ -114,13 +117,17 @@ def summary_table(tally: Tally, title: str) -> Table:
     return table
 
 
-class _Display:
+class _Display(ABC):
     """Common to displays: the tally, started by `start(plan)`."""
 
     tally: Tally
 
     def start(self, plan) -> None:
         self.tally = Tally(plan)
+
+    @abstractmethod
+    def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """A batch measured: a display is one of `tune`'s callbacks."""
 
     def finish(self) -> None:
         """The run ended (done, failed or interrupted)."""
@@ -141,6 +148,8 @@ class LiveProgress(_Display):
 
     def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         self.tally.add(inputs, results)
+        if self._live is None:
+            raise RuntimeError("the live display is told results before start()")
         self._live.update(summary_table(self.tally, "tuning"))
 
     def finish(self) -> None:

@@ -50,13 +50,16 @@ def _curves(recs: Sequence[StoredRecord], weights: dict[str, int]) -> tuple[str,
     for r in recs:
         by_task[r.key].append(r)
     for task_recs in by_task.values():
+        flops = task_recs[0].flops  # one task key, one flop count
+        if not flops:  # no rate to plot (every record of the task lacks it)
+            continue
         best, xs, ys = math.inf, [], []
         for n, r in enumerate(task_recs, 1):
             if r.result.ok and r.flops:
                 best = min(best, r.result.cost)
             if math.isfinite(best):
                 xs.append(n)
-                ys.append(task_recs[0].flops / best / 1e9)
+                ys.append(flops / best / 1e9)
         if xs:
             ax.plot(xs, ys, label=_label(task_recs[0])[:48])
     ax.set(xlabel="trials of the task", ylabel="best GFLOP/s", title="Tuning curves")

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from autosched.api import tune
 from autosched.cli.args import add_db_argument, add_model_arguments
-from autosched.cli.progress import display_for, summary_table
+from autosched.cli.progress import JsonLinesProgress, display_for, summary_table
 from autosched.target import Target
 
 
@@ -48,7 +48,7 @@ def run_tune(args: argparse.Namespace) -> int:
                    seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
                    emulate=args.emulate, callbacks=[display])
     summary = out.summary
-    if args.progress == "json-lines":
+    if isinstance(display, JsonLinesProgress):  # --progress json-lines
         display.emit("summary", session=out.session, **display.tally.snapshot(),
                      skipped=[{"task": t.key, "why": why} for t, why in summary.skipped])
         return 0
