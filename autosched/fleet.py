@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -62,7 +63,7 @@ def token_auth() -> None:
     process may have imported it already (autosched.measure.ray does): Ray 2.60 has no public
     call that re-reads it, so the private `Config.initialize` stays until one exists."""
     os.environ["RAY_AUTH_MODE"] = "token"
-    from ray._raylet import Config
+    from ray._raylet import Config  # type: ignore[attr-defined]  # private, absent from ray's _raylet stub
     Config.initialize("")
 
 
@@ -130,7 +131,7 @@ def probe(address: str) -> None:
     from ray.exceptions import AuthenticationError
     try:
         with _quiet_stderr():
-            client = ray._raylet.GcsClient(address=address)
+            client = ray._raylet.GcsClient(address=address)  # type: ignore[attr-defined]  # private, absent from the stub
             client.internal_kv_get(b"autosched-probe", None, timeout=5)
     except AuthenticationError:
         raise FleetError(f"the Ray head at {address} refused our auth token: use the head's token "
@@ -149,7 +150,7 @@ def connect(address: str = "auto") -> None:
     if address != "auto":
         probe(address)
     try:
-        ray.init(address=address, namespace=FLEET_NAMESPACE, logging_level="warning", log_to_driver=False)
+        ray.init(address=address, namespace=FLEET_NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, ray.exceptions.RayError, RuntimeError) as e:
         raise FleetError(f"cannot join the Ray fleet at {address}: {str(e).splitlines()[0]}") from None
 
