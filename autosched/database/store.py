@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, and_, create_engine, delete, func, insert, inspect, select, update
+from sqlalchemy import Connection, CursorResult, Engine, and_, create_engine, delete, func, insert, inspect, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
@@ -107,9 +107,9 @@ class Database:
                                     f"{SCHEMA_VERSION}; a command that writes to it (tune, db import) upgrades it")
             self._engine = _migrated_copy(self._engine, version)
 
-    def _create(self) -> None:
-        """The first write to a database whose file did not exist: create it now."""
-        check_file(self._pending)
+    def _create(self, pending: Path) -> None:
+        """The first write to a database whose file (`pending`) did not exist: create it now."""
+        check_file(pending)
         self._engine.dispose()
         self._engine = make_engine(self.location)
         self._pending = None
@@ -128,7 +128,7 @@ class Database:
             raise DatabaseError(f"{self.location}: opened read-only, cannot write to it")
         with self._guard():
             if self._pending is not None:
-                self._create()
+                self._create(self._pending)
             with self._engine.begin() as conn:
                 yield conn
 
@@ -159,9 +159,9 @@ class Database:
                              "error_kind": res.error_kind.name, "error_msg": res.error_msg, "build_s": res.build_s,
                              "run_s": s.run_s, "tuner": s.tuner, "version": s.version, "timestamp": res.timestamp,
                              "node": s.node})
-            before = conn.execute(select(func.count()).select_from(records)).scalar()
+            before = conn.execute(select(func.count()).select_from(records)).scalar_one()
             _insert_new(conn, rows)
-            added = conn.execute(select(func.count()).select_from(records)).scalar() - before
+            added = conn.execute(select(func.count()).select_from(records)).scalar_one() - before
             if session is not None:
                 conn.execute(update(sessions).where(sessions.c.id == session)
                              .values(trials_done=sessions.c.trials_done + added))
@@ -176,10 +176,9 @@ class Database:
         model's tasks); `end_session` what came of it."""
         with self.writing() as conn:
             target_id = _target_id(conn, TargetInfo.of(target))
-            return conn.execute(insert(sessions).values(model=model, target_id=target_id, trials_asked=trials,
-                                                        trials_done=0, status="running", started=time.time(),
-                                                        tasks=tasks)
-                                ).inserted_primary_key[0]
+            return _inserted_id(conn.execute(insert(sessions).values(
+                model=model, target_id=target_id, trials_asked=trials, trials_done=0, status="running",
+                started=time.time(), tasks=tasks)))
 
     def end_session(self, session: int, status: str) -> int:
         """Close a session ("done", "interrupted", "failed"); returns the records it kept."""
@@ -212,7 +211,7 @@ class Database:
         """Counts for `db stats`: records (and how many failed), workloads, targets, sessions."""
         with self.reading() as conn:
             def count(table, *where) -> int:
-                return conn.execute(select(func.count()).select_from(table).where(*where)).scalar()
+                return conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
             return {"location": self.location, "schema_version": SCHEMA_VERSION, "records": count(records),
                     "failed": count(records, records.c.cost.is_(None)), "workloads": count(workloads),
                     "targets": count(targets), "sessions": count(sessions)}
@@ -260,6 +259,8 @@ def _migrated_copy(engine: Engine, version: int) -> Engine:
     memory = _memory_engine()
     source, copy = engine.raw_connection(), memory.raw_connection()
     try:
+        if source.driver_connection is None or copy.driver_connection is None:  # both are open sqlite3 connections
+            raise DatabaseError("cannot copy the database: its sqlite3 connection is closed")
         source.driver_connection.backup(copy.driver_connection)
     finally:
         source.close()
@@ -306,8 +307,8 @@ def _target_id(conn: Connection, info: TargetInfo) -> int:
                                                     targets.c.fingerprint == info.fingerprint)).scalar()
     if found is not None:
         return found
-    return conn.execute(insert(targets).values(target=info.target, fingerprint=info.fingerprint, isa=info.isa,
-                                               compiler=info.compiler)).inserted_primary_key[0]
+    return _inserted_id(conn.execute(insert(targets).values(target=info.target, fingerprint=info.fingerprint,
+                                                            isa=info.isa, compiler=info.compiler)))
 
 
 def _workload_id(conn: Connection, s: StoredRecord) -> int:
@@ -317,5 +318,13 @@ def _workload_id(conn: Connection, s: StoredRecord) -> int:
             conn.execute(update(workloads).where(workloads.c.id == found, workloads.c.flops.is_(None))
                          .values(flops=s.flops))
         return found
-    return conn.execute(insert(workloads).values(key=s.key, op=s.op, shapes=s.shapes, flops=s.flops,
-                                                 template=s.template, space=s.space)).inserted_primary_key[0]
+    return _inserted_id(conn.execute(insert(workloads).values(key=s.key, op=s.op, shapes=s.shapes, flops=s.flops,
+                                                              template=s.template, space=s.space)))
+
+
+def _inserted_id(result: CursorResult) -> int:
+    """The primary key of the row a one-row INSERT made (SQLAlchemy reports it for such a statement)."""
+    key = result.inserted_primary_key
+    if key is None:
+        raise DatabaseError("the database reported no primary key for an inserted row")
+    return key[0]
