@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import select
+import subprocess
 
 from autosched.errors import AutoschedError
 from autosched.measure.local import LocalRunner, RunnerOptions
@@ -35,12 +36,15 @@ class GpuRunner(LocalRunner):
             self.close()
             raise
 
-    def _worker(self):
+    def _worker(self) -> subprocess.Popen[str]:
         fresh = self._proc is None or self._proc.poll() is not None
         proc = super()._worker()
         if fresh:
-            ready, _, _ = select.select([proc.stdout], [], [], self.start_timeout)
-            line = proc.stdout.readline() if ready else ""
+            stdout = proc.stdout
+            if stdout is None:  # LocalRunner._worker always opens it
+                raise RuntimeError("the GPU worker has no stdout pipe")
+            ready, _, _ = select.select([stdout], [], [], self.start_timeout)
+            line = stdout.readline() if ready else ""
             hello = json.loads(line) if line.strip() else {"error": "the GPU worker did not start"}
             if "error" in hello:
                 self._kill()
