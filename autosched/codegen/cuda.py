@@ -13,7 +13,7 @@ from __future__ import annotations
 from autosched.codegen.cstyle import lane_zero, param_decls, var_in_atoms
 from autosched.codegen.gpu import GpuRenderer, LaunchGeometry, plan_kernel
 from autosched.lower import arith
-from autosched.lower.ir import Allocate, For, IfThenElse, PrimFunc, Store
+from autosched.lower.ir import Allocate, For, ForKind, IfThenElse, PrimFunc, Store
 from autosched.te.expr import Const, Expr, Load, Var, free_vars, substitute, transform, walk
 
 _LANES = "xyzw"
@@ -62,7 +62,7 @@ class CudaRenderer(GpuRenderer):
         return super()._allocate(s, d)
 
     def _loop(self, s: For, d: int) -> str:
-        if s.kind == "vectorize":
+        if s.kind is ForKind.VECTORIZE:
             vec = self._vector(s, d)
             if vec is not None:
                 return vec
