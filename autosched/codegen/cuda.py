@@ -89,7 +89,7 @@ class CudaRenderer(GpuRenderer):
         holders: dict = {}
         pad = "  " * d
         out = [f"{pad}{{ /* {v.name}: {lanes} lanes, {vt} */\n"]
-        for key, (name, lb, src) in loads.items():
+        for name, lb, src in loads.values():
             out.append(f"{pad}  const {vt} {name} = *(const {vt}*)&{self._name(src)}[{self._expr(lb)}];\n")
         out.append(f"{pad}  {vt} _vs;\n")
         for k in range(lanes):
