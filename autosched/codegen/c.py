@@ -16,7 +16,7 @@ from autosched.codegen.cstyle import (
 )
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
-from autosched.lower.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store, walk_stmts
+from autosched.lower.ir import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autosched.te.expr import (
     INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, children, free_vars, is_float, substitute,
     transform, walk,
@@ -65,7 +65,7 @@ class CRenderer(CStyleRenderer):
     # --- checks -------------------------------------------------------------------------------
     def _check(self, func: PrimFunc) -> None:
         for s in walk_stmts(func.body):
-            if isinstance(s, For) and s.kind == "thread":
+            if isinstance(s, For) and s.kind is ForKind.THREAD:
                 raise CodegenError(f"{func.name}: loop {s.var.name} is bound to {s.thread}; "
                                    "the C back end has no GPU threads (use target cuda)")
             if isinstance(s, Allocate) and s.buffer.scope == "shared":
@@ -90,12 +90,12 @@ class CRenderer(CStyleRenderer):
         pad = "  " * d
         v = self._name(s.var)
         self._ranges[s.var] = (0, s.extent - 1)
-        if s.kind == "vectorize":
+        if s.kind is ForKind.VECTORIZE:
             vec = self._vector_loop(s, d) or self._versioned_vector_loop(s, d)
             if vec is not None:
                 return vec
-        head = {"parallel": f"{pad}#pragma omp parallel for\n", "unroll": f"{pad}#pragma GCC unroll {s.extent}\n",
-                "vectorize": f"{pad}#pragma omp simd\n"}.get(s.kind, "")
+        head = {ForKind.PARALLEL: f"{pad}#pragma omp parallel for\n", ForKind.UNROLL: f"{pad}#pragma GCC unroll {s.extent}\n",
+                ForKind.VECTORIZE: f"{pad}#pragma omp simd\n"}.get(s.kind, "")
         return (f"{head}{pad}for (int32_t {v} = 0; {v} < {s.extent}; ++{v}) {{\n"
                 f"{self._stmt(s.body, d + 1)}{pad}}}\n")
 
@@ -121,14 +121,14 @@ class CRenderer(CStyleRenderer):
             return None
         fast = Store(body.buffer, body.index, transform(body.value, lambda x: x.t if isinstance(x, Select) and
                                                         s.var in free_vars(x.cond) else None))
-        vec = self._vector_loop(For(s.var, s.extent, "vectorize", fast), d + 1)
+        vec = self._vector_loop(For(s.var, s.extent, ForKind.VECTORIZE, fast), d + 1)
         if vec is None:
             return None
         ends = [arith.simplify(substitute(c, {s.var: Const(k, s.var.dtype)}), self._ranges)
                 for c in conds for k in (0, s.extent - 1)]
         test = " && ".join(self._expr(e) for e in ends if not (isinstance(e, Const) and e.value)) or "1"
         self._ranges[s.var] = (0, s.extent - 1)
-        scalar = self._for(For(s.var, s.extent, "serial", s.body), d + 1)
+        scalar = self._for(For(s.var, s.extent, ForKind.SERIAL, s.body), d + 1)
         pad = "  " * d
         return (f"{pad}if ({test}) {{\n{vec}{pad}}} else {{\n"
                 f"{pad}  #pragma omp simd\n{scalar}{pad}}}\n")
