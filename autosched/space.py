@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Any, ClassVar, SupportsIndex, Union
+from typing import Any, ClassVar, SupportsIndex
 
 import numpy as np
 
 from autosched.errors import AutoschedError
 
-JsonScalar = Union[bool, int, float, str]
+JsonScalar = bool | int | float | str
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 _SHOWN_VALUES = 8

@@ -20,7 +20,6 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Union
 
 from autosched.errors import AutoschedError
 
@@ -92,7 +91,7 @@ _SHARED_OPTIN = {(7, 0): 96 * 1024, (7, 2): 96 * 1024, (7, 5): 64 * 1024, (8, 0)
 DEFAULT_CUDA_ARCH = "sm_80"
 
 
-Capabilities = Union[CpuCapabilities, GpuCapabilities]
+Capabilities = CpuCapabilities | GpuCapabilities
 
 # ISA flags that change generated code; other cpuinfo flags (bugs, hypervisor,
 # power management) would split the database without meaning anything.

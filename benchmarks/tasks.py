@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
     tuned = TunedSchedules(db) if db else None
     rows = []
     for index, task in enumerate(tasks):
-        def timed(schedule_and_args) -> float:
-            return kernel_ms(task, *schedule_and_args, args.threads, weights[index], target, args.quick)
+        def timed(schedule_and_args, task=task, consts=weights[index]) -> float:
+            return kernel_ms(task, *schedule_and_args, args.threads, consts, target, args.quick)
         row = {"op": task.op, "kind": op_kind(task), "shapes": [list(s) for s in task.shapes], "weight": task.weight,
                "library_ms": timed(library_kernel(task, target)), "untuned_ms": timed(default_kernel(task, target))}
         if tuned is not None and best(db, task, target) is not None:

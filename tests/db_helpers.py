@@ -1,5 +1,7 @@
 """Tuning records made up for the database, report, progress and CLI tests: a fixed target
 (not this host's, so stored fingerprints do not depend on the machine) and measured costs."""
+from pathlib import Path
+
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult
 from autosched.target import CpuInfo, Target
 from autosched.templates import get_template
@@ -17,3 +19,7 @@ def measured(task, target, costs, t0=1000.0):
                else MeasureResult.failure(ErrorKind.COMPILE_ERROR, "gcc: error", 0.1, t0 + i))
         out.append((MeasureInput(task, target, space.get(i)), res))
     return out
+
+
+#: SQL dumps of tuning databases of earlier schema versions
+FIXTURES = Path(__file__).parent / "fixtures"

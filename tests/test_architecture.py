@@ -102,3 +102,15 @@ def test_no_import_cycles_but_the_printer_pairs():
 def test_no_module_imports_another_modules_private_names():
     _, private = _imports(_modules())
     assert not private, "\n".join(f"{who} imports {name} from {where}" for who, where, name in private)
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in helper modules; importing a test module would also collect its
+    tests twice and tie the two files' fixtures together."""
+    offenders = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name} imports {n}" for n in names if n.split(".")[-1].startswith("test_")]
+    assert not offenders, offenders

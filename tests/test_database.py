@@ -18,9 +18,8 @@ from autosched.database import (Database, DatabaseError, LogError, RecordWriter,
 from autosched.measure import record_to_json
 from autosched.target import CpuInfo, Target
 from autosched.zoo import mlp
-from db_helpers import AVX512, HERE, measured
+from db_helpers import AVX512, FIXTURES, HERE, measured
 
-FIXTURES = Path(__file__).parent / "fixtures"
 OTHER_CPU = Target.parse("llvm", host=CpuInfo("Example CPU B", AVX512))
 OTHER_ISA = Target.parse("llvm", host=CpuInfo("Example CPU C", frozenset({"avx", "avx2", "fma"})))
 

@@ -11,7 +11,7 @@ from autosched.cli import main
 from autosched.database import Database, DatabaseError
 from autosched.target import Target
 from autosched.zoo import mlp
-from test_database import FIXTURES, HERE, measured
+from db_helpers import FIXTURES, HERE, measured
 
 
 @pytest.fixture

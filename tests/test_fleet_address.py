@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from test_tune_faults import ROOT
+from process_helpers import ROOT
 
 pytest.importorskip("ray")
 

@@ -40,7 +40,7 @@ def test_errors_never_ride_in_costs():
     failed = MeasureResult.failure(ErrorKind.WRONG_ANSWER, "max abs diff 3.0", 0.2, 5.0)
     assert not failed.ok
     with pytest.raises(RecordError, match="no cost"):
-        failed.cost
+        _ = failed.cost
 
 
 def test_result_json_round_trip_and_validation():

@@ -6,9 +6,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 
-from test_tune_faults import ROOT, marked, records, start_tune, wait_for
+import pytest
+
+from autosched.cli.app import terminate_as_interrupt
+
+from process_helpers import ROOT, marked, records, start_tune, wait_for
 
 OURS = re.compile(r"autosched-(cc|run|check|bench|nvcc)-")
 
@@ -64,10 +69,36 @@ def test_sigterm_during_bench_removes_its_build_directory(small_model, tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "autosched.cli", "bench", str(small_model), "--runs", "1000000",
                              "--db", str(tmp_path / "t.db")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
-    built = lambda: any(name.startswith(f"autosched-bench-{proc.pid}-") and (tmp / name / "model.weights").exists()
-                        for name in ours(tmp))
+    def built() -> bool:
+        return any(name.startswith(f"autosched-bench-{proc.pid}-") and (tmp / name / "model.weights").exists()
+                   for name in ours(tmp))
     wait_for(lambda: proc.poll() is not None or built())  # built, so timing now
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM and err == "interrupted\n", err
     assert ours(tmp) == [] and not (tmp_path / "t.db").exists()
+
+
+def test_an_interrupt_swallowed_by_a_finalizer_is_delivered_again():
+    """A SIGTERM landing while a __del__ runs raises its KeyboardInterrupt there, where the
+    interpreter only prints "Exception ignored"; the command must still stop."""
+    class SignalledWhileFinalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between these bytecodes, inside __del__
+                pass
+
+    swallowed = []
+    with terminate_as_interrupt() as received:
+        hook = sys.unraisablehook
+        sys.unraisablehook = lambda u: (swallowed.append(u.exc_type), hook(u))
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                obj = SignalledWhileFinalized()
+                del obj
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    pass
+        finally:
+            sys.unraisablehook = hook
+    assert swallowed == [KeyboardInterrupt] and received == [signal.SIGTERM]

@@ -3,67 +3,14 @@ gcc builds, a real SQLite file; the model is test_tune_model's two small Gemms."
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 import autosched
 from autosched.database import Database, best
 from autosched.target import Target
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def start_tune(model, db, trials, mark, *extra):
-    """`autosched tune` in its own process group (as a shell runs it), its processes marked."""
-    env = {**os.environ, "AUTOSCHED_TEST_MARK": mark, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "autosched.cli", "tune", str(model), "--db", str(db),
-                             "--trials", str(trials), "--round", "4", "--tuner", "random", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, preexec_fn=_as_in_a_terminal)
-
-
-def _as_in_a_terminal():
-    """A shell without job control starts background commands with SIGINT ignored, and the test
-    may run under one: give the tuner the default disposition a terminal's foreground job has."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def marked(mark):
-    """Pids of live processes whose environment carries `mark` (a tuner and its children)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if f"AUTOSCHED_TEST_MARK={mark}".encode() in environ.split(b"\0") and state != "Z":
-            found.append(int(pid))
-    return found
-
-
-def wait_for(condition, limit=120.0):
-    """Poll `condition` until it holds; a guard against hanging, not a timing claim."""
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, "gave up waiting"
-        time.sleep(0.05)
-
-
-def records(db):
-    if not db.exists():
-        return 0
-    with sqlite3.connect(db) as conn:
-        try:
-            return conn.execute("SELECT count(*) FROM records").fetchone()[0]
-        except sqlite3.OperationalError:
-            return 0
-
+from process_helpers import marked, records, start_tune, wait_for
 
 def measured(db):
     with sqlite3.connect(db) as conn:

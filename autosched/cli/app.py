@@ -9,6 +9,7 @@ with the traceback only under `--debug`.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import logging
@@ -17,6 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from autosched.cli import db, fleet, model, tune
 from autosched.cli.args import Command
@@ -62,11 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[list[int]]:
+def terminate_as_interrupt() -> Iterator[list[int]]:
     """SIGTERM (what `kill`, service managers and batch schedulers send) handled as Ctrl-C is: a
     KeyboardInterrupt that unwinds every `finally` (the records committed are kept, worker
     processes and temporary directories removed). Yields the signals received, for the exit
-    status; a second SIGTERM while unwinding is ignored, so the cleanup runs to its end."""
+    status; a second SIGTERM while unwinding is ignored, so the cleanup runs to its end.
+
+    An interrupt that lands while a weakref callback or a `__del__` runs is swallowed by the
+    interpreter ("Exception ignored in ..."), and the command would run on as if no signal came:
+    the unraisable hook sees it and delivers it again (as SIGINT's KeyboardInterrupt) where
+    the main thread can unwind it."""
     received: list[int] = []
     owner = os.getpid()
 
@@ -79,21 +86,29 @@ def _terminate_as_interrupt() -> Iterator[list[int]]:
         if len(received) == 1:
             raise KeyboardInterrupt
 
+    def redeliver(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):  # from a thread: raised here, it would be lost again
+            threading.Timer(0.05, _thread.interrupt_main).start()
+        else:
+            previous_hook(unraisable)
+
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield received
         return
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous, previous_hook = signal.signal(signal.SIGTERM, interrupt), sys.unraisablehook
+    sys.unraisablehook = redeliver
     try:
         yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _show_warnings()
     sweep_stale()  # what a kill -9 of an earlier command left
-    with _terminate_as_interrupt() as received:
+    with terminate_as_interrupt() as received:
         try:
             return args.run(args)
         except TuneInterrupted as exc:

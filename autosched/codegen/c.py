@@ -67,7 +67,7 @@ class CRenderer(CStyleRenderer):
     # --- checks -------------------------------------------------------------------------------
     def _check(self, func: PrimFunc) -> None:
         for s in walk_stmts(func.body):
-            if isinstance(s, For) and s.kind == "thread":
+            if isinstance(s, For) and s.kind is ForKind.THREAD:
                 raise CodegenError(f"{func.name}: loop {s.var.name} is bound to {s.thread}; "
                                    "the C back end has no GPU threads (use target cuda)")
             if isinstance(s, Allocate) and s.buffer.scope == "shared":
@@ -92,12 +92,12 @@ class CRenderer(CStyleRenderer):
         pad = "  " * d
         v = self._name(s.var)
         self._ranges[s.var] = (0, s.extent - 1)
-        if s.kind == "vectorize":
+        if s.kind is ForKind.VECTORIZE:
             vec = self._vector_loop(s, d) or self._versioned_vector_loop(s, d)
             if vec is not None:
                 return vec
-        head = {"parallel": f"{pad}#pragma omp parallel for\n", "unroll": f"{pad}#pragma GCC unroll {s.extent}\n",
-                "vectorize": f"{pad}#pragma omp simd\n"}.get(s.kind, "")
+        head = {ForKind.PARALLEL: f"{pad}#pragma omp parallel for\n", ForKind.UNROLL: f"{pad}#pragma GCC unroll {s.extent}\n",
+                ForKind.VECTORIZE: f"{pad}#pragma omp simd\n"}.get(s.kind, "")
         return (f"{head}{pad}for (int32_t {v} = 0; {v} < {s.extent}; ++{v}) {{\n"
                 f"{self._stmt(s.body, d + 1)}{pad}}}\n")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from autosched.codegen.cstyle import lane_zero, param_decls, var_in_atoms
 from autosched.codegen.gpu import GpuRenderer, LaunchGeometry, plan_kernel
 from autosched.lower import arith
-from autosched.lower.ir import Allocate, For, IfThenElse, PrimFunc, Store
+from autosched.lower.ir import Allocate, For, ForKind, IfThenElse, PrimFunc, Store
 from autosched.te.expr import Const, Expr, Load, Var, free_vars, substitute, transform, walk
 
 _LANES = "xyzw"
@@ -62,7 +62,7 @@ class CudaRenderer(GpuRenderer):
         return super()._allocate(s, d)
 
     def _loop(self, s: For, d: int) -> str:
-        if s.kind == "vectorize":
+        if s.kind is ForKind.VECTORIZE:
             vec = self._vector(s, d)
             if vec is not None:
                 return vec
@@ -89,7 +89,7 @@ class CudaRenderer(GpuRenderer):
         holders: dict = {}
         pad = "  " * d
         out = [f"{pad}{{ /* {v.name}: {lanes} lanes, {vt} */\n"]
-        for key, (name, lb, src) in loads.items():
+        for name, lb, src in loads.values():
             out.append(f"{pad}  const {vt} {name} = *(const {vt}*)&{self._name(src)}[{self._expr(lb)}];\n")
         out.append(f"{pad}  {vt} _vs;\n")
         for k in range(lanes):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from autosched.codegen.cstyle import C_TYPES, DTYPE_BYTES, CStyleRenderer
 from autosched.codegen.errors import CodegenError
-from autosched.lower.ir import Allocate, Barrier, Buffer, For, IfThenElse, Let, PrimFunc, Stmt, Store, stmt_children
+from autosched.lower.ir import Allocate, Barrier, Buffer, For, ForKind, IfThenElse, Let, PrimFunc, Stmt, Store, stmt_children
 from autosched.target import GpuCapabilities
 from autosched.te.expr import free_vars
 
@@ -62,10 +62,10 @@ def plan_kernel(func: PrimFunc) -> GpuKernelPlan:
     offsets: dict[int, int] = {}
     total = 0
     for s in _walk(func.body):
-        if isinstance(s, For) and s.kind == "parallel":
+        if isinstance(s, For) and s.kind is ForKind.PARALLEL:
             raise CodegenError(f"{func.name}: loop {s.var.name} is parallel (a CPU annotation); "
                                "bind it to blockIdx/threadIdx for a GPU")
-        if isinstance(s, For) and s.kind == "thread" and s.thread != "vthread":
+        if isinstance(s, For) and s.kind is ForKind.THREAD and s.thread != "vthread":
             extents[s.thread] = max(extents.get(s.thread, 1), s.extent)
         if isinstance(s, Allocate) and s.buffer.scope == "shared" and id(s.buffer) not in offsets:
             offsets[id(s.buffer)] = total
@@ -120,12 +120,12 @@ def _check_structure(func: PrimFunc, geometry: LaunchGeometry) -> None:
         if isinstance(s, Barrier) and why:
             raise CodegenError(f"{func.name}: a barrier (__syncthreads) under thread-divergent control flow "
                                f"({why}): threads that skip it would deadlock the block")
-        if isinstance(s, For) and s.kind == "thread" and s.thread in THREAD_AXES:
+        if isinstance(s, For) and s.kind is ForKind.THREAD and s.thread in THREAD_AXES:
             guard = f"{s.var.name} < {s.extent} of {launch[s.thread]} threads along {s.thread}"
             visit(s.body, True, divergent | {s.var}, why or (guard if s.extent < launch[s.thread] else ""))
             return
         if isinstance(s, For):
-            visit(s.body, bound or s.kind == "thread", divergent, why)
+            visit(s.body, bound or s.kind is ForKind.THREAD, divergent, why)
             return
         if isinstance(s, Let):
             dep = divergent | ({s.var} if free_vars(s.value) & divergent else set())
@@ -162,7 +162,7 @@ class GpuRenderer(CStyleRenderer):
     def _for(self, s: For, d: int) -> str:
         pad, v = "  " * d, self._name(s.var)
         self._ranges[s.var] = (0, s.extent - 1)
-        if s.kind == "thread" and s.thread != "vthread":
+        if s.kind is ForKind.THREAD and s.thread != "vthread":
             g = self._plan.geometry
             launch = dict(zip(BLOCK_AXES + THREAD_AXES, g.grid + g.block))[s.thread]
             head = f"{pad}{{\n{pad}  const int32_t {v} = {self.INDEX[s.thread]};\n"
@@ -174,7 +174,7 @@ class GpuRenderer(CStyleRenderer):
     def _loop(self, s: For, d: int) -> str:
         """A plain loop; unrolled, vectorized and vthread loops as fully unrolled ones."""
         pad, v = "  " * d, self._name(s.var)
-        head = f"{pad}{self.UNROLL_PRAGMA}\n" if s.kind in ("unroll", "vectorize", "thread") and self.UNROLL_PRAGMA else ""
+        head = f"{pad}{self.UNROLL_PRAGMA}\n" if s.kind in (ForKind.UNROLL, ForKind.VECTORIZE, ForKind.THREAD) and self.UNROLL_PRAGMA else ""
         return (f"{head}{pad}for (int32_t {v} = 0; {v} < {s.extent}; ++{v}) {{\n"
                 f"{self._stmt(s.body, d + 1)}{pad}}}\n")
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from autosched.te.expr import Expr, Var
 
 
-class ForKind(str, enum.Enum):
-    """How a loop runs. A `str` so code that still compares with the plain names keeps working."""
+class ForKind(enum.Enum):
+    """How a loop runs; its value is the word the IR printer and the loop features use."""
 
     SERIAL = "serial"
     PARALLEL = "parallel"

@@ -156,7 +156,7 @@ def main() -> None:
         sys.stdout.write(json.dumps({"error": str(e)}) + "\n")
         sys.stdout.flush()
         return
-    sys.stdout.write(json.dumps({"device": gpu.name, "compute_capability": "%d.%d" % gpu.capability}) + "\n")
+    sys.stdout.write(json.dumps({"device": gpu.name, "compute_capability": "{}.{}".format(*gpu.capability)}) + "\n")
     sys.stdout.flush()
     for line in sys.stdin:
         sticky = False

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Union
 
 from autosched.measure.interface import Builder, MeasureBatch, Runner, measure_with
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult, Record, RecordError
 
-Outcome = Union[float, Sequence[float], ErrorKind, MeasureResult]
+Outcome = float | Sequence[float] | ErrorKind | MeasureResult
 
 
 class NullBuilder(Builder):

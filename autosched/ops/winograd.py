@@ -84,18 +84,18 @@ def winograd_matrices(m: int, points: tuple[Fraction, ...] | None = None) -> tup
     g = []
     for j, p in enumerate(pts):
         f = Fraction(1)
-        for l, q in enumerate(pts):
-            if l != j:
+        for r, q in enumerate(pts):
+            if r != j:
                 f *= p - q
         g.append([p ** k / f for k in range(KERNEL)])
     g.append([Fraction(int(k == KERNEL - 1)) for k in range(KERNEL)])
     # Σ_j At[i,j] G[j,k] Bt[j,l] = [l == i + k] for all i < m, k < 3: α unknowns per column l
     rows = [[at[i][j] * g[j][k] for j in range(alpha)] for i in range(m) for k in range(KERNEL)]
     bt = [[Fraction(0)] * alpha for _ in range(alpha)]
-    for l in range(alpha):
-        rhs = [Fraction(int(l == i + k)) for i in range(m) for k in range(KERNEL)]
+    for col in range(alpha):
+        rhs = [Fraction(int(col == i + k)) for i in range(m) for k in range(KERNEL)]
         for j, v in enumerate(_solve_exact(rows, rhs, alpha)):
-            bt[j][l] = v
+            bt[j][col] = v
     at_f, g_f, bt_f = (np.array([[float(v) for v in r] for r in mat]) for mat in (at, g, bt))
     return at_f, g_f, bt_f
 
@@ -177,11 +177,11 @@ def weight_transform(w: Tensor, m: int, oc_bn: int) -> Tensor:
     alpha = m + 2
     wp = pack_weights(w, oc_bn, None)
     # two 1-D passes, as in `input_transform`: G g (tag "winograd_weight_rows"), then · Gᵀ
-    g_w = te.compute((alpha, KERNEL, oc // oc_bn, c, oc_bn), lambda e, l, o, i, ob: _by_index(e, alpha, lambda a: _combine(
-        [(g[a, k], wp[o, i, k, l, ob]) for k in range(KERNEL)], w.dtype)), name=f"{w.name}_winograd_rows",
+    g_w = te.compute((alpha, KERNEL, oc // oc_bn, c, oc_bn), lambda e, kw, o, i, ob: _by_index(e, alpha, lambda a: _combine(
+        [(g[a, k], wp[o, i, k, kw, ob]) for k in range(KERNEL)], w.dtype)), name=f"{w.name}_winograd_rows",
         tag=WEIGHT_ROWS_TAG, attrs={"m": m})
     return te.compute((alpha, alpha, oc // oc_bn, c, oc_bn), lambda e, n, o, i, ob: _by_index(n, alpha, lambda b: _combine(
-        [(g[b, l], g_w[e, l, o, i, ob]) for l in range(KERNEL)], w.dtype)), name=f"{w.name}_winograd", tag=WEIGHT_TAG,
+        [(g[b, k], g_w[e, k, o, i, ob]) for k in range(KERNEL)], w.dtype)), name=f"{w.name}_winograd", tag=WEIGHT_TAG,
         attrs={"m": m})
 
 

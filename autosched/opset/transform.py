@@ -318,8 +318,12 @@ def _import_pad(imp: Importer, node: OnnxNode) -> None:
     imp.emit(node, Op.PAD, node.inputs[:1], node.outputs, {"pads": tuple(pads), "mode": mode, "value": fill})
 
 
+#: most shape ops' default schedule: the output's loops, tiled, outer ones in parallel
+INJECTIVE_SCHEDULE = on_output(transform.schedule_injective)
+
+
 def _injective(op: Op, shape: ShapeFn, reference: ReferenceFn, compute: ComputeFn,
-               importers: Mapping[str, Converter], schedule: ScheduleFn = on_output(transform.schedule_injective)) -> OpDef:
+               importers: Mapping[str, Converter], schedule: ScheduleFn = INJECTIVE_SCHEDULE) -> OpDef:
     return OpDef(op, OpKind.INJECTIVE, shape, reference, compute, schedule, importers)
 
 

@@ -70,8 +70,9 @@ class Tuner(ABC):
     def _propose(self, n: int) -> list[int]:
         """Up to `n` unvisited indices to measure next; [] when the strategy is done."""
 
-    def _observe(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
-        """Learn from a measured batch (visited and best are already updated)."""
+    def _observe(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:  # noqa: B027
+        """Learn from a measured batch (visited and best are already updated); an optional hook,
+        empty for the strategies that learn nothing."""
 
     def load_history(self, records: Sequence[Record]) -> None:
         """Start from earlier measurements of this task (a resumed run): they count as visited,
