@@ -36,8 +36,8 @@ from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.measure.nvcc import NvccBuilder
 from autosched.target import Target
 
-#: (RunnerOptions) -> a runner: LocalRunner, GpuRunner (or a test's double)
-RunnerFactory = Callable[[RunnerOptions], Runner]
+#: (RunnerOptions) -> a runner a back end makes (and closes): LocalRunner, GpuRunner, or a test's double of one
+RunnerFactory = Callable[[RunnerOptions], LocalRunner]
 #: (graph, calls, kernels, renderer, weights, memory plan, binary target) -> (source, built library)
 ModelLibrary = Callable[..., tuple[str, Path]]
 
@@ -100,7 +100,7 @@ class Backend:
         """gcc flags of a binary for `target` (gcc back ends only: nvcc takes the arch)."""
         return target_flags(self.binary_target(target))
 
-    def make_runner(self, options: RunnerOptions | None = None) -> Runner:
+    def make_runner(self, options: RunnerOptions | None = None) -> LocalRunner:
         """A runner on this machine; GpuRunner raises GpuUnavailableError where there is no GPU."""
         return self.runner(options or self.runner_options or RunnerOptions())
 
@@ -109,13 +109,14 @@ class Backend:
                   runner: Runner | None = None) -> Iterator[tuple[Builder, Runner]]:
         """The caller's builder and runner, or this back end's on this machine where none is
         given; a runner made here is closed after (one passed in stays the caller's)."""
-        own = runner is None
-        runner = self.make_runner() if runner is None else runner
-        try:
+        if runner is not None:
             yield builder or self.builder(), runner
+            return
+        made = self.make_runner()
+        try:
+            yield builder or self.builder(), made
         finally:
-            if own:
-                runner.close()
+            made.close()
 
 
 CPU = Backend(name="llvm", target_kind="llvm", renderer=CRenderer, compiler="gcc", builder=LocalBuilder,

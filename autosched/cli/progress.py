@@ -11,7 +11,6 @@ import json
 import math
 import sys
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -117,7 +116,7 @@ def summary_table(tally: Tally, title: str) -> Table:
     return table
 
 
-class _Display(ABC):
+class _Display:
     """Common to displays: the tally, started by `start(plan)`."""
 
     tally: Tally
@@ -125,9 +124,9 @@ class _Display(ABC):
     def start(self, plan) -> None:
         self.tally = Tally(plan)
 
-    @abstractmethod
     def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
-        """A batch measured: a display is one of `tune`'s callbacks."""
+        """A batch measured: a display is one of `tune`'s callbacks (each display says how it shows it)."""
+        raise NotImplementedError
 
     def finish(self) -> None:
         """The run ended (done, failed or interrupted)."""

@@ -7,7 +7,8 @@ coefficient × atom plus a constant, where atoms are variables or irreducible su
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from autosched.te.expr import (
     BinOp, Cast, Cmp, Const, Expr, INT_DTYPES, Select, Var, children, is_float, rebuild,

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from autosched.compile.frontier import stage_reads, weight_only_frontier
 from autosched.lower import PrimFunc, lower
-from autosched.schedule import Schedule, create_schedule
 from autosched.measure.record import TaskLike
+from autosched.schedule import Schedule, create_schedule
 from autosched.task import WEIGHT_INPUTS_ATTR
 from autosched.te import Tensor
 

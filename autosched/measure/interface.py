@@ -33,10 +33,6 @@ class Runner(ABC):
         whose device the target string already fingerprints (the CPU, read at parse) keep it."""
         return target
 
-    def close(self) -> None:
-        """Release the runner's workers and files (a back end closes the runners it makes);
-        nothing to release for one that holds none."""
-
 
 class PipelinedRunner(Runner):
     """A runner that starts timing each candidate as soon as its build is done, so the rest

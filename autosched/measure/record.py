@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from autosched.errors import AutoschedError
 from autosched.space import Config
