@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 from autosched.backend import backend_for
 from autosched.compile.model import ModelFiles, build_model
-from autosched.database import (Best, Database, RecordWriter, TunedSchedules, history, shipped_database,
-                                tasks_digest)
+from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database, tasks_digest
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
@@ -78,7 +77,7 @@ class TuneOutcome:
     session: int
     resumed: int       # this model's records the run started from
     transferred: int   # records of other workloads its cost models started trained on
-    summary: "ScheduleSummary"
+    summary: ScheduleSummary
 
 
 def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict, int, int]:
@@ -93,7 +92,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
          tuner: str = "xgb", round_trials: int = 16, seed: int = 0, scheduler: str = "gradient",
          shapes: Mapping[str, Sequence[int]] | None = None,
          builder: Builder | None = None, runner: Runner | None = None, emulate: bool = False,
-         callbacks: Sequence["Callback"] = ()) -> TuneOutcome:
+         callbacks: Sequence[Callback] = ()) -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
     path or URL; None: `AUTOSCHED_DB` or the per-user file). Candidates are built and timed by
     the target's back end on this machine (gcc and the CPU worker; nvcc and the GPU worker for

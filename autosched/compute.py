@@ -6,7 +6,7 @@ ops over the anchor's result, becomes one scalar function fused into the anchor'
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

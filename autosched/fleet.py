@@ -26,9 +26,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from autosched.measure.devices import PREFIX, FleetError, detect_resources
 
@@ -143,6 +144,7 @@ def probe(address: str) -> None:
 def connect(address: str = "auto") -> None:
     """Join the fleet at `address` ("auto": the head started on this machine) as a driver."""
     import ray
+
     from autosched.measure.ray import FLEET_NAMESPACE
     if ray.is_initialized():
         return
@@ -241,6 +243,7 @@ def fleet_status() -> dict[str, Any]:
     """One object with a `nodes` list: each node's address, resources and what its device
     actors are measuring now (the driver must be connected)."""
     import ray
+
     from autosched.measure.ray import ACTOR_PREFIX
     nodes = {n["NodeID"]: {"node_id": n["NodeID"], "address": n["NodeManagerAddress"], "alive": n["Alive"],
                            "resources": {k: v for k, v in n["Resources"].items()

@@ -9,8 +9,9 @@ the user needs to know which knob produced it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable, Sequence, cast
+from typing import ClassVar, cast
 
 from autosched.errors import AutoschedError
 from autosched.te.expr import Load, Reduce, Var, substitute, transform

@@ -11,11 +11,11 @@ values end up in generated code.
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
 import json
 import math
 import operator
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import Enum

@@ -12,11 +12,11 @@ up on compiler command lines.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import platform
 import re
 import subprocess
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -150,7 +150,7 @@ def _cpu_option(machine: str) -> str:
     return "-mcpu" if machine in _ARM_MACHINES else "-march"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gcc_isa_flags(cflags: tuple[str, ...], cc: str = "gcc") -> frozenset[str]:
     """The ISA flags gcc enables under `cflags`: the one authority on what ``-march=haswell``
     (or ``-march=native`` on this host) means, so records and caches can be keyed by it."""

@@ -12,14 +12,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
 from autosched.graph.ir import Graph, Node, Op, Value
-from autosched.graph.reference import eval_node, random_inputs
 from autosched.graph.passes.fuse import FusedGroup, fuse
+from autosched.graph.reference import eval_node, random_inputs
 from autosched.graph.views import operand_views, view_shape
 from autosched.opset.record import OpKind
 from autosched.opset.registry import kind_of

@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx

@@ -8,7 +8,6 @@ import json
 import sys
 
 import numpy as np
-
 from _timing import best_seconds
 
 

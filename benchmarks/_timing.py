@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def best_seconds(fn: Callable[[], object], min_s: float = 0.2, rounds: int = 5) -> float:

@@ -43,6 +43,7 @@ from autosched.target import Target  # noqa: E402
 from autosched.task import extract_tasks  # noqa: E402
 from autosched.templates import get_template  # noqa: E402
 
+
 @dataclass(frozen=True)
 class Case:
     """One row of the table: a template's tasks (zoo model, op, "first" or "cheapest" or

@@ -29,8 +29,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -82,6 +82,7 @@ def on_cluster(devices: int, target: Target, options: RunnerOptions, inputs: Seq
     """Seconds per trial with `devices` actors, on as many nodes of a fresh local cluster
     (after a warm-up batch that starts the actors and the build workers)."""
     from ray.cluster_utils import Cluster
+
     from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
     cores = os.cpu_count() or 1
     node = {"num_cpus": cores, "resources": {device_resource(target): 1, toolchain_resource(target): cores}}
@@ -107,6 +108,7 @@ def builds_beside_timings(target: Target, inputs: Sequence[MeasureInput], exclus
     measured alone (`alone`, None where it failed): how much a build beside a timing moves it;
     `failed`: candidates that failed either way (a timeout, on a core another process holds)."""
     from ray.cluster_utils import Cluster
+
     from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
     cores = os.cpu_count() or 1
     options = RayOptions(runner=options, exclusive_timing=exclusive)

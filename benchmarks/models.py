@@ -20,11 +20,11 @@ import tempfile
 from pathlib import Path
 
 from autosched import zoo
-from autosched.compile.model import build_model
 from autosched.compile.evaluate import Latency, compare, latency, onnxruntime_session, sample_inputs
+from autosched.compile.model import build_model
+from autosched.database import Database, TunedSchedules
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
-from autosched.database import Database, TunedSchedules
 from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import extract_tasks

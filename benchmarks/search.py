@@ -25,9 +25,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import onnx
@@ -41,11 +41,11 @@ from autosched import zoo  # noqa: E402
 from autosched.backend import renderer_for  # noqa: E402
 from autosched.codegen.gcc import compile_c, target_flags  # noqa: E402
 from autosched.compile.evaluate import onnxruntime_session  # noqa: E402
+from autosched.compile.model import kernel_as_built  # noqa: E402
 from autosched.frontend.onnx import import_model  # noqa: E402
 from autosched.graph.builder import GraphBuilder  # noqa: E402
 from autosched.graph.ir import Op  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
-from autosched.compile.model import kernel_as_built  # noqa: E402
 from autosched.lower import lower  # noqa: E402
 from autosched.measure import Builder, BuildResult, MeasureInput, MeasureResult, Runner, measure_with  # noqa: E402
 from autosched.measure.fold import constant_inputs  # noqa: E402
@@ -53,9 +53,9 @@ from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # 
 from autosched.space import Config  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
+from autosched.templates import get_template  # noqa: E402
 from autosched.tuner import ModelBasedTuner, get_tuner  # noqa: E402
 from cost_models import CostModel  # noqa: E402
-from autosched.templates import get_template  # noqa: E402
 from search_spaces.llvm.common import InvalidConfigError  # noqa: E402
 
 TUNERS = ("random", "ga", "xgb")

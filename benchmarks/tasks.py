@@ -28,9 +28,9 @@ from _timing import best_seconds  # noqa: E402
 
 from autosched import zoo  # noqa: E402
 from autosched.compile.model import default_kernel, kernel_as_built, library_kernel, weight_positions  # noqa: E402
+from autosched.database import Database, TunedSchedules, best  # noqa: E402
 from autosched.frontend.onnx import import_model, load_onnx  # noqa: E402
 from autosched.graph.passes import optimize  # noqa: E402
-from autosched.database import Database, TunedSchedules, best  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
 

@@ -24,18 +24,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from models import timed  # noqa: E402  (benchmarks/ is the script's directory)
+
 import autosched
 from autosched import zoo
+from autosched.compile.evaluate import onnxruntime_session, sample_inputs
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules, best, shipped_database
-from autosched.compile.evaluate import onnxruntime_session, sample_inputs
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.target import Target
 from autosched.task import extract_tasks
 from autosched.task_scheduler import tunable
-
-from models import timed  # noqa: E402  (benchmarks/ is the script's directory)
 
 
 def estimated_ms(db: Database, tasks, target: Target) -> float | None:

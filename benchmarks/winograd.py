@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _timing import best_seconds  # noqa: E402
 
 from autosched import zoo  # noqa: E402
-from autosched.frontend.onnx import import_model, load_onnx  # noqa: E402
-from autosched.graph.passes import optimize  # noqa: E402
 from autosched.backend import renderer_for  # noqa: E402
 from autosched.codegen.gcc import compile_c, target_flags  # noqa: E402
 from autosched.compile.kernel import build_kernel  # noqa: E402
+from autosched.frontend.onnx import import_model, load_onnx  # noqa: E402
+from autosched.graph.passes import optimize  # noqa: E402
 from autosched.measure.fold import fold_weights  # noqa: E402
 from autosched.runtime import Kernel  # noqa: E402
 from autosched.target import Target  # noqa: E402

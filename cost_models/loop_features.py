@@ -26,8 +26,8 @@ from autosched.lower.ir import Allocate, For, ForKind, IfThenElse, Let, PrimFunc
 from autosched.measure import TaskLike
 from autosched.space import ConfigSpace
 from autosched.target import Target
-from autosched.templates import get_template
 from autosched.te.expr import BinOp, Call, Const, Expr, Load, Select, Var, walk
+from autosched.templates import get_template
 from cost_models.features import FeatureExtractor
 
 MAX_LEVELS = 10  # loop levels described around the hot statement, innermost first

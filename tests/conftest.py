@@ -2,14 +2,13 @@
 import numpy as np
 import onnx
 import pytest
+from isa import RUN_TARGETS
 from onnx import TensorProto, helper, numpy_helper
 
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.task import extract_tasks
 from autosched.zoo import mlp
-
-from isa import RUN_TARGETS
 
 
 @pytest.fixture(params=RUN_TARGETS, ids=lambda t: t.isa if t.option("mcpu") is None else t.option("mcpu"))

@@ -1,7 +1,7 @@
 """Helpers of the operator tests: build an op with a schedule, run it on numpy arrays."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

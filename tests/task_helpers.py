@@ -1,13 +1,13 @@
 """Small tasks built from one-anchor graphs, for template, feature and tuning tests."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from autosched.graph.builder import GraphBuilder
-from autosched.graph.layout import blocked_shape
 from autosched.graph.ir import Op
+from autosched.graph.layout import blocked_shape
 from autosched.graph.passes import fold_views
 from autosched.task import Task, extract_tasks
 

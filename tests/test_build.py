@@ -8,13 +8,13 @@ import onnx
 import pytest
 
 from autosched import zoo
-from autosched.compile.model import build_model, group_arguments
 from autosched.cli import main
 from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
+from autosched.compile.model import build_model, group_arguments
 from autosched.frontend.onnx import import_model, load_onnx
 from autosched.graph.passes import fuse, optimize
-from autosched.target import Target
 from autosched.runtime import ModelError, load_model
+from autosched.target import Target
 
 
 @pytest.fixture(scope="module")

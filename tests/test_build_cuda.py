@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autosched import zoo
-from autosched.compile.model import build_model
 from autosched.cli import main
+from autosched.compile.model import build_model
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx
 from tests.cuda_markers import needs_gpu, needs_nvcc, no_gpu_here

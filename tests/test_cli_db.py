@@ -3,12 +3,12 @@ import json
 
 import onnx
 import pytest
+from db_helpers import HERE, measured
 
 from autosched.cli import main
 from autosched.database import Database
 from autosched.target import Target
 from autosched.zoo import mlp
-from db_helpers import HERE, measured
 
 
 @pytest.fixture

@@ -4,16 +4,14 @@ import subprocess
 
 import numpy as np
 import pytest
+from isa import HOST, ISAS
 
 from autosched import te
-from autosched.codegen import CodegenError, CompileError
-from autosched.codegen import gcc
+from autosched.codegen import CodegenError, CompileError, gcc
 from autosched.codegen.gcc import compile_c, optimization_report, target_flags
 from autosched.compile.kernel import build_kernel, source
 from autosched.ops.matmul import default_packing, matmul, schedule_matmul
 from autosched.schedule import create_schedule
-
-from isa import HOST, ISAS
 
 
 def _packed_matmul(m=48, n=64, k=32, target=HOST):

@@ -3,14 +3,13 @@ import math
 
 import numpy as np
 import pytest
+from isa import ISAS
+from ops_helpers import run
 
 from autosched import te
 from autosched.compile.kernel import source
 from autosched.ops.util import vectorize_innermost
 from autosched.schedule import create_schedule
-
-from isa import ISAS
-from ops_helpers import run
 
 N = 1 << 16
 RANGES = {"exp": (-110.0, 95.0), "erf": (-6.0, 6.0), "sigmoid": (-110.0, 110.0)}

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from synthetic import TARGET, FakeTask, matmul_space, table
 
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult, replay_measure
 from autosched.space import AnnotateKnob, ChoiceKnob, ConfigSpace, ReorderKnob, SplitKnob, SplitPolicy
@@ -15,7 +16,6 @@ from cost_models import (
     throughput_targets,
     top_k_recall,
 )
-from synthetic import TARGET, FakeTask, matmul_space, table
 
 TASK = FakeTask("mm")
 SPACE = matmul_space()

@@ -12,13 +12,23 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from db_helpers import AVX512, FIXTURES, HERE, measured
 
-from autosched.database import (Database, DatabaseError, LogError, RecordWriter, SCHEMA_VERSION, best,
-                                export_jsonl, history, import_jsonl, isa_of)
+from autosched.database import (
+    SCHEMA_VERSION,
+    Database,
+    DatabaseError,
+    LogError,
+    RecordWriter,
+    best,
+    export_jsonl,
+    history,
+    import_jsonl,
+    isa_of,
+)
 from autosched.measure import record_to_json
 from autosched.target import CpuInfo, Target
 from autosched.zoo import mlp
-from db_helpers import AVX512, FIXTURES, HERE, measured
 
 OTHER_CPU = Target.parse("llvm", host=CpuInfo("Example CPU B", AVX512))
 OTHER_ISA = Target.parse("llvm", host=CpuInfo("Example CPU C", frozenset({"avx", "avx2", "fma"})))
@@ -102,6 +112,7 @@ def test_merge_skips_duplicates_on_every_dialect(tmp_path, tasks, monkeypatch, d
     here on SQLite with its dialect renamed; the PostgreSQL statement is checked as compiled
     (no server here)."""
     from sqlalchemy.dialects import postgresql
+
     from autosched.database.schema import records
     a, c = Database(tmp_path / "a.db"), Database(tmp_path / "c.db")
     a.commit(measured(tasks[0], HERE, [1e-3, None, 2e-3]))

@@ -6,12 +6,12 @@ import sqlite3
 
 import onnx
 import pytest
+from db_helpers import FIXTURES, HERE, measured
 
 from autosched.cli import main
 from autosched.database import Database, DatabaseError
 from autosched.target import Target
 from autosched.zoo import mlp
-from db_helpers import FIXTURES, HERE, measured
 
 
 @pytest.fixture

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from autosched.compile.emulation import build_emulated_kernel, emulated_kernel
+from autosched.lower.ir import Allocate, Barrier, Buffer, For, ForKind, IfThenElse, PrimFunc, Store, seq
 from autosched.measure.emulate import EmulationBuilder
 from autosched.measure.interface import measure_with
 from autosched.measure.local import LocalRunner, RunnerOptions
 from autosched.measure.record import ErrorKind, MeasureInput
+from autosched.runtime.module import KernelError
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
-from autosched.lower.ir import Allocate, Barrier, Buffer, For, ForKind, IfThenElse, PrimFunc, Store, seq
-from autosched.runtime.module import KernelError
 from autosched.te.expr import Cmp, Const, Load, Var
 from tests.gpu_schedules import tiled_matmul
 

@@ -2,6 +2,7 @@
 the cost models and the model-based tuner."""
 import numpy as np
 import pytest
+from task_helpers import conv_task, matmul_task
 
 from autosched.measure import NullBuilder, ReplayRunner, measure_with
 from autosched.target import Target
@@ -9,8 +10,6 @@ from autosched.templates import get_template
 from autosched.tuner import ModelBasedTuner
 from cost_models import FEATURES, LoopFeatures, XGBCostModel, create_cost_model, loop_nest_features
 from cost_models.loop_features import NAMES
-
-from task_helpers import conv_task, matmul_task
 
 TARGET = Target.parse("llvm -mcpu=skylake-avx512")  # the features read the lowered code, which runs nowhere
 

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from process_helpers import ROOT
 
 pytest.importorskip("ray")

@@ -9,14 +9,14 @@ import pytest
 
 from autosched import te, zoo
 from autosched.cli import main
-from autosched.measure import gpu_worker
-from autosched.measure.gpu import GpuRunner, GpuUnavailableError
-from autosched.measure.interface import measure_with
-from autosched.measure.emulate import EmulationBuilder
-from autosched.measure.local import LocalRunner, RunnerOptions
-from autosched.measure.nvcc import NvccBuilder
 from autosched.database import Database, best
 from autosched.database.schedules import TunedSchedules
+from autosched.measure import gpu_worker
+from autosched.measure.emulate import EmulationBuilder
+from autosched.measure.gpu import GpuRunner, GpuUnavailableError
+from autosched.measure.interface import measure_with
+from autosched.measure.local import LocalRunner, RunnerOptions
+from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput, MeasureResult
 from autosched.schedule import create_schedule
 from autosched.space import ChoiceKnob, ConfigSpace
@@ -27,7 +27,6 @@ from tests.cuda_markers import needs_gpu, no_gpu_here
 from tests.fake_cuda import H100, NoDeviceDriver, driver_modules
 from tests.gpu_schedules import tiled_matmul
 from tests.task_helpers import gemm_task
-
 
 
 @no_gpu_here

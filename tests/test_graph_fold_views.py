@@ -2,17 +2,16 @@
 equality), and the compiled task against the unfolded graph's numpy results."""
 import numpy as np
 import pytest
+from graph_helpers import ops, same_results
 
+from autosched.compile.kernel import build_kernel
 from autosched.compile.model import default_kernel
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.passes import fold_views, optimize
 from autosched.graph.reference import random_inputs, run_graph
 from autosched.graph.views import VIEWS_ATTR, keeps_rows, operand_views, view_shape
-from autosched.compile.kernel import build_kernel
 from autosched.task import extract_tasks, task_from_key
-
-from graph_helpers import ops, same_results
 
 RNG = np.random.default_rng(0)
 

@@ -4,8 +4,8 @@ import numpy as np
 
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
-from autosched.opset.record import OpKind
 from autosched.graph.passes import fuse
+from autosched.opset.record import OpKind
 
 RNG = np.random.default_rng(0)
 CONV = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}

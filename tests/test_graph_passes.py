@@ -1,6 +1,7 @@
 """Each rewriting pass alone, on small hand-built graphs."""
 
 import numpy as np
+from graph_helpers import ops, same_results
 
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
@@ -12,8 +13,6 @@ from autosched.graph.passes import (
     optimize,
     remove_identity,
 )
-
-from graph_helpers import ops, same_results
 
 RNG = np.random.default_rng(0)
 

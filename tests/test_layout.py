@@ -4,6 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from isa import RUN_TARGETS
 
 from autosched.compile.model import build_model
 from autosched.graph.builder import GraphBuilder
@@ -13,8 +14,6 @@ from autosched.graph.passes import optimize, plan_layout
 from autosched.graph.passes.layout import channel_block
 from autosched.graph.reference import random_inputs, run_graph
 from autosched.runtime import load_model
-
-from isa import RUN_TARGETS
 
 RNG = np.random.default_rng(7)
 

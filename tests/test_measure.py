@@ -2,6 +2,7 @@ import dataclasses
 import json
 
 import pytest
+from synthetic import TARGET, FakeTask, matmul_space
 
 from autosched.measure import (
     Builder,
@@ -16,7 +17,6 @@ from autosched.measure import (
     record_to_json,
     replay_measure,
 )
-from synthetic import TARGET, FakeTask, matmul_space
 
 SPACE = matmul_space()
 TASK = FakeTask("mm")

@@ -4,12 +4,12 @@ Faulty kernels are produced by test templates through the real pipeline: an inde
 bounds (segfault), a reduction of 2^50 steps (never returns), an off-by-one body (wrong answer).
 """
 import pytest
+from faulty_kernels import SPACE, AddOneTask, instantiate
 
 from autosched.measure.interface import measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.target import Target
-from faulty_kernels import SPACE, AddOneTask, instantiate
 
 
 @pytest.fixture(scope="module")

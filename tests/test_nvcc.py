@@ -15,7 +15,6 @@ from autosched.target import Target
 from tests.cuda_markers import needs_nvcc
 from tests.gpu_schedules import tiled_matmul
 
-
 PTXAS = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'mm' for 'sm_90'
 ptxas info    : Function properties for mm

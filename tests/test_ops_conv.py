@@ -1,14 +1,13 @@
 """Conv2d against a numpy reference: strides, padding, dilation, groups, depthwise, epilogues."""
 import numpy as np
 import pytest
+from isa import ISAS
+from ops_helpers import rand, run
 
 from autosched import ops, te
 from autosched.compile.kernel import source
 from autosched.ops.epilogue import add, bias_add, clip, relu
 from autosched.ops.util import as_pads2d, as_pair
-
-from isa import ISAS
-from ops_helpers import rand, run
 
 
 def conv_ref(x, w, stride=(1, 1), pads=(0, 0, 0, 0), dilation=(1, 1), groups=1):

@@ -3,13 +3,12 @@ import math
 
 import numpy as np
 import pytest
+from isa import ISAS
+from ops_helpers import rand, run
 
 from autosched import ops, te
 from autosched.compile.kernel import source
 from autosched.ops.elementwise import contiguous_suffix
-
-from isa import ISAS
-from ops_helpers import rand, run
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 

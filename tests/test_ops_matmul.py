@@ -1,14 +1,13 @@
 """MatMul, Dense, Gemm and batched MatMul against numpy, packed and unpacked."""
 import numpy as np
 import pytest
-
-from autosched import ops, te
-from autosched.ops.epilogue import relu
-from autosched.lower import lower
-from autosched.ops.matmul import Packing, default_packing, matmul
-
 from isa import AVX512, ISAS
 from ops_helpers import rand, run
+
+from autosched import ops, te
+from autosched.lower import lower
+from autosched.ops.epilogue import relu
+from autosched.ops.matmul import Packing, default_packing, matmul
 
 PACKINGS = {"unpacked": lambda m, n, caps: None, "default": default_packing,
             "odd": lambda m, n, caps: Packing(mr=5, nr=7)}

@@ -1,13 +1,11 @@
 """Batch norm, pooling, softmax and layer norm against numpy formulas."""
 import numpy as np
 import pytest
-
-from autosched import ops, te
-from autosched.compile.kernel import source
-
 from isa import ISAS
 from ops_helpers import rand, run
 
+from autosched import ops, te
+from autosched.compile.kernel import source
 
 # --- batch norm ----------------------------------------------------------------------------------
 

@@ -1,12 +1,11 @@
 """Reductions against numpy over every kind of axis set, with and without keepdims."""
 import numpy as np
 import pytest
+from isa import ISAS
+from ops_helpers import rand, run
 
 from autosched import ops, te
 from autosched.compile.kernel import source
-
-from isa import ISAS
-from ops_helpers import rand, run
 
 REDUCERS = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}
 

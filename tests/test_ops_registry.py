@@ -4,14 +4,13 @@ import dataclasses
 
 import numpy as np
 import pytest
+from isa import HOST
+from ops_helpers import rand, run
 
+from autosched import te
 from autosched.graph.ir import Node, Op, Value
 from autosched.opset.record import ComputeArgs, UnknownOpError
 from autosched.opset.registry import IMPORTERS, OPS, lookup
-from autosched import te
-
-from isa import HOST
-from ops_helpers import rand, run
 
 
 def test_lookup_unknown_op_names_the_known_ones():

@@ -4,17 +4,16 @@ AVX-512 code generated on any host, run where the host has the ISA) against the 
 import numpy as np
 import onnxruntime as ort
 import pytest
+from isa import ISAS, runs_here
 from onnx import TensorProto, helper, numpy_helper
 
+from autosched.compile.kernel import build_kernel, source
 from autosched.compute import default_schedule, task_compute
 from autosched.frontend.onnx import import_model
 from autosched.graph.ir import Op
 from autosched.graph.passes import optimize
 from autosched.graph.reference import random_inputs, run_graph
-from autosched.compile.kernel import build_kernel, source
 from autosched.task import extract_tasks
-
-from isa import ISAS, runs_here
 
 _RNG = np.random.default_rng(0)
 

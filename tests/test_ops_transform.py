@@ -1,12 +1,11 @@
 """Copy kernels against numpy: pad, transpose, reshape, concat, strided slice."""
 import numpy as np
 import pytest
+from isa import ISAS
+from ops_helpers import rand, run
 
 from autosched import ops, te
 from autosched.compile.kernel import source
-
-from isa import ISAS
-from ops_helpers import rand, run
 
 
 @pytest.mark.parametrize("shape, widths, value", [

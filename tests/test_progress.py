@@ -3,12 +3,12 @@ import io
 import json
 
 import pytest
+from db_helpers import HERE, measured
 from rich.console import Console
 
 from autosched.api import TunePlan
 from autosched.cli import main
 from autosched.cli.progress import JsonLinesProgress, LiveProgress, Tally
-from db_helpers import HERE, measured
 
 
 def plan_for(tasks, trials=8, history=None):

@@ -18,7 +18,11 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray")
+from cuda_markers import needs_nvcc  # noqa: E402
+from faulty_kernels import SPACE, AddOneTask, instantiate  # noqa: E402
+from isa import AVX2  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from task_helpers import matmul_task  # noqa: E402
 
 from autosched import fleet  # noqa: E402
 from autosched.backend import device_resource, toolchain_resource  # noqa: E402
@@ -28,12 +32,8 @@ from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions  # 
 from autosched.measure.ray import ACTOR_PREFIX, RayBuilder, RayOptions, RayRunner  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task_scheduler import tune_tasks  # noqa: E402
-from autosched.tuner.api import tune_task  # noqa: E402
-from isa import AVX2  # noqa: E402
-from task_helpers import matmul_task  # noqa: E402
-from cuda_markers import needs_nvcc  # noqa: E402
 from autosched.templates import get_template  # noqa: E402
-from faulty_kernels import SPACE, AddOneTask, instantiate  # noqa: E402
+from autosched.tuner.api import tune_task  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 HOST = Target.parse("llvm")

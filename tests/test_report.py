@@ -3,13 +3,13 @@ import re
 import shutil
 
 import onnx
+from db_helpers import measured
 
 import autosched
 from autosched.cli import main
 from autosched.database import Database
 from autosched.target import Target
 from autosched.zoo import mlp
-from db_helpers import measured
 
 
 def test_report_embeds_four_figures_and_the_task_table(tmp_path, tasks, capsys):

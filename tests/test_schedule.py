@@ -6,7 +6,8 @@ build each with gcc, and compare with numpy.
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autosched import te
 from autosched.compile.kernel import build_kernel

@@ -10,10 +10,9 @@ import time
 import uuid
 
 import pytest
+from process_helpers import ROOT, marked, records, start_tune, wait_for
 
 from autosched.cli.app import terminate_as_interrupt
-
-from process_helpers import ROOT, marked, records, start_tune, wait_for
 
 OURS = re.compile(r"autosched-(cc|run|check|bench|nvcc)-")
 

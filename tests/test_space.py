@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched.space import (
-    Annotation,
     AnnotateKnob,
+    Annotation,
     ChoiceKnob,
     ConfigError,
     ConfigSpace,

@@ -1,6 +1,7 @@
 """Tensor expressions and index arithmetic."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autosched import te
 from autosched.lower import arith

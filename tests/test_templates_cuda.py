@@ -6,16 +6,23 @@ import pytest
 
 from autosched.compile.emulation import build_emulated_kernel
 from autosched.graph.ir import Op
-from autosched.measure.nvcc import NvccBuilder
 from autosched.lower import lower
 from autosched.lower.ir import Allocate, walk_stmts
+from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.target import Target
 from autosched.templates import TemplateError, get_template
 from tests.cuda_markers import needs_nvcc
 from tests.task_helpers import (
-    add_relu_task, attention_scores_task, conv_task, gemm_task, matmul_task, multi_output_task, softmax_task,
-    unary_task, viewed_attention_task,
+    add_relu_task,
+    attention_scores_task,
+    conv_task,
+    gemm_task,
+    matmul_task,
+    multi_output_task,
+    softmax_task,
+    unary_task,
+    viewed_attention_task,
 )
 
 SM80 = Target.parse("cuda -arch=sm_80")

@@ -8,6 +8,17 @@ import zlib
 
 import numpy as np
 import pytest
+from isa import AVX2, HOST, ISAS, RUN_TARGETS
+from task_helpers import (
+    assert_matches_reference,
+    attention_scores_task,
+    blocked_conv_task,
+    conv_task,
+    gemm_task,
+    matmul_task,
+    softmax_task,
+    viewed_attention_task,
+)
 
 from autosched.backend import renderer_for
 from autosched.lower import lower
@@ -18,12 +29,6 @@ from autosched.target import Target
 from autosched.templates import TemplateError, get_template, templates
 from search_spaces.llvm.common import InvalidConfigError, max_accumulators
 from search_spaces.llvm.conv2d_winograd import direct_values
-
-from isa import AVX2, HOST, ISAS, RUN_TARGETS
-from task_helpers import (
-    assert_matches_reference, attention_scores_task, blocked_conv_task, conv_task, gemm_task, matmul_task, softmax_task,
-    viewed_attention_task,
-)
 
 TARGET = HOST
 

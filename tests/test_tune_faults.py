@@ -6,11 +6,12 @@ import sqlite3
 import uuid
 
 import pytest
+from process_helpers import marked, records, start_tune, wait_for
 
 import autosched
 from autosched.database import Database, best
 from autosched.target import Target
-from process_helpers import marked, records, start_tune, wait_for
+
 
 def measured(db):
     with sqlite3.connect(db) as conn:

@@ -7,12 +7,13 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from task_helpers import assert_matches_reference
 
-from autosched.compile.model import build_model
 from autosched.cli import main
+from autosched.compile.model import build_model
+from autosched.database import Database, RecordWriter, TunedSchedules, history, import_jsonl
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
-from autosched.database import Database, RecordWriter, TunedSchedules, history, import_jsonl
 from autosched.measure.interface import PipelinedRunner
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.runtime import load_model
@@ -21,7 +22,6 @@ from autosched.task import extract_tasks
 from autosched.task_scheduler import tune_tasks
 from autosched.tuner.base import TunerError
 from autosched.tuner.callbacks import JsonLinesLog
-from task_helpers import assert_matches_reference
 
 
 def test_scheduler_spends_the_budget_in_rounds_and_commits_everything(small_model, tmp_path):

@@ -3,6 +3,7 @@ import json
 import math
 
 import pytest
+from task_helpers import matmul_task, softmax_task
 
 import autosched
 from autosched.measure import ErrorKind, NullBuilder, ReplayRunner
@@ -10,8 +11,6 @@ from autosched.measure.local import LocalRunner, RunnerOptions
 from autosched.target import Target, TargetError
 from autosched.templates import TemplateError, get_template
 from autosched.tuner import OptionError, TunerError
-
-from task_helpers import matmul_task, softmax_task
 
 TASK = matmul_task((32, 24), (24, 48), relu=True)
 SPACE = get_template("MatMul", "llvm").space(TASK, Target.parse("llvm"))

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from synthetic import TARGET, FakeTask, best_cost, matmul_space, table
 
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult, replay_measure
 from autosched.space import ChoiceKnob, ConfigSpace, SplitKnob
@@ -17,7 +18,6 @@ from autosched.tuner import (
     TunerError,
     get_tuner,
 )
-from synthetic import TARGET, FakeTask, best_cost, matmul_space, table
 
 TASK = FakeTask("mm")
 SPACE = matmul_space()

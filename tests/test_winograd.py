@@ -15,11 +15,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from isa import ISAS, runs_here
+from task_helpers import conv_task
 
 from autosched import te
-from autosched.compile.model import _plan_kernel
 from autosched.backend import renderer_for
 from autosched.compile.kernel import build_kernel
+from autosched.compile.model import _plan_kernel
 from autosched.lower import lower
 from autosched.measure import MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
@@ -28,9 +30,6 @@ from autosched.schedule import Attach, create_schedule
 from autosched.templates import get_template
 from search_spaces.llvm import conv2d_winograd as wino
 from search_spaces.llvm.common import InvalidConfigError
-
-from isa import ISAS, runs_here
-from task_helpers import conv_task
 
 TOLERANCE = 3e-5
 TEXTBOOK_F4 = (Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2))

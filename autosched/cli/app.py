@@ -25,7 +25,6 @@ from autosched.cli.args import Command
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.tempdirs import sweep_stale
 
-
 COMMANDS: dict[str, Command] = {
     "tasks": Command("list the tuning tasks of a model", model.tasks_arguments, model.run_tasks),
     "tune": Command("tune a model's tasks on this machine, committing every measurement to the tuning database",

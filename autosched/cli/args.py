@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph

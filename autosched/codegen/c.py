@@ -14,14 +14,37 @@ from typing import TypeGuard, TypeVar
 
 from autosched.codegen import vmath
 from autosched.codegen.cstyle import (
-    BINARY_OPS, COMPARISONS, C_TYPES, DTYPE_BYTES, MATH, SHORT, CStyleRenderer, lane_zero, math_fmt, var_in_atoms,
+    BINARY_OPS,
+    C_TYPES,
+    COMPARISONS,
+    DTYPE_BYTES,
+    MATH,
+    SHORT,
+    CStyleRenderer,
+    lane_zero,
+    math_fmt,
+    var_in_atoms,
 )
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
 from autosched.lower.ir import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autosched.te.expr import (
-    INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, children, free_vars, is_float, substitute,
-    transform, walk,
+    INT_DTYPES,
+    BinOp,
+    Call,
+    Cast,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Select,
+    Var,
+    children,
+    free_vars,
+    is_float,
+    substitute,
+    transform,
+    walk,
 )
 
 #: dtype -> the signed integer dtype of its width: the lane type of its comparison masks

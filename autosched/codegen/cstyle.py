@@ -17,7 +17,19 @@ from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
 from autosched.lower.ir import Allocate, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autosched.te.expr import (
-    INT_DTYPES, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Var, free_vars, is_float, substitute,
+    INT_DTYPES,
+    BinOp,
+    Call,
+    Cast,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Select,
+    Var,
+    free_vars,
+    is_float,
+    substitute,
 )
 
 C_TYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "bool": "uint8_t",

@@ -13,10 +13,11 @@ import functools
 import hashlib
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from autosched.codegen.errors import CompileError, format_diagnostics as compiler_diagnostics
+from autosched.codegen.errors import CompileError
+from autosched.codegen.errors import format_diagnostics as compiler_diagnostics
 from autosched.target import CpuCapabilities, Target, TargetError, gcc_isa_flags
 from autosched.tempdirs import temp_dir
 
@@ -43,7 +44,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "autosched" / "kernels"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiler_version(cc: str = "gcc") -> str:
     try:
         return subprocess.run([cc, "-dumpfullversion"], capture_output=True, text=True, check=True).stdout.strip()

@@ -13,11 +13,12 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
-from autosched.codegen.errors import CompileError, format_diagnostics as compiler_diagnostics
+from autosched.codegen.errors import CompileError
+from autosched.codegen.errors import format_diagnostics as compiler_diagnostics
 from autosched.codegen.gcc import default_cache_dir
 from autosched.tempdirs import temp_dir
 
@@ -43,7 +44,7 @@ class CubinBuild:
     usage: dict  # kernel name -> ResourceUsage
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nvcc_version(nvcc: str = "nvcc") -> str:
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout

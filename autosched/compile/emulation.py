@@ -5,8 +5,8 @@ it, so the compiler flags are the host's (the back end's binary target).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from autosched.backend import CUDA_EMULATION
 from autosched.codegen.gcc import compile_c, host_flags

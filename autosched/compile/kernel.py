@@ -1,8 +1,8 @@
 """From a schedule to a callable kernel: lower, render for the target, compile, load."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from autosched.backend import backend_for
 from autosched.codegen.gcc import compile_c

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -32,8 +32,8 @@ from autosched.lower.ir import Store, walk_stmts
 from autosched.runtime import Kernel
 from autosched.runtime.model import MANIFEST_FORMAT, file_sha256
 from autosched.schedule import Schedule, create_schedule
-from autosched.task import Task, extract_tasks
 from autosched.target import CpuCapabilities, Target
+from autosched.task import Task, extract_tasks
 from autosched.te import Load, Tensor
 from autosched.te.expr import walk
 from autosched.templates import TemplateError, get_template

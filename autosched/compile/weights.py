@@ -6,8 +6,8 @@ whose offsets the memory planner chose. Only the arrays' names differ (host or d
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

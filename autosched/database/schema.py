@@ -8,8 +8,7 @@ was measured in. Bump `SCHEMA_VERSION` with every change here and add its step t
 """
 from __future__ import annotations
 
-from sqlalchemy import (Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
-                        UniqueConstraint)
+from sqlalchemy import Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 
 #: version 1: the first schema; 2: records.node (the fleet machine that measured a record);
 #: 3: sessions.search_s; 4: sessions.tasks (what model a session tuned, wherever its file lies)

@@ -6,7 +6,7 @@ have no record in `autosched.opset`, only an importer here.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from onnx import numpy_helper

@@ -10,8 +10,9 @@ which are built on the types defined here.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence, overload
+from typing import Any, overload
 
 import numpy as np
 import onnx

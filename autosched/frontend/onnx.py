@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -21,8 +21,8 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from autosched.errors import FrontendError, GraphError
-from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
 from autosched.frontend.constant_ops import CONSTANT_OPS
+from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
 from autosched.graph.ir import Graph, Value, toposort
 from autosched.graph.reference import eval_node
 from autosched.graph.shapes import infer

@@ -10,7 +10,7 @@ reduction so whole models evaluate in seconds.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

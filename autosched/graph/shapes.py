@@ -9,7 +9,7 @@ naming the node.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from autosched.errors import GraphError
 from autosched.graph.ir import Node, Value

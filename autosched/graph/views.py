@@ -13,7 +13,8 @@ attribute `operand_views` holds one view per input; an absent attribute means no
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

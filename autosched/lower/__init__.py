@@ -1,5 +1,5 @@
 """Lowering: schedules to loop nests over flat buffers."""
-from autosched.lower.ir import PrimFunc, Buffer
+from autosched.lower.ir import Buffer, PrimFunc
 from autosched.lower.lower import lower
 
 __all__ = ["lower", "PrimFunc", "Buffer"]

@@ -8,10 +8,20 @@ coefficient × atom plus a constant, where atoms are variables or irreducible su
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 from autosched.te.expr import (
-    BinOp, Cast, Cmp, Const, Expr, INT_DTYPES, Select, Var, children, is_float, rebuild,
+    INT_DTYPES,
+    BinOp,
+    Cast,
+    Cmp,
+    Const,
+    Expr,
+    Select,
+    Var,
+    children,
+    is_float,
+    rebuild,
 )
 
 Ranges = dict  # Var -> (lo, hi) inclusive integer bounds
@@ -29,13 +39,13 @@ class Linear:
         self.dtype = dtype
 
     @staticmethod
-    def atom(e: Expr) -> "Linear":
+    def atom(e: Expr) -> Linear:
         return Linear({e.key(): [1, e]}, 0, e.dtype)
 
-    def scaled(self, c: int) -> "Linear":
+    def scaled(self, c: int) -> Linear:
         return Linear({k: [v[0] * c, v[1]] for k, v in self.terms.items() if v[0] * c}, self.const * c, self.dtype)
 
-    def plus(self, o: "Linear", sign: int = 1) -> "Linear":
+    def plus(self, o: Linear, sign: int = 1) -> Linear:
         terms = {k: list(v) for k, v in self.terms.items()}
         for k, (c, a) in o.terms.items():
             if k in terms:
@@ -54,7 +64,7 @@ class Linear:
         t = self.terms.get(v.key())
         return t[0] if t else 0
 
-    def split_by(self, c: int) -> tuple["Linear", "Linear"]:
+    def split_by(self, c: int) -> tuple[Linear, Linear]:
         """(q, r) with self = q*c + r, q collecting every term divisible by c."""
         q, r = Linear(dtype=self.dtype), Linear(dtype=self.dtype)
         for k, (coef, a) in self.terms.items():
@@ -63,7 +73,7 @@ class Linear:
         return q, r
 
     def to_expr(self) -> Expr:
-        out: Optional[Expr] = None
+        out: Expr | None = None
         for coef, a in self.terms.values():
             term = a if coef in (1, -1) else BinOp("mul", a, Const(abs(coef), self.dtype))
             if out is None:
@@ -151,7 +161,7 @@ def _divmod(op: str, la: Linear, c: int, ranges: Ranges) -> Linear:
     return Linear.atom(BinOp("floormod", r.to_expr(), Const(c, la.dtype)))
 
 
-def int_bound(e: Expr, ranges: Ranges) -> Optional[Interval]:
+def int_bound(e: Expr, ranges: Ranges) -> Interval | None:
     """Inclusive integer bounds of `e` when every variable in it has a range, else None."""
     if isinstance(e, Const):
         return (int(e.value), int(e.value))
@@ -255,7 +265,7 @@ def _simplify_cmp(e: Cmp, ranges: Ranges) -> Expr:
     return e
 
 
-def symbolic_interval(e: Expr, ranges: Ranges) -> Optional[tuple[Expr, Expr]]:
+def symbolic_interval(e: Expr, ranges: Ranges) -> tuple[Expr, Expr] | None:
     """Bounds of `e` as expressions: ranged vars vary, every other var stays symbolic.
 
     Bound inference uses this with the loops outside a compute_at point left symbolic.
@@ -306,7 +316,7 @@ def symbolic_interval(e: Expr, ranges: Ranges) -> Optional[tuple[Expr, Expr]]:
     return None
 
 
-def as_int(e: Expr) -> Optional[int]:
+def as_int(e: Expr) -> int | None:
     return int(e.value) if isinstance(e, Const) and _is_int(e) else None
 
 

@@ -9,15 +9,36 @@ ranges in hand.
 from __future__ import annotations
 
 import math
-from typing import Sequence, cast
+from collections.abc import Sequence
+from typing import cast
 
 from autosched.lower import arith
 from autosched.lower.ir import (
-    Allocate, Barrier, Buffer, For, ForKind, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, seq,
+    Allocate,
+    Barrier,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    Let,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    seq,
 )
 from autosched.schedule import ANNOTATIONS, Attach, ComputeAt, Schedule, ScheduleError, Split, Stage
 from autosched.te.expr import (
-    BinOp, Const, Expr, Load, Reduce, Var, free_vars, substitute, transform, walk,
+    BinOp,
+    Const,
+    Expr,
+    Load,
+    Reduce,
+    Var,
+    free_vars,
+    substitute,
+    transform,
+    walk,
 )
 from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tensor
 

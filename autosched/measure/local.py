@@ -15,9 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -197,7 +197,7 @@ class LocalRunner(Runner):
         self._kill()
         self._dir.cleanup()
 
-    def __enter__(self) -> "LocalRunner":
+    def __enter__(self) -> LocalRunner:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -25,10 +25,11 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -161,7 +162,7 @@ def _lost_build(e: Exception) -> BuildResult:
     return BuildResult(None, ErrorKind.LOST, f"the build was lost: {type(e).__name__}: {str(e).splitlines()[0]}", 0.0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _remote(fn_or_class: Any) -> Any:
     """The Ray wrapper of a function or actor class, made once per process (each wrapper
     is exported to the cluster again)."""

@@ -7,7 +7,7 @@ as epilogue stages, like every anchor op's.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from autosched import te
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue, bias_add

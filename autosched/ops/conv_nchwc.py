@@ -13,14 +13,14 @@ bias and the fused epilogue go: the task's contract stays NCHW in and out.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from autosched import te
+from autosched.graph.layout import blocked_shape, plain_shape
 from autosched.ops.conv import conv_geometry
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue, bias_add
 from autosched.ops.transform import PAD_TAG
 from autosched.schedule import Schedule, create_schedule
-from autosched.graph.layout import blocked_shape, plain_shape
 from autosched.te import Tensor
 
 CONV2D_NCHWC_TAG = "conv2d_nchwc"

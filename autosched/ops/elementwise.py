@@ -6,7 +6,7 @@ condition changes from lane to lane keeps the C back end from vectorizing the lo
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from autosched import te
 from autosched.ops import epilogue

@@ -7,7 +7,7 @@ result goes from registers through the epilogue to memory once.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from autosched import te
 from autosched.te import Expr, Tensor

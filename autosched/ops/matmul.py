@@ -7,11 +7,11 @@ micro-kernel run full tiles at the edges; only the final store is guarded.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from autosched import te
-from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue, bias_add, scale, add
+from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, add, apply_epilogue, bias_add, scale
 from autosched.ops.transform import INJECTIVE_TAG
 from autosched.schedule import Schedule, create_schedule
 from autosched.target import CpuCapabilities

@@ -6,13 +6,18 @@ inside the parallel tiles of the output so it lives in registers or a small loca
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from autosched import te
 from autosched.ops.reduce import reduce_max, reduce_mean
 from autosched.ops.transform import PAD_TAG, pad, unflatten
 from autosched.ops.util import (
-    as_pads2d, as_pair, normalize_axis, tile_reduction, vector_width, vectorize_innermost,
+    as_pads2d,
+    as_pair,
+    normalize_axis,
+    tile_reduction,
+    vector_width,
+    vectorize_innermost,
 )
 from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.te import Expr, Tensor

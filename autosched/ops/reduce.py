@@ -6,7 +6,7 @@ the anchor a schedule looks for) and an elementwise scale by 1/count.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from autosched import te
 from autosched.ops.util import normalize_axes, tile_reduction, vector_width

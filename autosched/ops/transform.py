@@ -8,7 +8,7 @@ that arithmetic back to plain offsets wherever the two layouts agree.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from autosched import te
 from autosched.ops.util import normalize_axis, vectorize_innermost

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from autosched.schedule import Schedule, Stage
 from autosched.te import Expr, Tensor

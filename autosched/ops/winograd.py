@@ -39,9 +39,9 @@ output transforms run as two 1-D passes each (about half the terms of the 2-D su
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
-from functools import lru_cache
-from typing import Sequence
+from functools import cache
 
 import numpy as np
 
@@ -68,7 +68,7 @@ POINTS: dict[int, tuple[Fraction, ...]] = {
 TILE_SIZES = tuple(POINTS)
 
 
-@lru_cache(maxsize=None)
+@cache
 def winograd_matrices(m: int, points: tuple[Fraction, ...] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(Aᵀ [m, α], G [α, 3], Bᵀ [α, α]) in float64 for F(m, 3), α = m + 2, from α - 1 finite points.
 

@@ -7,7 +7,8 @@ asks for more care (integer division truncates, Erf and Sigmoid go through float
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,16 @@ from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtyp
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import elementwise as ew
 from autosched.opset.record import (
-    ComputeArgs, OpDef, OpKind, OperandLoad, ReferenceFn, ScalarFn, Shape, ShapeFn, direct, on_output,
+    ComputeArgs,
+    OpDef,
+    OperandLoad,
+    OpKind,
+    ReferenceFn,
+    ScalarFn,
+    Shape,
+    ShapeFn,
+    direct,
+    on_output,
     same_shape,
 )
 from autosched.te import Cmp, Expr, Tensor

@@ -3,7 +3,8 @@ blocks that are the innermost axis, and the conversions between block sizes. No 
 as them."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

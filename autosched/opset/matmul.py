@@ -1,7 +1,8 @@
 """Matrix products: MatMul (batched, possibly through operand views) and Gemm."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -10,7 +11,13 @@ from autosched.graph.ir import Node, Op, Value
 from autosched.graph.views import keeps_rows, operand_views, view_array, view_shape, view_tensor
 from autosched.ops import matmul as mm_ops
 from autosched.opset.record import (
-    ComputeArgs, OpDef, OpKind, Shape, UnsupportedTaskError, direct, on_output,
+    ComputeArgs,
+    OpDef,
+    OpKind,
+    Shape,
+    UnsupportedTaskError,
+    direct,
+    on_output,
 )
 from autosched.target import CpuCapabilities
 from autosched.te import Tensor

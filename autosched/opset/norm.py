@@ -2,14 +2,16 @@
 softmax and layer norm (reductions over trailing axes)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from autosched import te
 from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_axis
 from autosched.graph.ir import Node, Op, Value
-from autosched.ops import nn, reduce as reduce_ops
+from autosched.ops import nn
+from autosched.ops import reduce as reduce_ops
 from autosched.opset.elementwise import broadcast_operand, const_like, elementwise
 from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, on_output, same_shape
 from autosched.opset.transform import schedule_outputs

@@ -2,7 +2,8 @@
 `block`)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -11,7 +12,14 @@ from autosched.graph.ir import Node, Op, Value
 from autosched.graph.layout import to_blocked, to_plain
 from autosched.ops import nn
 from autosched.opset.record import (
-    ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, Shape, UnsupportedTaskError, on_output,
+    ComputeArgs,
+    ComputeFn,
+    OpDef,
+    OpKind,
+    ReferenceFn,
+    Shape,
+    UnsupportedTaskError,
+    on_output,
 )
 from autosched.opset.window import output_spatial, pad_spatial, pooled_size, sliding_windows, window_attrs
 from autosched.te import Tensor

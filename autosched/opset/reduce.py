@@ -1,7 +1,8 @@
 """Reductions over a set of axes (ReduceMean/Sum/Max), and the global pools that import as them."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,7 +6,7 @@ ONNX op type one importer, so a gap or a clash fails at import, not in the middl
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from autosched.frontend.context import Converter
 from autosched.graph.ir import Op

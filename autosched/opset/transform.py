@@ -3,7 +3,8 @@ gather and pad. Shapes and attributes are static, so each is an index mapping.""
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -12,8 +13,17 @@ from autosched.frontend.context import Converter, Importer, OnnxNode, ints, norm
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import transform
 from autosched.opset.record import (
-    ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, ScheduleFn, Shape, ShapeFn, UnsupportedTaskError,
-    contiguous, on_output,
+    ComputeArgs,
+    ComputeFn,
+    OpDef,
+    OpKind,
+    ReferenceFn,
+    ScheduleFn,
+    Shape,
+    ShapeFn,
+    UnsupportedTaskError,
+    contiguous,
+    on_output,
 )
 from autosched.schedule import Schedule, create_schedule
 from autosched.te import Expr, Tensor

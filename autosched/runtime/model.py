@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 from cffi import FFI
@@ -12,7 +12,6 @@ from cffi import FFI
 from autosched.errors import AutoschedError
 from autosched.runtime.module import NUMPY_DTYPES, keep_freed_memory, pin_openmp
 from autosched.target import CpuInfo, read_cpuinfo
-
 
 #: 2: the manifest holds the size and SHA-256 of the library and of the weights
 MANIFEST_FORMAT = 2

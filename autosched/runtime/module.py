@@ -4,9 +4,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from cffi import FFI
@@ -17,7 +17,7 @@ from autosched.lower.ir import Buffer
 NUMPY_DTYPES = {d: np.dtype(d) for d in C_TYPES}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pin_openmp():
     """Keep the OpenMP runtime loaded for the life of the process.
 
@@ -36,7 +36,7 @@ _MMAP_THRESHOLD_BYTES = 32 << 20
 _TRIM_THRESHOLD_BYTES = 256 << 20
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def keep_freed_memory() -> bool:
     """Make the kernels' per-call scratch allocations cheap for the life of the process.
 
@@ -82,7 +82,7 @@ class Kernel:
     def __call__(self, *arrays: np.ndarray) -> None:
         self.run(self.bind(arrays))
 
-    def bind(self, arrays: Sequence[np.ndarray]) -> "BoundArgs":
+    def bind(self, arrays: Sequence[np.ndarray]) -> BoundArgs:
         """Checked arguments as C pointers, for calling many times (what timing loops use)."""
         return BoundArgs(tuple(arrays), self._pointers(arrays))
 
@@ -100,7 +100,7 @@ class Kernel:
             out.append(self._ffi.cast(pt, a.ctypes.data))
         return out
 
-    def run(self, args: "BoundArgs") -> None:
+    def run(self, args: BoundArgs) -> None:
         if self._fn(*args.pointers) != 0:
             self._fail()
 
@@ -113,7 +113,7 @@ class Kernel:
             raise MemoryError(f"{self.name}: a temporary buffer could not be allocated") from None
         raise KernelError(message)
 
-    def time(self, args: "BoundArgs", repeat: int = 3, min_repeat_ms: float = 50.0, flush_bytes: int = 0,
+    def time(self, args: BoundArgs, repeat: int = 3, min_repeat_ms: float = 50.0, flush_bytes: int = 0,
              stop_above: float = 0.0) -> list[float]:
         """Seconds per call, one figure per repeat, timed in C (see the generated `_time` function)."""
         costs = self._ffi.new("double[]", max(1, repeat))

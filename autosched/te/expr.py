@@ -8,8 +8,9 @@ float16) never mix silently.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class Expr:
     def __le__(self, o): return Cmp("le", self, as_expr(o, self.dtype))
     def __gt__(self, o): return Cmp("gt", self, as_expr(o, self.dtype))
     def __ge__(self, o): return Cmp("ge", self, as_expr(o, self.dtype))
-    def equal(self, o) -> "Cmp": return Cmp("eq", self, as_expr(o, self.dtype))
+    def equal(self, o) -> Cmp: return Cmp("eq", self, as_expr(o, self.dtype))
     def __and__(self, o): return BinOp("and", self, as_expr(o, "bool"))
     def __or__(self, o): return BinOp("or", self, as_expr(o, "bool"))
     def __bool__(self):

@@ -7,10 +7,11 @@ the shapes a model was imported with.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from autosched.te.expr import Expr, Load, Reduce, Var, as_expr, walk, DTYPES
+from autosched.te.expr import DTYPES, Expr, Load, Reduce, Var, as_expr, walk
 
 SPATIAL = "spatial"
 REDUCE = "reduce"
@@ -58,7 +59,7 @@ class Operation:
         @property
         def dtype(self) -> str: ...
 
-    def inputs(self) -> list["Tensor"]:
+    def inputs(self) -> list[Tensor]:
         return []
 
 
@@ -90,7 +91,7 @@ class ComputeOp(Operation):
     def reduce_axes(self) -> tuple:
         return self.body.axes if isinstance(self.body, Reduce) else ()
 
-    def inputs(self) -> list["Tensor"]:
+    def inputs(self) -> list[Tensor]:
         seen: dict[int, Tensor] = {}
         for x in walk(self.body):
             if isinstance(x, Load) and isinstance(x.source, Tensor):

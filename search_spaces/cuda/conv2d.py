@@ -28,7 +28,14 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from search_spaces.cuda.common import (
-    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads, up_to,
+    GpuTemplate,
+    config_near,
+    cooperative_copy,
+    gpu_caps,
+    local_accumulator,
+    task_tensors,
+    tile_threads,
+    up_to,
 )
 from search_spaces.cuda.conv2d_gemm import IMPLICIT_GEMM_TAG, conv2d_implicit_gemm
 from search_spaces.cuda.matmul import GemmTiles, schedule_gemm

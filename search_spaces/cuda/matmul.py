@@ -26,7 +26,14 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import IterVar, Tensor
 from search_spaces.cuda.common import (
-    GpuTemplate, config_near, cooperative_copy, gpu_caps, local_accumulator, task_tensors, tile_threads, up_to,
+    GpuTemplate,
+    config_near,
+    cooperative_copy,
+    gpu_caps,
+    local_accumulator,
+    task_tensors,
+    tile_threads,
+    up_to,
 )
 from search_spaces.llvm.matmul import gemm_epilogue, matmul_dims, matmul_operands
 

@@ -32,10 +32,17 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from autosched.templates import TemplateError
-from search_spaces.llvm.common import (
-    CpuTemplate, check_register_tile, cpu_capabilities, divisors, inline_epilogue, parallel_copy, task_tensors, vector_lanes,
-)
 from search_spaces.llvm import conv2d_winograd as winograd
+from search_spaces.llvm.common import (
+    CpuTemplate,
+    check_register_tile,
+    cpu_capabilities,
+    divisors,
+    inline_epilogue,
+    parallel_copy,
+    task_tensors,
+    vector_lanes,
+)
 
 MAX_TILE_OW = 32
 TILE_OH = (1, 2, 4)

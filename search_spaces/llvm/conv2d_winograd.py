@@ -30,7 +30,12 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import IterVar, Tensor
 from search_spaces.llvm.common import (
-    TaskTensors, check_register_tile, cpu_capabilities, inline_epilogue, parallel_copy, task_tensors,
+    TaskTensors,
+    check_register_tile,
+    cpu_capabilities,
+    inline_epilogue,
+    parallel_copy,
+    task_tensors,
 )
 
 DIRECT = "direct"

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autosched import te
+from autosched.graph.views import keeps_rows, operand_views, view_shape, view_tensor
 from autosched.ops import matmul as mm
 from autosched.ops.epilogue import EpilogueFn, add, apply_epilogue, scale
-from autosched.graph.views import keeps_rows, operand_views, view_shape, view_tensor
 from autosched.ops.transform import INJECTIVE_TAG, PAD_TAG, pad
 from autosched.ops.util import broadcast_load
 from autosched.schedule import Schedule, create_schedule
@@ -35,7 +35,14 @@ from autosched.task import Task
 from autosched.te import Tensor
 from autosched.templates import TemplateError
 from search_spaces.llvm.common import (
-    CpuTemplate, TaskTensors, cpu_capabilities, inline_epilogue, max_accumulators, parallel_copy, task_tensors, vector_lanes,
+    CpuTemplate,
+    TaskTensors,
+    cpu_capabilities,
+    inline_epilogue,
+    max_accumulators,
+    parallel_copy,
+    task_tensors,
+    vector_lanes,
 )
 
 MR_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)

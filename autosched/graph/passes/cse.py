@@ -8,7 +8,8 @@ buffer.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 from autosched.graph.ir import Graph, Node
 from autosched.graph.passes.rewrite import rebuild, rename_inputs

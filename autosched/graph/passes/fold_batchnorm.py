@@ -8,7 +8,7 @@ B·R + P gives the same result with one kernel and no extra pass over memory.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -14,8 +14,8 @@ kernel whose intermediate someone else needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from autosched.graph.ir import Graph, Node, toposort
 from autosched.opset.record import OpKind

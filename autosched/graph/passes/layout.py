@@ -27,6 +27,7 @@ from autosched.graph.layout import blocked_shape, to_blocked
 from autosched.opset.record import OpKind
 from autosched.opset.registry import kind_of
 
+
 def channel_block(channels: int, lanes: int) -> int:
     """The block for a tensor of `channels` channels: a whole vector of `lanes`, else half of
     one; 0 (stay plain) when neither divides the channels."""

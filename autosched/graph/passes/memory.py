@@ -9,8 +9,8 @@ already placed buffers whose lifetimes overlap it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from autosched.graph.ir import Graph
 from autosched.graph.passes.fuse import FusedGroup
