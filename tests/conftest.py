@@ -4,6 +4,7 @@ import onnx
 import pytest
 from isa import RUN_TARGETS
 from onnx import TensorProto, helper, numpy_helper
+from process_helpers import kill_started
 
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
@@ -40,3 +41,9 @@ def tasks(tmp_path_factory):
     path = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
     onnx.save(mlp(), path)
     return extract_tasks(optimize(load_onnx(path))).tasks
+
+
+@pytest.fixture(autouse=True)
+def _no_tuner_outlives_its_test():
+    yield
+    kill_started()

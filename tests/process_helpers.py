@@ -14,10 +14,26 @@ ROOT = Path(__file__).resolve().parent.parent
 def start_tune(model, db, trials, mark, *extra):
     """`autosched tune` in its own process group (as a shell runs it), its processes marked."""
     env = {**os.environ, "AUTOSCHED_TEST_MARK": mark, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "autosched.cli", "tune", str(model), "--db", str(db),
+    proc = subprocess.Popen([sys.executable, "-m", "autosched.cli", "tune", str(model), "--db", str(db),
                              "--trials", str(trials), "--round", "4", "--tuner", "random", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True, preexec_fn=_as_in_a_terminal)
+    STARTED.append(proc)
+    return proc
+
+
+#: tuners the running test started: a test that fails before they exit must not leave them running
+STARTED: list[subprocess.Popen] = []
+
+
+def kill_started() -> None:
+    """Kill the process group of every tuner a test started that still runs (passing tests have
+    ended theirs: this only matters when one fails half way)."""
+    for proc in STARTED:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    STARTED.clear()
 
 
 def _as_in_a_terminal():

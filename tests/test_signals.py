@@ -68,12 +68,16 @@ def test_sigterm_during_bench_removes_its_build_directory(small_model, tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "autosched.cli", "bench", str(small_model), "--runs", "1000000",
                              "--db", str(tmp_path / "t.db")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
+
     def built() -> bool:
         return any(name.startswith(f"autosched-bench-{proc.pid}-") and (tmp / name / "model.weights").exists()
                    for name in ours(tmp))
-    wait_for(lambda: proc.poll() is not None or built())  # built, so timing now
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    try:
+        wait_for(lambda: proc.poll() is not None or built())  # built, so timing now
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()  # a command that ignored the signal must not outlive the test
     assert proc.returncode == 128 + signal.SIGTERM and err == "interrupted\n", err
     assert ours(tmp) == [] and not (tmp_path / "t.db").exists()
 
