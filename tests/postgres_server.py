@@ -77,6 +77,7 @@ class PostgresServer:
 
     root: Path
     process: subprocess.Popen
+    made: int = 0  # databases created: each name gets a number, so tests may reuse names
 
     @classmethod
     @contextlib.contextmanager
@@ -148,9 +149,11 @@ class PostgresServer:
         return f"postgresql://{USER}@/{dbname}?host={self.root}"
 
     def create_database(self, name: str) -> str:
-        """A new empty database; returns its URL."""
+        """A new empty database named `name` and a number; returns its URL."""
         import psycopg
         from psycopg import sql
+        self.made += 1
+        dbname = f"{name}_{self.made}"
         with psycopg.connect(**self.conninfo("postgres"), autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return self.url(name)
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+        return self.url(dbname)

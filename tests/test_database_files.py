@@ -1,15 +1,17 @@
-"""What the commands do to database files: a command never creates or changes a file it only
-reads from, works on a file it may not write, and leaves no empty database when it fails
-before its first write."""
+"""What the commands do to database files and server databases: a command never creates or
+changes a database it only reads from, works on one it may not write, and leaves no empty
+database (no tables, on a server) when it fails before its first write. Merges between SQLite
+and PostgreSQL, both ways."""
 import os
 import sqlite3
 
 import onnx
 import pytest
-from db_helpers import FIXTURES, HERE, measured
+from db_helpers import FIXTURES, HERE, execute, measured, older_database
+from sqlalchemy.engine import make_url
 
 from autosched.cli import main
-from autosched.database import Database, DatabaseError
+from autosched.database import SCHEMA_VERSION, Database, DatabaseError
 from autosched.target import Target
 from autosched.zoo import mlp
 
@@ -124,3 +126,72 @@ def test_reading_commands_work_on_a_read_only_database(tasks, model, tmp_path, m
     with pytest.raises(DatabaseError, match="read-only"):  # the open mode is what stops writes, even root's
         with Database(filled, read_only=True).reading() as conn:
             conn.exec_driver_sql("DELETE FROM records")
+
+
+def _counts(location):
+    return execute(location, "SELECT (SELECT count(*) FROM records), (SELECT count(*) FROM workloads), "
+                             "(SELECT count(*) FROM targets), (SELECT max(version) FROM schema_version)")[0]
+
+
+def test_merge_from_sqlite_into_postgresql_and_back(filled, postgres_server, tmp_path, capsys):
+    """Counts equal both ways, no duplicates on a second merge, and the source never changes: not
+    even a source of an older schema on the server, which a merge reads without migrating."""
+    server = postgres_server.create_database("merged")
+    before = filled.read_bytes()
+    assert main(["db", "merge", str(filled), "--db", server]) == 0
+    assert capsys.readouterr().out.startswith(f"4 new records from {filled} into {server}")
+    assert filled.read_bytes() == before
+    assert _counts(server) == _counts(filled) == (4, 2, 1, SCHEMA_VERSION)
+    back = tmp_path / "back.db"
+    for _ in range(2):
+        assert main(["db", "merge", server, "--db", str(back)]) == 0
+        assert main(["db", "merge", str(filled), "--db", server]) == 0
+    assert capsys.readouterr().out.splitlines()[::2] == [f"4 new records from {server} into {back}",
+                                                        f"0 new records from {server} into {back}"]
+    assert _counts(back) == _counts(server) == (4, 2, 1, SCHEMA_VERSION)
+    with Database(back) as a, Database(server) as b:
+        assert list(a.stored()) == list(b.stored())
+    old = postgres_server.create_database("old")
+    older_database(1, old)
+    assert main(["db", "merge", old, "--db", str(back)]) == 0
+    assert capsys.readouterr().out.startswith(f"2 new records from {old} into {back}")
+    assert _counts(old) == (2, 1, 1, 1)
+
+
+def test_reading_commands_need_no_write_access_to_a_server_database(tasks, model, postgres_server, tmp_path, capsys):
+    """A team member's role may only SELECT: every verb that only reads works with it, and a
+    read-only open refuses writes on the server even for the owner (READ ONLY transactions)."""
+    owner = postgres_server.create_database("shared")
+    with Database(owner) as db:
+        db.commit(measured(tasks[0], Target.parse("llvm"), [2e-3, None, 1e-3, 3e-3]))
+    reader = f"reader_{make_url(owner).database}"  # roles are the server's, not one database's
+    execute(owner, f"CREATE ROLE {reader} LOGIN", f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {reader}")
+    url = owner.replace("postgresql://autosched@", f"postgresql://{reader}@")
+    out = tmp_path / "out"
+    out.mkdir()
+    db = ["--db", url]
+    for argv in (["db", "stats", *db], ["db", "export", "-o", str(out / "all.jsonl"), *db],
+                 ["db", "best", str(model), *db], ["build", str(model), *db, "-o", str(out / "m.so")],
+                 ["check", str(model), *db], ["bench", str(model), "--runs", "1", *db],
+                 ["report", str(model), *db, "-o", str(out / "report.html")]):
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+    assert len((out / "all.jsonl").read_text().splitlines()) == 4
+    capsys.readouterr()
+    assert main(["db", "prune", "--before", "2100-01-01", *db]) == 2  # a verb that writes says why it cannot
+    assert "permission denied for table records" in _one_error_line(capsys)
+    with pytest.raises(DatabaseError, match="read-only"):
+        with Database(owner, read_only=True).reading() as conn:
+            conn.exec_driver_sql("DELETE FROM records")
+    assert _counts(owner) == (4, 1, 1, SCHEMA_VERSION)
+
+
+def test_reading_an_empty_server_database_creates_no_tables(model, postgres_server, tmp_path, capsys):
+    """What `createdb tuning` makes reads as an empty tuning database; the first write makes the tables."""
+    url = postgres_server.create_database("empty")
+    assert main(["db", "stats", "--json", "--db", url]) == 0
+    assert '"records": 0' in capsys.readouterr().out
+    assert main(["build", str(model), "--no-shipped", "--db", url, "-o", str(tmp_path / "m.so")]) == 0
+    assert main(["db", "prune", "--before", "2026-11-01", "--db", url]) == 0
+    assert execute(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
+    assert main(["db", "import", str(tmp_path / "none.jsonl"), "--db", url]) == 2
+    assert execute(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
