@@ -94,6 +94,13 @@ def test_commands_with_nothing_to_write_never_create_the_database(model, tmp_pat
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert main(["db", "import", str(empty), "--db", str(db)]) == 0
+    no_records = tmp_path / "sessions-only.db"
+    with Database(no_records) as other:
+        other.start_session("m.onnx", HERE, 1)
+    for argv in (["db", "export"], ["db", "export", "-o", str(tmp_path / "all.jsonl")], ["db", "best", str(model)],
+                 ["db", "merge", str(no_records)]):
+        assert main([*argv, "--db", str(db)]) == 0
+    assert "wrote 0 records to standard output\n" in capsys.readouterr().err
     assert not db.exists()
 
 
