@@ -104,6 +104,18 @@ def test_commands_with_nothing_to_write_never_create_the_database(model, tmp_pat
     assert not db.exists()
 
 
+def _every_reading_verb(model, location, out, capsys):
+    """Each verb that only reads succeeds on `location` (which holds 4 records of this machine)."""
+    out.mkdir()
+    db = ["--db", location]
+    for argv in (["db", "stats", *db], ["db", "export", "-o", str(out / "all.jsonl"), *db],
+                 ["db", "best", str(model), *db], ["build", str(model), *db, "-o", str(out / "m.so")],
+                 ["check", str(model), *db], ["bench", str(model), "--runs", "1", *db],
+                 ["report", str(model), *db, "-o", str(out / "report.html")]):
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+    assert len((out / "all.jsonl").read_text().splitlines()) == 4
+
+
 def test_reading_commands_work_on_a_read_only_database(tasks, model, tmp_path, monkeypatch, capsys):
     """Tests run as root, where chmod 444 stops no write: the file is made read-only and
     `os.access` answers for it as it does for any other user (no write to the file or its
@@ -119,16 +131,8 @@ def test_reading_commands_work_on_a_read_only_database(tasks, model, tmp_path, m
             return False
         return real_access(path, mode, *args, **kwargs)
     monkeypatch.setattr(os, "access", access)
-    out = tmp_path / "out"
-    out.mkdir()
     snapshot = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    db = ["--db", str(filled)]
-    for argv in (["db", "stats", *db], ["db", "export", "-o", str(out / "all.jsonl"), *db],
-                 ["db", "best", str(model), *db], ["build", str(model), *db, "-o", str(out / "m.so")],
-                 ["check", str(model), *db], ["bench", str(model), "--runs", "1", *db],
-                 ["report", str(model), *db, "-o", str(out / "report.html")]):
-        assert main(argv) == 0, (argv, capsys.readouterr().err)
-    assert len((out / "all.jsonl").read_text().splitlines()) == 4
+    _every_reading_verb(model, str(filled), tmp_path / "out", capsys)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == snapshot
     with pytest.raises(DatabaseError, match="read-only"):  # the open mode is what stops writes, even root's
         with Database(filled, read_only=True).reading() as conn:
@@ -174,17 +178,9 @@ def test_reading_commands_need_no_write_access_to_a_server_database(tasks, model
     reader = f"reader_{make_url(owner).database}"  # roles are the server's, not one database's
     execute(owner, f"CREATE ROLE {reader} LOGIN", f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {reader}")
     url = owner.replace("postgresql://autosched@", f"postgresql://{reader}@")
-    out = tmp_path / "out"
-    out.mkdir()
-    db = ["--db", url]
-    for argv in (["db", "stats", *db], ["db", "export", "-o", str(out / "all.jsonl"), *db],
-                 ["db", "best", str(model), *db], ["build", str(model), *db, "-o", str(out / "m.so")],
-                 ["check", str(model), *db], ["bench", str(model), "--runs", "1", *db],
-                 ["report", str(model), *db, "-o", str(out / "report.html")]):
-        assert main(argv) == 0, (argv, capsys.readouterr().err)
-    assert len((out / "all.jsonl").read_text().splitlines()) == 4
+    _every_reading_verb(model, url, tmp_path / "out", capsys)
     capsys.readouterr()
-    assert main(["db", "prune", "--before", "2100-01-01", *db]) == 2  # a verb that writes says why it cannot
+    assert main(["db", "prune", "--before", "2100-01-01", "--db", url]) == 2  # a verb that writes says why it cannot
     assert "permission denied for table records" in _one_error_line(capsys)
     with pytest.raises(DatabaseError, match="read-only"):
         with Database(owner, read_only=True).reading() as conn:
