@@ -169,7 +169,7 @@ def test_merge_from_sqlite_into_postgresql_and_back(filled, postgres_server, tmp
     assert _counts(old) == (2, 1, 1, 1)
 
 
-def test_reading_commands_need_no_write_access_to_a_server_database(tasks, model, postgres_server, tmp_path, capsys):
+def test_reading_commands_need_no_write_access_to_a_postgresql_database(tasks, model, postgres_server, tmp_path, capsys):
     """A team member's role may only SELECT: every verb that only reads works with it, and a
     read-only open refuses writes on the server even for the owner (READ ONLY transactions)."""
     owner = postgres_server.create_database("shared")
@@ -188,7 +188,7 @@ def test_reading_commands_need_no_write_access_to_a_server_database(tasks, model
     assert _counts(owner) == (4, 1, 1, SCHEMA_VERSION)
 
 
-def test_reading_an_empty_server_database_creates_no_tables(model, postgres_server, tmp_path, capsys):
+def test_reading_an_empty_postgresql_database_creates_no_tables(model, postgres_server, tmp_path, capsys):
     """What `createdb tuning` makes reads as an empty tuning database; the first write makes the tables."""
     url = postgres_server.create_database("empty")
     assert main(["db", "stats", "--json", "--db", url]) == 0
