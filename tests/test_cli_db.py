@@ -94,3 +94,14 @@ def test_every_verb_names_the_extra_when_the_postgresql_driver_is_missing(tmp_pa
         assert main([*argv, "--db", url]) == 2, argv
         assert capsys.readouterr().err == ("error: postgresql://team:***@db.example/tuning: the database driver 'psycopg' "
                                            'is not installed: pip install "autosched[postgres]"\n'), argv
+
+
+@pytest.mark.parametrize("url, said", [
+    ("mongodb://me:secret@host/db", "mongodb://me:***@host/db: not a database URL autosched can open"),
+    ("postgresql://me:secret@host:port/db", "postgresql://me:***@host:port/db: not a database URL (like postgresql://"),
+    ("postgresql://me:secret@127.0.0.1:1/db", "postgresql://me:***@127.0.0.1:1/db: connection failed"),
+])
+def test_bad_database_urls_are_one_error_line_without_the_password(capsys, url, said):
+    assert main(["db", "stats", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and err.count("\n") == 1 and "secret" not in err, err
