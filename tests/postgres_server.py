@@ -59,9 +59,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGQUIT)
 
 
+def _base() -> Path:
+    """Where server directories go: the temporary directory, unless its path is so long that the
+    socket's (at most 107 bytes) would not fit."""
+    base = tempfile.gettempdir()
+    return Path(base if len(base) < 60 else "/tmp")
+
+
 def _sweep_stale() -> None:
     """Remove the directories of earlier runs whose starting process is gone (killed with -9)."""
-    for path in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*"):
+    for path in _base().glob(f"{_PREFIX}*"):
         try:
             pid = int(path.name[len(_PREFIX):].split("-")[0])
             os.kill(pid, 0)
@@ -85,7 +92,7 @@ class PostgresServer:
         """initdb, start, wait until it accepts connections; stop and remove all on exit."""
         bindir = find_bindir()
         _sweep_stale()
-        root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
+        root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_base()))
         as_user: dict = {}
         if os.geteuid() == 0:
             nobody = pwd.getpwnam("nobody")
