@@ -1,7 +1,10 @@
 """`Database`: the tuning database on one file (or SQLAlchemy URL) — opening, writing, counting.
 
 Every write is one short transaction (`BEGIN IMMEDIATE` on SQLite), so a kill -9 loses at most
-the batch in flight and several tuners share one file. Queries that turn rows back into
+the batch in flight and several tuners share one file. On PostgreSQL, where writers' transactions
+do not exclude each other, rows that concurrent writers may both insert are inserted with
+ON CONFLICT DO NOTHING on their unique key, and tables are created and migrated under an
+advisory lock. Queries that turn rows back into
 records of tasks live in `queries.py`; JSON lines in `jsonl.py`.
 """
 from __future__ import annotations
@@ -14,17 +17,20 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from sqlalchemy import Connection, CursorResult, Engine, and_, create_engine, delete, func, insert, inspect, select, update
+from sqlalchemy import Connection, CursorResult, Table, and_, delete, func, insert, inspect, select, update
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import StaticPool
 
 from autosched.database.identity import TargetInfo
-from autosched.database.location import DatabaseError, check_file, default_location, is_url, make_engine
+from autosched.database.location import DatabaseError, check_file, default_location, is_url, make_engine, shown
+from autosched.database.memory import empty_engine, migrated_copy
 from autosched.database.migrations import migrate
 from autosched.database.schema import SCHEMA_VERSION, metadata, records, schema_version, sessions, targets, workloads
 from autosched.database.stored import StoredRecord
 from autosched.measure import ErrorKind, MeasureResult, Record, RecordError
 from autosched.target import Target
+
+#: the PostgreSQL advisory lock held while a database's tables are created or migrated
+_SCHEMA_LOCK = 0x6175746F  # "auto"
 
 
 class Database:
@@ -38,18 +44,20 @@ class Database:
     change a file they read from."""
 
     def __init__(self, location: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> None:
-        self.location = str(location) if location is not None else default_location()
+        self._url = str(location) if location is not None else default_location()
         self.read_only = read_only
-        self._pending: Path | None = None  # the file the first write creates
-        if not is_url(self.location):
-            self.location = str(Path(self.location).expanduser())
-            path = Path(self.location)
+        self._pending = False  # no tables yet (a file not there, or an empty server database): the first write makes them
+        if not is_url(self._url):
+            self._url = str(Path(self._url).expanduser())
+            path = Path(self._url)
             if not path.is_dir() and (not path.exists() or path.stat().st_size == 0):
-                self._pending = path
-                self._engine = _empty_engine()
+                self.location = self._url
+                self._pending = True
+                self._engine = empty_engine()
                 return
             check_file(path, read_only)
-        self._engine = make_engine(self.location, read_only)
+        self.location = shown(self._url)  # what messages say: a URL's password hidden
+        self._engine = make_engine(self._url, read_only)
         with self._guard():
             self._prepare()
 
@@ -68,52 +76,61 @@ class Database:
     # --- opening ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
-        """Driver errors become one DatabaseError naming the file."""
+        """Driver errors become one DatabaseError naming the database, on one line."""
         try:
             yield
         except DBAPIError as e:
-            msg = str(e.orig) if e.orig is not None else str(e)
+            msg = " ".join(str(e.orig if e.orig is not None else e).split())
+            driver = self._engine.dialect.name
             if "malformed" in msg or "not a database" in msg or "disk image" in msg:
-                msg = f"the tuning database is corrupt or truncated (sqlite: {msg})"
+                msg = f"the tuning database is corrupt or truncated ({driver}: {msg})"
             elif "unable to open" in msg:
-                msg = f"cannot open or create the tuning database here (sqlite: {msg})"
+                msg = f"cannot open or create the tuning database here ({driver}: {msg})"
             elif "readonly" in msg or "read-only" in msg:
-                msg = f"the tuning database is read-only (sqlite: {msg})"
+                msg = f"the tuning database is read-only ({driver}: {msg})"
             raise DatabaseError(f"{self.location}: {msg}") from None
 
-    def _prepare(self) -> None:
+    def _prepare(self, create: bool = False) -> None:
+        """Check what the database holds; `create` its tables if it has none (else reads see an
+        empty database until the first write), migrate an older schema unless opened read-only."""
+        dialect, version = self._engine.dialect.name, SCHEMA_VERSION
         with self._engine.begin() as conn:
-            if self.location.startswith("sqlite") or not is_url(self.location):
+            if dialect == "sqlite":
                 conn.exec_driver_sql("PRAGMA quick_check").fetchall()
+            elif dialect == "postgresql" and not self.read_only:  # one creator or migrator at a time
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
             tables = set(inspect(conn).get_table_names())
-            if not tables and self.read_only:
-                raise DatabaseError(f"{self.location}: an empty SQLite database, not a tuning database")
-            if not tables:
+            if not tables and not create:
+                self._pending = True
+            elif not tables:
                 metadata.create_all(conn)
                 conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
                 return
-            if "schema_version" not in tables:
-                raise DatabaseError(f"{self.location}: an SQLite database, but not a tuning database "
-                                    f"(tables: {', '.join(sorted(tables))})")
-            version = conn.execute(select(schema_version.c.version)).scalar()
-            if version is None or version > SCHEMA_VERSION:
-                raise DatabaseError(f"{self.location}: schema version {version} is newer than this autosched's "
-                                    f"{SCHEMA_VERSION}; upgrade autosched to use this database")
-            if version < SCHEMA_VERSION and not self.read_only:
-                migrate(conn, version)
-        if version < SCHEMA_VERSION and self.read_only:
-            if self._engine.dialect.name != "sqlite":
-                raise DatabaseError(f"{self.location}: schema version {version} is older than this autosched's "
-                                    f"{SCHEMA_VERSION}; a command that writes to it (tune, db import) upgrades it")
-            self._engine = _migrated_copy(self._engine, version)
+            else:
+                if "schema_version" not in tables:
+                    raise DatabaseError(f"{self.location}: a database, but not a tuning database "
+                                        f"(tables: {', '.join(sorted(tables))})")
+                found = conn.execute(select(schema_version.c.version)).scalar()
+                if found is None or found > SCHEMA_VERSION:
+                    raise DatabaseError(f"{self.location}: schema version {found} is newer than this autosched's "
+                                        f"{SCHEMA_VERSION}; upgrade autosched to use this database")
+                version = found
+                if version < SCHEMA_VERSION and not self.read_only:
+                    migrate(conn, version)
+        if self._pending:
+            self._engine.dispose()
+            self._engine = empty_engine()
+        elif version < SCHEMA_VERSION and self.read_only:
+            self._engine = migrated_copy(self._engine, version)
 
-    def _create(self, pending: Path) -> None:
-        """The first write to a database whose file (`pending`) did not exist: create it now."""
-        check_file(pending)
+    def _create(self) -> None:
+        """The first write to a database that had no tables (or no file): create them now."""
+        if not is_url(self._url):
+            check_file(Path(self._url))
         self._engine.dispose()
-        self._engine = make_engine(self.location)
-        self._pending = None
-        self._prepare()
+        self._engine = make_engine(self._url)
+        self._pending = False
+        self._prepare(create=True)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -127,8 +144,8 @@ class Database:
         if self.read_only:
             raise DatabaseError(f"{self.location}: opened read-only, cannot write to it")
         with self._guard():
-            if self._pending is not None:
-                self._create(self._pending)
+            if self._pending:
+                self._create()
             with self._engine.begin() as conn:
                 yield conn
 
@@ -144,14 +161,16 @@ class Database:
         if not stored:
             return 0
         with self.writing() as conn:
-            target_ids: dict[TargetInfo, int] = {}
-            workload_ids: dict[tuple[str, str], int] = {}
+            # new targets and workloads in one order, whoever writes: two transactions inserting the
+            # same ones then wait for each other instead of deadlocking (records keep the order they
+            # come in, which is their order in the database)
+            target_ids = {info: _target_id(conn, info)
+                          for info in sorted({s.target for s in stored}, key=lambda t: (t.target, t.fingerprint))}
+            workload_ids = {}
+            for s in sorted({(s.key, s.space): s for s in stored}.values(), key=lambda s: (s.key, s.space)):
+                workload_ids[(s.key, s.space)] = _workload_id(conn, s)
             rows = []
             for s in stored:
-                if s.target not in target_ids:
-                    target_ids[s.target] = _target_id(conn, s.target)
-                if (s.key, s.space) not in workload_ids:
-                    workload_ids[(s.key, s.space)] = _workload_id(conn, s)
                 res = s.result
                 rows.append({"workload_id": workload_ids[(s.key, s.space)], "target_id": target_ids[s.target],
                              "session_id": session, "config": json.dumps(s.config, sort_keys=True),
@@ -159,9 +178,7 @@ class Database:
                              "error_kind": res.error_kind.name, "error_msg": res.error_msg, "build_s": res.build_s,
                              "run_s": s.run_s, "tuner": s.tuner, "version": s.version, "timestamp": res.timestamp,
                              "node": s.node})
-            before = conn.execute(select(func.count()).select_from(records)).scalar_one()
-            _insert_new(conn, rows)
-            added = conn.execute(select(func.count()).select_from(records)).scalar_one() - before
+            added = _insert_new(conn, rows)
             if session is not None:
                 conn.execute(update(sessions).where(sessions.c.id == session)
                              .values(trials_done=sessions.c.trials_done + added))
@@ -194,7 +211,7 @@ class Database:
     def prune(self, before: float) -> int:
         """Drop records older than `before` (a Unix time) that failed or are not the best of their
         workload and target; returns how many went."""
-        if self._pending is not None:  # no file: nothing to drop, and no reason to create one
+        if self._pending:  # no tables: nothing to drop, and no reason to create one
             return 0
         r2 = records.alias("r2")
         best_cost = (select(func.min(r2.c.cost))
@@ -239,50 +256,18 @@ class Database:
                                run_s=row["run_s"])
 
 
-def _memory_engine() -> Engine:
-    """One in-memory SQLite database, the same whichever thread reads it."""
-    return create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
-
-
-def _empty_engine() -> Engine:
-    """An empty tuning database in memory: what reads see before a new file's first write."""
-    engine = _memory_engine()
-    with engine.begin() as conn:
-        metadata.create_all(conn)
-        conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
-    return engine
-
-
-def _migrated_copy(engine: Engine, version: int) -> Engine:
-    """A file of an older schema opened read-only, copied into memory and migrated there:
-    reading a file must not upgrade (rewrite) it."""
-    memory = _memory_engine()
-    source, copy = engine.raw_connection(), memory.raw_connection()
-    try:
-        if source.driver_connection is None or copy.driver_connection is None:  # both are open sqlite3 connections
-            raise DatabaseError("cannot copy the database: its sqlite3 connection is closed")
-        source.driver_connection.backup(copy.driver_connection)
-    finally:
-        source.close()
-        copy.close()
-    engine.dispose()
-    with memory.begin() as conn:
-        migrate(conn, version)
-    return memory
-
-
-def _insert_new(conn: Connection, rows: list[dict]) -> None:
-    """Insert the rows that are not there yet (the unique key: workload, target, config, time):
-    the dialect's own "do nothing on conflict" where it has one, else rows already present are
-    filtered out first (safe under the writing transaction of SQLite-like engines)."""
+def _insert_new(conn: Connection, rows: list[dict]) -> int:
+    """Insert the rows that are not there yet (the unique key: workload, target, config, time)
+    and return how many were: the dialect's own "do nothing on conflict" where it has one, else
+    rows already present are filtered out first (safe under the writing transaction of
+    SQLite-like engines). Counted from what the insert reports, not by counting the table
+    before and after: on a server other writers commit in between."""
     dialect = conn.dialect.name
     if dialect in ("sqlite", "postgresql"):
-        module = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
-        conn.execute(module.insert(records).on_conflict_do_nothing(), rows)
-        return
+        stmt = _dialect_insert(conn, records).on_conflict_do_nothing().returning(records.c.id)
+        return len(conn.execute(stmt, rows).all())
     if dialect in ("mysql", "mariadb"):
-        conn.execute(insert(records).prefix_with("IGNORE"), rows)
-        return
+        return conn.execute(insert(records).prefix_with("IGNORE"), rows).rowcount
     key = (records.c.workload_id, records.c.target_id, records.c.config, records.c.timestamp)
     present = set(tuple(row) for row in conn.execute(select(*key).where(
         records.c.workload_id.in_({r["workload_id"] for r in rows}),
@@ -291,6 +276,30 @@ def _insert_new(conn: Connection, rows: list[dict]) -> None:
     new = [r for k, r in fresh.items() if k not in present]
     if new:
         conn.execute(insert(records), new)
+    return len(new)
+
+
+def _dialect_insert(conn: Connection, table: Table):
+    """The INSERT of SQLite or PostgreSQL, which has `on_conflict_do_nothing`."""
+    return importlib.import_module(f"sqlalchemy.dialects.{conn.dialect.name}").insert(table)
+
+
+def _id_of(conn: Connection, table: Table, unique: dict[str, object], values: dict[str, object]) -> int:
+    """The id of the row of `table` whose unique columns hold `unique`, inserted with `values`
+    if there is none. On PostgreSQL another writer may insert it between our look and our
+    insert (its transactions do not exclude each other as SQLite's immediate ones do): the
+    insert then does nothing, and the row it committed is read."""
+    where = [table.c[name] == value for name, value in unique.items()]
+    found = conn.execute(select(table.c.id).where(*where)).scalar()
+    if found is not None:
+        return found
+    if conn.dialect.name != "postgresql":
+        return _inserted_id(conn.execute(insert(table).values(**unique, **values)))
+    stmt = _dialect_insert(conn, table).values(**unique, **values).on_conflict_do_nothing().returning(table.c.id)
+    found = conn.execute(stmt).scalar()
+    if found is None:
+        found = conn.execute(select(table.c.id).where(*where)).scalar_one()
+    return found
 
 
 def result_of(row) -> MeasureResult:
@@ -303,23 +312,16 @@ def result_of(row) -> MeasureResult:
 
 
 def _target_id(conn: Connection, info: TargetInfo) -> int:
-    found = conn.execute(select(targets.c.id).where(targets.c.target == info.target,
-                                                    targets.c.fingerprint == info.fingerprint)).scalar()
-    if found is not None:
-        return found
-    return _inserted_id(conn.execute(insert(targets).values(target=info.target, fingerprint=info.fingerprint,
-                                                            isa=info.isa, compiler=info.compiler)))
+    return _id_of(conn, targets, {"target": info.target, "fingerprint": info.fingerprint},
+                  {"isa": info.isa, "compiler": info.compiler})
 
 
 def _workload_id(conn: Connection, s: StoredRecord) -> int:
-    found = conn.execute(select(workloads.c.id).where(workloads.c.key == s.key, workloads.c.space == s.space)).scalar()
-    if found is not None:
-        if s.flops is not None:
-            conn.execute(update(workloads).where(workloads.c.id == found, workloads.c.flops.is_(None))
-                         .values(flops=s.flops))
-        return found
-    return _inserted_id(conn.execute(insert(workloads).values(key=s.key, op=s.op, shapes=s.shapes, flops=s.flops,
-                                                              template=s.template, space=s.space)))
+    found = _id_of(conn, workloads, {"key": s.key, "space": s.space},
+                   {"op": s.op, "shapes": s.shapes, "flops": s.flops, "template": s.template})
+    if s.flops is not None:
+        conn.execute(update(workloads).where(workloads.c.id == found, workloads.c.flops.is_(None)).values(flops=s.flops))
+    return found
 
 
 def _inserted_id(result: CursorResult) -> int:
