@@ -3,7 +3,9 @@
 These are the only orchestration: the command line parses arguments, calls them and prints.
 `tune` resumes from what the database holds for the model's tasks on this machine (nothing is
 measured twice; cost models start trained on those records and on records of the same
-templates from other workloads) and commits every measurement as it is measured.
+templates from other workloads) and commits every measurement as it is measured. Tunes that
+run at once on one database claim each config before measuring it (`database/claims.py`), so
+none is measured twice, and learn from each other's records as they arrive.
 """
 from __future__ import annotations
 
@@ -16,7 +18,17 @@ from typing import TYPE_CHECKING
 
 from autosched.backend import backend_for
 from autosched.compile.model import ModelFiles, build_model
-from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database, tasks_digest
+from autosched.database import (
+    Best,
+    Database,
+    RecordWriter,
+    SharedTuning,
+    TunedSchedules,
+    history,
+    latest_record,
+    shipped_database,
+    tasks_digest,
+)
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
@@ -108,6 +120,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
         _, tasks = model_tasks(model, target, shapes)
         with open_database(db) as database:
+            since = latest_record(database)
             found, own, transferred = resumable(tasks, target, database)
             plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
             for callback in callbacks:
@@ -116,8 +129,10 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
             session = database.start_session(str(model), target, trials, tasks_digest(t.key for t in tasks))
             status = "failed"
             try:
-                summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
-                                     [RecordWriter(database, session, tuner), *callbacks], seed, found, scheduler)
+                with SharedTuning(database, session, since) as peers:
+                    summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
+                                         [RecordWriter(database, session, tuner), *callbacks], seed, found, scheduler,
+                                         peers)
                 status = "done"
             except KeyboardInterrupt:
                 status = "interrupted"
