@@ -1,9 +1,13 @@
 """Fixtures shared by the test modules."""
+import itertools
+import os
+
 import numpy as np
 import onnx
 import pytest
 from isa import RUN_TARGETS
 from onnx import TensorProto, helper, numpy_helper
+from postgres_server import NoServer, PostgresServer
 from process_helpers import kill_started
 
 from autosched.frontend.onnx import load_onnx
@@ -47,3 +51,49 @@ def tasks(tmp_path_factory):
 def _no_tuner_outlives_its_test():
     yield
     kill_started()
+
+
+def _no_postgres(reason: str):
+    """Locally a missing server (or driver) skips the PostgreSQL cases; in CI they must run."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs the PostgreSQL tests, but: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server for the whole run, started by the first test that needs it."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        _no_postgres('the PostgreSQL driver is not installed: pip install -e ".[test]"')
+    try:
+        with PostgresServer.start() as server:
+            yield server
+    except NoServer as e:
+        _no_postgres(str(e))
+
+
+_DATABASES = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def dialect(request):
+    """The database tests run on both: an SQLite file and a database of a real PostgreSQL server."""
+    return request.param
+
+
+@pytest.fixture
+def make_db(dialect, request, tmp_path):
+    """`make_db(name)`: the location of a new, empty tuning database of this test's dialect (an
+    SQLite path that does not exist yet, or the URL of a new PostgreSQL database)."""
+    if dialect == "sqlite":
+        return lambda name="t": str(tmp_path / f"{name}.db")
+    server = request.getfixturevalue("postgres_server")
+    return lambda name="t": server.create_database(f"test{next(_DATABASES)}_{name}")
+
+
+@pytest.fixture
+def db_url(make_db):
+    """One new, empty database of this test's dialect."""
+    return make_db("t")
