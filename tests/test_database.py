@@ -1,9 +1,10 @@
-"""The tuning database on real SQLite files: records in and out, the queries a tune and a build
-use, JSON lines, merge and prune, migrations, bad files and several writers at once."""
+"""The tuning database on real SQLite files and on a real PostgreSQL server (tests taking `db_url`
+or `make_db` run on both; `-k postgres` selects the server's): records in and out, the queries a
+tune and a build use, JSON lines, merge and prune, migrations, bad files and several writers at once."""
 import json
 import logging
 import os
-import sqlite3
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,13 +13,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from db_helpers import AVX512, FIXTURES, HERE, measured
+from db_helpers import AVX512, HERE, execute, measured, older_database
 
 from autosched.database import (
     SCHEMA_VERSION,
+    ClaimBook,
     Database,
     DatabaseError,
     LogError,
+    Owner,
     RecordWriter,
     best,
     export_jsonl,
@@ -34,8 +37,8 @@ OTHER_CPU = Target.parse("llvm", host=CpuInfo("Example CPU B", AVX512))
 OTHER_ISA = Target.parse("llvm", host=CpuInfo("Example CPU C", frozenset({"avx", "avx2", "fma"})))
 
 
-def test_records_round_trip_and_a_batch_is_stored_once(tmp_path, tasks):
-    db = Database(tmp_path / "t.db")
+def test_records_round_trip_and_a_batch_is_stored_once(db_url, tasks):
+    db = Database(db_url)
     recs = measured(tasks[0], HERE, [3e-3, None, 1e-3])
     assert db.commit(recs) == 3
     assert db.commit(recs) == 0  # same workload, target, config and time: already there
@@ -47,8 +50,8 @@ def test_records_round_trip_and_a_batch_is_stored_once(tmp_path, tasks):
                                                "failed": 1, "workloads": 1, "targets": 1, "sessions": 0}
 
 
-def test_history_transfers_records_of_the_same_template_from_other_workloads(tmp_path, tasks):
-    db = Database(tmp_path / "t.db")
+def test_history_transfers_records_of_the_same_template_from_other_workloads(db_url, tasks):
+    db = Database(db_url)
     db.commit(measured(tasks[0], HERE, [2e-3, 1e-3]))
     got = history(db, tasks[1:], HERE)  # a model without tasks[0]: its records come as transfer
     assert tasks[1].key not in got
@@ -57,8 +60,8 @@ def test_history_transfers_records_of_the_same_template_from_other_workloads(tmp
     assert history(db, tasks[1:], OTHER_ISA) == {}  # never across an ISA
 
 
-def test_best_prefers_this_cpu_then_the_same_isa_never_another(tmp_path, tasks):
-    db = Database(tmp_path / "t.db")
+def test_best_prefers_this_cpu_then_the_same_isa_never_another(db_url, tasks):
+    db = Database(db_url)
     task = tasks[0]
     db.commit(measured(task, OTHER_CPU, [1e-3, 5e-4]))
     assert best(db, task, HERE).fingerprint == OTHER_CPU.fingerprint
@@ -69,76 +72,75 @@ def test_best_prefers_this_cpu_then_the_same_isa_never_another(tmp_path, tasks):
     assert isa_of(HERE) == isa_of(OTHER_CPU) != isa_of(OTHER_ISA)
 
 
-def test_records_outside_their_space_are_skipped_with_a_warning_naming_them(tmp_path, tasks, caplog):
-    db = Database(tmp_path / "t.db")
+def test_records_outside_their_space_are_skipped_with_a_warning_naming_them(db_url, tasks, caplog):
+    db = Database(db_url)
     recs = measured(tasks[0], HERE, [1e-3, 2e-3])
     db.commit(recs)
-    with sqlite3.connect(tmp_path / "t.db") as conn:  # a forged record: index 0 with the knobs of index 1
-        conn.execute("UPDATE records SET config = ? WHERE id = 1",
-                     (json.dumps({**recs[1][0].config.to_json(), "index": 0}),))
+    forged = json.dumps({**recs[1][0].config.to_json(), "index": 0})  # index 0 with the knobs of index 1
+    execute(db_url, f"UPDATE records SET config = '{forged}' WHERE id = 1")
     with caplog.at_level(logging.WARNING, "autosched.database"):
         assert best(db, tasks[0], HERE).cost == 2e-3
         assert len(history(db, tasks, HERE)[tasks[0].key]) == 1
     assert "record 1 (Gemm 64x784) skipped" in caplog.text
-    with sqlite3.connect(tmp_path / "t.db") as conn:  # another space version of the template
-        conn.execute("UPDATE workloads SET space = '0000000000000000'")
+    execute(db_url, "UPDATE workloads SET space = '0000000000000000'")  # another space version of the template
     caplog.clear()
     with caplog.at_level(logging.WARNING, "autosched.database"):
         assert history(db, tasks, HERE) == {} and best(db, tasks[0], HERE) is None
     assert "2 records of task Gemm 64x784 skipped: measured in another space version" in caplog.text
 
 
-def test_export_import_round_trip_and_merge_without_duplicates(tmp_path, tasks):
-    a = Database(tmp_path / "a.db")
+def test_export_import_round_trip_and_merge_without_duplicates(make_db, tmp_path, tasks):
+    a = Database(make_db("a"))
     a.commit(measured(tasks[0], HERE, [1e-3, None]), tuner="xgb")
     a.commit(measured(tasks[1], OTHER_CPU, [4e-4]))
     out = tmp_path / "a.jsonl"
     with open(out, "w") as f:
         assert export_jsonl(a, f) == 3
-    b = Database(tmp_path / "b.db")
+    b = Database(make_db("b"))
     assert import_jsonl(b, out) == (3, 3)
     assert import_jsonl(b, out) == (3, 0)
     assert list(b.stored()) == list(a.stored())
-    c = Database(tmp_path / "c.db")
+    c = Database(make_db("c"))
     c.commit(measured(tasks[2], HERE, [1e-5]))
     assert c.merge(a) == 3 and c.merge(a) == 0 and c.merge(b) == 0
     assert c.stats()["records"] == 4
 
 
-@pytest.mark.parametrize("dialect", ["sqlite", "generic"])
-def test_merge_skips_duplicates_on_every_dialect(tmp_path, tasks, monkeypatch, dialect):
-    """SQLite and PostgreSQL skip duplicates with ON CONFLICT DO NOTHING, MySQL with INSERT IGNORE;
-    any other engine gets the rows already present filtered out first. That generic path runs
-    here on SQLite with its dialect renamed; the PostgreSQL statement is checked as compiled
-    (no server here)."""
-    from sqlalchemy.dialects import postgresql
+def test_merge_skips_duplicates(make_db, tasks):
+    """ON CONFLICT DO NOTHING on the records' unique key, on SQLite and on the PostgreSQL server."""
+    a, c = Database(make_db("a")), Database(make_db("c"))
+    a.commit(measured(tasks[0], HERE, [1e-3, None, 2e-3]))
+    c.commit(measured(tasks[0], HERE, [1e-3]))
+    assert c.merge(a) == 2 and c.merge(a) == 0
+    assert c.stats()["records"] == 3
+    assert sorted(s.result.timestamp for s in c.stored()) == [1000.0, 1001.0, 1002.0]
 
-    from autosched.database.schema import records
+
+def test_merge_skips_duplicates_on_an_engine_without_on_conflict(tmp_path, tasks, monkeypatch):
+    """Engines other than SQLite, PostgreSQL and MySQL get the rows already present filtered out
+    first: that path runs here on SQLite with its dialect renamed (no such server here)."""
     a, c = Database(tmp_path / "a.db"), Database(tmp_path / "c.db")
     a.commit(measured(tasks[0], HERE, [1e-3, None, 2e-3]))
     c.commit(measured(tasks[0], HERE, [1e-3]))
-    if dialect == "generic":
-        monkeypatch.setattr(c._engine.dialect, "name", "generic")
+    monkeypatch.setattr(c._engine.dialect, "name", "generic")
     assert c.merge(a) == 2 and c.merge(a) == 0
     assert c.stats()["records"] == 3
-    statement = postgresql.insert(records).on_conflict_do_nothing().compile(dialect=postgresql.dialect())
-    assert "ON CONFLICT DO NOTHING" in str(statement)
 
 
-def test_import_reads_todays_logs_as_measured_on_this_host(tmp_path, tasks):
+def test_import_reads_todays_logs_as_measured_on_this_host(db_url, tmp_path, tasks):
     host = Target.parse("llvm")
     log = tmp_path / "old.jsonl"
     log.write_text("".join(json.dumps(record_to_json(i, r)) + "\n" for i, r in measured(tasks[0], host, [1e-3, 2e-3])))
-    db = Database(tmp_path / "t.db")
+    db = Database(db_url)
     assert import_jsonl(db, log) == (2, 2)
     assert best(db, tasks[0], host).cost == 1e-3
 
 
-def test_import_refuses_a_malformed_line_naming_it_and_stores_nothing(tmp_path, tasks):
+def test_import_refuses_a_malformed_line_naming_it_and_stores_nothing(db_url, tmp_path, tasks):
     log = tmp_path / "bad.jsonl"
     good = json.dumps(record_to_json(*measured(tasks[0], HERE, [1e-3])[0]))
     log.write_text(good + "\n\n" + good.replace('"costs"', '"cost"') + "\n")
-    db = Database(tmp_path / "t.db")
+    db = Database(db_url)
     with pytest.raises(LogError, match=rf"{log}:3: not a measurement record"):
         import_jsonl(db, log)
     assert db.stats()["records"] == 0
@@ -146,8 +148,8 @@ def test_import_refuses_a_malformed_line_naming_it_and_stores_nothing(tmp_path, 
         import_jsonl(db, tmp_path / "missing.jsonl")
 
 
-def test_prune_drops_failed_and_superseded_records_before_a_date_keeping_each_best(tmp_path, tasks):
-    db = Database(tmp_path / "t.db")
+def test_prune_drops_failed_and_superseded_records_before_a_date_keeping_each_best(db_url, tasks):
+    db = Database(db_url)
     db.commit(measured(tasks[0], HERE, [3e-3, None, 1e-3, 2e-3], t0=1000.0))
     db.commit(measured(tasks[1], HERE, [5e-3, None], t0=5000.0))
     assert db.prune(before=2000.0) == 3
@@ -156,8 +158,8 @@ def test_prune_drops_failed_and_superseded_records_before_a_date_keeping_each_be
     assert best(db, tasks[0], HERE).cost == 1e-3
 
 
-def test_sessions_count_what_their_writer_committed(tmp_path, tasks):
-    db = Database(tmp_path / "t.db")
+def test_sessions_count_what_their_writer_committed(db_url, tasks):
+    db = Database(db_url)
     session = db.start_session("mlp.onnx", HERE, trials=8)
     writer = RecordWriter(db, session, "random")
     recs = measured(tasks[0], HERE, [1e-3, 2e-3, None])
@@ -166,31 +168,48 @@ def test_sessions_count_what_their_writer_committed(tmp_path, tasks):
     assert db.stats()["sessions"] == 1
 
 
-@pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None]), (3, ["node-a", None])])
-def test_files_of_older_schemas_are_migrated(tmp_path, version, nodes):
+@pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None]), (3, ["node-a", None]),
+                                            (4, ["node-a", None])])
+def test_databases_of_older_schemas_are_migrated(db_url, tasks, version, nodes):
     """Fixtures are dumps of real files of each older version (v2: v1 migrated by that version's
-    code, v3: v2 migrated by v3's)."""
-    path = tmp_path / f"v{version}.db"
-    with sqlite3.connect(path) as conn:
-        conn.executescript((FIXTURES / f"tuning_v{version}.sql").read_text())
-    db = Database(path)
-    assert db.stats() | {"location": None} == {"location": None, "schema_version": SCHEMA_VERSION, "records": 2,
-                                               "failed": 1, "workloads": 1, "targets": 1, "sessions": 1}
+    code, v3: v2 migrated by v3's, v4: v3 by v4's); on PostgreSQL the same tables and rows are made on the server.
+    A read-only open reads a migrated copy and leaves the database as it was; the first open
+    that may write migrates it, and it takes new records after."""
+    older_database(version, db_url)
+    expected = {"location": None, "schema_version": SCHEMA_VERSION, "records": 2, "failed": 1, "workloads": 1,
+                "targets": 1, "sessions": 1}
+    with Database(db_url, read_only=True) as db:
+        assert db.stats() | {"location": None} == expected
+        assert [s.node for s in db.stored()] == nodes
+    assert execute(db_url, "SELECT version FROM schema_version") == [(version,)]
+    db = Database(db_url)
+    assert db.stats() | {"location": None} == expected
     assert [s.node for s in db.stored()] == nodes
     assert [(s["search_s"], s["tasks"]) for s in db.sessions()] == [(0.0, None)]
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    assert execute(db_url, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    recs = measured(tasks[0], HERE, [1e-3, None])
+    assert db.commit(recs) == 2 and db.commit(recs) == 0
+    assert db.stats()["records"] == 4 and best(db, tasks[0], HERE).cost == 1e-3
+    claims = ClaimBook(db, Owner(db.start_session("m.onnx", HERE, 1), "host-a", 1))  # schema 5's table
+    assert claims.claim([inp for inp, _ in measured(tasks[0], HERE, [1e-3] * 3)]) == [False, False, True]
 
 
-def test_a_newer_schema_is_refused_naming_the_file_and_both_versions(tmp_path):
-    path = tmp_path / "new.db"
-    with Database(path) as db:
-        db.start_session("m.onnx", HERE, 1)  # the first write creates the file
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE schema_version SET version = 99")
-    with pytest.raises(DatabaseError, match=rf"{path}: schema version 99 is newer than this autosched's "
-                                            rf"{SCHEMA_VERSION}"):
-        Database(path)
+def test_a_newer_schema_is_refused_naming_the_database_and_both_versions(db_url):
+    with Database(db_url) as db:
+        db.start_session("m.onnx", HERE, 1)  # the first write creates the tables
+        shown = db.location
+    execute(db_url, "UPDATE schema_version SET version = 99")
+    with pytest.raises(DatabaseError, match=rf"{re.escape(shown)}: schema version 99 is newer than this "
+                                            rf"autosched's {SCHEMA_VERSION}"):
+        Database(db_url)
+
+
+def test_a_database_of_another_application_is_refused(db_url):
+    execute(db_url, "CREATE TABLE notes (body TEXT)")
+    with pytest.raises(DatabaseError, match=r"a database, but not a tuning database \(tables: notes\)"):
+        Database(db_url)
+    with pytest.raises(DatabaseError, match="not a tuning database"):
+        Database(db_url, read_only=True)
 
 
 def test_bad_files_give_one_error_naming_the_file(tmp_path, tasks):
@@ -200,11 +219,6 @@ def test_bad_files_give_one_error_naming_the_file(tmp_path, tasks):
         Database(text)
     with pytest.raises(DatabaseError, match=rf"{tmp_path}: is a directory"):
         Database(tmp_path)
-    other = tmp_path / "other.db"
-    with sqlite3.connect(other) as conn:
-        conn.execute("CREATE TABLE t (x)")
-    with pytest.raises(DatabaseError, match=rf"{other}: an SQLite database, but not a tuning database"):
-        Database(other)
     good = tmp_path / "good.db"
     with Database(good) as db:
         db.commit(measured(tasks[0], HERE, list(np.linspace(1e-3, 2e-3, 200))))
@@ -235,8 +249,11 @@ def test_a_read_only_database_is_refused_naming_the_file(tmp_path):
         Database(path)
 
 
-def test_two_processes_write_one_file_at_once(tmp_path, tasks):
-    """Each writer commits 60 batches while the other does: no 'database is locked', nothing lost."""
+def test_two_processes_write_one_database_at_once(db_url, tmp_path, tasks):
+    """Two writers start on a database without tables and each commits 60 batches of its own
+    records of three tasks, and 20 batches of records both have (a merge of one source from two
+    machines), while the other does: no 'database is locked', no deadlock, no duplicate target
+    or workload, nothing lost, and the new records each says it added sum to what is stored."""
     script = textwrap.dedent("""
         import sys, onnx
         sys.path.insert(0, sys.argv[3])
@@ -247,24 +264,31 @@ def test_two_processes_write_one_file_at_once(tmp_path, tasks):
         from autosched.task import extract_tasks
         tasks = extract_tasks(optimize(load_onnx(sys.argv[2]))).tasks
         db = Database(sys.argv[1])
-        recs = measured(tasks[0], HERE, [1e-3] * 120, t0=float(sys.argv[4]))
+        own = [r for i, t in enumerate(tasks) for r in measured(t, HERE, [1e-3] * 40, t0=float(sys.argv[4]) + i * 100)]
+        shared = measured(tasks[0], HERE, [2e-3] * 40, t0=3e6)
+        added = 0
         for k in range(0, 120, 2):
-            db.commit(recs[k:k + 2])
+            added += db.commit(own[k:k + 2])
+            if k % 6 == 0:
+                added += db.commit(shared[k // 3:k // 3 + 2])
+        print(added)
     """)
     model = tmp_path / "mlp.onnx"
     onnx.save(mlp(), model)
-    path = tmp_path / "shared.db"
-    Database(path).close()
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(path), str(model), str(Path(__file__).parent),
-                               str(t0)], stderr=subprocess.PIPE, text=True) for t0 in (1e6, 2e6)]
-    errors = [p.communicate()[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errors
-    assert Database(path).stats()["records"] == 240
+    procs = [subprocess.Popen([sys.executable, "-c", script, db_url, str(model), str(Path(__file__).parent),
+                               str(t0)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for t0 in (1e6, 2e6)]
+    outs = [p.communicate() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    stats = Database(db_url).stats()
+    assert (stats["records"], stats["workloads"], stats["targets"]) == (280, 3, 1)
+    assert sum(int(out) for out, _ in outs) == 280
 
 
-def test_builds_use_each_tasks_best_and_shipped_records_only_where_the_database_has_none(tmp_path, tasks, caplog):
+def test_builds_use_each_tasks_best_and_shipped_records_only_where_the_database_has_none(db_url, tmp_path, tasks,
+                                                                                         caplog):
     from autosched.database import TunedSchedules, shipped_database
-    user = Database(tmp_path / "user.db")
+    user = Database(db_url)
     user.commit(measured(tasks[0], HERE, [3e-3, 2e-3]))
     with Database(tmp_path / "ship.db") as ship, open(tmp_path / "zoo.jsonl", "w") as f:
         ship.commit(measured(tasks[0], OTHER_CPU, [1e-4]))  # faster, but the user's own records win
@@ -284,9 +308,9 @@ def test_builds_use_each_tasks_best_and_shipped_records_only_where_the_database_
     assert shipped_database(tmp_path / "nothing-here") is None
 
 
-def test_records_of_another_cpu_of_the_same_isa_are_used_with_one_notice(tmp_path, tasks, caplog):
+def test_records_of_another_cpu_of_the_same_isa_are_used_with_one_notice(db_url, tasks, caplog):
     from autosched.database import TunedSchedules
-    db = Database(tmp_path / "t.db")
+    db = Database(db_url)
     for task in tasks[:2]:
         db.commit(measured(task, OTHER_CPU, [1e-3]))
     schedules = TunedSchedules(db)
@@ -297,12 +321,12 @@ def test_records_of_another_cpu_of_the_same_isa_are_used_with_one_notice(tmp_pat
     assert caplog.text.count("records measured on another CPU of the same ISA (Example CPU B") == 1
 
 
-def test_the_notice_says_what_differs_between_two_cpus_of_one_model(tmp_path, tasks, caplog):
+def test_the_notice_says_what_differs_between_two_cpus_of_one_model(db_url, tasks, caplog):
     """Two instances of one CPU model may expose different extensions: the notice names them,
     not the model twice."""
     from autosched.database import TunedSchedules
     richer = Target.parse("llvm", host=CpuInfo("Example CPU A", AVX512 | {"avx512_vnni"}))
-    db = Database(tmp_path / "t.db")
+    db = Database(db_url)
     db.commit(measured(tasks[0], richer, [1e-3]))
     with caplog.at_level(logging.WARNING, "autosched.database"):
         TunedSchedules(db)(tasks[0], HERE)

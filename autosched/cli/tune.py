@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 
 from rich.console import Console
 
 from autosched.api import tune
 from autosched.cli.args import add_db_argument, add_model_arguments
 from autosched.cli.progress import JsonLinesProgress, display_for, summary_table
+from autosched.database.location import shown
 from autosched.target import Target
 
 
@@ -56,7 +58,7 @@ def run_tune(args: argparse.Namespace) -> int:
         Console(soft_wrap=True).print(summary_table(display.tally, f"tuned {args.model}"), highlight=False)
         for task, why in summary.skipped:
             print(f"{task.op:<12} not tuned: {why}")
-    db = f" --db {args.db}" if args.db else ""
+    db = f" --db {shlex.quote(shown(args.db))}" if args.db else ""
     print(f"{summary.trials} trials committed to {out.database}; build with: autosched build {args.model} "
           f"--target '{target}'{db} -o model.so")
     return 0

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, delete, select, tuple_, update
-from sqlalchemy.exc import IntegrityError
 
 from autosched.database.identity import TargetInfo
 from autosched.database.schema import claims, records, targets, workloads
@@ -37,8 +36,6 @@ from autosched.target import Target
 
 #: seconds a claim outlives its tuner's last sign of life where death cannot be seen directly
 LEASE_S = 60.0
-#: retries of a claim transaction that lost a race creating a workload or target row (PostgreSQL)
-RACE_RETRIES = 3
 
 Key = tuple[int, int, str]  # (workload row, target row, config text)
 
@@ -102,15 +99,8 @@ class ClaimBook:
         if not inputs:
             return []
         start = time.perf_counter()
-        for attempt in range(RACE_RETRIES + 1):
-            try:
-                with self.db.writing() as conn:
-                    granted = self._claim(conn, [self._key(conn, inp) for inp in inputs])
-                break
-            except IntegrityError:  # another writer created the same workload or target row first
-                self._ids.clear()
-                if attempt == RACE_RETRIES:
-                    raise
+        with self.db.writing() as conn:
+            granted = self._claim(conn, [self._key(conn, inp) for inp in inputs])
         self.stats.seconds += time.perf_counter() - start
         return granted
 
@@ -128,8 +118,10 @@ class ClaimBook:
     def _claim(self, conn: Connection, keys: list[Key]) -> list[bool]:
         now, me = time.time(), self.owner
         expires = now + self.lease_s
+        # in key order, whoever claims: two PostgreSQL transactions inserting the same keys then wait
+        # for each other instead of deadlocking
         insert_missing(conn, claims, [{"workload_id": w, "target_id": t, "config": c, "session_id": me.session,
-                                       "host": me.host, "pid": me.pid, "expires": expires} for w, t, c in keys],
+                                       "host": me.host, "pid": me.pid, "expires": expires} for w, t, c in sorted(set(keys))],
                        CLAIM_KEY)
         held = {(r.workload_id, r.target_id, r.config): r
                 for r in conn.execute(select(claims).where(tuple_(*CLAIM_KEY).in_(set(keys))))}

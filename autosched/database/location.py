@@ -5,6 +5,10 @@ The default is one file per user, `$XDG_DATA_HOME/autosched/tuning.db` (`~/.loca
 WAL mode with a busy timeout, and every transaction that writes starts with `BEGIN IMMEDIATE`:
 a deferred transaction that reads and then writes fails with "database is locked" under
 contention whatever the timeout, so several tuners could not share one file.
+
+A PostgreSQL URL (`postgresql://user@host/db`) is a team's shared database: it needs the
+`[postgres]` extra (psycopg 3, whichever driver SQLAlchemy would pick by default), and a
+read-only open makes every transaction READ ONLY on the server.
 """
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ import sqlite3
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import QueuePool
 
 from autosched.errors import AutoschedError
@@ -36,6 +42,47 @@ def default_location() -> str:
 
 def is_url(location: str) -> bool:
     return "://" in location
+
+
+def shown(location: str) -> str:
+    """A location as messages show it: a URL's password hidden."""
+    if not is_url(location):
+        return location
+    try:
+        url = make_url(location)
+    except ArgumentError:
+        return location
+    return location if url.password is None else url.render_as_string(hide_password=True)
+
+
+def parse_url(location: str) -> URL:
+    """The SQLAlchemy URL of `location`; a plain `postgresql://` means psycopg 3 (SQLAlchemy 2.0
+    would otherwise pick psycopg2, which the `[postgres]` extra does not install)."""
+    try:
+        url = make_url(location)
+    except ArgumentError:
+        raise DatabaseError(f"{location}: not a database URL (like postgresql://user@host/db or sqlite:///file.db)") \
+            from None
+    return url.set(drivername="postgresql+psycopg") if url.drivername == "postgresql" else url
+
+
+def _url_engine(location: str, read_only: bool) -> Engine:
+    url = parse_url(location)
+    try:
+        engine = create_engine(url)
+    except ImportError as e:
+        driver, hint = e.name or url.get_driver_name(), ""
+        if url.get_backend_name() == "postgresql":
+            hint = (': pip install "autosched[postgres]"' if driver == "psycopg" else
+                    '; postgresql:// URLs use psycopg 3: pip install "autosched[postgres]"')
+        raise DatabaseError(f"{shown(location)}: the database driver {driver!r} is not installed{hint}") from None
+    if read_only and engine.dialect.name == "postgresql":
+        @event.listens_for(engine, "connect")
+        def _read_only(dbapi_conn, _record) -> None:
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SET default_transaction_read_only = on")
+            dbapi_conn.commit()
+    return engine
 
 
 def check_file(path: Path, read_only: bool = False) -> None:
@@ -72,9 +119,10 @@ def make_engine(location: str, read_only: bool = False) -> Engine:
     """An engine for a path or URL; SQLite files get WAL, a busy timeout and immediate writes.
     `read_only` files are opened with SQLite's `mode=ro`, which never writes them, and with
     `immutable=1` where they cannot be written at all: a WAL file's readers need its `-shm` beside
-    it, which a read-only directory does not let them create."""
+    it, which a read-only directory does not let them create. A PostgreSQL database opened
+    `read_only` runs every transaction READ ONLY."""
     if is_url(location):
-        engine = create_engine(location)
+        engine = _url_engine(location, read_only)
         if engine.dialect.name != "sqlite":
             return engine
     elif read_only:

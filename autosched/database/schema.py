@@ -8,7 +8,7 @@ was measured in. Bump `SCHEMA_VERSION` with every change here and add its step t
 """
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 
 #: version 1: the first schema; 2: records.node (the fleet machine that measured a record);
 #: 3: sessions.search_s; 4: sessions.tasks (what model a session tuned, wherever its file lies);
@@ -35,7 +35,9 @@ workloads = Table(
     Column("key", Text, nullable=False),           # Task.key: canonical JSON of the task's structure
     Column("op", String(64), nullable=False),
     Column("shapes", Text, nullable=False),        # JSON list of input shapes, for people and reports
-    Column("flops", Integer),                      # one occurrence; unknown for imported logs
+    # one occurrence; unknown for imported logs. 64-bit where INTEGER is 32 (PostgreSQL: a 1024³ matmul
+    # has 2³¹ flops); SQLite's INTEGER holds 64 bits already, and its files keep their declared type
+    Column("flops", BigInteger().with_variant(Integer(), "sqlite")),
     Column("template", String(128), nullable=False),
     Column("space", String(32), nullable=False),   # ConfigSpace.fingerprint
     UniqueConstraint("key", "space"),

@@ -19,7 +19,9 @@ from sqlalchemy import (
     Connection,
     CursorResult,
     Engine,
+    MetaData,
     Table,
+    UniqueConstraint,
     and_,
     create_engine,
     delete,
@@ -35,7 +37,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from autosched.database.identity import TargetInfo
-from autosched.database.location import DatabaseError, check_file, default_location, is_url, make_engine
+from autosched.database.location import DatabaseError, check_file, default_location, is_url, make_engine, shown
 from autosched.database.migrations import migrate
 from autosched.database.schema import (
     SCHEMA_VERSION,
@@ -51,6 +53,9 @@ from autosched.database.stored import StoredRecord, WorkloadInfo, config_text
 from autosched.measure import ErrorKind, MeasureResult, Record, RecordError
 from autosched.target import Target
 
+#: the PostgreSQL advisory lock held while a database's tables are created or migrated
+_SCHEMA_LOCK = 0x6175746F  # "auto"
+
 
 class Database:
     """A tuning database. `location` is a path or an SQLAlchemy URL; None means
@@ -63,18 +68,20 @@ class Database:
     change a file they read from."""
 
     def __init__(self, location: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> None:
-        self.location = str(location) if location is not None else default_location()
+        self._url = str(location) if location is not None else default_location()
         self.read_only = read_only
-        self._pending: Path | None = None  # the file the first write creates
-        if not is_url(self.location):
-            self.location = str(Path(self.location).expanduser())
-            path = Path(self.location)
+        self._pending = False  # no tables yet (a file not there, or an empty server database): the first write makes them
+        if not is_url(self._url):
+            self._url = str(Path(self._url).expanduser())
+            path = Path(self._url)
             if not path.is_dir() and (not path.exists() or path.stat().st_size == 0):
-                self._pending = path
+                self.location = self._url
+                self._pending = True
                 self._engine = _empty_engine()
                 return
             check_file(path, read_only)
-        self._engine = make_engine(self.location, read_only)
+        self.location = shown(self._url)  # what messages say: a URL's password hidden
+        self._engine = make_engine(self._url, read_only)
         with self._guard():
             self._prepare()
 
@@ -93,52 +100,61 @@ class Database:
     # --- opening ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
-        """Driver errors become one DatabaseError naming the file."""
+        """Driver errors become one DatabaseError naming the database, on one line."""
         try:
             yield
         except DBAPIError as e:
-            msg = str(e.orig) if e.orig is not None else str(e)
+            msg = " ".join(str(e.orig if e.orig is not None else e).split())
+            driver = self._engine.dialect.name
             if "malformed" in msg or "not a database" in msg or "disk image" in msg:
-                msg = f"the tuning database is corrupt or truncated (sqlite: {msg})"
+                msg = f"the tuning database is corrupt or truncated ({driver}: {msg})"
             elif "unable to open" in msg:
-                msg = f"cannot open or create the tuning database here (sqlite: {msg})"
+                msg = f"cannot open or create the tuning database here ({driver}: {msg})"
             elif "readonly" in msg or "read-only" in msg:
-                msg = f"the tuning database is read-only (sqlite: {msg})"
+                msg = f"the tuning database is read-only ({driver}: {msg})"
             raise DatabaseError(f"{self.location}: {msg}") from None
 
-    def _prepare(self) -> None:
+    def _prepare(self, create: bool = False) -> None:
+        """Check what the database holds; `create` its tables if it has none (else reads see an
+        empty database until the first write), migrate an older schema unless opened read-only."""
+        dialect, version = self._engine.dialect.name, SCHEMA_VERSION
         with self._engine.begin() as conn:
-            if self.location.startswith("sqlite") or not is_url(self.location):
+            if dialect == "sqlite":
                 conn.exec_driver_sql("PRAGMA quick_check").fetchall()
+            elif dialect == "postgresql" and not self.read_only:  # one creator or migrator at a time
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
             tables = set(inspect(conn).get_table_names())
-            if not tables and self.read_only:
-                raise DatabaseError(f"{self.location}: an empty SQLite database, not a tuning database")
-            if not tables:
+            if not tables and not create:
+                self._pending = True
+            elif not tables:
                 metadata.create_all(conn)
                 conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
                 return
-            if "schema_version" not in tables:
-                raise DatabaseError(f"{self.location}: an SQLite database, but not a tuning database "
-                                    f"(tables: {', '.join(sorted(tables))})")
-            version = conn.execute(select(schema_version.c.version)).scalar()
-            if version is None or version > SCHEMA_VERSION:
-                raise DatabaseError(f"{self.location}: schema version {version} is newer than this autosched's "
-                                    f"{SCHEMA_VERSION}; upgrade autosched to use this database")
-            if version < SCHEMA_VERSION and not self.read_only:
-                migrate(conn, version)
-        if version < SCHEMA_VERSION and self.read_only:
-            if self._engine.dialect.name != "sqlite":
-                raise DatabaseError(f"{self.location}: schema version {version} is older than this autosched's "
-                                    f"{SCHEMA_VERSION}; a command that writes to it (tune, db import) upgrades it")
+            else:
+                if "schema_version" not in tables:
+                    raise DatabaseError(f"{self.location}: a database, but not a tuning database "
+                                        f"(tables: {', '.join(sorted(tables))})")
+                found = conn.execute(select(schema_version.c.version)).scalar()
+                if found is None or found > SCHEMA_VERSION:
+                    raise DatabaseError(f"{self.location}: schema version {found} is newer than this autosched's "
+                                        f"{SCHEMA_VERSION}; upgrade autosched to use this database")
+                version = found
+                if version < SCHEMA_VERSION and not self.read_only:
+                    migrate(conn, version)
+        if self._pending:
+            self._engine.dispose()
+            self._engine = _empty_engine()
+        elif version < SCHEMA_VERSION and self.read_only:
             self._engine = _migrated_copy(self._engine, version)
 
-    def _create(self, pending: Path) -> None:
-        """The first write to a database whose file (`pending`) did not exist: create it now."""
-        check_file(pending)
+    def _create(self) -> None:
+        """The first write to a database that had no tables (or no file): create them now."""
+        if not is_url(self._url):
+            check_file(Path(self._url))
         self._engine.dispose()
-        self._engine = make_engine(self.location)
-        self._pending = None
-        self._prepare()
+        self._engine = make_engine(self._url)
+        self._pending = False
+        self._prepare(create=True)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -152,8 +168,8 @@ class Database:
         if self.read_only:
             raise DatabaseError(f"{self.location}: opened read-only, cannot write to it")
         with self._guard():
-            if self._pending is not None:
-                self._create(self._pending)
+            if self._pending:
+                self._create()
             with self._engine.begin() as conn:
                 yield conn
 
@@ -171,14 +187,16 @@ class Database:
         if not stored:
             return 0
         with self.writing() as conn:
-            target_ids: dict[TargetInfo, int] = {}
-            workload_ids: dict[tuple[str, str], int] = {}
+            # new targets and workloads in one order, whoever writes: two transactions inserting the
+            # same ones then wait for each other instead of deadlocking (records keep the order they
+            # come in, which is their order in the database)
+            target_ids = {info: target_row_id(conn, info)
+                          for info in sorted({s.target for s in stored}, key=lambda t: (t.target, t.fingerprint))}
+            workload_ids = {}
+            for s in sorted({(s.key, s.space): s for s in stored}.values(), key=lambda s: (s.key, s.space)):
+                workload_ids[(s.key, s.space)] = workload_row_id(conn, s.workload)
             rows = []
             for s in stored:
-                if s.target not in target_ids:
-                    target_ids[s.target] = target_row_id(conn, s.target)
-                if (s.key, s.space) not in workload_ids:
-                    workload_ids[(s.key, s.space)] = workload_row_id(conn, s.workload)
                 res = s.result
                 rows.append({"workload_id": workload_ids[(s.key, s.space)], "target_id": target_ids[s.target],
                              "session_id": session, "config": config_text(s.config),
@@ -186,9 +204,7 @@ class Database:
                              "error_kind": res.error_kind.name, "error_msg": res.error_msg, "build_s": res.build_s,
                              "run_s": s.run_s, "tuner": s.tuner, "version": s.version, "timestamp": res.timestamp,
                              "node": s.node})
-            before = conn.execute(select(func.count()).select_from(records)).scalar_one()
-            insert_missing(conn, records, rows, RECORD_KEY)
-            added = conn.execute(select(func.count()).select_from(records)).scalar_one() - before
+            added = insert_missing(conn, records, rows, RECORD_KEY)
             if conn.execute(select(exists().select_from(claims))).scalar():
                 conn.execute(delete(claims).where(tuple_(*CLAIM_KEY).in_(
                     {(r["workload_id"], r["target_id"], r["config"]) for r in rows})))
@@ -224,7 +240,7 @@ class Database:
     def prune(self, before: float) -> int:
         """Drop records older than `before` (a Unix time) that failed or are not the best of their
         workload and target; returns how many went."""
-        if self._pending is not None:  # no file: nothing to drop, and no reason to create one
+        if self._pending:  # no tables: nothing to drop, and no reason to create one
             return 0
         r2 = records.alias("r2")
         best_cost = (select(func.min(r2.c.cost))
@@ -284,21 +300,45 @@ def _empty_engine() -> Engine:
 
 
 def _migrated_copy(engine: Engine, version: int) -> Engine:
-    """A file of an older schema opened read-only, copied into memory and migrated there:
-    reading a file must not upgrade (rewrite) it."""
+    """A database of an older schema opened read-only, copied into memory and migrated there:
+    reading a database must not upgrade (rewrite) it."""
     memory = _memory_engine()
-    source, copy = engine.raw_connection(), memory.raw_connection()
-    try:
-        if source.driver_connection is None or copy.driver_connection is None:  # both are open sqlite3 connections
-            raise DatabaseError("cannot copy the database: its sqlite3 connection is closed")
-        source.driver_connection.backup(copy.driver_connection)
-    finally:
-        source.close()
-        copy.close()
+    if engine.dialect.name == "sqlite":
+        source, copy = engine.raw_connection(), memory.raw_connection()
+        try:
+            if source.driver_connection is None or copy.driver_connection is None:  # both are open sqlite3 connections
+                raise DatabaseError("cannot copy the database: its sqlite3 connection is closed")
+            source.driver_connection.backup(copy.driver_connection)
+        finally:
+            source.close()
+            copy.close()
+    else:
+        with engine.connect() as server, memory.begin() as copied:
+            copy_tables(server, copied)
     engine.dispose()
     with memory.begin() as conn:
         migrate(conn, version)
     return memory
+
+
+def copy_tables(source: Connection, dest: Connection) -> None:
+    """Every table of the tuning database found in `source` (whatever its schema version),
+    created in `dest` as it is there (columns, keys, unique constraints, in generic types) and
+    filled with its rows: an older database read through another engine."""
+    found = MetaData()
+    found.reflect(source, only=lambda name, _meta: name in metadata.tables)
+    made = MetaData()
+    for table in found.sorted_tables:
+        columns = [Column(c.name, c.type.as_generic(), primary_key=c.primary_key, nullable=c.nullable)
+                   for c in table.columns]
+        uniques = [UniqueConstraint(*(c.name for c in u.columns)) for u in table.constraints
+                   if isinstance(u, UniqueConstraint)]
+        Table(table.name, made, *columns, *uniques)
+    made.create_all(dest)
+    for table in found.sorted_tables:
+        rows = [dict(row) for row in source.execute(select(table)).mappings()]
+        if rows:
+            dest.execute(insert(made.tables[table.name]), rows)
 
 
 #: what makes a record, or a claim, the same as another
@@ -306,18 +346,18 @@ RECORD_KEY = (records.c.workload_id, records.c.target_id, records.c.config, reco
 CLAIM_KEY = (claims.c.workload_id, claims.c.target_id, claims.c.config)
 
 
-def insert_missing(conn: Connection, table: Table, rows: list[dict], key: Sequence[Column]) -> None:
-    """Insert the rows whose `key` (the table's unique constraint) is not there yet: the
-    dialect's own "do nothing on conflict" where it has one, else rows already present are
-    filtered out first (safe under the writing transaction of SQLite-like engines)."""
+def insert_missing(conn: Connection, table: Table, rows: list[dict], key: Sequence[Column]) -> int:
+    """Insert the rows whose `key` (the table's unique constraint) is not there yet and return
+    how many were: the dialect's own "do nothing on conflict" where it has one, else rows
+    already present are filtered out first (safe under the writing transaction of SQLite-like
+    engines). Counted from what the insert reports, not by counting the table before and
+    after: on a server other writers commit in between."""
     dialect = conn.dialect.name
     if dialect in ("sqlite", "postgresql"):
-        module = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
-        conn.execute(module.insert(table).on_conflict_do_nothing(), rows)
-        return
+        stmt = _dialect_insert(conn, table).on_conflict_do_nothing().returning(table.c.id)
+        return len(conn.execute(stmt, rows).all())
     if dialect in ("mysql", "mariadb"):
-        conn.execute(insert(table).prefix_with("IGNORE"), rows)
-        return
+        return conn.execute(insert(table).prefix_with("IGNORE"), rows).rowcount
     names = [c.name for c in key]
     present = set(tuple(row) for row in conn.execute(select(*key).where(
         tuple_(*key).in_({tuple(r[n] for n in names) for r in rows}))).all())
@@ -325,6 +365,30 @@ def insert_missing(conn: Connection, table: Table, rows: list[dict], key: Sequen
     new = [r for k, r in fresh.items() if k not in present]
     if new:
         conn.execute(insert(table), new)
+    return len(new)
+
+
+def _dialect_insert(conn: Connection, table: Table):
+    """The INSERT of SQLite or PostgreSQL, which has `on_conflict_do_nothing`."""
+    return importlib.import_module(f"sqlalchemy.dialects.{conn.dialect.name}").insert(table)
+
+
+def _id_of(conn: Connection, table: Table, unique: dict[str, object], values: dict[str, object]) -> int:
+    """The id of the row of `table` whose unique columns hold `unique`, inserted with `values`
+    if there is none. On PostgreSQL another writer may insert it between our look and our
+    insert (its transactions do not exclude each other as SQLite's immediate ones do): the
+    insert then does nothing, and the row it committed is read."""
+    where = [table.c[name] == value for name, value in unique.items()]
+    found = conn.execute(select(table.c.id).where(*where)).scalar()
+    if found is not None:
+        return found
+    if conn.dialect.name != "postgresql":
+        return _inserted_id(conn.execute(insert(table).values(**unique, **values)))
+    stmt = _dialect_insert(conn, table).values(**unique, **values).on_conflict_do_nothing().returning(table.c.id)
+    found = conn.execute(stmt).scalar()
+    if found is None:
+        found = conn.execute(select(table.c.id).where(*where)).scalar_one()
+    return found
 
 
 def result_of(row) -> MeasureResult:
@@ -338,24 +402,17 @@ def result_of(row) -> MeasureResult:
 
 def target_row_id(conn: Connection, info: TargetInfo) -> int:
     """The targets row of `info`, created if it is new (inside the caller's write)."""
-    found = conn.execute(select(targets.c.id).where(targets.c.target == info.target,
-                                                    targets.c.fingerprint == info.fingerprint)).scalar()
-    if found is not None:
-        return found
-    return _inserted_id(conn.execute(insert(targets).values(target=info.target, fingerprint=info.fingerprint,
-                                                            isa=info.isa, compiler=info.compiler)))
+    return _id_of(conn, targets, {"target": info.target, "fingerprint": info.fingerprint},
+                  {"isa": info.isa, "compiler": info.compiler})
 
 
 def workload_row_id(conn: Connection, s: WorkloadInfo) -> int:
     """The workloads row of `s`, created if it is new (inside the caller's write)."""
-    found = conn.execute(select(workloads.c.id).where(workloads.c.key == s.key, workloads.c.space == s.space)).scalar()
-    if found is not None:
-        if s.flops is not None:
-            conn.execute(update(workloads).where(workloads.c.id == found, workloads.c.flops.is_(None))
-                         .values(flops=s.flops))
-        return found
-    return _inserted_id(conn.execute(insert(workloads).values(key=s.key, op=s.op, shapes=s.shapes, flops=s.flops,
-                                                              template=s.template, space=s.space)))
+    found = _id_of(conn, workloads, {"key": s.key, "space": s.space},
+                   {"op": s.op, "shapes": s.shapes, "flops": s.flops, "template": s.template})
+    if s.flops is not None:
+        conn.execute(update(workloads).where(workloads.c.id == found, workloads.c.flops.is_(None)).values(flops=s.flops))
+    return found
 
 
 def _inserted_id(result: CursorResult) -> int:
