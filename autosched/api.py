@@ -20,6 +20,7 @@ from autosched.backend import backend_for
 from autosched.compile.model import ModelFiles, build_model
 from autosched.database import (
     Best,
+    ClaimStats,
     Database,
     RecordWriter,
     SharedTuning,
@@ -90,6 +91,8 @@ class TuneOutcome:
     resumed: int       # this model's records the run started from
     transferred: int   # records of other workloads its cost models started trained on
     summary: ScheduleSummary
+    claims: ClaimStats  # configs it claimed, and those other tuners held or had measured
+    database_s: float   # spent in the database: claims, others' records, commits
 
 
 def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict, int, int]:
@@ -128,11 +131,11 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                     callback.start(plan)
             session = database.start_session(str(model), target, trials, tasks_digest(t.key for t in tasks))
             status = "failed"
+            writer = RecordWriter(database, session, tuner)
             try:
                 with SharedTuning(database, session, since) as peers:
                     summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
-                                         [RecordWriter(database, session, tuner), *callbacks], seed, found, scheduler,
-                                         peers)
+                                         [writer, *callbacks], seed, found, scheduler, peers)
                 status = "done"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -143,7 +146,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                         callback.finish()
                 if status != "interrupted":
                     database.end_session(session, status)
-            return TuneOutcome(database.location, session, own, transferred, summary)
+            return TuneOutcome(database.location, session, own, transferred, summary, peers.stats,
+                               peers.stats.seconds + writer.seconds)
 
 
 @dataclass(frozen=True)

@@ -5,31 +5,12 @@ measured once: no duplicate (task, target, config), no record lost; and after a 
 of them and its resume, the configs it held when it died are measured by the resumed run."""
 import uuid
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from process_helpers import start_tune, wait_for
 from sqlalchemy import text
 
+from autosched.api import model_tasks
 from autosched.database import Database
-
-
-@pytest.fixture(scope="module")
-def other_model(tmp_path_factory):
-    """The small model's first Gemm (the same task) and a wider second one (another task)."""
-    rng = np.random.default_rng(1)
-    w1 = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((48, 32)).astype(np.float32), "w2")
-    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Gemm", ["r", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "other", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32])], [w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path_factory.mktemp("other") / "other.onnx"
-    onnx.save(model, path)
-    return path
 
 
 def query(db_url, sql, **params):
@@ -75,32 +56,38 @@ def test_three_tuners_of_100_trials_measure_no_config_twice(small_model, other_m
 
 
 def test_a_tuner_killed_and_resumed_measures_what_it_held_and_nothing_twice(small_model, other_model, db_url):
-    trials = 24
+    """The killed tuner is the one of the other model, killed while it holds claims on the task only
+    its model has: the resumed run measures those (same host, its pid gone: taken over at once).
+    Whatever it held of the shared task, some live tuner measures."""
+    trials = 16
     procs = three_tuners(small_model, other_model, db_url, trials)
-    victim = procs[0]
+    victim = procs[2]
+    _, small_tasks = model_tasks(small_model)
+    _, other_tasks = model_tasks(other_model)
+    (own,) = {t.key for t in other_tasks} - {t.key for t in small_tasks}
+    held = "SELECT c.session_id, c.workload_id, c.target_id, c.config, w.key FROM claims c " \
+           "JOIN workloads w ON w.id = c.workload_id WHERE c.pid = :pid"
 
-    def holding():
-        return query(db_url, "SELECT count(*) FROM claims WHERE pid = :pid", pid=victim.pid)[0][0]
-
-    wait_for(lambda: victim.poll() is not None or (query(db_url, "SELECT count(*) FROM records")[0][0] >= 8
-                                                   and holding() > 0), limit=300)
+    wait_for(lambda: victim.poll() is not None or any(k == own for *_, k in query(db_url, held, pid=victim.pid)),
+             limit=300)
     victim.kill()  # kill -9: nothing given back
     victim.wait()
-    left = query(db_url, "SELECT session_id, workload_id, target_id, config FROM claims WHERE pid = :pid",
-                 pid=victim.pid)
-    assert left, "the tuner was killed holding claims"
+    left = query(db_url, held, pid=victim.pid)
+    assert any(k == own for *_, k in left), "the tuner was killed holding claims on its own task"
     killed = left[0][0]
-    resumed = start_tune(small_model, db_url, trials, uuid.uuid4().hex)
-    finish([*procs[1:], resumed])
+    resumed = start_tune(other_model, db_url, trials, uuid.uuid4().hex)
+    finish([*procs[:2], resumed])
     assert duplicates(db_url) == []
     assert query(db_url, "SELECT count(*) FROM claims") == [(0,)]
     (session,) = query(db_url, "SELECT max(id) FROM sessions")[0]
-    by_resumed = set(query(db_url, "SELECT workload_id, target_id, config FROM records WHERE session_id = :s",
-                           s=session))
-    assert {key for _, *key in left} <= by_resumed  # reclaimed at once (same host, its pid gone) and measured
-    sessions = dict((i, (status, done)) for i, status, done in query(db_url, "SELECT id, status, trials_done FROM sessions"))
+    by_session = {}
+    for s, *key in query(db_url, "SELECT session_id, workload_id, target_id, config FROM records"):
+        by_session.setdefault(s, set()).add(tuple(key))
+    measured = set().union(*(keys for s, keys in by_session.items() if s != killed))
+    assert {tuple(c[1:4]) for c in left} <= measured
+    assert {tuple(c[1:4]) for c in left if c[4] == own} <= by_session[session]
+    sessions = {i: (status, done) for i, status, done in query(db_url, "SELECT id, status, trials_done FROM sessions")}
     assert sessions.pop(killed)[0] == "running"  # it never closed
     assert sorted(sessions.values()) == [("done", trials)] * 3
-    assert query(db_url, "SELECT count(*) FROM records") == [(sum(done for _, done in sessions.values())
-                                                              + query(db_url, "SELECT trials_done FROM sessions "
-                                                                              "WHERE id = :s", s=killed)[0][0],)]
+    assert query(db_url, "SELECT count(*) FROM records") == [(sum(map(len, by_session.values())),)]
+    assert sum(map(len, by_session.values())) == 3 * trials + len(by_session.get(killed, ()))
