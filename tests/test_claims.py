@@ -8,10 +8,9 @@ import subprocess
 import time
 
 import pytest
-from db_helpers import HERE, measured
+from db_helpers import HERE, held, measured
 
 from autosched.database import ClaimBook, Database, Owner, RecordWriter, SharedTuning, latest_record
-from autosched.database.claims import held
 from autosched.measure import ErrorKind, MeasureInput, NullBuilder, ReplayRunner, measure_with
 from autosched.templates import get_template
 from autosched.tuner.registry import get_tuner

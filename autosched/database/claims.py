@@ -12,7 +12,8 @@ A tuner that dies without giving back (kill -9, a lost machine) leaves claims th
 take: at once where the owner ran on this host and its pid is gone, else once the lease has
 run out. A live tuner renews its leases from a heartbeat thread, so a batch that measures for
 longer than a lease keeps its claims. Expiries are Unix times of the claiming machine: the
-lease must stay far above the clock skew between a fleet's drivers (seconds with NTP).
+lease must stay far above the clock skew between a fleet's drivers (seconds with NTP), and
+machines sharing a database must have distinct host names (a pid is only known dead on its host).
 """
 from __future__ import annotations
 
@@ -212,10 +213,4 @@ class ClaimBook:
         self.release()
 
 
-def held(db: Database) -> list[dict[str, object]]:
-    """Every claim now in `db`, with its owner and expiry (for `db stats` and tests)."""
-    with db.reading() as conn:
-        return [dict(r) for r in conn.execute(select(claims).order_by(claims.c.id)).mappings()]
-
-
-__all__ = ["ClaimBook", "ClaimStats", "LEASE_S", "Owner", "held"]
+__all__ = ["ClaimBook", "ClaimStats", "LEASE_S", "Owner"]

@@ -1,7 +1,11 @@
 """What one tuning session shares with the others on its database: the configs it claims
 (`claims.py`), the records the others commit (its tuners learn from them as they arrive), and
 the configs dead tuners left claimed. It is the tuners' `Peers` (`autosched.tuner.base`), so
-tuners meet each other only through it and never see the database."""
+tuners meet each other only through it and never see the database.
+
+Others' records are read by id: on PostgreSQL a record whose transaction took its id before
+another's and committed after it can be missed by a reader that saw the later one. That costs
+a tuner one lesson, never a duplicate (its claim is refused all the same)."""
 from __future__ import annotations
 
 import time
