@@ -117,6 +117,23 @@ def drive(address: str, db: str, model: str, trials: int, tuner: str, kernel_s: 
 
 
 # --- the simulation ----------------------------------------------------------------------------
+#: nodes when `--simulate` names none: what this project's 24 GiB machines, shared, can hold
+DEFAULT_NODES = 16
+#: resident memory measured here (Ray 2.60): per node (raylet, dashboard and runtime-env agents, two
+#: device actors) and for the rest (GCS, head services, the drivers, the database server)
+GIB_PER_NODE, GIB_FIXED = 0.45, 1.6
+
+
+def check_memory(nodes: int) -> None:
+    """Refuse, in one line, a simulation this machine has not the memory for (instead of
+    starting it and leaving the kernel to pick what to kill)."""
+    import psutil
+    need, free = GIB_FIXED + GIB_PER_NODE * nodes, psutil.virtual_memory().available / 2**30
+    if need > free:
+        raise SystemExit(f"--simulate {nodes} needs about {need:.1f} GiB of memory ({GIB_PER_NODE} per node); "
+                         f"{free:.1f} GiB is available here: simulate fewer nodes")
+
+
 @contextlib.contextmanager
 def databases(tmp: Path) -> Iterator[tuple[str, Callable[[str], str]]]:
     """(kind, new): `new(name)` makes an empty database of a throwaway PostgreSQL server, else
@@ -198,6 +215,7 @@ def simulate(nodes: int, trials: int | None, tuner: str, kernel_ms: float, quick
     # one device per driver; no CPUs: device actors take none and the builds run in the drivers, and
     # a node with CPUs keeps idle workers (memory) for tasks that never come
     node = {"num_cpus": 0, "resources": {device_resource(target): 2}}
+    check_memory(nodes)
     with tempfile.TemporaryDirectory(prefix="autosched-sim-") as tmp_dir, databases(Path(tmp_dir)) as (kind, new_db):
         tmp = Path(tmp_dir)
         model = tmp / "mlp.onnx"
@@ -207,7 +225,7 @@ def simulate(nodes: int, trials: int | None, tuner: str, kernel_ms: float, quick
         os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])
         fleet.token_auth()
         started = time.perf_counter()
-        cluster = Cluster(initialize_head=True, head_node_args=node)
+        cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
         rows = []
         try:
             for count in steps:

@@ -19,9 +19,10 @@ time there against its time measured alone.
 `time_vs_alone_median`, `time_vs_alone_worst`). `--quick` is a smoke run: 4 trials of at least
 1 ms, 1 device.
 
-    python benchmarks/fleet.py --simulate N [--json] [--quick] [--trials T] [--tuner xgb] [--kernel-ms 150]
+    python benchmarks/fleet.py --simulate [N] [--json] [--quick] [--trials T] [--tuner xgb] [--kernel-ms 150]
 
-simulates a fleet of N machines on this one (`_fleet_sim.py` says how): two drivers tuning one
+simulates a fleet of N machines (default 16: each node takes ~0.45 GiB here, and a simulation the
+memory cannot hold is refused) on this one (`_fleet_sim.py` says how): two drivers tuning one
 model into one database (PostgreSQL where the server binaries are here, else SQLite), on N/4, N/2
 and N nodes; trials per minute, the driver's and the database's time per trial, claims
 contended and duplicates (0). `--json` prints `{"simulate": {database, tuner, kernel_ms, cores,
@@ -47,6 +48,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from _fleet_sim import DEFAULT_NODES  # noqa: E402
 
 from autosched import fleet  # noqa: E402
 from autosched.backend import device_resource, toolchain_resource  # noqa: E402
@@ -161,7 +164,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--trials", type=int, help="default 24; with --simulate, per driver: 8 × nodes, at least 32")
     parser.add_argument("--min-repeat-ms", type=float, default=100.0)
     parser.add_argument("--quick", action="store_true", help="smoke run: 4 trials of at least 1 ms, 1 device")
-    parser.add_argument("--simulate", type=int, metavar="N", help="a simulated fleet of N nodes, two drivers")
+    parser.add_argument("--simulate", type=int, metavar="N", nargs="?", const=DEFAULT_NODES,
+                        help="a simulated fleet of N nodes (default 16), two drivers into one database")
     parser.add_argument("--tuner", default="xgb", help="--simulate: the drivers' tuner (default xgb)")
     parser.add_argument("--kernel-ms", type=float, default=150.0,
                         help="--simulate: how long a device holds each candidate (default 150)")
@@ -215,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def simulated(args: argparse.Namespace) -> dict:
-    from _fleet_sim import show, simulate
+    from _fleet_sim import show, simulate  # noqa: I001 - beside this script
     if args.simulate < 1:
         raise SystemExit(f"--simulate needs at least 1 node, got {args.simulate}")
     if args.quick:
