@@ -221,6 +221,9 @@ def simulate(nodes: int, trials: int | None, tuner: str, kernel_ms: float, quick
         model = tmp / "mlp.onnx"
         onnx.save(mlp(), model)
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))  # a throwaway cluster's own token
+        # 64 device actors' workers importing autosched at once on 2 cores take minutes to register:
+        # more than Ray's 60 s, after which it gives up on them
+        os.environ.setdefault("RAY_worker_register_timeout_seconds", "900")
         os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")  # the nodes install the fake kernels there
         os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])
         fleet.token_auth()

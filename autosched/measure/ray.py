@@ -330,9 +330,11 @@ class RayRunner(PipelinedRunner):
         self._refresh(force=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (starting := {a.ready_ref: a for a in self._actors if not a.ready}):
-            done, _ = ray.wait(list(starting), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            done, _ = ray.wait(list(starting), num_returns=1, timeout=min(self.options.refresh_s,
+                                                                          max(0.0, deadline - time.monotonic())))
             for ref in done:
                 self._collect_ready(starting[ref])
+            self._refresh()  # in place of an actor that could not start (its worker failed to come up)
         return sum(1 for a in self._actors if a.ready)
 
     def __enter__(self) -> RayRunner:
