@@ -1,5 +1,4 @@
 """Fixtures shared by the test modules."""
-import itertools
 import os
 
 import numpy as np
@@ -84,9 +83,6 @@ def postgres_server():
         _no_postgres(str(e))
 
 
-_DATABASES = itertools.count()
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def dialect(request):
     """The database tests run on both: an SQLite file and a database of a real PostgreSQL server."""
@@ -100,7 +96,7 @@ def make_db(dialect, request, tmp_path):
     if dialect == "sqlite":
         return lambda name="t": str(tmp_path / f"{name}.db")
     server = request.getfixturevalue("postgres_server")
-    return lambda name="t": server.create_database(f"test{next(_DATABASES)}_{name}")
+    return lambda name="t": server.create_database(name)
 
 
 @pytest.fixture

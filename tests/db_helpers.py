@@ -59,7 +59,7 @@ def older_database(version, location):
     from sqlalchemy import create_engine, text
 
     from autosched.database.location import is_url
-    from autosched.database.store import copy_tables
+    from autosched.database.memory import copy_tables
     dump = (FIXTURES / f"tuning_v{version}.sql").read_text()
     if not is_url(str(location)):
         with sqlite3.connect(location) as conn:

@@ -59,9 +59,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGQUIT)
 
 
+def _base() -> Path:
+    """Where server directories go: the temporary directory, unless its path is so long that the
+    socket's (at most 107 bytes) would not fit."""
+    base = tempfile.gettempdir()
+    return Path(base if len(base) < 60 else "/tmp")
+
+
 def _sweep_stale() -> None:
     """Remove the directories of earlier runs whose starting process is gone (killed with -9)."""
-    for path in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*"):
+    for path in _base().glob(f"{_PREFIX}*"):
         try:
             pid = int(path.name[len(_PREFIX):].split("-")[0])
             os.kill(pid, 0)
@@ -77,6 +84,7 @@ class PostgresServer:
 
     root: Path
     process: subprocess.Popen
+    made: int = 0  # databases created: each name gets a number, so tests may reuse names
 
     @classmethod
     @contextlib.contextmanager
@@ -84,7 +92,7 @@ class PostgresServer:
         """initdb, start, wait until it accepts connections; stop and remove all on exit."""
         bindir = find_bindir()
         _sweep_stale()
-        root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
+        root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_base()))
         as_user: dict = {}
         if os.geteuid() == 0:
             nobody = pwd.getpwnam("nobody")
@@ -148,9 +156,11 @@ class PostgresServer:
         return f"postgresql://{USER}@/{dbname}?host={self.root}"
 
     def create_database(self, name: str) -> str:
-        """A new empty database; returns its URL."""
+        """A new empty database named `name` and a number; returns its URL."""
         import psycopg
         from psycopg import sql
+        self.made += 1
+        dbname = f"{name}_{self.made}"
         with psycopg.connect(**self.conninfo("postgres"), autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return self.url(name)
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+        return self.url(dbname)

@@ -1,5 +1,7 @@
-"""`autosched db ...` on real files: stats, export → import, merge, prune, best; bad files are one line."""
+"""`autosched db ...` on real SQLite files and PostgreSQL databases: stats, export → import, merge,
+prune, best; bad files are one line; a PostgreSQL URL without its driver is one line too."""
 import json
+import sys
 
 import onnx
 import pytest
@@ -12,8 +14,8 @@ from autosched.zoo import mlp
 
 
 @pytest.fixture
-def filled(tmp_path, tasks):
-    path = tmp_path / "a.db"
+def filled(make_db, tasks):
+    path = make_db("a")
     with Database(path) as db:
         db.commit(measured(tasks[0], HERE, [2e-3, None, 1e-3], t0=1e9))  # 2001-09-09
         db.commit(measured(tasks[1], HERE, [5e-3], t0=2e9))
@@ -31,13 +33,13 @@ def test_stats_is_one_json_object(filled, capsys):
         {"records": 4, "failed": 1, "workloads": 2, "targets": 1, "sessions": 0}
 
 
-def test_export_import_merge_prune_through_the_command_line(filled, tmp_path, capsys):
+def test_export_import_merge_prune_through_the_command_line(filled, make_db, tmp_path, capsys):
     out = tmp_path / "a.jsonl"
     assert main(["db", "export", "-o", str(out), "--db", str(filled)]) == 0
     assert len(out.read_text().splitlines()) == 4
     assert main(["db", "export", "--isa", "x86_64-avx2", "--db", str(filled)]) == 0
     assert capsys.readouterr().out == ""  # every record of the fixture is AVX-512
-    b = tmp_path / "b.db"
+    b = make_db("b")
     assert main(["db", "import", str(out), "--db", str(b)]) == 0
     assert "4 records, 4 new" in capsys.readouterr().out
     assert main(["db", "merge", str(filled), "--db", str(b)]) == 0
@@ -47,10 +49,10 @@ def test_export_import_merge_prune_through_the_command_line(filled, tmp_path, ca
     assert stats(capsys, b)["records"] == 2
 
 
-def test_best_lists_each_task_of_a_model_with_its_best_on_this_machine(tmp_path, tasks, capsys):
+def test_best_lists_each_task_of_a_model_with_its_best_on_this_machine(db_url, tmp_path, tasks, capsys):
     model = tmp_path / "mlp.onnx"
     onnx.save(mlp(), model)
-    path = tmp_path / "host.db"
+    path = db_url
     with Database(path) as db:
         db.commit(measured(tasks[0], Target.parse("llvm"), [2e-3, 1e-3]))
     assert main(["db", "best", str(model), "--db", str(path)]) == 0
@@ -74,3 +76,32 @@ def test_the_environment_chooses_the_default_database(tmp_path, capsys, monkeypa
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert main(["db", "stats", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["location"] == str(tmp_path / "xdg" / "autosched" / "tuning.db")
+
+
+def test_every_verb_names_the_extra_when_the_postgresql_driver_is_missing(tmp_path, monkeypatch, capsys):
+    """psycopg hidden as if never installed: each of the 11 verbs that take --db says, in one line,
+    which extra to install (and never shows the URL's password)."""
+    model = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), model)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` now fails
+    url = "postgresql://team:secret@db.example/tuning"
+    out = tmp_path / "out"
+    verbs = [["tune", str(model), "--trials", "4", "--quiet"], ["build", str(model), "-o", str(out / "m.so")],
+             ["check", str(model)], ["bench", str(model), "--runs", "1"], ["report", str(model), "-o", str(out / "r.html")],
+             ["db", "import", str(tmp_path / "none.jsonl")], ["db", "export"], ["db", "stats"], ["db", "best", str(model)],
+             ["db", "merge", str(tmp_path / "none.db")], ["db", "prune", "--before", "2026-11-01"]]
+    for argv in verbs:
+        assert main([*argv, "--db", url]) == 2, argv
+        assert capsys.readouterr().err == ("error: postgresql://team:***@db.example/tuning: the database driver 'psycopg' "
+                                           'is not installed: pip install "autosched[postgres]"\n'), argv
+
+
+@pytest.mark.parametrize("url, said", [
+    ("mongodb://me:secret@host/db", "mongodb://me:***@host/db: not a database URL autosched can open"),
+    ("postgresql://me:secret@host:port/db", "postgresql://me:***@host:port/db: not a database URL (like postgresql://"),
+    ("postgresql://me:secret@127.0.0.1:1/db", "postgresql://me:***@127.0.0.1:1/db: connection failed"),
+])
+def test_bad_database_urls_are_one_error_line_without_the_password(capsys, url, said):
+    assert main(["db", "stats", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and err.count("\n") == 1 and "secret" not in err, err

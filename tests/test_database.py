@@ -1,6 +1,7 @@
 """The tuning database on real SQLite files and on a real PostgreSQL server (tests taking `db_url`
 or `make_db` run on both; `-k postgres` selects the server's): records in and out, the queries a
 tune and a build use, JSON lines, merge and prune, migrations, bad files and several writers at once."""
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from autosched.database import (
     LogError,
     Owner,
     RecordWriter,
+    StoredRecord,
     best,
     export_jsonl,
     history,
@@ -48,6 +50,14 @@ def test_records_round_trip_and_a_batch_is_stored_once(db_url, tasks):
     assert found.config == recs[2][0].config and found.cost == 1e-3 and found.fingerprint == HERE.fingerprint
     assert db.stats() | {"location": None} == {"location": None, "schema_version": SCHEMA_VERSION, "records": 3,
                                                "failed": 1, "workloads": 1, "targets": 1, "sessions": 0}
+
+
+def test_flop_counts_past_32_bits_are_stored(db_url, tasks):
+    """A 1024³ matmul has 2³¹ flops: PostgreSQL's INTEGER would refuse it."""
+    big = dataclasses.replace(StoredRecord.of(measured(tasks[0], HERE, [1e-3])[0]), flops=2**31 * 8)
+    db = Database(db_url)
+    assert db.insert([big]) == 1
+    assert [s.flops for s in db.stored()] == [2**34]
 
 
 def test_history_transfers_records_of_the_same_template_from_other_workloads(db_url, tasks):

@@ -1,15 +1,17 @@
-"""What the commands do to database files: a command never creates or changes a file it only
-reads from, works on a file it may not write, and leaves no empty database when it fails
-before its first write."""
+"""What the commands do to database files and server databases: a command never creates or
+changes a database it only reads from, works on one it may not write, and leaves no empty
+database (no tables, on a server) when it fails before its first write. Merges between SQLite
+and PostgreSQL, both ways."""
 import os
 import sqlite3
 
 import onnx
 import pytest
-from db_helpers import FIXTURES, HERE, measured
+from db_helpers import FIXTURES, HERE, execute, measured, older_database
+from sqlalchemy.engine import make_url
 
 from autosched.cli import main
-from autosched.database import Database, DatabaseError
+from autosched.database import SCHEMA_VERSION, Database, DatabaseError
 from autosched.target import Target
 from autosched.zoo import mlp
 
@@ -92,7 +94,26 @@ def test_commands_with_nothing_to_write_never_create_the_database(model, tmp_pat
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert main(["db", "import", str(empty), "--db", str(db)]) == 0
+    no_records = tmp_path / "sessions-only.db"
+    with Database(no_records) as other:
+        other.start_session("m.onnx", HERE, 1)
+    for argv in (["db", "export"], ["db", "export", "-o", str(tmp_path / "all.jsonl")], ["db", "best", str(model)],
+                 ["db", "merge", str(no_records)]):
+        assert main([*argv, "--db", str(db)]) == 0
+    assert "wrote 0 records to standard output\n" in capsys.readouterr().err
     assert not db.exists()
+
+
+def _every_reading_verb(model, location, out, capsys):
+    """Each verb that only reads succeeds on `location` (which holds 4 records of this machine)."""
+    out.mkdir()
+    db = ["--db", location]
+    for argv in (["db", "stats", *db], ["db", "export", "-o", str(out / "all.jsonl"), *db],
+                 ["db", "best", str(model), *db], ["build", str(model), *db, "-o", str(out / "m.so")],
+                 ["check", str(model), *db], ["bench", str(model), "--runs", "1", *db],
+                 ["report", str(model), *db, "-o", str(out / "report.html")]):
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+    assert len((out / "all.jsonl").read_text().splitlines()) == 4
 
 
 def test_reading_commands_work_on_a_read_only_database(tasks, model, tmp_path, monkeypatch, capsys):
@@ -110,17 +131,70 @@ def test_reading_commands_work_on_a_read_only_database(tasks, model, tmp_path, m
             return False
         return real_access(path, mode, *args, **kwargs)
     monkeypatch.setattr(os, "access", access)
-    out = tmp_path / "out"
-    out.mkdir()
     snapshot = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    db = ["--db", str(filled)]
-    for argv in (["db", "stats", *db], ["db", "export", "-o", str(out / "all.jsonl"), *db],
-                 ["db", "best", str(model), *db], ["build", str(model), *db, "-o", str(out / "m.so")],
-                 ["check", str(model), *db], ["bench", str(model), "--runs", "1", *db],
-                 ["report", str(model), *db, "-o", str(out / "report.html")]):
-        assert main(argv) == 0, (argv, capsys.readouterr().err)
-    assert len((out / "all.jsonl").read_text().splitlines()) == 4
+    _every_reading_verb(model, str(filled), tmp_path / "out", capsys)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == snapshot
     with pytest.raises(DatabaseError, match="read-only"):  # the open mode is what stops writes, even root's
         with Database(filled, read_only=True).reading() as conn:
             conn.exec_driver_sql("DELETE FROM records")
+
+
+def _counts(location):
+    return execute(location, "SELECT (SELECT count(*) FROM records), (SELECT count(*) FROM workloads), "
+                             "(SELECT count(*) FROM targets), (SELECT max(version) FROM schema_version)")[0]
+
+
+def test_merge_from_sqlite_into_postgresql_and_back(filled, postgres_server, tmp_path, capsys):
+    """Counts equal both ways, no duplicates on a second merge, and the source never changes: not
+    even a source of an older schema on the server, which a merge reads without migrating."""
+    server = postgres_server.create_database("merged")
+    before = filled.read_bytes()
+    assert main(["db", "merge", str(filled), "--db", server]) == 0
+    assert capsys.readouterr().out.startswith(f"4 new records from {filled} into {server}")
+    assert filled.read_bytes() == before
+    assert _counts(server) == _counts(filled) == (4, 2, 1, SCHEMA_VERSION)
+    back = tmp_path / "back.db"
+    for _ in range(2):
+        assert main(["db", "merge", server, "--db", str(back)]) == 0
+        assert main(["db", "merge", str(filled), "--db", server]) == 0
+    assert capsys.readouterr().out.splitlines()[::2] == [f"4 new records from {server} into {back}",
+                                                        f"0 new records from {server} into {back}"]
+    assert _counts(back) == _counts(server) == (4, 2, 1, SCHEMA_VERSION)
+    with Database(back) as a, Database(server) as b:
+        assert list(a.stored()) == list(b.stored())
+    old = postgres_server.create_database("old")
+    older_database(1, old)
+    assert main(["db", "merge", old, "--db", str(back)]) == 0
+    assert capsys.readouterr().out.startswith(f"2 new records from {old} into {back}")
+    assert _counts(old) == (2, 1, 1, 1)
+
+
+def test_reading_commands_need_no_write_access_to_a_postgresql_database(tasks, model, postgres_server, tmp_path, capsys):
+    """A team member's role may only SELECT: every verb that only reads works with it, and a
+    read-only open refuses writes on the server even for the owner (READ ONLY transactions)."""
+    owner = postgres_server.create_database("shared")
+    with Database(owner) as db:
+        db.commit(measured(tasks[0], Target.parse("llvm"), [2e-3, None, 1e-3, 3e-3]))
+    reader = f"reader_{make_url(owner).database}"  # roles are the server's, not one database's
+    execute(owner, f"CREATE ROLE {reader} LOGIN", f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {reader}")
+    url = owner.replace("postgresql://autosched@", f"postgresql://{reader}@")
+    _every_reading_verb(model, url, tmp_path / "out", capsys)
+    capsys.readouterr()
+    assert main(["db", "prune", "--before", "2100-01-01", "--db", url]) == 2  # a verb that writes says why it cannot
+    assert "permission denied for table records" in _one_error_line(capsys)
+    with pytest.raises(DatabaseError, match="read-only"):
+        with Database(owner, read_only=True).reading() as conn:
+            conn.exec_driver_sql("DELETE FROM records")
+    assert _counts(owner) == (4, 1, 1, SCHEMA_VERSION)
+
+
+def test_reading_an_empty_postgresql_database_creates_no_tables(model, postgres_server, tmp_path, capsys):
+    """What `createdb tuning` makes reads as an empty tuning database; the first write makes the tables."""
+    url = postgres_server.create_database("empty")
+    assert main(["db", "stats", "--json", "--db", url]) == 0
+    assert '"records": 0' in capsys.readouterr().out
+    assert main(["build", str(model), "--no-shipped", "--db", url, "-o", str(tmp_path / "m.so")]) == 0
+    assert main(["db", "prune", "--before", "2026-11-01", "--db", url]) == 0
+    assert execute(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
+    assert main(["db", "import", str(tmp_path / "none.jsonl"), "--db", url]) == 2
+    assert execute(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]

@@ -109,12 +109,21 @@ def test_a_manifest_without_digests_is_refused_unless_unverified(model):
     unchecked.close()
 
 
-@pytest.mark.parametrize("where", ["missing/y.npz", "."])
+@pytest.mark.parametrize("where", ["missing/y.npz", ".", "/proc/y.npz"])
 def test_outputs_that_cannot_be_written_are_refused_before_the_model_runs(model, built, tmp_path, monkeypatch,
                                                                           capsys, where):
+    """/proc takes no new file, even from root (whom permissions do not stop)."""
     def must_not_run(self, feeds):
         raise AssertionError("the model ran before its outputs were known to be writable")
     monkeypatch.setattr(Model, "run", must_not_run)
     assert main(["run", str(model), "--inputs", str(built[1]), "--outputs", str(tmp_path / where)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and str(tmp_path) in err
+    assert err.startswith("error: ") and err.count("\n") == 1 and str(tmp_path / where) in err, err
+    assert not (tmp_path / "y.npz").exists()
+
+
+def test_outputs_are_written_where_numpy_writes_them_and_said_so(model, built, tmp_path, capsys):
+    """numpy appends .npz to a name without it: the line says which file was written."""
+    assert main(["run", str(model), "--inputs", str(built[1]), "--outputs", str(tmp_path / "y")]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'y.npz'}\n"
+    assert (tmp_path / "y.npz").stat().st_size > 0

@@ -15,7 +15,8 @@ def test_each_test_gets_its_own_empty_database(postgres_server):
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)
 
 
-def test_a_stopped_server_leaves_no_process_and_no_directory():
+def test_a_stopped_server_leaves_no_process_and_no_directory(postgres_server):
+    """A second server beside the session's (which says whether servers can run here at all)."""
     with PostgresServer.start() as server:
         root, pid = server.root, server.process.pid
         assert server.process.poll() is None and (root / "data" / "PG_VERSION").exists()

@@ -6,6 +6,7 @@ import sqlite3
 import numpy as np
 import onnx
 import pytest
+from db_helpers import execute
 from onnx import TensorProto, helper, numpy_helper
 from task_helpers import assert_matches_reference
 
@@ -48,8 +49,8 @@ def test_scheduler_spends_the_budget_in_rounds_and_commits_everything(small_mode
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
 
 
-def test_cli_tune_then_build_from_the_database(small_model, tmp_path, capsys):
-    db = tmp_path / "cli.db"
+def test_cli_tune_then_build_from_the_database(small_model, db_url, tmp_path, capsys):
+    db = db_url
     assert main(["tune", str(small_model), "--trials", "6", "--round", "3", "--tuner", "random",
                  "--db", str(db)]) == 0
     out = capsys.readouterr().out
@@ -97,19 +98,14 @@ def test_bad_imports_are_named_and_foreign_configs_skipped_with_a_warning(small_
     assert "1 records of task Gemm 8x64 skipped: measured in another space version" in caplog.text
 
 
-def _measured(db):
-    with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT workload_id, target_id, config FROM records").fetchall()
-
-
-def test_cli_tune_resumes_from_the_database_without_measuring_a_config_twice(small_model, tmp_path, capsys):
-    db = tmp_path / "resume.db"
+def test_cli_tune_resumes_from_the_database_without_measuring_a_config_twice(small_model, db_url, capsys):
+    db = db_url
     for _ in range(2):
         assert main(["tune", str(small_model), "--trials", "8", "--round", "4", "--tuner", "xgb",
                      "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "resuming from 8 records of 2 tasks" in out
-    pairs = _measured(db)
+    pairs = execute(db, "SELECT workload_id, target_id, config FROM records")
     assert len(pairs) == 16 and len(set(pairs)) == 16
     with Database(db) as database:  # the XGBoost tuners' fits and proposals, for the report
         assert all(s["search_s"] > 0 for s in database.sessions())

@@ -78,7 +78,8 @@ def _import(db, args) -> int:
 
 def _export(db, args) -> int:
     if args.output == "-":
-        export_jsonl(db, sys.stdout, args.isa)
+        n = export_jsonl(db, sys.stdout, args.isa)
+        print(f"wrote {n} records to standard output", file=sys.stderr)
         return 0
     try:
         with open(args.output, "w", encoding="utf-8") as f:

@@ -89,20 +89,28 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
                              "are still checked): for weights of many GB, whose hashing slows every load")
 
 
-def _check_writable(path: str) -> None:
-    """Refuse an output path that cannot be written before the model runs, not after."""
-    target = Path(path)
-    parent = target.parent
-    if target.is_dir():
+def _outputs_file(path: str) -> str:
+    """The file `--outputs` names, as numpy writes it (with `.npz` appended when it lacks it),
+    checked writable before the model runs, not after: by creating it (and removing it again
+    if it was not there), which answers for root, read-only mounts and /proc alike."""
+    target = Path(path if path.endswith(".npz") else path + ".npz")
+    if Path(path).is_dir() or target.is_dir():
         raise AutoschedError(f"{path}: is a directory; --outputs names the .npz file to write")
-    if not parent.is_dir():
-        raise AutoschedError(f"{path}: cannot write the outputs: no directory {parent}")
-    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise AutoschedError(f"{path}: cannot write the outputs: permission denied")
+    if not target.parent.is_dir():
+        raise AutoschedError(f"{path}: cannot write the outputs: no directory {target.parent}")
+    existed = target.exists()
+    try:
+        with open(target, "ab"):
+            pass
+    except OSError as e:
+        raise AutoschedError(f"{target}: cannot write the outputs: {e.strerror or e}") from None
+    if not existed:
+        target.unlink()
+    return str(target)
 
 
 def run_run(args: argparse.Namespace) -> int:
-    _check_writable(args.outputs)
+    outputs_file = _outputs_file(args.outputs)
     model = load_model(args.library, args.verify)
     try:
         with np.load(args.inputs) as z:
@@ -111,10 +119,10 @@ def run_run(args: argparse.Namespace) -> int:
         raise AutoschedError(f"{args.inputs}: cannot read the inputs: {e}") from None
     outputs = model.run(feeds)
     try:
-        np.savez(args.outputs, **outputs)  # type: ignore[arg-type]  # numpy's stub matches **outputs against allow_pickle: bool
+        np.savez(outputs_file, **outputs)  # type: ignore[arg-type]  # numpy's stub matches **outputs against allow_pickle: bool
     except OSError as e:
-        raise AutoschedError(f"{args.outputs}: cannot write the outputs: {e.strerror or e}") from None
-    print(f"wrote {args.outputs}")
+        raise AutoschedError(f"{outputs_file}: cannot write the outputs: {e.strerror or e}") from None
+    print(f"wrote {outputs_file}")
     return 0
 
 

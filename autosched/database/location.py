@@ -13,6 +13,7 @@ read-only open makes every transaction READ ONLY on the server.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from sqlalchemy.pool import QueuePool
 from autosched.errors import AutoschedError
 
 BUSY_TIMEOUT_MS = 60_000
+_LIKE = "like postgresql://user@host/db or sqlite:///file.db"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -50,8 +52,8 @@ def shown(location: str) -> str:
         return location
     try:
         url = make_url(location)
-    except ArgumentError:
-        return location
+    except (ArgumentError, ValueError):  # not a URL SQLAlchemy reads: hide what sits where a password would
+        return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", location)
     return location if url.password is None else url.render_as_string(hide_password=True)
 
 
@@ -60,16 +62,17 @@ def parse_url(location: str) -> URL:
     would otherwise pick psycopg2, which the `[postgres]` extra does not install)."""
     try:
         url = make_url(location)
-    except ArgumentError:
-        raise DatabaseError(f"{location}: not a database URL (like postgresql://user@host/db or sqlite:///file.db)") \
-            from None
-    return url.set(drivername="postgresql+psycopg") if url.drivername == "postgresql" else url
+    except (ArgumentError, ValueError):
+        raise DatabaseError(f"{shown(location)}: not a database URL ({_LIKE})") from None
+    return url.set(drivername="postgresql+psycopg") if url.drivername in ("postgresql", "postgres") else url
 
 
 def _url_engine(location: str, read_only: bool) -> Engine:
     url = parse_url(location)
     try:
         engine = create_engine(url)
+    except (ArgumentError, ValueError) as e:  # an unknown dialect (NoSuchModuleError), a port that is not a number
+        raise DatabaseError(f"{shown(location)}: not a database URL autosched can open ({e}; {_LIKE})") from None
     except ImportError as e:
         driver, hint = e.name or url.get_driver_name(), ""
         if url.get_backend_name() == "postgresql":

@@ -1,7 +1,10 @@
 """`Database`: the tuning database on one file (or SQLAlchemy URL) — opening, writing, counting.
 
 Every write is one short transaction (`BEGIN IMMEDIATE` on SQLite), so a kill -9 loses at most
-the batch in flight and several tuners share one file. Queries that turn rows back into
+the batch in flight and several tuners share one file. On PostgreSQL, where writers' transactions
+do not exclude each other, rows that concurrent writers may both insert are inserted with
+ON CONFLICT DO NOTHING on their unique key, and tables are created and migrated under an
+advisory lock. Queries that turn rows back into
 records of tasks live in `queries.py`; JSON lines in `jsonl.py`.
 """
 from __future__ import annotations
@@ -18,12 +21,8 @@ from sqlalchemy import (
     Column,
     Connection,
     CursorResult,
-    Engine,
-    MetaData,
     Table,
-    UniqueConstraint,
     and_,
-    create_engine,
     delete,
     exists,
     func,
@@ -34,10 +33,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import StaticPool
 
 from autosched.database.identity import TargetInfo
 from autosched.database.location import DatabaseError, check_file, default_location, is_url, make_engine, shown
+from autosched.database.memory import empty_engine, migrated_copy
 from autosched.database.migrations import migrate
 from autosched.database.schema import (
     SCHEMA_VERSION,
@@ -77,7 +76,7 @@ class Database:
             if not path.is_dir() and (not path.exists() or path.stat().st_size == 0):
                 self.location = self._url
                 self._pending = True
-                self._engine = _empty_engine()
+                self._engine = empty_engine()
                 return
             check_file(path, read_only)
         self.location = shown(self._url)  # what messages say: a URL's password hidden
@@ -143,9 +142,9 @@ class Database:
                     migrate(conn, version)
         if self._pending:
             self._engine.dispose()
-            self._engine = _empty_engine()
+            self._engine = empty_engine()
         elif version < SCHEMA_VERSION and self.read_only:
-            self._engine = _migrated_copy(self._engine, version)
+            self._engine = migrated_copy(self._engine, version)
 
     def _create(self) -> None:
         """The first write to a database that had no tables (or no file): create them now."""
@@ -283,62 +282,6 @@ class Database:
                                target=TargetInfo(row["target"], row["fingerprint"], row["isa"], row["compiler"]),
                                result=result_of(row), tuner=row["tuner"], version=row["version"], node=row["node"],
                                run_s=row["run_s"])
-
-
-def _memory_engine() -> Engine:
-    """One in-memory SQLite database, the same whichever thread reads it."""
-    return create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
-
-
-def _empty_engine() -> Engine:
-    """An empty tuning database in memory: what reads see before a new file's first write."""
-    engine = _memory_engine()
-    with engine.begin() as conn:
-        metadata.create_all(conn)
-        conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
-    return engine
-
-
-def _migrated_copy(engine: Engine, version: int) -> Engine:
-    """A database of an older schema opened read-only, copied into memory and migrated there:
-    reading a database must not upgrade (rewrite) it."""
-    memory = _memory_engine()
-    if engine.dialect.name == "sqlite":
-        source, copy = engine.raw_connection(), memory.raw_connection()
-        try:
-            if source.driver_connection is None or copy.driver_connection is None:  # both are open sqlite3 connections
-                raise DatabaseError("cannot copy the database: its sqlite3 connection is closed")
-            source.driver_connection.backup(copy.driver_connection)
-        finally:
-            source.close()
-            copy.close()
-    else:
-        with engine.connect() as server, memory.begin() as copied:
-            copy_tables(server, copied)
-    engine.dispose()
-    with memory.begin() as conn:
-        migrate(conn, version)
-    return memory
-
-
-def copy_tables(source: Connection, dest: Connection) -> None:
-    """Every table of the tuning database found in `source` (whatever its schema version),
-    created in `dest` as it is there (columns, keys, unique constraints, in generic types) and
-    filled with its rows: an older database read through another engine."""
-    found = MetaData()
-    found.reflect(source, only=lambda name, _meta: name in metadata.tables)
-    made = MetaData()
-    for table in found.sorted_tables:
-        columns = [Column(c.name, c.type.as_generic(), primary_key=c.primary_key, nullable=c.nullable)
-                   for c in table.columns]
-        uniques = [UniqueConstraint(*(c.name for c in u.columns)) for u in table.constraints
-                   if isinstance(u, UniqueConstraint)]
-        Table(table.name, made, *columns, *uniques)
-    made.create_all(dest)
-    for table in found.sorted_tables:
-        rows = [dict(row) for row in source.execute(select(table)).mappings()]
-        if rows:
-            dest.execute(insert(made.tables[table.name]), rows)
 
 
 #: what makes a record, or a claim, the same as another
