@@ -143,14 +143,13 @@ def test_benchmark_quick_run(name, tmp_path, request):
 
 def test_the_fleet_simulation(tmp_path):
     """Two nodes, two drivers of 8 trials each, through the Ray path (each driver claims before it
-    submits): every trial recorded once, on each driver's own devices. The drivers run the same
-    seed, so they want the same configs: some were the other's."""
+    submits): every trial recorded once, on each driver's own devices. (Whether their claims
+    contend depends on timing: a driver that starts late resumes from the other's records.)"""
     pytest.importorskip("ray")
     out = run_benchmark("fleet", "--simulate", "2", cwd=tmp_path)
     assert missing(out, SIMULATE) == []
     (step,) = out["simulate"]["steps"]
     assert (step["nodes"], step["devices_per_driver"], step["trials"], step["duplicates"]) == (2, 2, 16, 0)
-    assert step["claims_contended"] + step["measured_by_the_other"] > 0
 
 
 def test_the_gpu_templates_benchmark_without_nvcc_reports_the_emulation(tmp_path):
