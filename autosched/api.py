@@ -3,7 +3,9 @@
 These are the only orchestration: the command line parses arguments, calls them and prints.
 `tune` resumes from what the database holds for the model's tasks on this machine (nothing is
 measured twice; cost models start trained on those records and on records of the same
-templates from other workloads) and commits every measurement as it is measured.
+templates from other workloads) and commits every measurement as it is measured. Tunes that
+run at once on one database claim each config before measuring it (`database/claims.py`), so
+none is measured twice, and learn from each other's records as they arrive.
 """
 from __future__ import annotations
 
@@ -16,7 +18,18 @@ from typing import TYPE_CHECKING
 
 from autosched.backend import backend_for
 from autosched.compile.model import ModelFiles, build_model
-from autosched.database import Best, Database, RecordWriter, TunedSchedules, history, shipped_database, tasks_digest
+from autosched.database import (
+    Best,
+    ClaimStats,
+    Database,
+    RecordWriter,
+    SharedTuning,
+    TunedSchedules,
+    history,
+    latest_record,
+    shipped_database,
+    tasks_digest,
+)
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
@@ -78,6 +91,8 @@ class TuneOutcome:
     resumed: int       # this model's records the run started from
     transferred: int   # records of other workloads its cost models started trained on
     summary: ScheduleSummary
+    claims: ClaimStats  # configs it claimed, and those other tuners held or had measured
+    database_s: float   # spent in the database: claims, others' records, commits
 
 
 def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict, int, int]:
@@ -108,6 +123,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
         _, tasks = model_tasks(model, target, shapes)
         with open_database(db) as database:
+            since = latest_record(database)
             found, own, transferred = resumable(tasks, target, database)
             plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
             for callback in callbacks:
@@ -115,9 +131,11 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                     callback.start(plan)
             session = database.start_session(str(model), target, trials, tasks_digest(t.key for t in tasks))
             status = "failed"
+            writer = RecordWriter(database, session, tuner)
             try:
-                summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
-                                     [RecordWriter(database, session, tuner), *callbacks], seed, found, scheduler)
+                with SharedTuning(database, session, since) as peers:
+                    summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
+                                         [writer, *callbacks], seed, found, scheduler, peers)
                 status = "done"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -128,7 +146,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                         callback.finish()
                 if status != "interrupted":
                     database.end_session(session, status)
-            return TuneOutcome(database.location, session, own, transferred, summary)
+            return TuneOutcome(database.location, session, own, transferred, summary, peers.stats,
+                               peers.stats.seconds + writer.seconds)
 
 
 @dataclass(frozen=True)

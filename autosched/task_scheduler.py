@@ -17,6 +17,10 @@ and model-based tuners also train on the records of the model's other tasks with
 template (transfer), so a task never tuned before starts from a trained cost model. A task's
 first trial is its template's fallback config (what an untuned build uses), so tuning never
 ends slower than not tuning.
+
+With `peers` (other tuners on the same database, `autosched.tuner.base.Peers`), every tuner
+claims its configs before they are measured, so concurrent runs never measure a config twice,
+and learns from the others' records as they arrive.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from autosched.space import Config
 from autosched.target import Target
 from autosched.task import Task
 from autosched.templates import TemplateError, get_template
-from autosched.tuner.base import Callback, Tuner, TunerError
+from autosched.tuner.base import Callback, Peers, Tuner, TunerError
 from autosched.tuner.model_based import ModelBasedTuner
 from autosched.tuner.registry import get_tuner
 
@@ -120,7 +124,8 @@ def tunable(tasks: Sequence[Task], target: Target) -> tuple[list[Task], list[tup
     return keep, skipped
 
 
-def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[str, Sequence[Record]]) -> TaskProgress:
+def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[str, Sequence[Record]],
+           peers: Peers | None) -> TaskProgress:
     template = get_template(task.op, target.kind)
     space = template.space(task, target)
     tuner_cls = get_tuner(tuner)
@@ -130,6 +135,8 @@ def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[s
                                if rec[0].config.space.template == space.template]
     search = tuner_cls(task, space, target, seed=seed, **options)
     search.load_history(history.get(task.key, ()))
+    if peers is not None:
+        search.share_with(peers)
     fallback = template.fallback(task, target)
     if fallback is not None:
         search.queue([fallback.index])
@@ -149,17 +156,18 @@ def check_arguments(trials: int, tuner: str, scheduler: str) -> None:
 def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder: Builder, runner: Runner,
                tuner: str = "xgb", round_trials: int = 16, callbacks: Sequence[Callback] = (),
                seed: int = 0, history: Mapping[str, Sequence[Record]] | None = None,
-               scheduler: str = "gradient") -> ScheduleSummary:
+               scheduler: str = "gradient", peers: Peers | None = None) -> ScheduleSummary:
     """Spend `trials` new measurements over `tasks`, in rounds of `round_trials`, starting
     from `history` (task key → earlier records of that task on this target); after the first
     rounds, `scheduler` (a name in SCHEDULERS) picks each round's task. Callbacks with a
     `searched(seconds)` method hear, after each round, how long its tuner spent proposing and
-    learning (the cost model's share of the tuning time)."""
+    learning (the cost model's share of the tuning time). `peers`: claim every config before it
+    is measured and learn from their records (other tuners of these tasks at work beside this)."""
     check_arguments(trials, tuner, scheduler)
     priority = SCHEDULERS[scheduler]
     target = Target.parse(target) if isinstance(target, str) else target
     chosen, skipped = tunable(tasks, target)
-    progress = [_start(t, target, tuner, seed, history or {}) for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
+    progress = [_start(t, target, tuner, seed, history or {}, peers) for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
     rounds = Rounds(progress, round_trials, priority)
     if isinstance(runner, PipelinedRunner):
         _overlapped_rounds(rounds, trials, builder, runner, list(callbacks))

@@ -18,6 +18,18 @@ time there against its time measured alone.
 `builds_beside_timings` (`exclusive`, `not exclusive`: `trials_per_minute`, `failed`,
 `time_vs_alone_median`, `time_vs_alone_worst`). `--quick` is a smoke run: 4 trials of at least
 1 ms, 1 device.
+
+    python benchmarks/fleet.py --simulate [N] [--json] [--quick] [--trials T] [--tuner xgb] [--kernel-ms 150]
+
+simulates a fleet of N machines (default 16: each node takes ~0.45 GiB here, and a simulation the
+memory cannot hold is refused) on this one (`_fleet_sim.py` says how): two drivers tuning one
+model into one database (PostgreSQL where the server binaries are here, else SQLite), on N/4, N/2
+and N nodes; trials per minute, the driver's and the database's time per trial, claims
+contended and duplicates (0). `--json` prints `{"simulate": {database, tuner, kernel_ms, cores,
+cluster_start_s, steps: [{nodes, devices_per_driver, trials, trials_per_minute,
+driver_ms_per_trial, search_ms_per_trial, database_ms_per_trial, claims_contended,
+measured_by_the_other, duplicates, memory_gib}]}}`; with `--quick`, N nodes only, 8 random-search
+trials per driver of 20 ms each.
 """
 from __future__ import annotations
 
@@ -35,7 +47,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from _fleet_sim import DEFAULT_NODES  # noqa: E402
 
 from autosched import fleet  # noqa: E402
 from autosched.backend import device_resource, toolchain_resource  # noqa: E402
@@ -147,10 +161,18 @@ def all_cores(min_repeat_ms: float) -> RunnerOptions:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--trials", type=int, default=24)
+    parser.add_argument("--trials", type=int, help="default 24; with --simulate, per driver: 8 × nodes, at least 32")
     parser.add_argument("--min-repeat-ms", type=float, default=100.0)
     parser.add_argument("--quick", action="store_true", help="smoke run: 4 trials of at least 1 ms, 1 device")
+    parser.add_argument("--simulate", type=int, metavar="N", nargs="?", const=DEFAULT_NODES,
+                        help="a simulated fleet of N nodes (default 16), two drivers into one database")
+    parser.add_argument("--tuner", default="xgb", help="--simulate: the drivers' tuner (default xgb)")
+    parser.add_argument("--kernel-ms", type=float, default=150.0,
+                        help="--simulate: how long a device holds each candidate (default 150)")
     args = parser.parse_args(argv)
+    if args.simulate is not None:
+        return simulated(args)
+    args.trials = args.trials or 24
     if args.quick:
         args.trials, args.min_repeat_ms = 4, 1.0
     device_counts = (1,) if args.quick else (1, 2, 3)  # a Ray cluster starts in ~10 s on 2 busy cores
@@ -194,6 +216,21 @@ def main(argv: list[str] | None = None) -> dict:
                   f"median {row['time_vs_alone_median']:.2f}×, worst {row['time_vs_alone_worst']:.2f}× "
                   f"({row['failed']} failed)")
     return out
+
+
+def simulated(args: argparse.Namespace) -> dict:
+    from _fleet_sim import show, simulate  # noqa: I001 - beside this script
+    if args.simulate < 1:
+        raise SystemExit(f"--simulate needs at least 1 node, got {args.simulate}")
+    if args.quick:
+        out = simulate(args.simulate, args.trials or 8, "random", 20.0, quick=True)
+    else:
+        out = simulate(args.simulate, args.trials, args.tuner, args.kernel_ms, quick=False)
+    if args.json:
+        print(json.dumps({"simulate": out}))
+    else:
+        show(out)
+    return {"simulate": out}
 
 
 if __name__ == "__main__":

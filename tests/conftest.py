@@ -21,21 +21,31 @@ def cpu_target(request):
     return request.param
 
 
-@pytest.fixture(scope="module")
-def small_model(tmp_path_factory):
-    """Two Gemms of different size (the larger gets tuned first) and a Relu between them."""
-    rng = np.random.default_rng(0)
+def _gemm_relu_gemm(path, outputs, seed):
+    """Gemm 8×64 · 64×48, Relu, Gemm · 48×`outputs`: two tasks, the first the same in every such model."""
+    rng = np.random.default_rng(seed)
     w1 = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((48, 16)).astype(np.float32), "w2")
+    w2 = numpy_helper.from_array(rng.standard_normal((48, outputs)).astype(np.float32), "w2")
     nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("Gemm", ["r", "w2"], ["y"])]
     graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])], [w1, w2])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, outputs])], [w1, w2])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    path = tmp_path_factory.mktemp("model") / "small.onnx"
     onnx.save(model, path)
     return path
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """Two Gemms of different size (the larger gets tuned first) and a Relu between them."""
+    return _gemm_relu_gemm(tmp_path_factory.mktemp("model") / "small.onnx", 16, 0)
+
+
+@pytest.fixture(scope="module")
+def other_model(tmp_path_factory):
+    """The small model's first Gemm (the same task) and a wider second one (another task)."""
+    return _gemm_relu_gemm(tmp_path_factory.mktemp("other") / "other.onnx", 32, 1)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,9 @@
 (not this host's, so stored fingerprints do not depend on the machine) and measured costs."""
 from pathlib import Path
 
+from sqlalchemy import select
+
+from autosched.database.schema import claims
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult
 from autosched.target import CpuInfo, Target
 from autosched.templates import get_template
@@ -71,3 +74,9 @@ def older_database(version, location):
             for table in ("records", "sessions", "targets", "workloads"):  # serial ids go on after the copied rows
                 dest.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"))
         server.dispose()
+
+
+def held(db):
+    """Every claim now in `db` (a Database), oldest first, as dicts of its columns."""
+    with db.reading() as conn:
+        return [dict(r) for r in conn.execute(select(claims).order_by(claims.c.id)).mappings()]

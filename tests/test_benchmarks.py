@@ -58,6 +58,12 @@ FIELDS: dict[str, Any] = {
         "tasks": None, "configs": None, "pass_emulation": None, "failures": None, "within_limits": None,
         "over_limits": None, "nvcc_configs_per_s": None}}},
 }
+# `fleet.py --simulate N`: a simulated fleet, two drivers into one database
+SIMULATE = {"simulate": {"database": None, "tuner": None, "kernel_ms": None, "cores": None, "cluster_start_s": None,
+                         "steps": [{"nodes": None, "devices_per_driver": None, "trials": None, "trials_per_minute": None,
+                                    "driver_ms_per_trial": None, "search_ms_per_trial": None,
+                                    "database_ms_per_trial": None, "claims_contended": None,
+                                    "measured_by_the_other": None, "duplicates": None, "memory_gib": None}]}}
 USES_TUNED_DB = ("models", "tasks", "database")  # run with --db: the tuning benchmark's database
 
 
@@ -133,6 +139,17 @@ def test_benchmark_quick_run(name, tmp_path, request):
     if name == "cuda_templates":  # each row's fallback config: valid by definition
         assert all(row["pass_emulation"] == 1.0 for row in out["templates"].values())
         assert all(row["within_limits"] == 1.0 for row in out["templates"].values()) or not out["nvcc"]
+
+
+def test_the_fleet_simulation(tmp_path):
+    """Two nodes, two drivers of 8 trials each, through the Ray path (each driver claims before it
+    submits): every trial recorded once, on each driver's own devices. (Whether their claims
+    contend depends on timing: a driver that starts late resumes from the other's records.)"""
+    pytest.importorskip("ray")
+    out = run_benchmark("fleet", "--simulate", "2", cwd=tmp_path)
+    assert missing(out, SIMULATE) == []
+    (step,) = out["simulate"]["steps"]
+    assert (step["nodes"], step["devices_per_driver"], step["trials"], step["duplicates"]) == (2, 2, 16, 0)
 
 
 def test_the_gpu_templates_benchmark_without_nvcc_reports_the_emulation(tmp_path):

@@ -18,9 +18,11 @@ from db_helpers import AVX512, HERE, execute, measured, older_database
 
 from autosched.database import (
     SCHEMA_VERSION,
+    ClaimBook,
     Database,
     DatabaseError,
     LogError,
+    Owner,
     RecordWriter,
     StoredRecord,
     best,
@@ -176,10 +178,11 @@ def test_sessions_count_what_their_writer_committed(db_url, tasks):
     assert db.stats()["sessions"] == 1
 
 
-@pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None]), (3, ["node-a", None])])
+@pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None]), (3, ["node-a", None]),
+                                            (4, ["node-a", None])])
 def test_databases_of_older_schemas_are_migrated(db_url, tasks, version, nodes):
     """Fixtures are dumps of real files of each older version (v2: v1 migrated by that version's
-    code, v3: v2 migrated by v3's); on PostgreSQL the same tables and rows are made on the server.
+    code, v3: v2 migrated by v3's, v4: v3 by v4's); on PostgreSQL the same tables and rows are made on the server.
     A read-only open reads a migrated copy and leaves the database as it was; the first open
     that may write migrates it, and it takes new records after."""
     older_database(version, db_url)
@@ -197,6 +200,8 @@ def test_databases_of_older_schemas_are_migrated(db_url, tasks, version, nodes):
     recs = measured(tasks[0], HERE, [1e-3, None])
     assert db.commit(recs) == 2 and db.commit(recs) == 0
     assert db.stats()["records"] == 4 and best(db, tasks[0], HERE).cost == 1e-3
+    claims = ClaimBook(db, Owner(db.start_session("m.onnx", HERE, 1), "host-a", 1))  # schema 5's table
+    assert claims.claim([inp for inp, _ in measured(tasks[0], HERE, [1e-3] * 3)]) == [False, False, True]
 
 
 def test_a_newer_schema_is_refused_naming_the_database_and_both_versions(db_url):

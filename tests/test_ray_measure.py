@@ -129,6 +129,21 @@ def test_node_joining_mid_run_gets_the_work(cluster):
         cluster.remove_node(joined)
 
 
+def test_drivers_sharing_a_node_split_its_devices(cluster):
+    """A node offering two devices of a class: runners taking one per node get one each; one
+    taking every unit leaves another driver none (it would wait for the first to finish)."""
+    shared = Target.parse("llvm -mattr=-avx512f,-avx2,-avx")
+    node = cluster.add_node(num_cpus=1, resources={device_resource(shared): 2})
+    try:
+        split = RayOptions(runner=QUICK, devices_per_node=1)
+        with RayRunner(split) as first, RayRunner(split) as second:
+            assert (first.start_devices(shared), second.start_devices(shared)) == (1, 1)
+        with RayRunner(RayOptions(runner=QUICK)) as greedy, RayRunner(split) as late:
+            assert (greedy.start_devices(shared), late.start_devices(shared, timeout=5.0)) == (2, 0)
+    finally:
+        cluster.remove_node(node)
+
+
 def test_node_removed_mid_tune_every_trial_accounted_for(cluster):
     """Two devices of the host's class; one node leaves while it measures. The tune finishes
     with every trial recorded, its in-flight candidates measured again on the head."""

@@ -52,12 +52,17 @@ def run_tune(args: argparse.Namespace) -> int:
     summary = out.summary
     if isinstance(display, JsonLinesProgress):  # --progress json-lines
         display.emit("summary", session=out.session, **display.tally.snapshot(),
+                     left_to_others={"measuring": out.claims.contended, "measured": out.claims.measured},
                      skipped=[{"task": t.key, "why": why} for t, why in summary.skipped])
         return 0
     if args.progress != "quiet":
         Console(soft_wrap=True).print(summary_table(display.tally, f"tuned {args.model}"), highlight=False)
         for task, why in summary.skipped:
             print(f"{task.op:<12} not tuned: {why}")
+        claims = out.claims
+        if claims.contended or claims.measured:
+            print(f"{claims.contended + claims.measured} configs left to other tuners of this database "
+                  f"({claims.contended} they were measuring, {claims.measured} they had measured)")
     db = f" --db {shlex.quote(shown(args.db))}" if args.db else ""
     print(f"{summary.trials} trials committed to {out.database}; build with: autosched build {args.model} "
           f"--target '{target}'{db} -o model.so")

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection
 
-from autosched.database.schema import SCHEMA_VERSION
+from autosched.database.schema import SCHEMA_VERSION, claims
 
 
 def _add_node(conn: Connection) -> None:
@@ -21,8 +21,12 @@ def _add_session_tasks(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE sessions ADD COLUMN tasks VARCHAR(64)")
 
 
+def _add_claims(conn: Connection) -> None:
+    claims.create(conn)
+
+
 #: version v → the step that turns a version-v file into version v + 1
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_node, 2: _add_search_time, 3: _add_session_tasks}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_node, 2: _add_search_time, 3: _add_session_tasks, 4: _add_claims}
 
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "every older version needs its step"
 

@@ -13,13 +13,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 
 from autosched.database.identity import isa_of
 from autosched.database.schema import records, targets, workloads
 from autosched.database.store import Database, result_of
 from autosched.errors import AutoschedError
-from autosched.measure import MeasureInput, Record
+from autosched.measure import MeasureInput, Record, TaskLike
 from autosched.space import Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task, task_from_key
@@ -51,11 +51,11 @@ def _rows(db: Database, *where, limit: int | None = None, order=records.c.id):
         return conn.execute(query).mappings().all()
 
 
-def _describe(task: Task) -> str:
+def _describe(task: TaskLike) -> str:
     return f"{task.op} {'x'.join(map(str, task.shapes[0])) if task.shapes else ''}".strip()
 
 
-def _config(row, space: ConfigSpace, task: Task, db: Database) -> Config | None:
+def _config(row, space: ConfigSpace, task: TaskLike, db: Database) -> Config | None:
     try:
         return space.from_json(json.loads(row["config"]))
     except (AutoschedError, ValueError) as e:
@@ -96,6 +96,27 @@ def history(db: Database, tasks: Sequence[Task], target: Target) -> dict[str, li
     for template in {s.template for s in spaces.values()}:
         _transfer(db, template, target, set(by_key), out)
     return out
+
+
+def latest_record(db: Database) -> int:
+    """The id of the newest record (0 in an empty database): where `recorded_since` starts."""
+    with db.reading() as conn:
+        return conn.execute(select(func.max(records.c.id))).scalar() or 0
+
+
+def recorded_since(db: Database, task: TaskLike, space: ConfigSpace, target: Target, after: int,
+                   session: int | None) -> tuple[list[Record], int]:
+    """Records of `task` in `space` on this machine committed after record id `after` by sessions
+    other than `session` (other tuners at work beside it), and the id to ask from next time."""
+    rows = _rows(db, workloads.c.key == task.key, workloads.c.space == space.fingerprint,
+                 targets.c.fingerprint == target.fingerprint, records.c.id > after,
+                 or_(records.c.session_id.is_(None), records.c.session_id != session))
+    out = []
+    for row in rows:
+        config = _config(row, space, task, db)
+        if config is not None:
+            out.append((MeasureInput(task, target, config), result_of(row)))
+    return out, max((row["id"] for row in rows), default=after)
 
 
 def _transfer(db: Database, template: str, target: Target, exclude: set[str], out: dict[str, list[Record]]) -> None:

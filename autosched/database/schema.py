@@ -11,8 +11,9 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 
 #: version 1: the first schema; 2: records.node (the fleet machine that measured a record);
-#: 3: sessions.search_s; 4: sessions.tasks (what model a session tuned, wherever its file lies)
-SCHEMA_VERSION = 4
+#: 3: sessions.search_s; 4: sessions.tasks (what model a session tuned, wherever its file lies);
+#: 5: claims (configs being measured now, so that concurrent tuners measure each once)
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -77,3 +78,16 @@ records = Table(
 )
 
 Index("records_by_workload", records.c.workload_id, records.c.target_id, records.c.cost)
+
+claims = Table(
+    "claims", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("workload_id", Integer, ForeignKey("workloads.id"), nullable=False),
+    Column("target_id", Integer, ForeignKey("targets.id"), nullable=False),
+    Column("config", Text, nullable=False),        # as records.config: the key a record of it will have
+    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False),  # the tuner holding it
+    Column("host", Text, nullable=False),          # its machine and process: a dead owner on this host
+    Column("pid", Integer, nullable=False),        # is known dead at once, others by their lease
+    Column("expires", Float, nullable=False),      # Unix time; renewed while its tuner works
+    UniqueConstraint("workload_id", "target_id", "config"),
+)

@@ -17,15 +17,38 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from sqlalchemy import Connection, CursorResult, Table, and_, delete, func, insert, inspect, select, update
+from sqlalchemy import (
+    Column,
+    Connection,
+    CursorResult,
+    Table,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    inspect,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import DBAPIError
 
 from autosched.database.identity import TargetInfo
 from autosched.database.location import DatabaseError, check_file, default_location, is_url, make_engine, shown
 from autosched.database.memory import empty_engine, migrated_copy
 from autosched.database.migrations import migrate
-from autosched.database.schema import SCHEMA_VERSION, metadata, records, schema_version, sessions, targets, workloads
-from autosched.database.stored import StoredRecord
+from autosched.database.schema import (
+    SCHEMA_VERSION,
+    claims,
+    metadata,
+    records,
+    schema_version,
+    sessions,
+    targets,
+    workloads,
+)
+from autosched.database.stored import StoredRecord, WorkloadInfo, config_text
 from autosched.measure import ErrorKind, MeasureResult, Record, RecordError
 from autosched.target import Target
 
@@ -156,7 +179,9 @@ class Database:
 
     def insert(self, stored: Iterable[StoredRecord], session: int | None = None) -> int:
         """Store records in one transaction, creating their target and workload rows; a record
-        already present (same workload, target, config and time) is not stored twice."""
+        already present (same workload, target, config and time) is not stored twice. The claims
+        on their configs (`claims.py`) go in the same transaction: a config is never both
+        unclaimed and unrecorded between its measurement and its record."""
         stored = list(stored)
         if not stored:
             return 0
@@ -164,21 +189,24 @@ class Database:
             # new targets and workloads in one order, whoever writes: two transactions inserting the
             # same ones then wait for each other instead of deadlocking (records keep the order they
             # come in, which is their order in the database)
-            target_ids = {info: _target_id(conn, info)
+            target_ids = {info: target_row_id(conn, info)
                           for info in sorted({s.target for s in stored}, key=lambda t: (t.target, t.fingerprint))}
             workload_ids = {}
             for s in sorted({(s.key, s.space): s for s in stored}.values(), key=lambda s: (s.key, s.space)):
-                workload_ids[(s.key, s.space)] = _workload_id(conn, s)
+                workload_ids[(s.key, s.space)] = workload_row_id(conn, s.workload)
             rows = []
             for s in stored:
                 res = s.result
                 rows.append({"workload_id": workload_ids[(s.key, s.space)], "target_id": target_ids[s.target],
-                             "session_id": session, "config": json.dumps(s.config, sort_keys=True),
+                             "session_id": session, "config": config_text(s.config),
                              "costs": json.dumps(list(res.costs)), "cost": res.cost if res.ok else None,
                              "error_kind": res.error_kind.name, "error_msg": res.error_msg, "build_s": res.build_s,
                              "run_s": s.run_s, "tuner": s.tuner, "version": s.version, "timestamp": res.timestamp,
                              "node": s.node})
-            added = _insert_new(conn, rows)
+            added = insert_missing(conn, records, rows, RECORD_KEY)
+            if conn.execute(select(exists().select_from(claims))).scalar():
+                conn.execute(delete(claims).where(tuple_(*CLAIM_KEY).in_(
+                    {(r["workload_id"], r["target_id"], r["config"]) for r in rows})))
             if session is not None:
                 conn.execute(update(sessions).where(sessions.c.id == session)
                              .values(trials_done=sessions.c.trials_done + added))
@@ -192,7 +220,7 @@ class Database:
         """A tuning run begins: its row records what was asked (`tasks`: the `tasks_digest` of the
         model's tasks); `end_session` what came of it."""
         with self.writing() as conn:
-            target_id = _target_id(conn, TargetInfo.of(target))
+            target_id = target_row_id(conn, TargetInfo.of(target))
             return _inserted_id(conn.execute(insert(sessions).values(
                 model=model, target_id=target_id, trials_asked=trials, trials_done=0, status="running",
                 started=time.time(), tasks=tasks)))
@@ -256,26 +284,30 @@ class Database:
                                run_s=row["run_s"])
 
 
-def _insert_new(conn: Connection, rows: list[dict]) -> int:
-    """Insert the rows that are not there yet (the unique key: workload, target, config, time)
-    and return how many were: the dialect's own "do nothing on conflict" where it has one, else
-    rows already present are filtered out first (safe under the writing transaction of
-    SQLite-like engines). Counted from what the insert reports, not by counting the table
-    before and after: on a server other writers commit in between."""
+#: what makes a record, or a claim, the same as another
+RECORD_KEY = (records.c.workload_id, records.c.target_id, records.c.config, records.c.timestamp)
+CLAIM_KEY = (claims.c.workload_id, claims.c.target_id, claims.c.config)
+
+
+def insert_missing(conn: Connection, table: Table, rows: list[dict], key: Sequence[Column]) -> int:
+    """Insert the rows whose `key` (the table's unique constraint) is not there yet and return
+    how many were: the dialect's own "do nothing on conflict" where it has one, else rows
+    already present are filtered out first (safe under the writing transaction of SQLite-like
+    engines). Counted from what the insert reports, not by counting the table before and
+    after: on a server other writers commit in between."""
     dialect = conn.dialect.name
     if dialect in ("sqlite", "postgresql"):
-        stmt = _dialect_insert(conn, records).on_conflict_do_nothing().returning(records.c.id)
+        stmt = _dialect_insert(conn, table).on_conflict_do_nothing().returning(table.c.id)
         return len(conn.execute(stmt, rows).all())
     if dialect in ("mysql", "mariadb"):
-        return conn.execute(insert(records).prefix_with("IGNORE"), rows).rowcount
-    key = (records.c.workload_id, records.c.target_id, records.c.config, records.c.timestamp)
+        return conn.execute(insert(table).prefix_with("IGNORE"), rows).rowcount
+    names = [c.name for c in key]
     present = set(tuple(row) for row in conn.execute(select(*key).where(
-        records.c.workload_id.in_({r["workload_id"] for r in rows}),
-        records.c.timestamp.in_({r["timestamp"] for r in rows}))).all())
-    fresh = {(r["workload_id"], r["target_id"], r["config"], r["timestamp"]): r for r in rows}
+        tuple_(*key).in_({tuple(r[n] for n in names) for r in rows}))).all())
+    fresh = {tuple(r[n] for n in names): r for r in rows}
     new = [r for k, r in fresh.items() if k not in present]
     if new:
-        conn.execute(insert(records), new)
+        conn.execute(insert(table), new)
     return len(new)
 
 
@@ -311,12 +343,14 @@ def result_of(row) -> MeasureResult:
         raise DatabaseError(f"record {row['id']}: malformed ({e})") from None
 
 
-def _target_id(conn: Connection, info: TargetInfo) -> int:
+def target_row_id(conn: Connection, info: TargetInfo) -> int:
+    """The targets row of `info`, created if it is new (inside the caller's write)."""
     return _id_of(conn, targets, {"target": info.target, "fingerprint": info.fingerprint},
                   {"isa": info.isa, "compiler": info.compiler})
 
 
-def _workload_id(conn: Connection, s: StoredRecord) -> int:
+def workload_row_id(conn: Connection, s: WorkloadInfo) -> int:
+    """The workloads row of `s`, created if it is new (inside the caller's write)."""
     found = _id_of(conn, workloads, {"key": s.key, "space": s.space},
                    {"op": s.op, "shapes": s.shapes, "flops": s.flops, "template": s.template})
     if s.flops is not None:

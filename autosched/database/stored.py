@@ -8,7 +8,30 @@ from typing import Any
 
 import autosched
 from autosched.database.identity import TargetInfo
-from autosched.measure import MeasureResult, Record
+from autosched.measure import MeasureInput, MeasureResult, Record
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """A workloads row: a task key in one space version, with what people and reports read."""
+
+    key: str
+    op: str
+    shapes: str  # JSON list of input shapes
+    flops: int | None
+    template: str
+    space: str
+
+    @classmethod
+    def of(cls, inp: MeasureInput) -> WorkloadInfo:
+        task, config = inp.task, inp.config.to_json()
+        return cls(task.key, task.op, json.dumps([list(s) for s in task.shapes]), getattr(task, "flops", None),
+                   config["template"], config["space"])
+
+
+def config_text(config: dict[str, Any]) -> str:
+    """A config as the records and claims tables key it: canonical JSON (sorted keys)."""
+    return json.dumps(config, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -35,13 +58,17 @@ class StoredRecord:
     def space(self) -> str:
         return self.config["space"]
 
+    @property
+    def workload(self) -> WorkloadInfo:
+        return WorkloadInfo(self.key, self.op, self.shapes, self.flops, self.template, self.space)
+
     @classmethod
     def of(cls, record: Record, tuner: str | None = None) -> StoredRecord:
         """A measurement of this run; `node` and `run_s` are read when the result carries them."""
         inp, res = record
-        task = inp.task
-        return cls(key=task.key, op=task.op, shapes=json.dumps([list(s) for s in task.shapes]),
-                   flops=getattr(task, "flops", None), config=inp.config.to_json(), target=TargetInfo.of(inp.target),
+        w = WorkloadInfo.of(inp)
+        return cls(key=w.key, op=w.op, shapes=w.shapes, flops=w.flops, config=inp.config.to_json(),
+                   target=TargetInfo.of(inp.target),
                    result=res, tuner=tuner, version=autosched.__version__, node=getattr(res, "node", None),
                    run_s=getattr(res, "run_s", None))
 

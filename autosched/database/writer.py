@@ -2,6 +2,7 @@
 committed as it is measured, in one transaction, so a kill -9 loses only the batch in flight."""
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from autosched.database.store import Database
@@ -14,9 +15,12 @@ class RecordWriter:
     def __init__(self, db: Database, session: int | None = None, tuner: str | None = None) -> None:
         self.db, self.session, self.tuner = db, session, tuner
         self.written = 0
+        self.seconds = 0.0  # spent committing: the database's share of the tuning time
 
     def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        start = time.perf_counter()
         self.written += self.db.commit(list(zip(inputs, results)), self.session, self.tuner)
+        self.seconds += time.perf_counter() - start
 
     def searched(self, seconds: float) -> None:
         """A round's search time (cost model fits, proposals) counts toward its session."""

@@ -141,6 +141,9 @@ class RayOptions:
     gpu_runner: RunnerFactory | None = None  # what a GPU actor times with (None: the back end's; tests pass a double)
     cpu_runner: RunnerFactory | None = None  # what a CPU actor times with (None: the back end's; tests note when)
     exclusive_timing: bool = True  # no build on a node while its CPU device times a candidate (nodelock.py)
+    # at most this many of a node's units of a device for this driver (None: all): drivers sharing a
+    # fleet split its devices, else the first to start holds them all and the others wait for it
+    devices_per_node: int | None = None
 
     def backend(self, target: Target) -> Backend:
         """The back end of `target` (with `emulate`, its CPU emulation: built by gcc and run by the
@@ -298,7 +301,9 @@ class RayRunner(PipelinedRunner):
                 if (node_id, resource) in self._unusable:
                     continue
                 have = sum(1 for a in self._actors if a.node_id == node_id and a.resource == resource)
-                for _ in range(int(offered.get(resource, 0)) - have):
+                units = int(offered.get(resource, 0))
+                cap = units if self.options.devices_per_node is None else min(units, self.options.devices_per_node)
+                for _ in range(cap - have):
                     handle = actor_cls.options(
                         name=f"{ACTOR_PREFIX}{uuid.uuid4().hex[:12]}", namespace=FLEET_NAMESPACE, num_cpus=0,
                         num_gpus=backend.gpus, resources={resource: 1}, max_concurrency=2, max_restarts=0,
@@ -314,6 +319,23 @@ class RayRunner(PipelinedRunner):
     def close(self) -> None:
         for a in list(self._actors):
             self._drop(a)
+
+    def start_devices(self, target: Target, timeout: float = 120.0) -> int:
+        """Start an actor on every device of `target` the fleet offers now and wait (up to
+        `timeout` seconds) until they are up: measurements that follow find every device ready
+        (a benchmark's timings then leave out the actors' start). Returns how many are up."""
+        require_ray()
+        backend = self.options.backend(target)
+        self._backends[backend.device(target)] = backend
+        self._refresh(force=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (starting := {a.ready_ref: a for a in self._actors if not a.ready}):
+            done, _ = ray.wait(list(starting), num_returns=1, timeout=min(self.options.refresh_s,
+                                                                          max(0.0, deadline - time.monotonic())))
+            for ref in done:
+                self._collect_ready(starting[ref])
+            self._refresh()  # in place of an actor that could not start (its worker failed to come up)
+        return sum(1 for a in self._actors if a.ready)
 
     def __enter__(self) -> RayRunner:
         return self

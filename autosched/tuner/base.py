@@ -5,6 +5,11 @@ indices, drops any already measured, measures them, tracks the best and stops
 early. Strategies only propose (`_propose`) and learn (`_observe`). `ask` and
 `tell` are the loop's two halves, for a caller that keeps a batch in flight
 while it asks for the next (the task scheduler on a pipelined runner).
+
+Tuners of the same task in other processes (or on other drivers of a fleet) are
+`Peers`: a tuner that has them claims every config before it is measured and
+proposes another in place of one they hold or have measured, and learns from
+their records as they arrive, before each cost-model fit.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -25,6 +30,20 @@ from autosched.target import Target
 from autosched.tuner.options import BaseOptions, parse_options
 
 Callback = Callable[[Sequence[MeasureInput], Sequence[MeasureResult]], None]
+
+
+class Peers(Protocol):
+    """The other tuners of the same tasks, met through a shared store (the tuning database's
+    `SharedTuning`); tuners never see the store itself."""
+
+    def claim(self, inputs: Sequence[MeasureInput]) -> list[bool]:
+        """Take each config for this tuner; False where a peer holds it or has measured it."""
+
+    def arrived(self, task: TaskLike, space: ConfigSpace, target: Target) -> list[Record]:
+        """The peers' records of `task` in `space` committed since the last call."""
+
+    def abandoned(self, task: TaskLike, space: ConfigSpace, target: Target) -> list[int]:
+        """Configs of `space` claimed by peers that died before measuring them."""
 
 
 class TunerError(AutoschedError):
@@ -59,12 +78,19 @@ class Tuner(ABC):
         self.best: Config | None = None
         self.best_cost = math.inf
         self._queued: list[int] = []  # measured before anything the strategy proposes
+        self._learned: set[int] = set()  # configs whose results the strategy has been told
         self.search_s = 0.0  # spent proposing and learning so far (cost model fits), not measuring
+        self.peers: Peers | None = None
 
     def queue(self, indices: Sequence[int]) -> None:
         """Measure these configs first (e.g. the untuned build's config, so a tuned build is
         never slower than an untuned one); those already measured are skipped."""
         self._queued.extend(int(i) for i in indices)
+
+    def share_with(self, peers: Peers) -> None:
+        """Tune beside `peers` from now on; the configs dead peers left claimed are measured first."""
+        self.peers = peers
+        self.queue(peers.abandoned(self.task, self.space, self.target))
 
     @abstractmethod
     def _propose(self, n: int) -> list[int]:
@@ -77,19 +103,26 @@ class Tuner(ABC):
     def load_history(self, records: Sequence[Record]) -> None:
         """Start from earlier measurements of this task (a resumed run): they count as visited,
         can be the best, and teach the strategy as a measured batch would; none is measured again."""
+        fresh = self._unlearned(records)
+        if fresh:
+            self._observe([inp for inp, _ in fresh], [res for _, res in fresh])
+
+    def _unlearned(self, records: Sequence[Record]) -> list[Record]:
+        """Records of configs the strategy has not been told about (one per config), now counted
+        visited, learned, and considered for the best."""
         fresh: dict[int, Record] = {}
         for inp, res in records:
             if inp.config.space != self.space:
                 raise TunerError(f"a history record's config is from space {inp.config.space.fingerprint}, "
                                  f"not this tuner's {self.space.fingerprint}")
-            if inp.config.index not in self.visited:
+            if inp.config.index not in self._learned:
                 fresh[inp.config.index] = (inp, res)
         for inp, res in fresh.values():
             self.visited.add(inp.config.index)
+            self._learned.add(inp.config.index)
             if res.ok and res.cost < self.best_cost:
                 self.best, self.best_cost = inp.config, res.cost
-        if fresh:
-            self._observe([inp for inp, _ in fresh.values()], [res for _, res in fresh.values()])
+        return list(fresh.values())
 
     def tune(self, n_trials: int, measure_batch: MeasureBatch, callbacks: Sequence[Callback] = (),
              early_stopping: int | None = None) -> TuneSummary:
@@ -118,14 +151,29 @@ class Tuner(ABC):
     def ask(self, n: int) -> list[MeasureInput]:
         """Up to `n` configs to measure next, queued ones first ([] when the strategy is done).
         They count as visited from now on, so a batch asked for while an earlier one is still
-        being measured never repeats it."""
-        start = time.perf_counter()
+        being measured never repeats it. With peers, each is claimed first: one a peer holds or
+        has measured counts as visited too, and the strategy proposes another in its place."""
+        start, claiming = time.perf_counter(), 0.0
         pending = self._fresh(self._queued)
-        queued, self._queued = pending[:n], pending[n:]
-        indices = self._fresh(queued + self._propose(n - len(queued)))[:n]
-        self.visited.update(indices)
-        self.search_s += time.perf_counter() - start
-        return [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
+        proposal, self._queued = pending[:n], pending[n:]
+        out: list[MeasureInput] = []
+        while len(out) < n:
+            want = n - len(out)
+            indices = self._fresh(proposal + self._propose(want - len(proposal)))[:want]
+            proposal = []
+            if not indices:
+                break
+            self.visited.update(indices)
+            inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
+            if self.peers is None:
+                out += inputs
+                break
+            claimed = time.perf_counter()
+            granted = self.peers.claim(inputs)
+            claiming += time.perf_counter() - claimed
+            out += [inp for inp, ok in zip(inputs, granted) if ok]
+        self.search_s += time.perf_counter() - start - claiming
+        return out
 
     def tell(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> int:
         """Learn from a measured batch that `ask` gave; returns the position (1-based) of its
@@ -134,10 +182,12 @@ class Tuner(ABC):
             raise RecordError(f"measure_batch returned {len(results)} results for {len(inputs)} inputs")
         gain = 0
         for position, (inp, res) in enumerate(zip(inputs, results), 1):
+            self._learned.add(inp.config.index)
             if res.ok and res.cost < self.best_cost:
                 self.best, self.best_cost, gain = inp.config, res.cost, position
+        arrived = self._unlearned(self.peers.arrived(self.task, self.space, self.target)) if self.peers else []
         start = time.perf_counter()
-        self._observe(inputs, results)
+        self._observe([*inputs, *(inp for inp, _ in arrived)], [*results, *(res for _, res in arrived)])
         self.search_s += time.perf_counter() - start
         return gain
 
