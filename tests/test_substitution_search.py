@@ -179,3 +179,27 @@ def test_tasks_shows_the_rewrites_and_no_substitutions_turns_them_off(fire_path,
 def test_check_passes_against_onnxruntime_with_substitutions(fire_path, tmp_path, capsys):
     assert main(["check", str(fire_path), "--db", str(tmp_path / "tuning.db"), "--no-shipped"]) == 0
     assert "MISMATCH" not in capsys.readouterr().out
+
+
+def test_a_task_costs_its_best_record_in_the_database_else_its_roofline(fire_path, tmp_path):
+    """The cost the search compares: a real SQLite database's best record for a task where it
+    has one, the estimate for the others, each task costed once."""
+    from db_helpers import HERE, measured
+
+    from autosched.database import Database
+    from autosched.graph.passes import optimize
+    from autosched.graph_cost import GraphCost, roofline
+    from autosched.task import extract_tasks
+
+    graph = _load(fire_path)
+    tasks = extract_tasks(optimize(graph, HERE.layout_lanes)).tasks
+    db = Database(str(tmp_path / "tuning.db"))
+    db.commit(measured(tasks[0], HERE, [7e-3, 5e-3]))
+    cost = GraphCost(HERE, db, lambda g: optimize(g, HERE.layout_lanes))
+    total = cost(graph)
+    assert total == pytest.approx(5e-3 + sum(roofline(t, HERE) for t in tasks[1:]))
+    assert (cost.measured, cost.estimated) == (1, len(tasks) - 1)
+    cost(graph)
+    assert (cost.measured, cost.estimated) == (1, len(tasks) - 1)
+    assert all(0 < roofline(t, HERE) < 1e-3 for t in tasks)
+    db.close()
