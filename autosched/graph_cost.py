@@ -3,8 +3,8 @@
 A task's time is the tuning database's best record for it on this machine (or another CPU of
 the same ISA) where one exists: the time the built model will really spend in it. Otherwise
 it is a roofline estimate from its FLOPs and the bytes it reads and writes, plus a fixed
-launch cost per kernel, so merging kernels that read one input pays off and an extra copy does
-not come free. Task costs are cached by task key; the tasks are those the build would run
+launch cost per kernel (so merging kernels that read one input pays off and an extra copy does
+not come free), scaled to the records (`GraphCost.scale`). Task costs are cached by task key; the tasks are those the build would run
 (`finish` applies the rest of the pipeline to a candidate graph first).
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 from autosched.database import Database
 from autosched.database.queries import best
 from autosched.graph.ir import Graph
+from autosched.graph.passes.substitute import graph_digest
 from autosched.target import CpuCapabilities, Target
 from autosched.task import Task, extract_tasks
 
@@ -32,28 +33,56 @@ GPU_FLOPS, GPU_BANDWIDTH = 20e12, 1.5e12
 
 
 class GraphCost:
-    """Callable: a graph's estimated time in seconds. `measured` counts the task costs that came
-    from the database, `estimated` those from the roofline."""
+    """Callable: a graph's time in seconds, its measured tasks' records plus its other tasks'
+    roofline estimates scaled by `scale`: how much slower than their rooflines the tasks with
+    records ran (total record time over total roofline, over every measured task seen). So once
+    a rewritten graph's tasks are tuned, the graphs without records are not judged by an
+    optimistic roofline against real measurements. A graph's two parts are cached by its
+    digest, so calling again after more tasks were seen re-scores it with the final scale.
+    `measured` and `estimated` count the tasks costed each way."""
 
     def __init__(self, target: Target, db: Database | None, finish: Callable[[Graph], Graph]) -> None:
         self.target, self.db, self.finish = target, db, finish
-        self.cache: dict[str, float] = {}
-        self.measured = self.estimated = 0
+        self.records: dict[str, float] = {}  # task key -> best record
+        self.rooflines: dict[str, float] = {}  # task key -> estimate
+        self.parts: dict[str, tuple[float, float]] = {}  # graph digest -> (records, rooflines)
+
+    @property
+    def measured(self) -> int:
+        return len(self.records)
+
+    @property
+    def estimated(self) -> int:
+        return len(self.rooflines) - len(self.records)
+
+    @property
+    def scale(self) -> float:
+        measured = sum(self.rooflines[k] for k in self.records)
+        return sum(self.records.values()) / measured if measured else 1.0
 
     def __call__(self, graph: Graph) -> float:
-        tasks = extract_tasks(self.finish(graph))
-        return sum(self.task_cost(tasks.tasks[i]) for i in tasks.group_tasks)
+        digest = graph_digest(graph)
+        if digest not in self.parts:
+            tasks = extract_tasks(self.finish(graph))
+            recorded = estimated = 0.0
+            for i in tasks.group_tasks:
+                task = tasks.tasks[i]
+                self._cost(task)
+                if task.key in self.records:
+                    recorded += self.records[task.key]
+                else:
+                    estimated += self.rooflines[task.key]
+            self.parts[digest] = (recorded, estimated)
+        recorded, estimated = self.parts[digest]
+        return recorded + self.scale * estimated
 
-    def task_cost(self, task: Task) -> float:
-        if task.key not in self.cache:
-            found = best(self.db, task, self.target) if self.db is not None else None
-            if found is not None:
-                self.measured += 1
-                self.cache[task.key] = found.cost
-            else:
-                self.estimated += 1
-                self.cache[task.key] = roofline(task, self.target)
-        return self.cache[task.key]
+    def _cost(self, task: Task) -> None:
+        if task.key in self.rooflines:
+            return
+        self.rooflines[task.key] = roofline(task, self.target)
+        found = best(self.db, task, self.target) if self.db is not None else None
+        if found is not None:
+            self.records[task.key] = found.cost
 
 
 def roofline(task: Task, target: Target) -> float:

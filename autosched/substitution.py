@@ -119,6 +119,13 @@ def substitute(graph: Graph, target: Target, db: Database | None = None, rules: 
     except SearchTimeout as e:
         log.warning("%s; the model is built without substitutions", e)
         return graph, SubstitutionReport(note=f"off ({e})")
-    report = SubstitutionReport(result.applied, result.cost_before, result.cost_after, result.graphs,
-                                result.seconds, cost.measured, cost.estimated)
-    return (result.graph if result.applied else graph), report
+    # the estimates are scaled by every record the search met: each graph is judged again with that
+    before = cost(start)
+    chosen, after = start, before
+    applied: tuple[str, ...] = ()
+    for candidate, path in result.explored:
+        c = cost(candidate)
+        if c < after:
+            chosen, applied, after = candidate, path, c
+    report = SubstitutionReport(applied, before, after, result.graphs, result.seconds, cost.measured, cost.estimated)
+    return (chosen if applied else graph), report

@@ -183,7 +183,7 @@ def test_check_passes_against_onnxruntime_with_substitutions(fire_path, tmp_path
 
 def test_a_task_costs_its_best_record_in_the_database_else_its_roofline(fire_path, tmp_path):
     """The cost the search compares: a real SQLite database's best record for a task where it
-    has one, the estimate for the others, each task costed once."""
+    has one, the estimate (scaled to the records) for the others, each task costed once."""
     from db_helpers import HERE, measured
 
     from autosched.database import Database
@@ -197,9 +197,36 @@ def test_a_task_costs_its_best_record_in_the_database_else_its_roofline(fire_pat
     db.commit(measured(tasks[0], HERE, [7e-3, 5e-3]))
     cost = GraphCost(HERE, db, lambda g: optimize(g, HERE.layout_lanes))
     total = cost(graph)
-    assert total == pytest.approx(5e-3 + sum(roofline(t, HERE) for t in tasks[1:]))
+    # the estimates are scaled by how much slower than its roofline the measured task ran
+    scale = 5e-3 / roofline(tasks[0], HERE)
+    assert cost.scale == pytest.approx(scale)
+    assert total == pytest.approx(5e-3 + scale * sum(roofline(t, HERE) for t in tasks[1:]))
     assert (cost.measured, cost.estimated) == (1, len(tasks) - 1)
-    cost(graph)
+    assert cost(graph) == total
     assert (cost.measured, cost.estimated) == (1, len(tasks) - 1)
     assert all(0 < roofline(t, HERE) < 1e-3 for t in tasks)
+    db.close()
+
+
+def test_after_tuning_the_rewritten_graph_it_is_still_the_one_built(fire_path, tmp_path):
+    """Records of the rewritten graph's tasks, far slower than their rooflines (a busy machine),
+    must not make the unrewritten graph, judged by bare rooflines, look cheaper: `tune` records
+    the rewritten graph's tasks and `build` must build that graph."""
+    from db_helpers import HERE, measured
+
+    from autosched.database import Database
+    from autosched.graph.passes import optimize
+    from autosched.graph_cost import roofline
+    from autosched.task import extract_tasks
+
+    graph = _load(fire_path)
+    rewritten, report = substitute(graph, HERE)
+    assert report.applied
+    db = Database(str(tmp_path / "tuning.db"))
+    for task in extract_tasks(optimize(rewritten, HERE.layout_lanes)).tasks:
+        if task.op == "ConvNCHWc":  # the tuned tasks (the layout conversion has no template)
+            db.commit(measured(task, HERE, [1000 * roofline(task, HERE)]))
+    again, tuned = substitute(graph, HERE, db)
+    assert tuned.applied == report.applied and tuned.measured > 0
+    assert [n.op for n in again.nodes] == [n.op for n in rewritten.nodes]
     db.close()

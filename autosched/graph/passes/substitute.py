@@ -37,6 +37,7 @@ class SearchResult:
     cost_after: float
     graphs: int  # distinct graphs costed
     seconds: float
+    explored: tuple[tuple[Graph, tuple[str, ...]], ...] = ()  # every graph costed, with its rules
 
 
 def graph_digest(graph: Graph) -> str:
@@ -63,6 +64,7 @@ def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], 
     order = itertools.count()
     queue: list[tuple[float, int, Graph, tuple[str, ...]]] = [(base, next(order), graph, ())]
     seen = {graph_digest(graph)}
+    explored: list[tuple[Graph, tuple[str, ...]]] = []
     while queue and len(seen) < max_graphs:
         current_cost, _, current, path = heapq.heappop(queue)
         if current_cost > alpha * best_cost:
@@ -80,6 +82,7 @@ def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], 
             if digest in seen:
                 continue
             seen.add(digest)
+            explored.append((rewritten, (*path, rule.name)))
             c = cost(rewritten)
             if c < best_cost:
                 best, best_cost, best_path = rewritten, c, (*path, rule.name)
@@ -87,4 +90,4 @@ def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], 
                 heapq.heappush(queue, (c, next(order), rewritten, (*path, rule.name)))
             if len(seen) >= max_graphs:
                 break
-    return SearchResult(best, best_path, base, best_cost, len(seen), time.perf_counter() - start)
+    return SearchResult(best, best_path, base, best_cost, len(seen), time.perf_counter() - start, tuple(explored))
