@@ -63,7 +63,8 @@ class SubstitutionReport:
     def summary(self) -> str:
         if self.note:
             return f"substitutions: {self.note}"
-        searched = (f"{self.graphs} graphs costed in {self.seconds:.1f} s ({self.measured} task costs from the "
+        graphs = f"{self.graphs} graph{'s' if self.graphs != 1 else ''}"
+        searched = (f"{graphs} costed in {self.seconds:.1f} s ({self.measured} task costs from the "
                     f"database, {self.estimated} estimated)")
         if not self.applied:
             return f"substitutions: none lowers the estimated cost; {searched}"

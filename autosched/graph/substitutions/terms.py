@@ -194,7 +194,7 @@ def parse_dim(text: str) -> Dim:
         raise TermError(f"{text!r} is not a dimension (e.g. K+N, 3, 2*K+1)")
     out = Dim()
     for sign, coef, atom in re.findall(r"([+-]?)(?:(\d+)\*)?([A-Za-z_0-9]+)", text):
-        part = Dim.of(int(atom)) if atom.isdigit() else Dim((( atom, int(coef or 1)),), 0)
+        part = Dim.of(int(atom)) if atom.isdigit() else Dim(((atom, int(coef or 1)),), 0)
         out = out - part if sign == "-" else out + part
     return out
 
