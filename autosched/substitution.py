@@ -4,9 +4,9 @@
 before the standard pipeline: the graph is cleaned up (identities, constants, BatchNorm folded,
 common subexpressions), then TASO's search (`graph/passes/substitute.py`) rewrites it with the
 verified rules (`graph/substitutions/rules.json`) wherever that lowers the sum of its tasks'
-kernel times (`graph_cost.py`). A rule file that cannot be read, a rule without a proof from
-the known properties, and a search past its budget each give one warning line and the
-unrewritten graph.
+kernel times (`graph_cost.py`), and their sum by rooflines alone. A rule file that cannot be
+read, a rule without a proof from the known properties, and a search past its budget each give
+one warning line and the unrewritten graph.
 """
 from __future__ import annotations
 
@@ -120,13 +120,14 @@ def substitute(graph: Graph, target: Target, db: Database | None = None, rules: 
     except SearchTimeout as e:
         log.warning("%s; the model is built without substitutions", e)
         return graph, SubstitutionReport(note=f"off ({e})")
-    # the estimates are scaled by every record the search met: each graph is judged again with that
-    before = cost(start)
+    # the estimates are scaled by every record the search met: each graph is judged again with that,
+    # and kept only if it is also cheaper by rooflines alone (records and estimates never mix there)
+    before, plain = cost(start), cost.roofline(start)
     chosen, after = start, before
     applied: tuple[str, ...] = ()
     for candidate, path in result.explored:
         c = cost(candidate)
-        if c < after:
+        if c < after and cost.roofline(candidate) < plain:
             chosen, applied, after = candidate, path, c
     report = SubstitutionReport(applied, before, after, result.graphs, result.seconds, cost.measured, cost.estimated)
     return (chosen if applied else graph), report

@@ -230,3 +230,27 @@ def test_after_tuning_the_rewritten_graph_it_is_still_the_one_built(fire_path, t
     assert tuned.applied == report.applied and tuned.measured > 0
     assert [n.op for n in again.nodes] == [n.op for n in rewritten.nodes]
     db.close()
+
+
+def test_a_rewrite_is_not_kept_for_trading_a_task_measured_slow_for_an_unmeasured_one(tmp_path):
+    """The zoo MLP with records slower than their rooflines: doubling a Relu (relu(x) =
+    relu(relu(x)), proved) changes a Gemm's task key, and its scaled estimate undercuts its own
+    record; by rooflines alone it is no cheaper, so it is not kept."""
+    import onnx
+    from db_helpers import measured
+
+    from autosched.database import Database
+    from autosched.frontend.onnx import load_onnx
+    from autosched.graph.passes import optimize
+    from autosched.task import extract_tasks
+    from autosched.zoo import mlp
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    graph = load_onnx(path)
+    tasks = extract_tasks(optimize(graph)).tasks
+    with Database(str(tmp_path / "t.db")) as db:
+        db.commit(measured(tasks[0], LLVM, [1e-3]))
+        db.commit(measured(tasks[1], LLVM, [2e-3]))
+        same, report = substitute(graph, LLVM, db)
+    assert same is graph and not report.applied and report.measured == 2

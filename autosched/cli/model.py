@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.api import build, model_tasks, open_database, prepare_graph
+from autosched.api import build, open_database, prepare_graph
 from autosched.cli.args import add_build_db_arguments, add_db_argument, add_model_arguments, parse_shape
 from autosched.cli.report import write_report
 from autosched.compile.evaluate import compare, latency, onnxruntime_session, sample_inputs
@@ -182,9 +182,13 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    tasks = model_tasks(args.model, args.target, dict(args.shape), db=args.db)[1] if args.model else None
+    target = Target.parse(args.target)
+    tasks, substitutions = None, None
+    if args.model:
+        graph, report = prepare_graph(args.model, target, dict(args.shape), db=args.db)
+        tasks, substitutions = extract_tasks(optimize(graph, target.layout_lanes)).tasks, report.summary()
     with open_database(args.db, read_only=True) as db:
-        n = write_report(db, args.output, Target.parse(args.target), args.model, tasks)
+        n = write_report(db, args.output, target, args.model, tasks, substitutions)
     print(f"wrote {args.output} ({n} records)")
     return 0
 
