@@ -35,6 +35,7 @@ from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
 from autosched.graph.passes import optimize
 from autosched.measure import Builder, Runner
+from autosched.substitution import SubstitutionReport, substitute
 from autosched.target import Target
 from autosched.task import Task, extract_tasks
 
@@ -60,12 +61,27 @@ def open_database(db: DatabaseLike, read_only: bool = False) -> Iterator[Databas
         database.close()
 
 
-def model_tasks(model: PathLike, target: Target | str = "llvm",
-                shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Graph, list[Task]]:
-    """The model imported, and the deduplicated tasks its build for `target` runs (the graph
-    is optimized and its layout planned for the target, as `build_model` does)."""
+def prepare_graph(model: PathLike, target: Target | str = "llvm", shapes: Mapping[str, Sequence[int]] | None = None,
+                  *, substitutions: bool = True, db: DatabaseLike = None) -> tuple[Graph, SubstitutionReport]:
+    """The model imported and, with `substitutions`, rewritten by the verified graph substitutions
+    wherever that lowers the sum of its kernels' times on `target` (from `db` where it has them,
+    else estimated), with what the optimizer did."""
     target = Target.parse(target) if isinstance(target, str) else target
     graph = load_onnx(model, dict(shapes or {}))
+    if not substitutions:
+        return graph, SubstitutionReport(note="off (--no-substitutions)")
+    with open_database(db, read_only=True) as database:
+        return substitute(graph, target, database)
+
+
+def model_tasks(model: PathLike, target: Target | str = "llvm",
+                shapes: Mapping[str, Sequence[int]] | None = None, *, substitutions: bool = True,
+                db: DatabaseLike = None) -> tuple[Graph, list[Task]]:
+    """The model imported (and rewritten by the substitutions, see `prepare_graph`), and the
+    deduplicated tasks its build for `target` runs (the graph is optimized and its layout
+    planned for the target, as `build_model` does)."""
+    target = Target.parse(target) if isinstance(target, str) else target
+    graph, _ = prepare_graph(model, target, shapes, substitutions=substitutions, db=db)
     return graph, list(extract_tasks(optimize(graph, target.layout_lanes)).tasks)
 
 
@@ -107,7 +123,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
          tuner: str = "xgb", round_trials: int = 16, seed: int = 0, scheduler: str = "gradient",
          shapes: Mapping[str, Sequence[int]] | None = None,
          builder: Builder | None = None, runner: Runner | None = None, emulate: bool = False,
-         callbacks: Sequence[Callback] = ()) -> TuneOutcome:
+         callbacks: Sequence[Callback] = (), substitutions: bool = True) -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
     path or URL; None: `AUTOSCHED_DB` or the per-user file). Candidates are built and timed by
     the target's back end on this machine (gcc and the CPU worker; nvcc and the GPU worker for
@@ -115,14 +131,16 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     targets): candidates are built as the CPU emulation and checked there, proving them correct
     without a GPU (their times are the CPU's). Ctrl-C raises TuneInterrupted after marking the
     session interrupted. Callbacks with `start(plan)` / `finish()` methods (progress displays)
-    are told when the run begins (a `TunePlan`) and ends, however it ends."""
+    are told when the run begins (a `TunePlan`) and ends, however it ends. `substitutions`: the
+    tasks are those of the graph the verified substitutions rewrite the model into (see
+    `prepare_graph`), as `build` builds it."""
     from autosched.task_scheduler import check_arguments, tune_tasks
     check_arguments(trials, tuner, scheduler)
     target = Target.parse(target) if isinstance(target, str) else target
     with backend_for(target, emulate).measuring(builder, runner) as (builder, runner):
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
-        _, tasks = model_tasks(model, target, shapes)
         with open_database(db) as database:
+            _, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
             since = latest_record(database)
             found, own, transferred = resumable(tasks, target, database)
             plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
@@ -166,16 +184,17 @@ class BuildOutcome:
 
 def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = None, output: PathLike | None = None,
           shapes: Mapping[str, Sequence[int]] | None = None, shipped: bool | PathLike = True,
-          emulate: bool = False) -> BuildOutcome:
+          emulate: bool = False, substitutions: bool = True) -> BuildOutcome:
     """Compile `model` into the library `output` (default: the model's path with .so; manifest and
     weights beside it), each task with its best valid config in `db` (this machine first, else
     the same ISA), else in the shipped records (`shipped`: True for the package's, a directory
     of JSON-lines files, or False for none), else its default schedule, compiled by the target's
     back end. `emulate` (cuda targets): the kernels run in the CPU emulation, for checking a model
-    without a GPU."""
+    without a GPU. `substitutions`: build the graph the verified substitutions rewrite the model
+    into (see `prepare_graph`)."""
     target = Target.parse(target) if isinstance(target, str) else target
     output = Path(model).with_suffix(".so") if output is None else output
-    graph, tasks = model_tasks(model, target, shapes)
+    graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=db)
     fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
     with open_database(db, read_only=True) as database:
         schedules = TunedSchedules(database, fallback)

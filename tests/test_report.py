@@ -28,6 +28,7 @@ def test_report_embeds_four_figures_and_the_task_table(tmp_path, tasks, capsys):
     assert page.count('<img src="data:image/png;base64,') == 4
     assert page.count("<tr>") == 3  # header and the two tasks with records
     assert "cost model and search (tuners): 1.8 s" in page
+    assert "<p>substitutions: none lowers the estimated cost; " in page  # what the graph optimizer did
     assert "<td>Gemm</td><td>[[64, 784], [1024, 784], [1024]]</td><td>1</td><td>3</td><td>1</td><td>1</td>" in page
 
 

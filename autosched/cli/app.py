@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from autosched.cli import db, fleet, model, tune
+from autosched.cli import db, fleet, model, substitutions, tune
 from autosched.cli.args import Command
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.tempdirs import sweep_stale
@@ -37,6 +37,8 @@ COMMANDS: dict[str, Command] = {
                       model.run_report),
     "db": Command("the tuning database: import, export, stats, best, merge, prune", db.add_arguments, db.run),
     "fleet": Command("start, inspect and stop a Ray fleet of measuring machines", fleet.fleet_arguments, fleet.run_fleet),
+    "substitutions": Command("graph substitution rules: list, verify (z3 and numpy), generate", substitutions.add_arguments,
+                             substitutions.run),
 }
 
 

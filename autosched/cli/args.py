@@ -5,11 +5,6 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autosched.frontend.onnx import load_onnx
-from autosched.graph.ir import Graph
-from autosched.graph.passes import optimize
-from autosched.target import Target
-
 
 @dataclass(frozen=True)
 class Command:
@@ -38,11 +33,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--shape", action="append", type=parse_shape, default=[], metavar="NAME=DIMS",
         help="bind an input's dynamic dimensions, e.g. input=1x3x224x224 (repeatable)",
     )
-
-
-def load_graph(args: argparse.Namespace, target: Target) -> Graph:
-    """The model named on the command line, imported and optimized for `target` (its --target)."""
-    return optimize(load_onnx(args.model, dict(args.shape)), target.layout_lanes)
+    parser.add_argument("--no-substitutions", dest="substitutions", action="store_false",
+                        help="compile the graph as imported, without the verified graph substitutions")
 
 
 def add_build_db_arguments(parser: argparse.ArgumentParser) -> None:

@@ -102,7 +102,7 @@ def _stats(db, args) -> int:
 
 def _best(db, args) -> int:
     target = Target.parse(args.target)
-    _, tasks = model_tasks(args.model, target, dict(args.shape))
+    _, tasks = model_tasks(args.model, target, dict(args.shape), db=db)
     print(f"{'op':<10} {'weight':>6} {'best ms':>9} {'GFLOP/s':>8} {'record':>7}  shapes / where")
     total = 0.0
     for task in tasks:

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.api import build, model_tasks, open_database
-from autosched.cli.args import add_build_db_arguments, add_db_argument, add_model_arguments, load_graph, parse_shape
+from autosched.api import build, open_database, prepare_graph
+from autosched.cli.args import add_build_db_arguments, add_db_argument, add_model_arguments, parse_shape
 from autosched.cli.report import write_report
 from autosched.compile.evaluate import compare, latency, onnxruntime_session, sample_inputs
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx
+from autosched.graph.passes import optimize
 from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import TaskSet, extract_tasks
@@ -22,13 +23,16 @@ from autosched.tempdirs import temp_dir
 
 def tasks_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_db_argument(parser)
 
 
 def run_tasks(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
-    tasks = extract_tasks(load_graph(args, target))
+    graph, report = prepare_graph(args.model, target, dict(args.shape), substitutions=args.substitutions, db=args.db)
+    tasks = extract_tasks(optimize(graph, target.layout_lanes))
     print(f"model: {args.model}")
     print(f"target: {target}")
+    print(report.summary())
     print(format_task_table(tasks))
     return 0
 
@@ -63,7 +67,7 @@ def build_arguments(parser: argparse.ArgumentParser) -> None:
 def _build(args: argparse.Namespace, output: Path):
     """Build from the database; say once which tasks have records only for another ISA."""
     out = build(args.model, args.target, db=args.db, output=output, shapes=dict(args.shape),
-                shipped=not args.no_shipped, emulate=getattr(args, "emulate", False))
+                shipped=not args.no_shipped, emulate=getattr(args, "emulate", False), substitutions=args.substitutions)
     if out.other_isa:
         isas = sorted({isa for found in out.other_isa.values() for isa in found})
         print(f"note: {len(out.other_isa)} tasks have records only for {', '.join(isas)}, not for this target's "
@@ -186,9 +190,13 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    tasks = model_tasks(args.model, args.target, dict(args.shape))[1] if args.model else None
+    target = Target.parse(args.target)
+    tasks, substitutions = None, None
+    if args.model:
+        graph, report = prepare_graph(args.model, target, dict(args.shape), db=args.db)
+        tasks, substitutions = extract_tasks(optimize(graph, target.layout_lanes)).tasks, report.summary()
     with open_database(args.db, read_only=True) as db:
-        n = write_report(db, args.output, Target.parse(args.target), args.model, tasks)
+        n = write_report(db, args.output, target, args.model, tasks, substitutions)
     print(f"wrote {args.output} ({n} records)")
     return 0
 

@@ -123,9 +123,10 @@ def _tuned(session: dict, model: str | None, tasks: Sequence[Task]) -> bool:
 
 
 def write_report(db: Database, out: str | os.PathLike[str], target: Target, model: str | None = None,
-                 tasks: Sequence[Task] | None = None) -> int:
-    """Write the report for `model`'s `tasks` (None: every workload) on `target`'s machine; returns
-    the number of records it covers."""
+                 tasks: Sequence[Task] | None = None, substitutions: str | None = None) -> int:
+    """Write the report for `model`'s `tasks` (None: every workload) on `target`'s machine, with
+    the line saying what the graph substitutions did to the model; returns the number of records
+    it covers."""
     title = model or "all workloads"
     weights = {t.key: t.weight for t in tasks} if tasks is not None else {}
     recs = [r for r in db.stored() if r.target.fingerprint == target.fingerprint
@@ -135,7 +136,9 @@ def write_report(db: Database, out: str | os.PathLike[str], target: Target, mode
     curves, latency = _curves(recs, weights)
     time_png, errors = _time_and_errors(recs, [s for s in db.sessions() if tasks is None or _tuned(s, model, tasks)])
     body = (f"<h1>autosched tuning report: {html.escape(title)}</h1><p>database {html.escape(db.location)}, "
-            f"target {html.escape(str(target))}, {len(recs)} records</p>{curves}{latency}{time_png}{errors}"
+            f"target {html.escape(str(target))}, {len(recs)} records</p>"
+            + (f"<p>{html.escape(substitutions)}</p>" if substitutions else "")
+            + f"{curves}{latency}{time_png}{errors}"
             f"<h2>Tasks</h2>{_table(recs, weights)}")
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>autosched report</title><style>"
             "body{font-family:sans-serif;max-width:60em;margin:auto}td,th{padding:2px 8px;text-align:right}"

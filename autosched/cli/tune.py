@@ -48,7 +48,7 @@ def run_tune(args: argparse.Namespace) -> int:
     with runner or contextlib.nullcontext():
         out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
                    seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
-                   emulate=args.emulate, callbacks=[display])
+                   emulate=args.emulate, callbacks=[display], substitutions=args.substitutions)
     summary = out.summary
     if isinstance(display, JsonLinesProgress):  # --progress json-lines
         display.emit("summary", session=out.session, **display.tally.snapshot(),

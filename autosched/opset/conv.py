@@ -10,6 +10,7 @@ import numpy as np
 from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import conv as conv_ops
+from autosched.opset.algebra import AlgebraOp
 from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, UnsupportedTaskError, contiguous, on_output
 from autosched.opset.window import channel_param, output_spatial, pad_spatial, sliding_windows, window_attrs
 from autosched.te import Tensor
@@ -78,7 +79,24 @@ def _import(imp: Importer, node: OnnxNode) -> None:
     imp.emit(node, Op.CONV, inputs, node.outputs, attrs)
 
 
+def _same_conv_attrs(shapes: Sequence[Shape], size: int | None) -> dict[str, Any]:
+    """A 2-D convolution, stride 1, padded so the output keeps the input's size (odd kernels)."""
+    kh, kw = shapes[1][2:]
+    if kh % 2 == 0 or kw % 2 == 0:
+        raise ValueError(f"kernel {kh}x{kw} has no centre: 'same' padding needs odd sizes")
+    ph, pw = (kh - 1) // 2, (kw - 1) // 2
+    return {"strides": (1, 1), "dilations": (1, 1), "pads": (ph, pw, ph, pw), "group": 1}
+
+
+#: `conv(x, w)`: stride 1, "same" padding, one group; [N, C, H, W] * [F, C, kh, kw] -> [N, F, H, W]
+SAME_CONV = AlgebraOp("conv", Op.CONV, (4, 4), lambda a, n: (a[0][0], a[1][0], a[0][2], a[0][3]),
+                      lambda a: [(a[0][1], a[1][1])], _same_conv_attrs)
+
+#: `convb(x, w, b)`: the same with a bias [F] added to each output channel
+SAME_CONV_BIAS = AlgebraOp("convb", Op.CONV, (4, 4, 1), lambda a, n: (a[0][0], a[1][0], a[0][2], a[0][3]),
+                           lambda a: [(a[0][1], a[1][1]), (a[2][0], a[1][0])], _same_conv_attrs)
+
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.CONV, OpKind.ANCHOR, conv_shape, conv_reference, _compute, on_output(conv_ops.schedule_conv2d),
-          {"Conv": Converter(_import)}),
+          {"Conv": Converter(_import)}, algebra=(SAME_CONV, SAME_CONV_BIAS)),
 )

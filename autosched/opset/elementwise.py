@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from autosched import te
 from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import elementwise as ew
+from autosched.opset.algebra import AlgebraOp, elementwise_binary, no_attrs, unary
 from autosched.opset.record import (
     ComputeArgs,
     OpDef,
@@ -208,10 +210,13 @@ def _import_dropout(imp: Importer, node: OnnxNode) -> None:
         imp.add_constant(node.outputs[1], np.ones(imp.value(node.inputs[0]).shape, dtype=bool))
 
 
+#: `scale(x, s)`: every element of x times the scalar s (a Mul whose second operand is 0-d)
+SCALE = AlgebraOp("scale", Op.MUL, (None, 0), lambda a, n: tuple(a[0]), lambda a: [], no_attrs)
+
 RECORDS: tuple[OpDef, ...] = (
-    _binary(Op.ADD, lambda a, at: a[0] + a[1], np.add),
+    replace(_binary(Op.ADD, lambda a, at: a[0] + a[1], np.add), algebra=(elementwise_binary("add", Op.ADD),)),
     _binary(Op.SUB, lambda a, at: a[0] - a[1], np.subtract),
-    _binary(Op.MUL, lambda a, at: a[0] * a[1], np.multiply),
+    replace(_binary(Op.MUL, lambda a, at: a[0] * a[1], np.multiply), algebra=(elementwise_binary("mul", Op.MUL), SCALE)),
     _binary(Op.DIV, lambda a, at: a[0] / a[1] if a[0].dtype.startswith("float") else _trunc_div(a[0], a[1]), _div),
     _binary(Op.POW, lambda a, at: te.power(a[0], te.cast(a[0].dtype, a[1])), _pow),
     _unary(Op.SQRT, lambda a, at: te.sqrt(a[0]), np.sqrt),
@@ -221,7 +226,8 @@ RECORDS: tuple[OpDef, ...] = (
     _unary(Op.TANH, lambda a, at: te.tanh(a[0]), np.tanh),
     _unary(Op.SIGMOID, lambda a, at: te.sigmoid(a[0]), _sigmoid),
     _unary(Op.SOFTSIGN, lambda a, at: a[0] / (const_like(1, a[0]) + te.abs(a[0])), lambda x: x / (1 + np.abs(x))),
-    _unary(Op.RELU, lambda a, at: te.max(a[0], const_like(0, a[0])), lambda x: np.maximum(x, 0)),
+    replace(_unary(Op.RELU, lambda a, at: te.max(a[0], const_like(0, a[0])), lambda x: np.maximum(x, 0)),
+            algebra=(unary("relu", Op.RELU),)),
     elementwise(Op.LEAKY_RELU,
                 lambda a, at: te.select(a[0] >= const_like(0, a[0]), a[0], a[0] * const_like(at.get("alpha", 0.01), a[0])),
                 _leaky_relu, {"LeakyRelu": direct(Op.LEAKY_RELU, alpha=0.01)}),

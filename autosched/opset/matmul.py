@@ -10,6 +10,7 @@ from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.views import keeps_rows, operand_views, view_array, view_shape, view_tensor
 from autosched.ops import matmul as mm_ops
+from autosched.opset.algebra import AlgebraOp, no_attrs
 from autosched.opset.record import (
     ComputeArgs,
     OpDef,
@@ -110,7 +111,10 @@ def _import_gemm(imp: Importer, node: OnnxNode) -> None:
 
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.MATMUL, OpKind.ANCHOR, _matmul_shape, _matmul_reference, _matmul_compute,
-          on_output(mm_ops.schedule_matmul), {"MatMul": direct(Op.MATMUL)}),
+          on_output(mm_ops.schedule_matmul), {"MatMul": direct(Op.MATMUL)},
+          # 2-D products without operand views (views are folded in after substitutions)
+          algebra=(AlgebraOp("matmul", Op.MATMUL, (2, 2), lambda a, n: (a[0][0], a[1][1]),
+                             lambda a: [(a[0][1], a[1][0])], no_attrs),)),
     OpDef(Op.GEMM, OpKind.ANCHOR, _gemm_shape, _gemm_reference, _gemm_compute,
           on_output(mm_ops.schedule_matmul), {"Gemm": Converter(_import_gemm)}),
 )

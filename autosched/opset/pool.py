@@ -11,6 +11,7 @@ from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.layout import to_blocked, to_plain
 from autosched.ops import nn
+from autosched.opset.algebra import unary
 from autosched.opset.record import (
     ComputeArgs,
     ComputeFn,
@@ -123,7 +124,11 @@ def _importer(op: Op) -> Converter:
 
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.MAX_POOL, OpKind.POOL, _shape, _blocked(_max_pool), _compute(Op.MAX_POOL),
-          on_output(nn.schedule_pool2d), {"MaxPool": _importer(Op.MAX_POOL)}),
+          on_output(nn.schedule_pool2d), {"MaxPool": _importer(Op.MAX_POOL)},
+          # `maxpool(x)`: 3x3 windows, stride 1, padded to keep the size
+          algebra=(unary("maxpool", Op.MAX_POOL, lambda shapes, n: {
+              "kernel_shape": (3, 3), "strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "ceil_mode": 0},
+              rank=4),)),
     OpDef(Op.AVERAGE_POOL, OpKind.POOL, _shape, _blocked(_average_pool), _compute(Op.AVERAGE_POOL),
           on_output(nn.schedule_pool2d), {"AveragePool": _importer(Op.AVERAGE_POOL)}),
 )

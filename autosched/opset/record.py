@@ -19,6 +19,7 @@ from autosched.errors import AutoschedError
 from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops.epilogue import EpilogueFn
+from autosched.opset.algebra import AlgebraOp
 from autosched.schedule import Schedule
 from autosched.target import Capabilities, CpuCapabilities
 from autosched.te import Expr, Tensor
@@ -89,7 +90,8 @@ class OpDef:
 
     `importers` maps each ONNX op type that becomes this op to its converter (Flatten, Squeeze
     and Unsqueeze all become Reshape); an op only layout planning creates has none. `scalar` and
-    `operand_load` are set for elementwise ops only.
+    `operand_load` are set for elementwise ops only. `algebra` holds the symbols the op
+    contributes to graph substitutions (`opset/algebra.py`); ops no substitution touches have none.
     """
 
     op: Op
@@ -101,6 +103,7 @@ class OpDef:
     importers: Mapping[str, Converter] = field(default_factory=dict)
     scalar: ScalarFn | None = None
     operand_load: OperandLoad | None = None
+    algebra: tuple[AlgebraOp, ...] = ()
 
 
 def on_output(schedule: Callable[[Tensor, int], Schedule]) -> ScheduleFn:

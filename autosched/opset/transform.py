@@ -12,6 +12,7 @@ from autosched import te
 from autosched.frontend.context import Converter, Importer, OnnxNode, ints, normalize_axes, normalize_axis
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import transform
+from autosched.opset.algebra import AlgebraOp, concat, split
 from autosched.opset.record import (
     ComputeArgs,
     ComputeFn,
@@ -333,9 +334,18 @@ INJECTIVE_SCHEDULE = on_output(transform.schedule_injective)
 
 
 def _injective(op: Op, shape: ShapeFn, reference: ReferenceFn, compute: ComputeFn,
-               importers: Mapping[str, Converter], schedule: ScheduleFn = INJECTIVE_SCHEDULE) -> OpDef:
-    return OpDef(op, OpKind.INJECTIVE, shape, reference, compute, schedule, importers)
+               importers: Mapping[str, Converter], schedule: ScheduleFn = INJECTIVE_SCHEDULE,
+               algebra: tuple[AlgebraOp, ...] = ()) -> OpDef:
+    return OpDef(op, OpKind.INJECTIVE, shape, reference, compute, schedule, importers, algebra=algebra)
 
+
+#: `enlarge(w)`: a [F, C, kh, kw] kernel padded with one ring of zeros to [F, C, kh+2, kw+2]; a
+#: "same" convolution with it computes what one with w does
+ENLARGE = AlgebraOp("enlarge", Op.PAD, (4,), lambda a, n: (a[0][0], a[0][1], a[0][2] + 2, a[0][3] + 2),
+                    lambda a: [], lambda shapes, n: {"pads": (0, 0, 1, 1, 0, 0, 1, 1), "mode": "constant", "value": 0})
+#: `transpose(x)` of a matrix
+TRANSPOSE = AlgebraOp("transpose", Op.TRANSPOSE, (2,), lambda a, n: (a[0][1], a[0][0]), lambda a: [],
+                      lambda shapes, n: {"perm": (1, 0)})
 
 RECORDS: tuple[OpDef, ...] = (
     _injective(Op.RESHAPE, _reshape_shape, lambda attrs, args: [args[0].reshape(attrs["shape"])],
@@ -345,16 +355,17 @@ RECORDS: tuple[OpDef, ...] = (
                 "Unsqueeze": Converter(_import_unsqueeze, constant_inputs=(1,))}),
     _injective(Op.TRANSPOSE, _transpose_shape, lambda attrs, args: [contiguous(np.transpose(args[0], attrs["perm"]))],
                lambda args: [transform.transpose(args.inputs[0], args.attrs["perm"])],
-               {"Transpose": Converter(_import_transpose)}),
+               {"Transpose": Converter(_import_transpose)}, algebra=(TRANSPOSE,)),
     _injective(Op.CONCAT, _concat_shape, lambda attrs, args: [np.concatenate(args, axis=attrs["axis"])],
                lambda args: [transform.concat(list(args.inputs), args.attrs["axis"])],
-               {"Concat": Converter(_import_concat)}),
+               {"Concat": Converter(_import_concat)}, algebra=(concat(0), concat(1))),
     _injective(Op.SPLIT, _split_shape, _split_reference, _split_compute,
-               {"Split": Converter(_import_split, constant_inputs=(1,))}, schedule=schedule_outputs),
+               {"Split": Converter(_import_split, constant_inputs=(1,))}, schedule=schedule_outputs,
+               algebra=tuple(split(axis, part) for axis in (0, 1) for part in (0, 1))),
     _injective(Op.SLICE, _slice_shape, _slice_reference, _slice_compute,
                {"Slice": Converter(_import_slice, constant_inputs=(1, 2, 3, 4))}),
     _injective(Op.GATHER, _gather_shape, _gather_reference, _gather_compute,
                {"Gather": Converter(_import_gather, constant_inputs=(1,))}),
     _injective(Op.PAD, _pad_shape, _pad_reference, _pad_compute,
-               {"Pad": Converter(_import_pad, constant_inputs=(1, 2, 3))}),
+               {"Pad": Converter(_import_pad, constant_inputs=(1, 2, 3))}, algebra=(ENLARGE,)),
 )

@@ -1,0 +1,231 @@
+"""Rules matched in a graph and applied to it.
+
+A rule's `src` terms are matched against the nodes that compute them: each symbol against a
+node of its op whose attributes are the symbol's (`AlgebraOp.matches`), each variable against
+any value, consistently. The variables' concrete shapes must unify with the rule's symbolic
+ones and every split must cut where the rule says, so a rule is applied only where it was
+proved. Values inside the match may be read by nothing outside it. Applying builds `dst`'s
+nodes (shared subterms once, the two parts of a split as one Split node), points every reader
+of a matched output at its replacement and drops what is left unread.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from autosched.graph.ir import Graph, Node, Value
+from autosched.graph.passes.dce import eliminate_dead_code
+from autosched.graph.passes.rewrite import fresh_name, rebuild, rename_inputs
+from autosched.graph.substitutions.rules import Rule
+from autosched.graph.substitutions.terms import App, Dim, SymShape, Term, Var, subterms, symbol
+from autosched.opset.registry import lookup
+
+
+def directions(rules: Sequence[Rule]) -> list[Rule]:
+    """Every rule forward, and backward (named with a trailing `~`) where dst reads every
+    variable src reads."""
+    out = list(rules)
+    out += [Rule(f"{r.name}~", r.shapes, r.dst, r.src, r.proof) for r in rules if r.reversible]
+    return out
+
+
+@dataclass(frozen=True)
+class Match:
+    rule: Rule
+    binding: Mapping[str, str]  # variable -> value name
+    dims: Mapping[str, int]  # dimension symbol -> size
+    nodes: tuple[Node, ...]  # the matched nodes
+    roots: tuple[str, ...]  # the values src's outputs are
+
+
+class Matcher:
+    """Matches rules in one graph."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.producers = graph.producers()
+        self.consumers = graph.consumers()
+        self.outputs = {v.name for v in graph.outputs}
+        self.by_op: dict[str, list[Node]] = {}
+        for node in graph.nodes:
+            self.by_op.setdefault(node.op.value, []).append(node)
+
+    def matches(self, rule: Rule) -> Iterator[Match]:
+        yield from self._roots(rule, 0, {}, [], ())
+
+    def _roots(self, rule: Rule, k: int, binding: dict[str, str], nodes: list[Node],
+               roots: tuple[str, ...]) -> Iterator[Match]:
+        if k == len(rule.src):
+            match = self._finish(rule, binding, nodes, roots)
+            if match is not None:
+                yield match
+            return
+        term = rule.src[k]
+        if not isinstance(term, App):
+            return  # a bare variable is no pattern: it would match every value
+        alg = symbol(term.op)
+        for node in self.by_op.get(alg.op.value, ()):
+            if alg.output >= len(node.outputs):
+                continue
+            root = node.outputs[alg.output]
+            if root in roots or (root in self.outputs and not isinstance(rule.dst[k], App)):
+                continue  # a graph output keeps its name: only a node dst builds can take it
+            b, found = dict(binding), list(nodes)
+            if self._match(term, root, b, found):
+                yield from self._roots(rule, k + 1, b, found, (*roots, root))
+
+    def _match(self, term: Term, value: str, binding: dict[str, str], nodes: list[Node]) -> bool:
+        if not isinstance(term, App):
+            return binding.setdefault(term.name, value) == value
+        node = self.producers.get(value)
+        alg = symbol(term.op)
+        if node is None or node.op is not alg.op or len(node.inputs) != alg.arity:
+            return False
+        if node.outputs.index(value) != alg.output:
+            return False
+        shapes = [self.graph.values[i].shape for i in node.inputs]
+        size = None
+        if alg.sized:
+            parts = node.attrs.get("split", ())
+            if len(parts) != 2:
+                return False
+            size = parts[0]
+        if not alg.matches(node.attrs, shapes, size):
+            return False
+        if node not in nodes:
+            nodes.append(node)
+        return all(self._match(a, i, binding, nodes) for a, i in zip(term.args, node.inputs))
+
+    def _finish(self, rule: Rule, binding: dict[str, str], nodes: list[Node],
+                roots: tuple[str, ...]) -> Match | None:
+        dims = unify({v: self.graph.values[name].shape for v, name in binding.items()}, rule.shapes)
+        if dims is None or not _sizes_agree(rule.src, roots, self.producers, dims):
+            return None
+        inside = {id(n) for n in nodes}
+        computed = {out for n in nodes for out in n.outputs}
+        if any(v in computed for v in binding.values()):  # a variable must be an input of the match
+            return None
+        if len(roots) > 1 and self._downstream(roots) & set(binding.values()):
+            return None  # dst would read a value computed from one of the outputs it replaces: a cycle
+        for node in nodes:  # what the match computes besides its roots must be read only inside it
+            for out in node.outputs:
+                if out in roots:
+                    continue
+                if out in self.outputs or any(id(r) not in inside for r in self.consumers.get(out, ())):
+                    return None
+        return Match(rule, dict(binding), dims, tuple(nodes), roots)
+
+    def _downstream(self, roots: Sequence[str]) -> set[str]:
+        """Every value computed from `roots`."""
+        seen: set[str] = set()
+        todo = list(roots)
+        while todo:
+            for reader in self.consumers.get(todo.pop(), ()):
+                for out in reader.outputs:
+                    if out not in seen:
+                        seen.add(out)
+                        todo.append(out)
+        return seen
+
+
+def unify(shapes: Mapping[str, tuple[int, ...]], symbolic: Mapping[str, SymShape]) -> dict[str, int] | None:
+    """Sizes of the dimension symbols that make the symbolic shapes the concrete ones, or None."""
+    dims: dict[str, int] = {}
+    pending: list[tuple[Dim, int]] = []
+    for v, shape in shapes.items():
+        rule_shape = symbolic[v]
+        if len(rule_shape) != len(shape):
+            return None
+        for d, n in zip(rule_shape, shape):
+            if d.symbol is not None:
+                if dims.setdefault(d.symbol, n) != n:
+                    return None
+            else:
+                pending.append((d, n))
+    for d, n in pending:
+        if any(s not in dims for s in d.symbols) or d.value(dims) != n:
+            return None
+    return dims
+
+
+def _sizes_agree(terms: Sequence[Term], roots: Sequence[str], producers: Mapping[str, Node],
+                 dims: Mapping[str, int]) -> bool:
+    """Every split of the match cuts where the rule's symbolic size says."""
+    def walk(term: Term, value: str) -> bool:
+        if not isinstance(term, App):
+            return True
+        node = producers[value]
+        if term.size is not None:
+            if any(s not in dims for s in term.size.symbols) or term.size.value(dims) != node.attrs["split"][0]:
+                return False
+        return all(walk(a, i) for a, i in zip(term.args, node.inputs))
+
+    return all(walk(t, root) for t, root in zip(terms, roots))
+
+
+def apply(graph: Graph, match: Match) -> Graph:
+    """`graph` with `match`'s src replaced by its rule's dst."""
+    taken = set(graph.values) | {n.name for n in graph.nodes}
+    made: dict[Term, str] = {}
+    new_nodes: list[Node] = []
+    known = dict(graph.values)
+    new_values: list[Value] = []
+    splits: dict[tuple[str, int, int], Node] = {}
+
+    def build(term: Term) -> str:
+        if not isinstance(term, App):
+            return match.binding[term.name]
+        if term in made:
+            return made[term]
+        args = [build(a) for a in term.args]
+        alg = symbol(term.op)
+        size = term.size.value(match.dims) if term.size is not None else None
+        shapes = [known[a].shape for a in args]
+        key = (args[0], alg.axis or 0, size or 0)
+        if alg.sized and key in splits:
+            node = splits[key]
+        else:
+            name = fresh_name(f"{match.rule.name.rstrip('~')}/{alg.op.value}", taken)
+            taken.add(name)
+            count = 2 if alg.sized else 1
+            outs = tuple(f"{name}:{i}" for i in range(count)) if count > 1 else (name,)
+            taken.update(outs)
+            node = Node(name, alg.op, tuple(args), outs, alg.attrs(shapes, size))
+            inferred = lookup(alg.op).shape(node, [known[a] for a in args])
+            for out, (s, d) in zip(outs, inferred):
+                known[out] = Value(out, s, d)
+                new_values.append(known[out])
+            new_nodes.append(node)
+            if alg.sized:
+                splits[key] = node
+        made[term] = node.outputs[alg.output]
+        return made[term]
+
+    replacement = {root: build(term) for root, term in zip(match.roots, match.rule.dst)}
+    outputs = {v.name for v in graph.outputs}
+    # a graph output's new producer writes it under its old name (its old producer is gone)
+    renamed = {new: root for root, new in replacement.items() if root in outputs}
+    new_nodes = [_rename_outputs(rename_inputs(n, renamed), renamed) for n in new_nodes]
+    new_values = [Value(renamed.get(v.name, v.name), v.shape, v.dtype) for v in new_values]
+    replacement = {root: renamed.get(new, new) for root, new in replacement.items()}
+    removed = {id(n) for n in match.nodes}
+    kept = [rename_inputs(n, replacement) for n in graph.nodes if id(n) not in removed]
+    return eliminate_dead_code(rebuild(graph, [*kept, *new_nodes], new_values=new_values))
+
+
+def _rename_outputs(node: Node, mapping: Mapping[str, str]) -> Node:
+    if not any(out in mapping for out in node.outputs):
+        return node
+    return Node(node.name, node.op, node.inputs, tuple(mapping.get(o, o) for o in node.outputs), node.attrs)
+
+
+def growth(graph: Graph, match: Match) -> int:
+    """How many more nodes computing on activations the rewrite leaves than it removes (negative:
+    it shrinks the graph). Operators on constants only (a kernel enlarged, two kernels
+    concatenated) fold away at build time and do not count. The search tries the most
+    shrinking rewrites first."""
+    def runtime(term: Term) -> bool:
+        return any(isinstance(t, Var) and match.binding[t.name] not in graph.constants for t in subterms(term))
+
+    made = {t for d in match.rule.dst for t in subterms(d) if isinstance(t, App) and runtime(t)}
+    return len(made) - len(match.nodes)

@@ -1,0 +1,109 @@
+"""What a graph costs on a target, for the substitution search: the sum of its tasks' kernel times.
+
+A task's time is the tuning database's best record for it on this machine (or another CPU of
+the same ISA) where one exists: the time the built model will really spend in it. Otherwise
+it is a roofline estimate from its FLOPs and the bytes it reads and writes, plus a fixed
+launch cost per kernel (so merging kernels that read one input pays off and an extra copy does
+not come free), scaled to the records (`GraphCost.scale`). Task costs are cached by task key; the tasks are those the build would run
+(`finish` applies the rest of the pipeline to a candidate graph first).
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from autosched.database import Database
+from autosched.database.queries import best
+from autosched.graph.ir import Graph
+from autosched.graph.passes.substitute import graph_digest
+from autosched.target import CpuCapabilities, Target
+from autosched.task import Task, extract_tasks
+
+#: seconds every kernel costs besides its work (call, OpenMP fork/join, first touches)
+LAUNCH_S = 4e-6
+#: bytes per second a kernel streams from memory
+BANDWIDTH = 20e9
+#: clock assumed for a CPU's peak FLOP rate
+CLOCK_HZ = 3e9
+#: GPU peak rates for cuda targets, whose capabilities carry no vector width
+GPU_FLOPS, GPU_BANDWIDTH = 20e12, 1.5e12
+
+
+class GraphCost:
+    """Callable: a graph's time in seconds, its measured tasks' records plus its other tasks'
+    roofline estimates scaled by `scale`: how much slower than their rooflines the tasks with
+    records ran (total record time over total roofline, over every measured task seen). So once
+    a rewritten graph's tasks are tuned, the graphs without records are not judged by an
+    optimistic roofline against real measurements. A graph's two parts are cached by its
+    digest, so calling again after more tasks were seen re-scores it with the final scale.
+    `measured` and `estimated` count the tasks costed each way."""
+
+    def __init__(self, target: Target, db: Database | None, finish: Callable[[Graph], Graph]) -> None:
+        self.target, self.db, self.finish = target, db, finish
+        self.records: dict[str, float] = {}  # task key -> best record
+        self.rooflines: dict[str, float] = {}  # task key -> estimate
+        self.parts: dict[str, tuple[float, float, float]] = {}  # graph digest -> (records, other rooflines, rooflines)
+
+    @property
+    def measured(self) -> int:
+        return len(self.records)
+
+    @property
+    def estimated(self) -> int:
+        return len(self.rooflines) - len(self.records)
+
+    @property
+    def scale(self) -> float:
+        measured = sum(self.rooflines[k] for k in self.records)
+        return sum(self.records.values()) / measured if measured else 1.0
+
+    def __call__(self, graph: Graph) -> float:
+        recorded, estimated, _ = self._parts(graph)
+        return recorded + self.scale * estimated
+
+    def roofline(self, graph: Graph) -> float:
+        """The graph's time by rooflines alone, records aside: the same yardstick for every graph,
+        so a rewrite cannot look cheaper merely by trading a task measured slow for an
+        unmeasured one."""
+        return self._parts(graph)[2]
+
+    def _parts(self, graph: Graph) -> tuple[float, float, float]:
+        digest = graph_digest(graph)
+        if digest not in self.parts:
+            tasks = extract_tasks(self.finish(graph))
+            recorded = estimated = total = 0.0
+            for i in tasks.group_tasks:
+                task = tasks.tasks[i]
+                self._cost(task)
+                total += self.rooflines[task.key]
+                if task.key in self.records:
+                    recorded += self.records[task.key]
+                else:
+                    estimated += self.rooflines[task.key]
+            self.parts[digest] = (recorded, estimated, total)
+        return self.parts[digest]
+
+    def _cost(self, task: Task) -> None:
+        if task.key in self.rooflines:
+            return
+        self.rooflines[task.key] = roofline(task, self.target)
+        found = best(self.db, task, self.target) if self.db is not None else None
+        if found is not None:
+            self.records[task.key] = found.cost
+
+
+def roofline(task: Task, target: Target) -> float:
+    """The slower of computing the task's FLOPs at the target's peak and moving its bytes, plus
+    the launch cost."""
+    caps = target.capabilities
+    if isinstance(caps, CpuCapabilities):
+        peak = 2 * (2 if caps.fma else 1) * caps.lanes(4) * CLOCK_HZ * (os.cpu_count() or 1)
+        bandwidth = BANDWIDTH
+    else:
+        peak, bandwidth = GPU_FLOPS, GPU_BANDWIDTH
+    nbytes = sum(v.nbytes for v in task.input_values)
+    nbytes += sum(math.prod(s) * np.dtype(d).itemsize for s, d in zip(task.out_shapes, task.out_dtypes))
+    return LAUNCH_S + max(task.flops / peak, nbytes / bandwidth)

@@ -1,0 +1,133 @@
+"""Graph substitutions on a model: the shipped rules searched against the target's costs.
+
+`substitute` is what `tasks`, `tune`, `build`, `check` and `bench` run on an imported model
+before the standard pipeline: the graph is cleaned up (identities, constants, BatchNorm folded,
+common subexpressions), then TASO's search (`graph/passes/substitute.py`) rewrites it with the
+verified rules (`graph/substitutions/rules.json`) wherever that lowers the sum of its tasks'
+kernel times (`graph_cost.py`), and their sum by rooflines alone. A rule file that cannot be
+read, a rule without a proof from the known properties, and a search past its budget each give
+one warning line and the unrewritten graph.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from autosched.database import Database
+from autosched.errors import AutoschedError
+from autosched.graph.ir import Graph
+from autosched.graph.passes import (
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+    fold_batchnorm,
+    fold_constants,
+    optimize,
+    remove_identity,
+)
+from autosched.graph.passes.substitute import SearchTimeout, search
+from autosched.graph.substitutions.apply import directions
+from autosched.graph.substitutions.properties import PROPERTIES
+from autosched.graph.substitutions.rules import SHIPPED, Rule, load_rules
+from autosched.graph.substitutions.terms import App, Term, subterms
+from autosched.graph_cost import GraphCost
+from autosched.target import Target
+
+log = logging.getLogger("autosched")
+
+#: seconds the search may take before the model is built unrewritten
+BUDGET_S = 60.0
+#: graphs up to this factor costlier than the best are explored
+ALPHA = 1.05
+
+
+class UnprovedRuleError(AutoschedError):
+    """A rule whose recorded proof does not rest on the known operator properties."""
+
+
+@dataclass(frozen=True)
+class SubstitutionReport:
+    """What the optimizer did to one model, for `autosched tasks` and the report."""
+
+    applied: tuple[str, ...] = ()
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+    graphs: int = 0
+    seconds: float = 0.0
+    measured: int = 0  # task costs from the tuning database
+    estimated: int = 0  # task costs from the roofline estimate
+    note: str | None = None  # why nothing was searched ("off", or the warning)
+
+    def summary(self) -> str:
+        if self.note:
+            return f"substitutions: {self.note}"
+        graphs = f"{self.graphs} graph{'s' if self.graphs != 1 else ''}"
+        searched = (f"{graphs} costed in {self.seconds:.1f} s ({self.measured} task costs from the "
+                    f"database, {self.estimated} estimated)")
+        if not self.applied:
+            return f"substitutions: none lowers the estimated cost; {searched}"
+        counts = Counter(self.applied)
+        rules = ", ".join(f"{name}" + (f" x{n}" if n > 1 else "") for name, n in counts.items())
+        plural = "s" if len(self.applied) > 1 else ""
+        return (f"substitutions: {len(self.applied)} rewrite{plural} ({rules}), estimated "
+                f"{self.cost_before * 1e3:.3f} -> {self.cost_after * 1e3:.3f} ms; {searched}")
+
+
+@functools.cache
+def _rules(path: Path) -> tuple[Rule, ...]:
+    rules = load_rules(path).rules
+    known = {p.name for p in PROPERTIES}
+    for rule in rules:
+        if not rule.proof or not set(rule.proof) <= known:
+            cited = ", ".join(sorted(set(rule.proof) - known)) or "nothing"
+            raise UnprovedRuleError(f"{path}: rule {rule.name} is not proved from the operator properties (its "
+                                    f"proof cites {cited}); run 'autosched substitutions verify'")
+    return tuple(d for d in directions(rules) if not _reorders(d))
+
+
+def _reorders(rule: Rule) -> bool:
+    """Whether the rule only reorders its operators (commutativity, associativity): such a
+    rewrite never changes the kernels a graph runs, and searching through them only multiplies
+    graphs of equal cost."""
+    def ops(terms: tuple[Term, ...]) -> Counter[str]:
+        return Counter(t.op for term in terms for t in subterms(term) if isinstance(t, App))
+    return ops(rule.src) == ops(rule.dst)
+
+
+def prepare(graph: Graph) -> Graph:
+    """The graph the search starts from: the standard pipeline's clean-up passes, so rules see
+    convolutions with their BatchNorms folded and weights as constants."""
+    graph = fold_batchnorm(fold_constants(remove_identity(graph)))
+    return eliminate_dead_code(eliminate_common_subexpressions(graph))
+
+
+def substitute(graph: Graph, target: Target, db: Database | None = None, rules: Path = SHIPPED,
+               budget_s: float = BUDGET_S, alpha: float = ALPHA) -> tuple[Graph, SubstitutionReport]:
+    """`graph` rewritten by the rules where that lowers its cost on `target` (task costs from
+    `db` where it has them), and what was done; the graph unchanged (with a warning) when the
+    rules cannot be used or the search runs out of time."""
+    try:
+        directed = _rules(Path(rules))
+    except AutoschedError as e:
+        log.warning("%s; substitutions are off", e)
+        return graph, SubstitutionReport(note=f"off ({e})")
+    start = prepare(graph)
+    cost = GraphCost(target, db, lambda g: optimize(g, target.layout_lanes))
+    try:
+        result = search(start, directed, cost, alpha, budget_s)
+    except SearchTimeout as e:
+        log.warning("%s; the model is built without substitutions", e)
+        return graph, SubstitutionReport(note=f"off ({e})")
+    # the estimates are scaled by every record the search met: each graph is judged again with that,
+    # and kept only if it is also cheaper by rooflines alone (records and estimates never mix there)
+    before, plain = cost(start), cost.roofline(start)
+    chosen, after = start, before
+    applied: tuple[str, ...] = ()
+    for candidate, path in result.explored:
+        c = cost(candidate)
+        if c < after and cost.roofline(candidate) < plain:
+            chosen, applied, after = candidate, path, c
+    report = SubstitutionReport(applied, before, after, result.graphs, result.seconds, cost.measured, cost.estimated)
+    return (chosen if applied else graph), report

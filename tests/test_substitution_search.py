@@ -1,0 +1,256 @@
+"""The substitution optimizer: rules matched and applied in real graphs, TASO's search against
+the target's costs, its fallbacks, and the commands that run it.
+
+A SqueezeNet fire module (a 1x1 squeeze, then a 1x1 and a 3x3 expand of the same input,
+concatenated) must come out with its two expand convolutions merged into one through an
+enlarged, concatenated kernel, computing the same outputs (numpy reference here, onnxruntime
+through `check`). Parallel matrix products of one input merge into one GEMM plus a split
+when the cost says so."""
+import logging
+
+import numpy as np
+import pytest
+from graph_helpers import same_results
+from onnx import TensorProto, helper, numpy_helper
+
+from autosched.cli import main
+from autosched.graph.builder import GraphBuilder
+from autosched.graph.ir import Op
+from autosched.graph.passes.substitute import search
+from autosched.graph.substitutions.apply import Matcher, apply, directions
+from autosched.graph.substitutions.rules import SHIPPED, Rule, load_rules
+from autosched.graph.substitutions.terms import parse_shape, parse_term
+from autosched.substitution import prepare, substitute
+from autosched.target import Target
+
+LLVM = Target.parse("llvm")
+
+
+def _fire(rng, x, c, s, e, hw, prefix=""):
+    """ONNX nodes and weights of a fire module reading `x`: squeeze to s, expand to e + e."""
+    nodes, weights = [], []
+
+    def conv(inp, name, cin, cout, k):
+        w = (rng.standard_normal((cout, cin, k, k)) * 0.3).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        weights.extend([numpy_helper.from_array(w, f"{prefix}{name}.w"), numpy_helper.from_array(b, f"{prefix}{name}.b")])
+        nodes.append(helper.make_node("Conv", [inp, f"{prefix}{name}.w", f"{prefix}{name}.b"], [f"{prefix}{name}"],
+                                      pads=[k // 2] * 4))
+        nodes.append(helper.make_node("Relu", [f"{prefix}{name}"], [f"{prefix}{name}.relu"]))
+        return f"{prefix}{name}.relu"
+
+    squeezed = conv(x, "squeeze", c, s, 1)
+    e1, e3 = conv(squeezed, "expand1x1", s, e, 1), conv(squeezed, "expand3x3", s, e, 3)
+    nodes.append(helper.make_node("Concat", [e1, e3], [f"{prefix}out"], axis=1))
+    return nodes, weights, f"{prefix}out"
+
+
+def fire_model(c=16, s=8, e=16, hw=8):
+    rng = np.random.default_rng(0)
+    nodes, weights, out = _fire(rng, "x", c, s, e, hw)
+    graph = helper.make_graph(nodes, "fire", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.fixture
+def fire_path(tmp_path):
+    path = tmp_path / "fire.onnx"
+    path.write_bytes(fire_model().SerializeToString())
+    return path
+
+
+def _load(path):
+    from autosched.frontend.onnx import load_onnx
+    return load_onnx(path, {})
+
+
+def test_the_fire_module_expands_merge_into_one_convolution(fire_path):
+    graph = _load(fire_path)
+    rewritten, report = substitute(graph, LLVM)
+    assert report.applied and report.cost_after < report.cost_before
+    assert [n.op for n in graph.nodes].count(Op.CONV) == 3
+    assert [n.op for n in rewritten.nodes].count(Op.CONV) == 2  # the squeeze, and both expands as one
+    assert Op.CONCAT not in [n.op for n in prepare(rewritten).nodes if n.inputs[0] not in rewritten.constants]
+    same_results(graph, rewritten)
+
+
+def test_the_search_is_deterministic_and_never_keeps_a_costlier_graph(fire_path):
+    graph = _load(fire_path)
+    first, a = substitute(graph, LLVM)
+    second, b = substitute(graph, LLVM)
+    assert a.applied == b.applied and [n.op for n in first.nodes] == [n.op for n in second.nodes]
+    # a graph nothing can improve comes back as it was
+    builder = GraphBuilder()
+    x = builder.input("x", (4, 4))
+    builder.output(builder.node(Op.RELU, [x]))
+    plain = builder.build()
+    same, report = substitute(plain, LLVM)
+    assert same is plain and not report.applied and "none lowers" in report.summary()
+
+
+def _qkv(m=32, k=48):
+    rng = np.random.default_rng(1)
+    b = GraphBuilder("qkv")
+    x = b.input("x", (m, k))
+    w = [b.constant(f"w{i}", (rng.standard_normal((k, k)) * 0.1).astype(np.float32)) for i in range(3)]
+    q, kk, v = (b.node(Op.MATMUL, [x, wi]) for wi in w)
+    scores = b.node(Op.MATMUL, [q, b.node(Op.TRANSPOSE, [kk], perm=(1, 0))])
+    b.output(b.node(Op.MATMUL, [b.node(Op.SOFTMAX, [scores], axis=-1), v]))
+    return b.build()
+
+
+def test_parallel_projections_of_one_input_merge_into_one_gemm():
+    """With a cost of one per MatMul reading a graph input, the search merges the Q, K and V
+    projections step by step (two two-way merges) into one MatMul on concatenated weights."""
+    graph = _qkv()
+    rules = [d for d in directions(load_rules(SHIPPED).rules)]
+
+    def cost(g):
+        return sum(1.0 for n in g.nodes if n.op is Op.MATMUL) + 0.01 * len(g.nodes)
+
+    result = search(prepare(graph), rules, cost, budget_s=120, max_graphs=300)
+    matmuls = [n for n in result.graph.nodes if n.op is Op.MATMUL]
+    assert len(matmuls) == 3  # one projection for all three, and the two attention products
+    assert result.graph.values[matmuls[0].inputs[1]].shape == (48, 144) or any(
+        n.op is Op.CONCAT for n in result.graph.nodes)
+    same_results(graph, result.graph)
+
+
+def test_a_rule_applies_only_where_the_shapes_unify():
+    """`matmul(a,b), matmul(a,c)` with b and c of the same shape [B,C] does not match projections of
+    different widths, and a split must cut where the rule's symbolic size says."""
+    rule = Rule("same-width", {"a": parse_shape("A,B"), "b": parse_shape("B,C"), "c": parse_shape("B,C")},
+                (parse_term("matmul(a,b)"), parse_term("matmul(a,c)")),
+                (parse_term("split0_1[C](matmul(a,concat1(b,c)))"), parse_term("split1_1[C](matmul(a,concat1(b,c)))")),
+                ("matmul-concat-columns", "split0-concat1", "split1-concat1"))
+    b = GraphBuilder()
+    x = b.input("x", (4, 6))
+    b.output(b.node(Op.MATMUL, [x, b.constant("w1", np.ones((6, 5), np.float32))]),
+             b.node(Op.MATMUL, [x, b.constant("w2", np.ones((6, 7), np.float32))]))
+    assert not list(Matcher(b.build()).matches(directions([rule])[0]))
+    b2 = GraphBuilder()
+    x = b2.input("x", (4, 6))
+    b2.output(b2.node(Op.MATMUL, [x, b2.constant("w1", np.ones((6, 5), np.float32))]),
+              b2.node(Op.MATMUL, [x, b2.constant("w2", 2 * np.ones((6, 5), np.float32))]))
+    graph = b2.build()
+    matches = list(Matcher(graph).matches(directions([rule])[0]))
+    assert len(matches) == 2  # (w1, w2) and (w2, w1)
+    merged = apply(graph, matches[0])
+    assert [n.op for n in merged.nodes] == [Op.CONCAT, Op.MATMUL, Op.SPLIT]
+    same_results(graph, merged)
+
+
+def test_a_bad_rule_file_an_unproved_rule_and_a_timeout_fall_back_with_one_line(tmp_path, fire_path, caplog):
+    graph = _load(fire_path)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    unproved = tmp_path / "unproved.json"
+    rules = load_rules(SHIPPED)
+    from autosched.graph.substitutions.rules import RuleFile, save_rules
+    save_rules(unproved, RuleFile((Rule("fake-1", rules.rules[0].shapes, rules.rules[0].src, rules.rules[0].dst, ()),)))
+    cases = [(dict(rules=bad), "cannot read the substitution rules"),
+             (dict(rules=unproved), "rule fake-1 is not proved from the operator properties"),
+             (dict(budget_s=0.0), "ran past its budget")]
+    for kwargs, message in cases:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="autosched"):
+            same, report = substitute(graph, LLVM, **kwargs)
+        assert same is graph and not report.applied
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 1 and message in lines[0] and "\n" not in lines[0]
+        assert report.summary().startswith("substitutions: off")
+
+
+def test_tasks_shows_the_rewrites_and_no_substitutions_turns_them_off(fire_path, tmp_path, capsys):
+    db = str(tmp_path / "tuning.db")
+    assert main(["tasks", str(fire_path), "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "substitutions: 1 rewrite (conv-" in out
+    with_rewrites = out.count("Conv")
+    assert main(["tasks", str(fire_path), "--db", db, "--no-substitutions"]) == 0
+    out = capsys.readouterr().out
+    assert "substitutions: off (--no-substitutions)" in out
+    assert out.count("Conv") > with_rewrites
+
+
+def test_check_passes_against_onnxruntime_with_substitutions(fire_path, tmp_path, capsys):
+    assert main(["check", str(fire_path), "--db", str(tmp_path / "tuning.db"), "--no-shipped"]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out
+
+
+def test_a_task_costs_its_best_record_in_the_database_else_its_roofline(fire_path, tmp_path):
+    """The cost the search compares: a real SQLite database's best record for a task where it
+    has one, the estimate (scaled to the records) for the others, each task costed once."""
+    from db_helpers import HERE, measured
+
+    from autosched.database import Database
+    from autosched.graph.passes import optimize
+    from autosched.graph_cost import GraphCost, roofline
+    from autosched.task import extract_tasks
+
+    graph = _load(fire_path)
+    tasks = extract_tasks(optimize(graph, HERE.layout_lanes)).tasks
+    db = Database(str(tmp_path / "tuning.db"))
+    db.commit(measured(tasks[0], HERE, [7e-3, 5e-3]))
+    cost = GraphCost(HERE, db, lambda g: optimize(g, HERE.layout_lanes))
+    total = cost(graph)
+    # the estimates are scaled by how much slower than its roofline the measured task ran
+    scale = 5e-3 / roofline(tasks[0], HERE)
+    assert cost.scale == pytest.approx(scale)
+    assert total == pytest.approx(5e-3 + scale * sum(roofline(t, HERE) for t in tasks[1:]))
+    assert (cost.measured, cost.estimated) == (1, len(tasks) - 1)
+    assert cost(graph) == total
+    assert (cost.measured, cost.estimated) == (1, len(tasks) - 1)
+    assert all(0 < roofline(t, HERE) < 1e-3 for t in tasks)
+    db.close()
+
+
+def test_after_tuning_the_rewritten_graph_it_is_still_the_one_built(fire_path, tmp_path):
+    """Records of the rewritten graph's tasks, far slower than their rooflines (a busy machine),
+    must not make the unrewritten graph, judged by bare rooflines, look cheaper: `tune` records
+    the rewritten graph's tasks and `build` must build that graph."""
+    from db_helpers import HERE, measured
+
+    from autosched.database import Database
+    from autosched.graph.passes import optimize
+    from autosched.graph_cost import roofline
+    from autosched.task import extract_tasks
+
+    graph = _load(fire_path)
+    rewritten, report = substitute(graph, HERE)
+    assert report.applied
+    db = Database(str(tmp_path / "tuning.db"))
+    for task in extract_tasks(optimize(rewritten, HERE.layout_lanes)).tasks:
+        if task.op == "ConvNCHWc":  # the tuned tasks (the layout conversion has no template)
+            db.commit(measured(task, HERE, [1000 * roofline(task, HERE)]))
+    again, tuned = substitute(graph, HERE, db)
+    assert tuned.applied == report.applied and tuned.measured > 0
+    assert [n.op for n in again.nodes] == [n.op for n in rewritten.nodes]
+    db.close()
+
+
+def test_a_rewrite_is_not_kept_for_trading_a_task_measured_slow_for_an_unmeasured_one(tmp_path):
+    """The zoo MLP with records slower than their rooflines: doubling a Relu (relu(x) =
+    relu(relu(x)), proved) changes a Gemm's task key, and its scaled estimate undercuts its own
+    record; by rooflines alone it is no cheaper, so it is not kept."""
+    import onnx
+    from db_helpers import measured
+
+    from autosched.database import Database
+    from autosched.frontend.onnx import load_onnx
+    from autosched.graph.passes import optimize
+    from autosched.task import extract_tasks
+    from autosched.zoo import mlp
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    graph = load_onnx(path)
+    tasks = extract_tasks(optimize(graph)).tasks
+    with Database(str(tmp_path / "t.db")) as db:
+        db.commit(measured(tasks[0], LLVM, [1e-3]))
+        db.commit(measured(tasks[1], LLVM, [2e-3]))
+        same, report = substitute(graph, LLVM, db)
+    assert same is graph and not report.applied and report.measured == 2
