@@ -97,6 +97,8 @@ _PER_SM = {(7, 0): (64, 32, 96 * 1024), (7, 5): (32, 16, 64 * 1024), (8, 0): (64
            (8, 6): (48, 16, 100 * 1024), (8, 7): (48, 16, 164 * 1024), (8, 9): (48, 24, 100 * 1024),
            (9, 0): (64, 32, 228 * 1024), (10, 0): (64, 32, 228 * 1024), (12, 0): (48, 32, 100 * 1024)}
 DEFAULT_CUDA_ARCH = "sm_80"
+#: what the fingerprint and ISA class of a cuda target's CPU-emulation records start with
+EMULATED_CUDA = "cuda-emulated"
 
 
 Capabilities = CpuCapabilities | GpuCapabilities
@@ -317,6 +319,7 @@ class Target:
     fingerprint: str
     capabilities: Capabilities
     gpu: str | None = None  # the GPU model a cuda target's records were measured on (on_gpu)
+    emulated: bool = False  # records of the CPU emulation (`emulated`): static estimates, not timings
 
     @classmethod
     def parse(cls, text: str, host: CpuInfo | None = None) -> Target:
@@ -363,7 +366,9 @@ class Target:
         """The coarse ISA class ("x86_64-avx512", "x86_64-avx2", "cuda-sm_90"): code, cached
         objects and tuning records made for one class are never used on another."""
         caps = self.capabilities
-        return caps.isa if isinstance(caps, CpuCapabilities) else f"cuda-{caps.arch}"
+        if isinstance(caps, CpuCapabilities):
+            return caps.isa
+        return f"{EMULATED_CUDA}-{caps.arch}" if self.emulated else f"cuda-{caps.arch}"
 
     @property
     def layout_lanes(self) -> int | None:
@@ -379,6 +384,15 @@ class Target:
         if self.kind != "cuda":
             raise TargetError(f"target {self} is not a cuda target; only GPU measurements name a GPU")
         return replace(self, fingerprint=f"cuda|{name}|{self.gpu_capabilities.arch}", gpu=name)
+
+    def as_emulated(self) -> Target:
+        """This cuda target as its CPU emulation measures it: the records' costs are the static
+        model's estimates (the emulation's own run time says nothing about a GPU), so they get a
+        fingerprint and an ISA class of their own (`cuda-emulated|sm_80`, `cuda-emulated-sm_80`)
+        that no GPU timing shares: nothing that ranks GPU timings ever reads them as one."""
+        if self.kind != "cuda":
+            raise TargetError(f"target {self} is not a cuda target; only CUDA kernels are emulated")
+        return replace(self, fingerprint=f"{EMULATED_CUDA}|{self.gpu_capabilities.arch}", gpu=None, emulated=True)
 
     @property
     def cpu_capabilities(self) -> CpuCapabilities:
