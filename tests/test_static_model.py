@@ -120,3 +120,29 @@ def test_an_emulated_tune_records_static_estimates(small_model, tmp_path, capsys
     printed = capsys.readouterr().out
     assert "static estimate" in printed and "from an emulated tune" in printed
     assert "estimated latency of the tuned tasks: 0 ms" in printed  # no estimate is added to measured times
+
+
+@needs_nvcc
+def test_a_gpu_tune_measures_what_an_emulated_tune_estimated(small_model, tmp_path, monkeypatch):
+    """An emulated tune, then a tune on the GPU (a driver test double of an H100: no GPU here)
+    of the same model into the same database: the GPU tune starts from no history, measures the
+    same configs for real, and from then on best() ranks by its timings."""
+    from autosched.measure.nvcc import NvccBuilder
+    from tests.test_gpu_bindings import FakeH100Runner
+
+    target = "cuda -arch=sm_90"
+    db_path = tmp_path / "t.db"
+    tune(small_model, target, 4, db=db_path, tuner="random", round_trials=2, emulate=True)
+    monkeypatch.setenv("FAKE_CUDA_BINDINGS", "cuda-bindings")
+    with FakeH100Runner() as runner:
+        out = tune(small_model, target, 4, db=db_path, tuner="random", round_trials=2, runner=runner,
+                   builder=NvccBuilder(n_parallel=1, cache_dir=tmp_path / "nvcc"))
+    assert out.resumed == 0 and out.transferred == 0  # nothing emulated was resumed as if measured
+    stored = list(Database(db_path).stored())
+    emulated = {(r.key, json.dumps(r.config, sort_keys=True)) for r in stored if is_emulated(r.target.fingerprint)}
+    timed = {(r.key, json.dumps(r.config, sort_keys=True)) for r in stored if "H100" in r.target.fingerprint}
+    assert len(emulated) == 4 and timed == emulated  # the same configs, now timed
+    db = Database(db_path)
+    for task in extract_tasks_of(small_model):
+        found = best(db, task, Target.parse(target))
+        assert found is not None and not found.static_estimate and "H100" in found.fingerprint
