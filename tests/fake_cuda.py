@@ -20,6 +20,7 @@ import types
 import numpy as np
 
 from autosched.measure import gpu_worker
+from autosched.measure.gpu import GpuRunner
 from autosched.measure.worker import load_data
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -314,6 +315,13 @@ def binding_modules(bindings: str, device: Device) -> dict[str, types.ModuleType
     if bindings == "pycuda":
         return pycuda_modules(device)
     return cuda_bindings_modules(CudaBindingsDouble(device))
+
+
+class FakeH100Runner(GpuRunner):
+    """The GPU runner whose worker is the real one on the simulated H100 (`serve`), through the
+    binding the FAKE_CUDA_BINDINGS environment variable names."""
+
+    WORKER = "tests.fake_cuda"
 
 
 def serve(bindings: str) -> None:

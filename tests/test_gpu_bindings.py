@@ -16,7 +16,7 @@ from autosched.measure.record import BuildResult, ErrorKind, MeasureInput
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
 from tests.cuda_markers import no_gpu_here
-from tests.fake_cuda import H100
+from tests.fake_cuda import H100, FakeH100Runner
 
 BINDINGS = ("cuda-bindings", "pycuda")
 
@@ -46,10 +46,6 @@ def _manifest(tmp_path, symbol: str) -> BuildResult:
     manifest.write_text(json.dumps({"cubin": str(cubin), "symbol": symbol, "params": params,
                                     "geometry": {"grid": [1, 1, 1], "block": [32, 1, 1], "shared_bytes": 0}}))
     return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", 0.1)
-
-
-class FakeH100Runner(GpuRunner):
-    WORKER = "tests.fake_cuda"  # the real GPU worker, on a binding double of the simulated H100
 
 
 @pytest.mark.parametrize("bindings", BINDINGS)

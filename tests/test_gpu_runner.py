@@ -25,7 +25,7 @@ from autosched.target import Target
 from autosched.templates import get_template
 from autosched.tuner.api import tune_task
 from tests.cuda_markers import needs_gpu, no_gpu_here
-from tests.fake_cuda import H100, Device, binding_modules
+from tests.fake_cuda import H100, Device, FakeH100Runner, binding_modules
 from tests.gpu_schedules import tiled_matmul
 from tests.task_helpers import gemm_task
 
@@ -129,13 +129,9 @@ def test_a_driver_without_a_device_is_one_clear_message(monkeypatch, bindings, w
         gpu_worker.Gpu()
 
 
-class _FakeH100Runner(GpuRunner):
-    WORKER = "tests.fake_cuda"  # the real GPU worker, on the fake H100 driver
-
-
 def test_records_name_the_gpu_model_the_worker_reads_from_the_driver(tmp_path):
     target = Target.parse("cuda -arch=sm_90")
-    with _FakeH100Runner() as runner:
+    with FakeH100Runner() as runner:
         measured = runner.measured_target(target)
         assert runner.device == {"device": H100, "compute_capability": "9.0", "bindings": "cuda-bindings"}
     assert measured.fingerprint == f"cuda|{H100}|sm_90" and measured.isa == target.isa == "cuda-sm_90"

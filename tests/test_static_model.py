@@ -15,12 +15,14 @@ from autosched.database.identity import is_emulated
 from autosched.database.queries import history
 from autosched.lower import lower
 from autosched.measure.emulate import EmulationBuilder
+from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput, MeasureResult
 from autosched.measure.static_model import estimate, kernel_traffic
 from autosched.target import Target
 from autosched.task import extract_tasks
 from autosched.templates import get_template
 from tests.cuda_markers import needs_nvcc
+from tests.fake_cuda import FakeH100Runner
 from tests.gpu_schedules import tiled_matmul
 
 SM80 = "cuda -arch=sm_80"
@@ -127,9 +129,6 @@ def test_a_gpu_tune_measures_what_an_emulated_tune_estimated(small_model, tmp_pa
     """An emulated tune, then a tune on the GPU (a driver test double of an H100: no GPU here)
     of the same model into the same database: the GPU tune starts from no history, measures the
     same configs for real, and from then on best() ranks by its timings."""
-    from autosched.measure.nvcc import NvccBuilder
-    from tests.test_gpu_bindings import FakeH100Runner
-
     target = "cuda -arch=sm_90"
     db_path = tmp_path / "t.db"
     tune(small_model, target, 4, db=db_path, tuner="random", round_trials=2, emulate=True)
