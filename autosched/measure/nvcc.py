@@ -18,10 +18,10 @@ from autosched.codegen.cuda import CudaRenderer
 from autosched.codegen.gpu import LaunchGeometry, LimitError, check_limits, occupancy
 from autosched.codegen.nvcc import ResourceUsage, compile_cuda
 from autosched.codegen.sass import SassProfile, kernel_sass
-from autosched.target import GpuCapabilities
 from autosched.measure.gpu_build import INSTANTIATION_ERRORS, build_failure, candidate_name, lower_for_gpu
 from autosched.measure.local import Instantiate, LocalBuilder, write_manifest
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput
+from autosched.target import GpuCapabilities
 
 
 def _build_cubin(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | None,

@@ -7,7 +7,9 @@ profiling it:
 
 - work and traffic from the lowered loop nest: floating-point operations, bytes loaded from and
   stored to global and shared memory, each access counted once per iteration of every loop around
-  it (thread and block loops included; guarded accesses counted as if taken);
+  it (thread and block loops included; guarded accesses counted as if taken), except unrolled
+  loops its index does not depend on: nvcc loads such a value once into a register and reuses
+  it (the register tile of a matmul reads each shared element once per k step, not once per FMA);
 - the instruction mix from the SASS (`autosched.codegen.sass`): instructions issued per
   arithmetic instruction, so address arithmetic, scalar loads and barriers cost issue slots;
 - registers from ptxas (`--resource-usage`), hence occupancy, which decides how much latency the
@@ -31,7 +33,7 @@ from autosched.codegen.nvcc import ResourceUsage
 from autosched.codegen.sass import SassProfile
 from autosched.lower.ir import Allocate, For, ForKind, IfThenElse, Let, PrimFunc, Seq, Stmt, Store
 from autosched.target import GpuCapabilities
-from autosched.te.expr import BinOp, Call, Expr, Load, walk
+from autosched.te.expr import BinOp, Call, Expr, Load, free_vars, walk
 
 
 @dataclass(frozen=True)
@@ -87,24 +89,30 @@ class Traffic:
     global_buffer_bytes: float = 0.0  # the distinct global buffers: what DRAM must move at least
 
 
-def _expr_counts(e: Expr, times: float, t: Traffic) -> None:
+#: loops nvcc unrolls: a load invariant in them is made once and kept in a register
+_UNROLLED = (ForKind.UNROLL, ForKind.VECTORIZE)
+
+
+def _expr_counts(e: Expr, times: float, t: Traffic, unrolled: tuple[For, ...] = ()) -> None:
     for x in walk(e):
         if isinstance(x, BinOp) and x.dtype.startswith("float") and x.op in ("add", "sub", "mul", "div", "min", "max"):
             t.flops += times
         elif isinstance(x, Call) and x.dtype.startswith("float"):
             t.flops += times
         elif isinstance(x, Load):
-            nbytes = times * DTYPE_BYTES.get(x.dtype, 4)
+            used = free_vars(x.indices[0])
+            reused = math.prod(f.extent for f in unrolled if f.var not in used)
+            nbytes = times / reused * DTYPE_BYTES.get(x.dtype, 4)
             if x.source.scope == "global":
                 t.global_load_bytes += nbytes
             elif x.source.scope == "shared":
                 t.shared_bytes += nbytes
 
 
-def _visit(s: Stmt, times: float, t: Traffic, bound: dict[str, int]) -> None:
+def _visit(s: Stmt, times: float, t: Traffic, bound: dict[str, int], unrolled: tuple[For, ...] = ()) -> None:
     if isinstance(s, Store):
-        _expr_counts(s.value, times, t)
-        _expr_counts(s.index, times, t)
+        _expr_counts(s.value, times, t, unrolled)
+        _expr_counts(s.index, times, t, unrolled)
         nbytes = times * DTYPE_BYTES.get(s.buffer.dtype, 4)
         if s.buffer.scope == "global":
             t.global_store_bytes += nbytes
@@ -112,23 +120,23 @@ def _visit(s: Stmt, times: float, t: Traffic, bound: dict[str, int]) -> None:
             t.shared_bytes += nbytes
     elif isinstance(s, For) and s.kind is ForKind.THREAD and s.thread in bound:
         # the same index as the enclosing loop of that axis: only the threads below the extent run it
-        _visit(s.body, times * s.extent / bound[s.thread], t, {**bound, s.thread: s.extent})
+        _visit(s.body, times * s.extent / bound[s.thread], t, {**bound, s.thread: s.extent}, unrolled)
     elif isinstance(s, For):
         inner = {**bound, s.thread: s.extent} if s.kind is ForKind.THREAD and s.thread != "vthread" else bound
-        _visit(s.body, times * s.extent, t, inner)
+        _visit(s.body, times * s.extent, t, inner, unrolled + ((s,) if s.kind in _UNROLLED else ()))
     elif isinstance(s, Let):
-        _expr_counts(s.value, times, t)
-        _visit(s.body, times, t, bound)
+        _expr_counts(s.value, times, t, unrolled)
+        _visit(s.body, times, t, bound, unrolled)
     elif isinstance(s, IfThenElse):
-        _expr_counts(s.cond, times, t)
-        _visit(s.then, times, t, bound)
+        _expr_counts(s.cond, times, t, unrolled)
+        _visit(s.then, times, t, bound, unrolled)
         if s.orelse is not None:
-            _visit(s.orelse, times, t, bound)
+            _visit(s.orelse, times, t, bound, unrolled)
     elif isinstance(s, Allocate):
-        _visit(s.body, times, t, bound)
+        _visit(s.body, times, t, bound, unrolled)
     elif isinstance(s, Seq):
         for x in s.stmts:
-            _visit(x, times, t, bound)
+            _visit(x, times, t, bound, unrolled)
 
 
 def kernel_traffic(func: PrimFunc) -> Traffic:
