@@ -16,7 +16,8 @@ profiling it:
   multiprocessor can hide; spilled registers add local-memory traffic;
 - a reference device of the architecture (SMs, clock, FP32 lanes, DRAM and L2 bandwidth): the
   kernel takes at least as long as its busiest unit (issue, FP32 pipes, shared memory, L2, DRAM),
-  divided by the share of that peak its occupancy and its last partial wave of blocks allow.
+  divided by the share of that peak its resident warps (occupancy, or the grid where it has
+  fewer blocks than the GPU has room for) and its last partial wave of blocks allow.
 
 The estimate is in seconds on the reference device but it is a model, never a measurement: it is
 stored only under the emulated target's fingerprint (`Target.emulated`), ranks candidates within
@@ -190,9 +191,11 @@ def estimate(func: PrimFunc, geometry: LaunchGeometry, caps: GpuCapabilities, us
         "dram": min(t.global_buffer_bytes, l2_bytes) / (device.dram_gb_s * 1e9),
     }
     bound = max(bounds, key=lambda k: bounds[k])
-    resident_warps = occ * caps.max_warps_per_sm
-    hiding = min(1.0, resident_warps / WARPS_TO_HIDE_LATENCY / WARP_SCHEDULERS_PER_SM)
     blocks = math.prod(geometry.grid)
+    # warps an SM holds at once: as occupancy allows, or fewer where the grid has too few blocks
+    warps_per_block = -(-geometry.threads_per_block // caps.warp_size)
+    resident_warps = min(occ * caps.max_warps_per_sm, math.ceil(blocks / device.sms) * warps_per_block)
+    hiding = min(1.0, resident_warps / WARPS_TO_HIDE_LATENCY / WARP_SCHEDULERS_PER_SM)
     waves = blocks / device.sms  # blocks per SM, on average; the busiest SM runs the ceiling of it
     balance = waves / math.ceil(waves)
     seconds = bounds[bound] / (hiding * balance) + LAUNCH_SECONDS
