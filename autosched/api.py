@@ -129,16 +129,21 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     the target's back end on this machine (gcc and the CPU worker; nvcc and the GPU worker for
     cuda) unless a builder or runner is passed in, which stays the caller's. `emulate` (cuda
     targets): candidates are built as the CPU emulation and checked there, proving them correct
-    without a GPU (their times are the CPU's). Ctrl-C raises TuneInterrupted after marking the
-    session interrupted. Callbacks with `start(plan)` / `finish()` methods (progress displays)
-    are told when the run begins (a `TunePlan`) and ends, however it ends. `substitutions`: the
-    tasks are those of the graph the verified substitutions rewrite the model into (see
-    `prepare_graph`), as `build` builds it."""
+    without a GPU, ranked by the static model of the GPU kernel
+    (`autosched.measure.static_model`) and recorded under the emulated target
+    (`Target.as_emulated`). Ctrl-C raises TuneInterrupted after marking the session interrupted.
+    Callbacks with `start(plan)` / `finish()` methods (progress displays) are told when the run
+    begins (a `TunePlan`) and ends, however it ends. `substitutions`: the tasks are those of the
+    graph the verified substitutions rewrite the model into (see `prepare_graph`), as `build`
+    builds it."""
     from autosched.task_scheduler import check_arguments, tune_tasks
     check_arguments(trials, tuner, scheduler)
     target = Target.parse(target) if isinstance(target, str) else target
-    with backend_for(target, emulate).measuring(builder, runner) as (builder, runner):
+    backend = backend_for(target, emulate)
+    with backend.measuring(builder, runner) as (builder, runner):
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
+        if backend.emulated:  # costs are static estimates: records apart from every GPU timing
+            target = target.as_emulated()
         with open_database(db) as database:
             _, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
             since = latest_record(database)

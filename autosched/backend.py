@@ -64,8 +64,8 @@ class Backend:
     sets the actor's CUDA_VISIBLE_DEVICES to its GPU); where it is 0 the kernels run on the
     node's cores, so timings exclude the node's builds (a GPU's do not: a host build barely moves
     a GPU kernel's time, and the GPUs of one node would otherwise wait for each other).
-    `emulated`: the kernels run in an emulation of the target on the CPU, so their costs are the
-    CPU's (good for proving candidates correct, not for ranking them).
+    `emulated`: the kernels run in an emulation of the target on the CPU, which proves candidates
+    correct; their costs are the static model's estimates, recorded under `Target.as_emulated`.
     """
 
     name: str

@@ -69,6 +69,9 @@ class GpuCapabilities:
     max_registers_per_thread: int = 255
     registers_per_sm: int = 64 * 1024
     warp_size: int = 32
+    max_warps_per_sm: int = 64  # resident warps of one multiprocessor
+    max_blocks_per_sm: int = 32
+    shared_memory_per_sm: int = 164 * 1024  # what resident blocks share (per block, 1 KiB more is reserved)
 
     @property
     def compute_capability(self) -> tuple[int, int]:
@@ -88,7 +91,14 @@ _SHARED_OPTIN = {(7, 0): 96 * 1024, (7, 2): 96 * 1024, (7, 5): 64 * 1024, (8, 0)
                  (8, 6): 99 * 1024, (8, 7): 163 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024,
                  (10, 0): 227 * 1024, (10, 3): 227 * 1024, (11, 0): 227 * 1024, (12, 0): 99 * 1024,
                  (12, 1): 99 * 1024}
+#: compute capability -> (resident warps, resident blocks, shared memory) per multiprocessor,
+#: which bound occupancy (same source)
+_PER_SM = {(7, 0): (64, 32, 96 * 1024), (7, 5): (32, 16, 64 * 1024), (8, 0): (64, 32, 164 * 1024),
+           (8, 6): (48, 16, 100 * 1024), (8, 7): (48, 16, 164 * 1024), (8, 9): (48, 24, 100 * 1024),
+           (9, 0): (64, 32, 228 * 1024), (10, 0): (64, 32, 228 * 1024), (12, 0): (48, 32, 100 * 1024)}
 DEFAULT_CUDA_ARCH = "sm_80"
+#: what the fingerprint and ISA class of a cuda target's CPU-emulation records start with
+EMULATED_CUDA = "cuda-emulated"
 
 
 Capabilities = CpuCapabilities | GpuCapabilities
@@ -233,7 +243,9 @@ def gpu_capabilities(arch: str) -> GpuCapabilities:
     known = [cc for cc in sorted(_SHARED_OPTIN) if cc <= caps.compute_capability]
     if not known:
         raise TargetError(f"architecture {arch} is older than Volta (sm_70); autosched needs sm_70 or newer")
-    return GpuCapabilities(arch=arch, max_shared_memory_per_block_optin=_SHARED_OPTIN[known[-1]])
+    warps, blocks, shared = _PER_SM[max(cc for cc in _PER_SM if cc <= caps.compute_capability)]
+    return GpuCapabilities(arch=arch, max_shared_memory_per_block_optin=_SHARED_OPTIN[known[-1]],
+                           max_warps_per_sm=warps, max_blocks_per_sm=blocks, shared_memory_per_sm=shared)
 
 
 def detect_cuda_arch() -> str | None:
@@ -307,6 +319,7 @@ class Target:
     fingerprint: str
     capabilities: Capabilities
     gpu: str | None = None  # the GPU model a cuda target's records were measured on (on_gpu)
+    emulated: bool = False  # records of the CPU emulation (`emulated`): static estimates, not timings
 
     @classmethod
     def parse(cls, text: str, host: CpuInfo | None = None) -> Target:
@@ -353,7 +366,9 @@ class Target:
         """The coarse ISA class ("x86_64-avx512", "x86_64-avx2", "cuda-sm_90"): code, cached
         objects and tuning records made for one class are never used on another."""
         caps = self.capabilities
-        return caps.isa if isinstance(caps, CpuCapabilities) else f"cuda-{caps.arch}"
+        if isinstance(caps, CpuCapabilities):
+            return caps.isa
+        return f"{EMULATED_CUDA}-{caps.arch}" if self.emulated else f"cuda-{caps.arch}"
 
     @property
     def layout_lanes(self) -> int | None:
@@ -369,6 +384,15 @@ class Target:
         if self.kind != "cuda":
             raise TargetError(f"target {self} is not a cuda target; only GPU measurements name a GPU")
         return replace(self, fingerprint=f"cuda|{name}|{self.gpu_capabilities.arch}", gpu=name)
+
+    def as_emulated(self) -> Target:
+        """This cuda target as its CPU emulation measures it: the records' costs are the static
+        model's estimates (the emulation's own run time says nothing about a GPU), so they get a
+        fingerprint and an ISA class of their own (`cuda-emulated|sm_80`, `cuda-emulated-sm_80`)
+        that no GPU timing shares: nothing that ranks GPU timings ever reads them as one."""
+        if self.kind != "cuda":
+            raise TargetError(f"target {self} is not a cuda target; only CUDA kernels are emulated")
+        return replace(self, fingerprint=f"{EMULATED_CUDA}|{self.gpu_capabilities.arch}", gpu=None, emulated=True)
 
     @property
     def cpu_capabilities(self) -> CpuCapabilities:

@@ -1,67 +1,189 @@
-"""Test doubles for the CUDA driver bindings (the GPU is the only thing faked): a driver that
-finds no device, and one that finds an H100, so what the GPU worker reads from the driver can be
-checked on machines without a GPU. Run as a module it is the GPU worker on the fake H100:
+"""Test doubles of the two CUDA driver bindings (cuda-bindings and pycuda) over one simulated GPU:
+the GPU is the only thing faked, so the GPU worker, its driver layer and the runner run as they
+would on a machine with one (this machine has none).
 
-    python -m tests.fake_cuda PARENT_PID
+The simulated H100 keeps allocations as bytes, loads any cubin, and "runs" a kernel by writing
+the outputs the worker's request expects (the task's reference, which `serve` hands it), so what
+is tested is everything around the kernel, not its arithmetic. A kernel whose symbol contains
+`illegal_address` faults as a wild store does on a GPU: the error is sticky, every later call of
+the context fails. A launch lasts a time derived from the cubin's bytes, so configs differ.
+
+    python -m tests.fake_cuda PARENT_PID     # the GPU worker on the fake H100, through the
+                                             # binding FAKE_CUDA_BINDINGS names (default cuda-bindings)
 """
 import enum
+import hashlib
+import os
 import sys
 import types
 
+import numpy as np
+
 from autosched.measure import gpu_worker
+from autosched.measure.gpu import GpuRunner
+from autosched.measure.worker import load_data
 
 H100 = "NVIDIA H100 80GB HBM3"
+ILLEGAL_ADDRESS = "CUDA_ERROR_ILLEGAL_ADDRESS"
 
 
-class NoDeviceDriver:
-    """A driver that is installed but finds no device, as on a machine whose GPU is missing or hidden."""
+class Device:
+    """The simulated GPU: memory, modules, a stream whose launches finish at once, a sticky error."""
 
-    class CUresult(enum.Enum):
-        CUDA_SUCCESS = 0
-        CUDA_ERROR_NO_DEVICE = 100
+    def __init__(self, present: bool = True) -> None:
+        self.present = present
+        self.memory: dict[int, bytearray] = {}
+        self.next_ptr = 0x7F0000000000
+        self.modules: dict[int, bytes] = {}
+        self.error: str | None = None  # sticky: set by a faulting kernel, failing every later call
+        self.expected: list[np.ndarray] = []  # what the running request's kernel must write
+        self.clock_ms = 0.0
 
-    def cuInit(self, flags):
-        return (self.CUresult.CUDA_ERROR_NO_DEVICE,)
+    def check(self) -> None:
+        if self.error is not None:
+            raise DeviceError(self.error)
 
-    def cuGetErrorName(self, err):
-        return (self.CUresult.CUDA_SUCCESS, err.name.encode())
+    def alloc(self, nbytes: int) -> int:
+        self.check()
+        ptr, self.next_ptr = self.next_ptr, self.next_ptr + ((nbytes + 255) // 256) * 256
+        self.memory[ptr] = bytearray(nbytes)
+        return ptr
+
+    def write(self, ptr: int, data: bytes) -> None:
+        self.check()
+        self.memory[ptr][:len(data)] = data
+
+    def read(self, ptr: int, nbytes: int) -> bytes:
+        self.check()
+        return bytes(self.memory[ptr][:nbytes])
+
+    def launch(self, cubin: bytes, symbol: str, ptrs: list[int]) -> None:
+        self.check()
+        if "illegal_address" in symbol:
+            self.error = ILLEGAL_ADDRESS
+            return
+        for ptr, out in zip(ptrs[len(ptrs) - len(self.expected):], self.expected):
+            self.memory[ptr][:out.nbytes] = np.ascontiguousarray(out).tobytes()
+        self.clock_ms += 1e-3 * (1 + int(hashlib.sha256(cubin).hexdigest()[:6], 16) % 1000)
 
 
-class H100Driver(NoDeviceDriver):
-    """A driver holding one sm_90 GPU named like an H100: enough for the worker to start and say
-    which GPU it holds (nothing is launched on it)."""
+class DeviceError(Exception):
+    """A driver call the device refused: the binding doubles turn it into their own error form."""
+
+
+# --- cuda-bindings ---------------------------------------------------------------------------------
+class CUresult(enum.Enum):
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_NO_DEVICE = 100
+    CUDA_ERROR_ILLEGAL_ADDRESS = 700
+
+
+class CudaBindingsDouble:
+    """`cuda.bindings.driver` over a Device: each call returns (status, values...)."""
+
+    CUresult = CUresult
 
     class CUdevice_attribute(enum.Enum):
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
-    def _ok(self, *values):
-        return (self.CUresult.CUDA_SUCCESS, *values)
+    class CUfunction_attribute(enum.Enum):
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.events: dict[int, float] = {}
+
+    def _call(self, fn, *args):
+        try:
+            out = fn(*args)
+        except DeviceError as e:
+            return (CUresult[str(e)],)
+        return (CUresult.CUDA_SUCCESS, *(out if isinstance(out, tuple) else (out,) if out is not None else ()))
+
+    def cuGetErrorName(self, err):
+        return (CUresult.CUDA_SUCCESS, err.name.encode())
 
     def cuInit(self, flags):
-        return self._ok()
+        return (CUresult.CUDA_SUCCESS,) if self.device.present else (CUresult.CUDA_ERROR_NO_DEVICE,)
 
     def cuDeviceGet(self, ordinal):
-        return self._ok(ordinal)
+        return (CUresult.CUDA_SUCCESS, ordinal)
 
     def cuDeviceGetName(self, length, device):
-        return self._ok(H100.encode().ljust(length, b"\0"))
+        return (CUresult.CUDA_SUCCESS, H100.encode().ljust(length, b"\0"))
 
     def cuDeviceGetAttribute(self, attribute, device):
         major = attribute is self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-        return self._ok(9 if major else 0)
+        return (CUresult.CUDA_SUCCESS, 9 if major else 0)
 
     def cuDevicePrimaryCtxRetain(self, device):
-        return self._ok("context")
+        return (CUresult.CUDA_SUCCESS, "context")
 
     def cuCtxSetCurrent(self, context):
-        return self._ok()
+        return (CUresult.CUDA_SUCCESS,)
 
     def cuStreamCreate(self, flags):
-        return self._ok("stream")
+        return (CUresult.CUDA_SUCCESS, "stream")
+
+    def cuModuleLoadData(self, cubin):
+        def load():
+            self.device.check()
+            handle = len(self.device.modules) + 1
+            self.device.modules[handle] = bytes(cubin)
+            return handle
+        return self._call(load)
+
+    def cuModuleGetFunction(self, module, symbol):
+        return self._call(lambda: (module, symbol.decode()))
+
+    def cuFuncSetAttribute(self, func, attribute, value):
+        return self._call(self.device.check)
+
+    def cuModuleUnload(self, module):
+        return self._call(lambda: self.device.modules.pop(module) and None)
+
+    def cuMemAlloc(self, nbytes):
+        return self._call(self.device.alloc, nbytes)
+
+    def cuMemFree(self, ptr):
+        return self._call(lambda: self.device.check() or self.device.memory.pop(ptr) and None)
+
+    def cuMemcpyHtoD(self, ptr, array, nbytes):
+        return self._call(self.device.write, ptr, np.ascontiguousarray(array).tobytes()[:nbytes])
+
+    def cuMemcpyDtoH(self, array, ptr, nbytes):
+        def copy():
+            array.reshape(-1).view(np.uint8)[:] = np.frombuffer(self.device.read(ptr, nbytes), np.uint8)
+        return self._call(copy)
+
+    def cuMemsetD8Async(self, ptr, value, nbytes, stream):
+        return self._call(self.device.write, ptr, bytes([value]) * nbytes)
+
+    def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        module, symbol = func
+        return self._call(self.device.launch, self.device.modules[module], symbol, list(params[0]))
+
+    def cuStreamSynchronize(self, stream):
+        return self._call(self.device.check)
+
+    def cuEventCreate(self, flags):
+        return self._call(lambda: len(self.events) + 1 + max(self.events, default=0))
+
+    def cuEventRecord(self, event, stream):
+        return self._call(lambda: self.events.__setitem__(event, self.device.clock_ms))
+
+    def cuEventSynchronize(self, event):
+        return self._call(self.device.check)
+
+    def cuEventElapsedTime(self, start, end):
+        return self._call(lambda: self.events[end] - self.events[start])
+
+    def cuEventDestroy(self, event):
+        return self._call(lambda: self.events.pop(event) and None)
 
 
-def driver_modules(driver) -> dict[str, types.ModuleType]:
+def cuda_bindings_modules(driver) -> dict[str, types.ModuleType]:
     """The sys.modules entries that make `from cuda.bindings import driver` find `driver`,
     whether cuda-bindings is installed or not."""
     package = types.ModuleType("cuda.bindings")
@@ -69,6 +191,154 @@ def driver_modules(driver) -> dict[str, types.ModuleType]:
     return {"cuda": types.ModuleType("cuda"), "cuda.bindings": package}
 
 
-if __name__ == "__main__":
-    sys.modules.update(driver_modules(H100Driver()))
+# --- pycuda ----------------------------------------------------------------------------------------
+def pycuda_modules(device: Device) -> dict[str, types.ModuleType]:
+    """The sys.modules entries of a `pycuda.driver` over `device`: objects with methods, errors
+    as exceptions whose text is cuGetErrorString's description, as pycuda's are."""
+    drv = types.ModuleType("pycuda.driver")
+
+    class Error(Exception):
+        pass
+
+    class LogicError(Error):
+        pass
+
+    class LaunchError(Error):
+        pass
+
+    class RuntimeError_(Error):
+        pass
+
+    class MemoryError_(Error):
+        pass
+
+    descriptions = {ILLEGAL_ADDRESS: "an illegal memory access was encountered"}
+
+    def guarded(call: str, fn, *args):
+        try:
+            return fn(*args)
+        except DeviceError as e:
+            raise RuntimeError_(f"{call} failed: {descriptions[str(e)]}") from None
+
+    class DeviceAllocation:
+        def __init__(self, nbytes: int) -> None:
+            self.ptr = guarded("cuMemAlloc", device.alloc, nbytes)
+
+        def free(self) -> None:
+            guarded("cuMemFree", device.check)
+
+        def __int__(self) -> int:
+            return self.ptr
+
+    class Function:
+        def __init__(self, cubin: bytes, symbol: str) -> None:
+            self.cubin, self.symbol = cubin, symbol
+
+        def set_attribute(self, attribute, value) -> None:
+            guarded("cuFuncSetAttribute", device.check)
+
+        def __call__(self, *args, grid, block, shared=0, stream=None) -> None:
+            if not all(isinstance(a, DeviceAllocation) for a in args):
+                raise TypeError("pass device allocations")
+            guarded("cuLaunchKernel", device.launch, self.cubin, self.symbol, [a.ptr for a in args])
+
+    class Module:
+        def __init__(self, cubin: bytes) -> None:
+            guarded("cuModuleLoadData", device.check)
+            self.cubin = cubin
+
+        def get_function(self, symbol: str) -> Function:
+            return Function(self.cubin, symbol)
+
+    class Stream:
+        def synchronize(self) -> None:
+            guarded("cuStreamSynchronize", device.check)
+
+    class Event:
+        def record(self, stream=None) -> "Event":
+            guarded("cuEventRecord", device.check)
+            self.at = device.clock_ms
+            return self
+
+        def synchronize(self) -> "Event":
+            guarded("cuEventSynchronize", device.check)
+            return self
+
+        def time_till(self, end: "Event") -> float:
+            return end.at - self.at
+
+    class Context:
+        def push(self) -> None:
+            pass
+
+    class DeviceHandle:
+        def __init__(self, ordinal: int) -> None:
+            if not device.present:
+                raise LogicError("cuDeviceGet failed: invalid device ordinal")
+
+        def name(self) -> str:
+            return H100
+
+        def compute_capability(self) -> tuple[int, int]:
+            return (9, 0)
+
+        def retain_primary_context(self) -> Context:
+            return Context()
+
+    def init() -> None:
+        if not device.present:
+            raise RuntimeError_("cuInit failed: no CUDA-capable device is detected")
+
+    def memcpy_htod(dest: DeviceAllocation, src: np.ndarray) -> None:
+        guarded("cuMemcpyHtoD", device.write, dest.ptr, np.ascontiguousarray(src).tobytes())
+
+    def memcpy_dtoh(dest: np.ndarray, src: DeviceAllocation) -> None:
+        data = guarded("cuMemcpyDtoH", device.read, src.ptr, dest.nbytes)
+        dest.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8)
+
+    def memset_d8_async(dest: DeviceAllocation, value: int, nbytes: int, stream=None) -> None:
+        guarded("cuMemsetD8Async", device.write, dest.ptr, bytes([value]) * nbytes)
+
+    drv.__dict__.update(
+        Error=Error, LogicError=LogicError, LaunchError=LaunchError, RuntimeError=RuntimeError_,
+        MemoryError=MemoryError_, init=init, Device=DeviceHandle, Stream=Stream, Event=Event,
+        mem_alloc=DeviceAllocation, memcpy_htod=memcpy_htod, memcpy_dtoh=memcpy_dtoh,
+        memset_d8_async=memset_d8_async, module_from_buffer=Module,
+        function_attribute=types.SimpleNamespace(MAX_DYNAMIC_SHARED_SIZE_BYTES=8))
+    package = types.ModuleType("pycuda")
+    package.driver = drv
+    return {"pycuda": package, "pycuda.driver": drv}
+
+
+def binding_modules(bindings: str, device: Device) -> dict[str, types.ModuleType]:
+    """sys.modules entries that make `bindings` ("cuda-bindings" or "pycuda") reach `device`."""
+    if bindings == "pycuda":
+        return pycuda_modules(device)
+    return cuda_bindings_modules(CudaBindingsDouble(device))
+
+
+class FakeH100Runner(GpuRunner):
+    """The GPU runner whose worker is the real one on the simulated H100 (`serve`), through the
+    binding the FAKE_CUDA_BINDINGS environment variable names."""
+
+    WORKER = "tests.fake_cuda"
+
+
+def serve(bindings: str) -> None:
+    """The real GPU worker on the fake H100 through `bindings`: each request's expected outputs
+    are handed to the device before the worker handles it (the kernel "computes" them)."""
+    device = Device()
+    sys.modules.update(binding_modules(bindings, device))
+    os.environ["AUTOSCHED_CUDA_BINDINGS"] = bindings
+    handle = gpu_worker.handle
+
+    def handing_expected(gpu, req):
+        device.expected = load_data(req["data"])[1]
+        return handle(gpu, req)
+
+    gpu_worker.handle = handing_expected
     gpu_worker.main()
+
+
+if __name__ == "__main__":
+    serve(os.environ.get("FAKE_CUDA_BINDINGS", "cuda-bindings"))

@@ -56,7 +56,14 @@ FIELDS: dict[str, Any] = {
                "trials_to_90pct": {"random": None, "ga": None, "xgb": None}},
     "cuda_templates": {"arch": None, "configs_per_task": None, "nvcc": None, "templates": {"*": {
         "tasks": None, "configs": None, "pass_emulation": None, "failures": None, "within_limits": None,
-        "over_limits": None, "nvcc_configs_per_s": None}}},
+        "over_limits": None, "nvcc_configs_per_s": None,
+        "sass": {"registers": None, "occupancy": None, "local": None, "ldg128": None, "lds128": None,
+                 "shfl": None, "hmma": None, "ldgsts": None}}},
+        "static_model": {"configs": None, "built": None, "best_us": None, "median_us": None, "worst_us": None,
+                         "fallback_us": None, "fallback_rank": None, "top": [{"config": None, "estimate_us": None}]}},
+    "gpu": {"gpu": None, "arch": None, "tests": None, "static_model_spearman": None, "models": None,
+            "kernels": {"*": {"shape": None, "flops": None, "static_us": None, "registers": None, "occupancy": None,
+                              "sass": {"ffma": None, "ldg128": None, "lds128": None, "local": None}}}},
 }
 # `fleet.py --simulate N`: a simulated fleet, two drivers into one database
 SIMULATE = {"simulate": {"database": None, "tuner": None, "kernel_ms": None, "cores": None, "cluster_start_s": None,
@@ -139,6 +146,7 @@ def test_benchmark_quick_run(name, tmp_path, request):
     if name == "cuda_templates":  # each row's fallback config: valid by definition
         assert all(row["pass_emulation"] == 1.0 for row in out["templates"].values())
         assert all(row["within_limits"] == 1.0 for row in out["templates"].values()) or not out["nvcc"]
+        assert all(row["sass"]["local"] == 0.0 for row in out["templates"].values())  # no fallback spills
 
 
 def test_the_fleet_simulation(tmp_path):

@@ -12,6 +12,7 @@ from autosched.cli import main
 from autosched.database import Database, best
 from autosched.database.schedules import TunedSchedules
 from autosched.measure import gpu_worker
+from autosched.measure.cuda_driver import CudaError
 from autosched.measure.emulate import EmulationBuilder
 from autosched.measure.gpu import GpuRunner, GpuUnavailableError
 from autosched.measure.interface import measure_with
@@ -24,7 +25,7 @@ from autosched.target import Target
 from autosched.templates import get_template
 from autosched.tuner.api import tune_task
 from tests.cuda_markers import needs_gpu, no_gpu_here
-from tests.fake_cuda import H100, NoDeviceDriver, driver_modules
+from tests.fake_cuda import H100, Device, FakeH100Runner, binding_modules
 from tests.gpu_schedules import tiled_matmul
 from tests.task_helpers import gemm_task
 
@@ -117,22 +118,22 @@ def test_tuning_a_gemm_emulated(tmp_path):
     assert_every_candidate_ran_right_or_was_refused(result.records, 8)
 
 
-def test_a_driver_without_a_device_is_one_clear_message(monkeypatch):
-    for name, module in driver_modules(NoDeviceDriver()).items():
+@pytest.mark.parametrize("bindings, why", [("cuda-bindings", "cuInit: CUDA_ERROR_NO_DEVICE"),
+                                          ("pycuda", "cuInit: CUDA_ERROR_NO_DEVICE")])
+def test_a_driver_without_a_device_is_one_clear_message(monkeypatch, bindings, why):
+    """Both bindings' doubles on a machine whose GPU is missing (no GPU here: the driver is faked)."""
+    for name, module in binding_modules(bindings, Device(present=False)).items():
         monkeypatch.setitem(sys.modules, name, module)
-    with pytest.raises(RuntimeError, match=r"no usable NVIDIA GPU here \(cuInit: CUDA_ERROR_NO_DEVICE\); --emulate"):
+    monkeypatch.setenv("AUTOSCHED_CUDA_BINDINGS", bindings)
+    with pytest.raises(RuntimeError, match=rf"no usable NVIDIA GPU here \({why}\); --emulate"):
         gpu_worker.Gpu()
-
-
-class _FakeH100Runner(GpuRunner):
-    WORKER = "tests.fake_cuda"  # the real GPU worker, on the fake H100 driver
 
 
 def test_records_name_the_gpu_model_the_worker_reads_from_the_driver(tmp_path):
     target = Target.parse("cuda -arch=sm_90")
-    with _FakeH100Runner() as runner:
+    with FakeH100Runner() as runner:
         measured = runner.measured_target(target)
-        assert runner.device == {"device": H100, "compute_capability": "9.0"}
+        assert runner.device == {"device": H100, "compute_capability": "9.0", "bindings": "cuda-bindings"}
     assert measured.fingerprint == f"cuda|{H100}|sm_90" and measured.isa == target.isa == "cuda-sm_90"
     assert measured.gpu == H100 and target.gpu is None
     task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)
@@ -159,5 +160,5 @@ def test_a_build_says_when_its_records_come_from_another_gpu_model(tmp_path, cap
 
 
 def test_sticky_errors_are_the_ones_that_lose_the_context():
-    assert gpu_worker.CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "cuStreamSynchronize").sticky
-    assert not gpu_worker.CudaError("CUDA_ERROR_OUT_OF_MEMORY", "cuMemAlloc").sticky
+    assert CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "cuStreamSynchronize").sticky
+    assert not CudaError("CUDA_ERROR_OUT_OF_MEMORY", "cuMemAlloc").sticky

@@ -168,25 +168,28 @@ ROW_OPS = {
 
 
 def _block_rows_configs(task, seed: int) -> list:
-    """The fallback and two random thread counts, each a block a row."""
+    """The fallback and two random thread counts, each a block a row, through shared memory
+    alone and with warp shuffles."""
     template = get_template(task.op, "cuda")
     space = template.space(task, SM80)
     threads = np.random.default_rng(seed).choice(space.knob("threads").values, 2)
     return [template.fallback(task, SM80)] + [
-        space.from_values({"threads": int(t), "per_thread": 1, "row_reduce": "block"}) for t in threads]
+        space.from_values({"threads": int(t), "per_thread": 1, "row_reduce": way})
+        for t in threads for way in ("block", "shuffle")]
 
 
 @pytest.mark.parametrize("name", sorted(ROW_OPS))
 def test_a_block_a_row_matches_reference(name):
-    """Every reduction inside the op as a shared-memory tree between barriers (the emulation
-    reports a barrier some threads miss and tree reads outside their level)."""
+    """Every reduction inside the op as a shared-memory tree between barriers, or with warp
+    shuffles for its levels within a warp (the emulation reports a barrier some threads miss,
+    tree reads outside their level and a shuffle some lanes of its group miss)."""
     task = ROW_OPS[name]()
     _check_emulated(name, task, _block_rows_configs(task, seed=len(name)), atol=1e-5)
 
 
 def test_long_rows_get_a_block_each_by_default():
     softmax = get_template("Softmax", "cuda")
-    assert softmax.fallback(ROW_OPS["softmax_bert"](), SM80)["row_reduce"] == "block"
+    assert softmax.fallback(ROW_OPS["softmax_bert"](), SM80)["row_reduce"] == "shuffle"
     assert softmax.fallback(ROW_OPS["softmax_odd"](), SM80)["row_reduce"] == "thread"
     pool = TASKS["max_pool"]()  # the output itself reduces: no block a row
     assert "row_reduce" not in {k.name for k in get_template(pool.op, "cuda").space(pool, SM80).knobs}

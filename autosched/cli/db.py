@@ -104,18 +104,24 @@ def _best(db, args) -> int:
     target = Target.parse(args.target)
     _, tasks = model_tasks(args.model, target, dict(args.shape), db=db)
     print(f"{'op':<10} {'weight':>6} {'best ms':>9} {'GFLOP/s':>8} {'record':>7}  shapes / where")
-    total = 0.0
+    total, static = 0.0, 0
     for task in tasks:
         found = best(db, task, target)
         shapes = ",".join("x".join(map(str, s)) for s in task.shapes)
         if found is None:
             print(f"{task.op:<10} {task.weight:>6} {'-':>9} {'-':>8} {'-':>7}  {shapes}")
             continue
+        if found.static_estimate:  # a model's figure, never added to measured times
+            static += 1
+            print(f"{task.op:<10} {task.weight:>6} {'-':>9} {'-':>8} {found.record:>7}  {shapes}  (no GPU timing; "
+                  f"static estimate {found.cost * 1e6:.4g} us from an emulated tune)")
+            continue
         total += task.weight * found.cost
         where = "" if found.fingerprint == target.fingerprint else f"  (measured on {found.fingerprint})"
         print(f"{task.op:<10} {task.weight:>6} {found.cost * 1e3:>9.4g} {task.flops / found.cost / 1e9:>8.1f} "
               f"{found.record:>7}  {shapes}{where}")
-    print(f"estimated latency of the tuned tasks: {total * 1e3:.4g} ms")
+    print(f"estimated latency of the tuned tasks: {total * 1e3:.4g} ms"
+          + (f" ({static} tasks have static estimates only, not counted)" if static else ""))
     return 0
 
 

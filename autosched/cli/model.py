@@ -78,7 +78,9 @@ def _build(args: argparse.Namespace, output: Path):
 def run_build(args: argparse.Namespace) -> int:
     out = _build(args, Path(args.output))
     files = out.files
+    static = sum(1 for found in out.used.values() if found.static_estimate)
     shipped = f" ({len(out.shipped)} from the shipped records)" if out.shipped else ""
+    shipped += f" ({static} chosen by the static model of an emulated tune, not timed on a GPU)" if static else ""
     print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}, "
           f"{out.tuned} of {out.tasks} tasks with tuned schedules{shipped}")
     return 0

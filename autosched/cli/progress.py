@@ -50,6 +50,14 @@ class Tally:
                 self.tasks[key].best = min((res.cost for _, res in recs if res.ok), default=math.inf)
         self.done = 0
         self.started = time.monotonic()
+        #: an emulated tune's costs are the static model's estimates, never shown as times
+        self.static = bool(getattr(plan.target, "emulated", False))
+
+    def best_text(self, seconds: float) -> str:
+        """A best cost as the user reads it: ms measured, or the static model's estimate."""
+        if not math.isfinite(seconds):
+            return "-"
+        return f"static estimate {seconds * 1e6:.4g} us" if self.static else f"{seconds * 1e3:.4g} ms"
 
     def add(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> TaskTally:
         t = self.tasks[inputs[0].task.key]
@@ -80,9 +88,9 @@ class Tally:
 
     def snapshot(self) -> dict[str, Any]:
         latency, missing = self.latency
+        model = {"static_estimate_us": latency * 1e6} if self.static else {"latency_ms": latency * 1e3}
         return {"done": self.done, "total": self.total, "elapsed_s": round(self.elapsed, 3),
-                "eta_s": None if self.eta is None else round(self.eta, 3), "latency_ms": latency * 1e3,
-                "tasks_without_best": missing}
+                "eta_s": None if self.eta is None else round(self.eta, 3), **model, "tasks_without_best": missing}
 
 
 def _duration(seconds: float | None) -> str:
@@ -101,17 +109,20 @@ def summary_table(tally: Tally, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("op", "left"), ("shapes", "left"), ("weight", "right"), ("trials", "right"), ("failures", "right"),
-        ("best ms", "right"), ("GFLOP/s", "right"))
+        ("static estimate" if tally.static else "best ms", "right"), ("GFLOP/s", "right"))
     for name, justify in columns:
         table.add_column(name, justify=justify)
     for t in tally.tasks.values():
         if t.trials or math.isfinite(t.best):
             table.add_row(t.task.op, shape_text(t.task), str(t.task.weight), str(t.trials), str(t.failures),
-                          _ms(t.best), f"{t.gflops:.1f}" if t.gflops else "-")
+                          f"{t.best * 1e6:.4g} us" if tally.static and math.isfinite(t.best) else _ms(t.best),
+                          f"{t.gflops:.1f}" if t.gflops and not tally.static else "-")
     latency, missing = tally.latency
     more = f" ({missing} tasks without a best yet)" if missing else ""
     table.caption = (f"trials {tally.done}/{tally.total}  elapsed {_duration(tally.elapsed)}  "
-                     f"left {_duration(tally.eta)}  estimated model latency {latency * 1e3:.4g} ms{more}")
+                     f"left {_duration(tally.eta)}  "
+                     + (f"static estimate of the model {latency * 1e6:.4g} us (no GPU timed it){more}" if tally.static
+                        else f"estimated model latency {latency * 1e3:.4g} ms{more}"))
     table.caption_justify = "left"
     return table
 
@@ -169,10 +180,11 @@ class LineProgress(_Display):
     def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         t = self.tally.add(inputs, results)
         s = self.tally.snapshot()
-        gflops = f" ({t.gflops:.1f} GFLOP/s)" if t.gflops else ""
+        gflops = f" ({t.gflops:.1f} GFLOP/s)" if t.gflops and not self.tally.static else ""
+        model = self.tally.best_text(self.tally.latency[0])
         print(f"[{s['done']}/{s['total']}] {t.task.op} {shape_text(t.task)}: {t.trials} trials, best "
-              f"{_ms(t.best)} ms{gflops}, {t.failures} failed | elapsed {_duration(self.tally.elapsed)}, left "
-              f"{_duration(self.tally.eta)}, model ~{s['latency_ms']:.4g} ms", file=self.stream, flush=True)
+              f"{self.tally.best_text(t.best)}{gflops}, {t.failures} failed | elapsed {_duration(self.tally.elapsed)}, "
+              f"left {_duration(self.tally.eta)}, model ~{model}", file=self.stream, flush=True)
 
 
 class JsonLinesProgress(_Display):
@@ -192,7 +204,9 @@ class JsonLinesProgress(_Display):
     def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         t = self.tally.add(inputs, results)
         self.emit("batch", task=t.task.key, op=t.task.op, trials=t.trials, failures=t.failures,
-                  best_ms=t.best * 1e3 if math.isfinite(t.best) else None, gflops=t.gflops, **self.tally.snapshot())
+                  **({"best_static_estimate_us": t.best * 1e6 if math.isfinite(t.best) else None} if self.tally.static
+                     else {"best_ms": t.best * 1e3 if math.isfinite(t.best) else None, "gflops": t.gflops}),
+                  **self.tally.snapshot())
 
 
 class QuietProgress(_Display):

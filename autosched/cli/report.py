@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autosched.database import Database, StoredRecord, tasks_digest
+from autosched.database.identity import is_emulated
 from autosched.errors import AutoschedError
 from autosched.target import Target
 from autosched.task import Task
@@ -130,7 +131,7 @@ def write_report(db: Database, out: str | os.PathLike[str], target: Target, mode
     title = model or "all workloads"
     weights = {t.key: t.weight for t in tasks} if tasks is not None else {}
     recs = [r for r in db.stored() if r.target.fingerprint == target.fingerprint
-            and (tasks is None or r.key in weights)]
+            and not is_emulated(r.target.fingerprint) and (tasks is None or r.key in weights)]
     if not recs:
         raise AutoschedError(f"{db.location}: no records for {title} on this machine ({target})")
     curves, latency = _curves(recs, weights)

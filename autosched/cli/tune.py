@@ -25,8 +25,9 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
                              "decrease per trial (default), or the task costing the model most time")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--emulate", action="store_true",
-                        help="with --target cuda: measure candidates in the CPU emulation (proves them correct; "
-                             "the times are the CPU's)")
+                        help="with --target cuda: check candidates in the CPU emulation (proves them correct) and "
+                             "rank them by a static model of the GPU kernel (nvcc's SASS, registers, traffic); "
+                             "records are kept apart from GPU timings")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", dest="progress", action="store_const", const="quiet", default="auto",
                        help="no progress, only the last line")

@@ -17,6 +17,9 @@ from autosched.lower.ir import Allocate, For, ForKind, IfThenElse, PrimFunc, Sto
 from autosched.te.expr import Const, Expr, Load, Var, free_vars, substitute, transform, walk
 
 _LANES = "xyzw"
+#: this thread's lane in its warp (threads are numbered x fastest, then y, then z)
+LANE = ("static __device__ __forceinline__ unsigned autosched_lane(void) {\n"
+        "  return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31u;\n}")
 
 
 class CudaRenderer(GpuRenderer):
@@ -33,7 +36,7 @@ class CudaRenderer(GpuRenderer):
         """Every kernel of `funcs` in one .cu source; `timers` has no meaning on a GPU (events time it)."""
         self._helpers: dict[str, str] = {}
         bodies = [self._function(f) for f in funcs]
-        head = ["#include <stdint.h>", "#include <math.h>", ""]
+        head = ["#include <stdint.h>", "#include <math.h>", LANE, ""]
         return "\n".join(head + list(self._helpers.values()) + [""] + bodies + [tail])
 
     def geometry(self, func: PrimFunc) -> LaunchGeometry:
@@ -53,6 +56,11 @@ class CudaRenderer(GpuRenderer):
 
     def _barrier(self) -> str:
         return "__syncthreads();"
+
+    def _shuffle_xor(self, value: str, lane_mask: str, width: str, ctype: str) -> str:
+        # the lanes of this thread's group: all 32, or `width` aligned ones of a partial warp
+        return (f"__shfl_xor_sync({width} >= 32 ? 0xffffffffu : ((1u << {width}) - 1u) << (autosched_lane() & "
+                f"~(unsigned)({width} - 1)), {value}, {lane_mask})")
 
     def _allocate(self, s: Allocate, d: int) -> str:
         if s.buffer.scope == "local":  # aligned so a float4 access to it is legal

@@ -24,8 +24,10 @@ from autosched.te.expr import Expr, Load
 #: the emulator's runtime, shared by every kernel of a module
 RUNTIME = r"""
 typedef struct { int32_t x, y, z; } emu_dim3;
-enum { EMU_RUN, EMU_WAIT, EMU_DONE };
-typedef struct { ucontext_t ctx; emu_dim3 tid; int state, site; } emu_thread;
+enum { EMU_RUN, EMU_WAIT, EMU_DONE, EMU_SHFL };
+/* a thread; waiting at a warp shuffle (EMU_SHFL) of call site `site`, it offers xval to the `width`
+   lanes of its group and gets back xresult, lane ^ xmask's offer */
+typedef struct { ucontext_t ctx; emu_dim3 tid; int state, site, width, xmask; double xval, xresult; } emu_thread;
 #define EMU_STACK_BYTES (128 * 1024)
 static emu_dim3 emu_bid, emu_tid;
 static emu_thread* emu_threads;
@@ -67,6 +69,39 @@ static void emu_barrier(int site) {
   swapcontext(&emu_cur->ctx, &emu_main);
 }
 
+/* __shfl_xor_sync at call site `site`: offer v and wait until every lane of this thread's
+   `width`-lane group waits at the same shuffle; the release hands each lane its partner's offer. */
+static double emu_shfl_xor(double v, int lane_mask, int width, int site) {
+  emu_thread* t = emu_cur;
+  t->xval = v;
+  t->xmask = lane_mask;
+  t->width = width;
+  t->site = site;
+  t->state = EMU_SHFL;
+  swapcontext(&t->ctx, &emu_main);
+  return t->xresult;
+}
+
+/* Complete every shuffle all lanes of whose group wait at it; whether any was. */
+static int emu_release_warps(int64_t n) {
+  int released = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    emu_thread* t = &emu_threads[k];
+    if (t->state != EMU_SHFL) continue;
+    int64_t start = k - k % t->width, end = start + t->width;
+    int ready = end <= n;
+    for (int64_t j = start; ready && j < end; ++j) {
+      emu_thread* u = &emu_threads[j];
+      ready = u->state == EMU_SHFL && u->site == t->site && u->width == t->width && u->xmask == t->xmask;
+    }
+    if (!ready) continue;
+    for (int64_t j = start; j < end; ++j) emu_threads[j].xresult = emu_threads[j ^ t->xmask].xval;
+    for (int64_t j = start; j < end; ++j) emu_threads[j].state = EMU_RUN;
+    released = 1;
+  }
+  return released;
+}
+
 static void emu_start(void) {
   emu_body();
   emu_cur->state = EMU_DONE;
@@ -103,10 +138,17 @@ static void emu_block(const int32_t* block, int64_t n, int barriers) {
   }
   for (int phase = 0; barriers && !emu_failed; ++phase) {
     emu_phase(n, phase & 1);
+    if (!emu_failed && emu_release_warps(n)) continue;
     int64_t waiting = 0, done = 0, site = -1, other = -1;
     for (int64_t k = 0; k < n; ++k) {
       emu_thread* t = &emu_threads[k];
       if (t->state == EMU_DONE) { ++done; continue; }
+      if (t->state == EMU_SHFL) {
+        emu_tid = t->tid;
+        emu_fail("a warp shuffle of a %lld-lane group (site %lld) that not every lane of the group reaches: "
+                 "a shuffle under thread-divergent control flow", t->width, t->site);
+        return;
+      }
       ++waiting;
       if (site < 0) site = t->site; else if (t->site != site) other = t->site;
     }
@@ -176,12 +218,14 @@ class EmulationRenderer(GpuRenderer):
     def _function(self, func: PrimFunc, timer: bool) -> str:
         g = self._begin(func).geometry
         self._sites = 0
+        self._shuffles = False
         name = self.symbol(func)
         names = [self._name(b) for b in func.params]
         decls = param_decls(func, names)
         body = self._stmt(func.body, 1).rstrip("\n")
         casts = ", ".join(f"({d.rsplit('*', 1)[0]}*){name}_argv[{k}]" for k, d in enumerate(decls))
-        barriers = int(any(isinstance(s, Barrier) for s in walk_stmts(func.body)))
+        # threads need coroutines of their own when they wait for each other: at barriers and shuffles
+        barriers = int(self._shuffles or any(isinstance(s, Barrier) for s in walk_stmts(func.body)))
         lines = [f"static void {name}_body({', '.join(decls)}) {{", body, "}", "",
                  f"static void* {name}_argv[{len(decls)}];",
                  f"static void {name}_thread(void) {{ {name}_body({casts}); }}", "",
@@ -199,6 +243,10 @@ class EmulationRenderer(GpuRenderer):
     def _barrier(self) -> str:
         self._sites += 1
         return f"emu_barrier({self._sites});"
+
+    def _shuffle_xor(self, value: str, lane_mask: str, width: str, ctype: str) -> str:
+        self._shuffles = True
+        return f"(({ctype})emu_shfl_xor((double)({value}), {lane_mask}, {width}, site))"
 
     def _stmt(self, s, d: int) -> str:
         if isinstance(s, Store):

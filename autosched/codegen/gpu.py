@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autosched.codegen.cstyle import C_TYPES, DTYPE_BYTES, CStyleRenderer
+from autosched.codegen.cstyle import C_TYPES, DTYPE_BYTES, SHORT, CStyleRenderer
 from autosched.codegen.errors import CodegenError
 from autosched.lower.ir import Allocate, Barrier, Buffer, For, ForKind, IfThenElse, Let, PrimFunc, Stmt, Store, stmt_children
 from autosched.target import GpuCapabilities
-from autosched.te.expr import free_vars
+from autosched.te.expr import Call, Expr, free_vars
 
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -25,6 +25,9 @@ THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 SHARED_ALIGN = 16  # bytes: every shared buffer may be read as float4
+#: te calls `name(value, width)` that combine `value` over the `width` aligned lanes of the warp
+#: holding this thread, every lane getting the result (row_reduce's shuffle trees)
+WARP_REDUCTIONS = {"warp_sum": "sum", "warp_max": "max", "warp_min": "min"}
 
 
 class LimitError(CodegenError):
@@ -103,6 +106,25 @@ def check_limits(name: str, geometry: LaunchGeometry, caps: GpuCapabilities, reg
                              f"{caps.registers_per_sm} registers of one {caps.arch} multiprocessor")
 
 
+#: registers are allocated per warp in units of this many
+REGISTER_ALLOCATION_UNIT = 256
+#: shared memory the system reserves per resident block (sm_80 and later)
+RESERVED_SHARED_PER_BLOCK = 1024
+
+
+def occupancy(geometry: LaunchGeometry, caps: GpuCapabilities, registers: int, static_shared_bytes: int = 0) -> float:
+    """Resident warps of one multiprocessor over the most it can hold, for blocks of `geometry`
+    whose threads use `registers` each (ptxas's count): the smallest of what threads, registers,
+    shared memory and the block limit allow, as NVIDIA's occupancy calculator computes it."""
+    warps = -(-geometry.threads_per_block // caps.warp_size)
+    per_warp = -(-max(registers, 1) * caps.warp_size // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    shared = geometry.shared_bytes + static_shared_bytes
+    reserved = RESERVED_SHARED_PER_BLOCK if caps.compute_capability >= (8, 0) else 0
+    blocks = min(caps.max_blocks_per_sm, caps.max_warps_per_sm // warps, caps.registers_per_sm // (per_warp * warps),
+                 caps.shared_memory_per_sm // (shared + reserved) if shared else caps.max_blocks_per_sm)
+    return blocks * warps / caps.max_warps_per_sm
+
+
 def _walk(s: Stmt):
     yield s
     for c in stmt_children(s):
@@ -156,6 +178,7 @@ class GpuRenderer(CStyleRenderer):
     def _begin(self, func: PrimFunc) -> GpuKernelPlan:
         """Reset per-kernel state (names, ranges) and plan the kernel."""
         self._reset()
+        self._warp_sites = 0
         self._plan = plan_kernel(func)
         return self._plan
 
@@ -199,10 +222,37 @@ class GpuRenderer(CStyleRenderer):
         to the next thread in the CPU emulation. Each GPU renderer defines it."""
         raise NotImplementedError(f"{type(self).__name__} does not say how its threads synchronize")
 
+    def _shuffle_xor(self, value: str, lane_mask: str, width: str, ctype: str) -> str:
+        """C of `value` (of type `ctype`) as lane `lane ^ lane_mask` of this thread's `width`-lane
+        group holds it: `__shfl_xor_sync` on a GPU, a lockstep exchange in the CPU emulation."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how lanes of a warp exchange values")
+
+    def _expr(self, e: Expr) -> str:
+        if isinstance(e, Call) and e.name in WARP_REDUCTIONS:  # args past the width: bounds inference's alone
+            self._warp_sites += 1
+            return (f"{self._warp_reduction(e.name, e.dtype)}({self._expr(e.args[0])}, {self._expr(e.args[1])}, "
+                    f"{self._warp_sites})")
+        return super()._expr(e)
+
+    def _warp_reduction(self, name: str, dtype: str) -> str:
+        """The helper computing `name` (warp_sum, warp_max, warp_min) of a `dtype` value over the
+        lanes of a group by log2(width) butterfly exchanges: every lane ends with the result.
+        `site` numbers the call in its kernel (the emulation tells shuffles apart by it)."""
+        fn = f"autosched_{name}_{SHORT[dtype]}"
+        if fn not in self._helpers:
+            t = C_TYPES[dtype]
+            combined = {"warp_sum": "v + o", "warp_max": "v > o ? v : o", "warp_min": "v < o ? v : o"}[name]
+            self._helpers[fn] = (f"{self.INLINE} {t} {fn}({t} v, int32_t width, int32_t site) {{\n"
+                                 f"  (void)site;\n"
+                                 f"  for (int32_t m = width >> 1; m > 0; m >>= 1) {{\n"
+                                 f"    const {t} o = {self._shuffle_xor('v', 'm', 'width', t)};\n"
+                                 f"    v = {combined};\n  }}\n  return v;\n}}")
+        return fn
+
     def _type(self, b: Buffer) -> str:
         if b.dtype == "float16":
             raise CodegenError(f"buffer {b.name}: float16 is not supported by the GPU back ends yet")
         return C_TYPES[b.dtype]
 
 
-__all__ = ["LaunchGeometry", "GpuKernelPlan", "LimitError", "plan_kernel", "check_limits", "GpuRenderer"]
+__all__ = ["LaunchGeometry", "GpuKernelPlan", "LimitError", "plan_kernel", "check_limits", "occupancy", "GpuRenderer"]

@@ -10,12 +10,24 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from autosched.target import Target
+from autosched.target import EMULATED_CUDA, Target
 
 
 def isa_of(target: Target) -> str:
     """The target's coarse ISA class ("x86_64-avx512", "cuda-sm_90"): what records never cross."""
     return target.isa
+
+
+
+
+def is_emulated(fingerprint: str) -> bool:
+    """Whether records of `fingerprint` come from the CPU emulation: static estimates under the
+    emulated target's own fingerprint, or (`cuda|sm_80`, which names no GPU: every GPU timing
+    names its GPU) emulation run times that versions before the split stored as GPU costs."""
+    if fingerprint.startswith(EMULATED_CUDA + "|"):
+        return True
+    parts = fingerprint.split("|")
+    return len(parts) == 2 and parts[0] == "cuda"
 
 
 def tasks_digest(keys: Iterable[str]) -> str:

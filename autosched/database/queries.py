@@ -13,9 +13,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import and_, func, not_, or_, select
 
-from autosched.database.identity import isa_of
+from autosched.database.identity import is_emulated, isa_of
 from autosched.database.schema import records, targets, workloads
 from autosched.database.store import Database, result_of
 from autosched.errors import AutoschedError
@@ -39,6 +39,11 @@ def space_of(task: Task, target: Target) -> ConfigSpace | None:
         return get_template(task.op, target.kind).space(task, target)
     except TemplateError:
         return None
+
+
+#: rows of CPU-emulation run times that versions before `Target.as_emulated` stored under a cuda
+#: target's fingerprint (`cuda|sm_80`, naming no GPU): never read as timings
+_OLD_EMULATION_TIMES = and_(targets.c.fingerprint.like("cuda|%"), not_(targets.c.fingerprint.like("cuda|%|%")))
 
 
 def _rows(db: Database, *where, limit: int | None = None, order=records.c.id):
@@ -86,7 +91,8 @@ def history(db: Database, tasks: Sequence[Task], target: Target) -> dict[str, li
     spaces = {t.key: s for t in tasks if (s := space_of(t, target)) is not None}
     by_key = {t.key: t for t in tasks if t.key in spaces}
     rows: dict[str, list] = {}
-    for row in _rows(db, workloads.c.key.in_(by_key), targets.c.fingerprint == target.fingerprint):
+    for row in _rows(db, workloads.c.key.in_(by_key), targets.c.fingerprint == target.fingerprint,
+                     not_(_OLD_EMULATION_TIMES)):
         rows.setdefault(row["key"], []).append(row)
     out: dict[str, list[Record]] = {}
     for key, task_rows in rows.items():
@@ -121,7 +127,7 @@ def recorded_since(db: Database, task: TaskLike, space: ConfigSpace, target: Tar
 
 def _transfer(db: Database, template: str, target: Target, exclude: set[str], out: dict[str, list[Record]]) -> None:
     rows = _rows(db, workloads.c.template == template, workloads.c.key.not_in(exclude), targets.c.isa == isa_of(target),
-                 limit=TRANSFER_LIMIT, order=records.c.id.desc())
+                 not_(_OLD_EMULATION_TIMES), limit=TRANSFER_LIMIT, order=records.c.id.desc())
     spaces: dict[tuple[str, str], ConfigSpace | None] = {}
     for row in reversed(rows):
         if (row["key"], row["space"]) not in spaces:
@@ -152,16 +158,26 @@ class Best:
     record: int
     fingerprint: str
 
+    @property
+    def static_estimate(self) -> bool:
+        """Whether `cost` is the static model's estimate from an emulated tune, not a timing."""
+        return is_emulated(self.fingerprint)
+
 
 def best(db: Database, task: Task, target: Target) -> Best | None:
-    """The fastest valid record of `task` on this machine, else on another CPU of the same ISA
-    (`Best.fingerprint` says which), else None."""
+    """The fastest valid record of `task` on this machine, else on another device of the same ISA
+    (`Best.fingerprint` says which), else, for a cuda target, the best static estimate of an
+    emulated tune (`Best.static_estimate`), else None. Emulation run times of older versions
+    (stored under `cuda|sm_XX`) are never read."""
     space = space_of(task, target)
     if space is None:
         return None
-    common = (workloads.c.key == task.key, records.c.cost.is_not(None))
-    for where in ((targets.c.fingerprint == target.fingerprint,),
-                  (targets.c.isa == isa_of(target), targets.c.fingerprint != target.fingerprint)):
+    common = (workloads.c.key == task.key, records.c.cost.is_not(None), not_(_OLD_EMULATION_TIMES))
+    tiers = [(targets.c.fingerprint == target.fingerprint,),
+             (targets.c.isa == isa_of(target), targets.c.fingerprint != target.fingerprint)]
+    if target.kind == "cuda" and not target.emulated:
+        tiers.append((targets.c.fingerprint == target.as_emulated().fingerprint,))
+    for where in tiers:
         # the fastest few first: one of them is almost always valid, and a task may have thousands
         for limit in (BEST_CANDIDATES, None):
             rows = _rows(db, *common, *where, limit=limit, order=records.c.cost)

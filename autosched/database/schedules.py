@@ -45,6 +45,7 @@ class TunedSchedules:
         self.used: dict[str, Best] = {}
         self.from_fallback: set[str] = set()  # tasks whose record came from `fallback`
         self.other_isa: dict[str, set[str]] = {}
+        self.static: set[str] = set()  # tasks built from a static estimate (no GPU timing of them)
         self._noticed: set[str] = set()
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
@@ -58,8 +59,13 @@ class TunedSchedules:
             if isas:
                 self.other_isa[task.key] = isas
             return default_kernel(task, target)
+        if found.static_estimate:
+            if not self.static:
+                log.warning("%s: no GPU timings for some tasks; they use the best static estimate of an emulated "
+                            "tune (tune on a GPU for measured schedules)", self.db.location)
+            self.static.add(task.key)
         unnamed_gpu = target.kind == "cuda" and target.gpu is None  # a build names no GPU: any of its arch fits
-        if (found.fingerprint != target.fingerprint and found.fingerprint not in self._noticed
+        if (not found.static_estimate and found.fingerprint != target.fingerprint and found.fingerprint not in self._noticed
                 and task.key not in self.from_fallback and not unnamed_gpu):
             self._noticed.add(found.fingerprint)
             log.warning("%s: some tasks use records measured on another %s of the same ISA (%s); "

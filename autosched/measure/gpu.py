@@ -13,7 +13,9 @@ import select
 import subprocess
 
 from autosched.errors import AutoschedError
+from autosched.measure.gpu_worker import RESTARTS
 from autosched.measure.local import LocalRunner, RunnerOptions
+from autosched.measure.record import BuildResult, MeasureInput, MeasureResult
 from autosched.target import Target
 
 
@@ -51,6 +53,12 @@ class GpuRunner(LocalRunner):
                 raise GpuUnavailableError(hello["error"])
             self.device = hello
         return proc
+
+    def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
+        result = super()._run_one(inp, build)
+        if result.error_msg.endswith(RESTARTS):  # the worker is exiting: the next candidate gets a fresh one
+            self._kill()
+        return result
 
     def measured_target(self, target: Target) -> Target:
         """The cuda target named after the GPU the worker holds (its cuDeviceGetName)."""

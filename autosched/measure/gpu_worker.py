@@ -1,9 +1,9 @@
 """The GPU runner's child process: loads one cubin at a time, checks it, times it with CUDA events.
 
 Speaks the CPU worker's protocol (JSON lines; arrays in the parent's .npz files), after a first
-line saying which GPU it holds, or why it holds none. The CUDA driver is reached through
-cuda-bindings (`pip install autosched[cuda]`), imported here only, so nothing else in autosched
-needs it. A sticky CUDA error (an illegal address, say) leaves the context unusable: the worker
+line saying which GPU it holds (and through which binding), or why it holds none. The CUDA
+driver is reached through cuda-bindings or pycuda (`autosched.measure.cuda_driver`), imported
+in this process only, so nothing else in autosched needs either. A sticky CUDA error (an illegal address, say) leaves the context unusable: the worker
 replies with the error and exits, and the parent starts a fresh one for the next candidate.
 
     python -m autosched.measure.gpu_worker PARENT_PID
@@ -16,96 +16,51 @@ import traceback
 
 import numpy as np
 
+from autosched.measure.cuda_driver import CudaError, Driver, NoDriver, open_driver
 from autosched.measure.lifetime import die_with_parent
 from autosched.measure.worker import compare_outputs, load_data
 
-#: errors after which the context is lost (CUDA driver API documentation, "sticky" errors)
-STICKY = frozenset({"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-                    "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
-                    "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ASSERT", "CUDA_ERROR_LAUNCH_TIMEOUT",
-                    "CUDA_ERROR_ECC_UNCORRECTABLE"})
-NO_GPU_HINT = "--emulate checks CUDA kernels on the CPU instead"
-
-
-class CudaError(RuntimeError):
-    def __init__(self, name: str, call: str):
-        super().__init__(f"{call}: {name}")
-        self.name, self.sticky = name, name in STICKY
+#: what a reply to a candidate that lost the context ends with: the worker exits after sending it
+RESTARTS = "; the GPU worker restarts"
 
 
 class Gpu:
-    """The first GPU's primary context, and the few driver calls a measurement needs."""
+    """The first GPU, through whichever binding `open_driver` finds, and the candidate loaded on it."""
 
-    def __init__(self):
+    def __init__(self, driver: Driver | None = None):
         try:
-            from cuda.bindings import driver
-        except ImportError as e:
-            raise RuntimeError(f"the GPU runner needs cuda-bindings (pip install 'autosched[cuda]'): {e}; "
-                               f"{NO_GPU_HINT}") from None
-        self.cu = driver
-        try:
-            self.call("cuInit", 0)
-        except CudaError as e:
-            raise RuntimeError(f"no usable NVIDIA GPU here ({e}); {NO_GPU_HINT}") from None
-        except Exception as e:  # noqa: BLE001 - cuda-bindings raises its own types when libcuda is missing
-            raise RuntimeError(f"no NVIDIA driver here ({type(e).__name__}: {e}); {NO_GPU_HINT}") from None
-        self.device = self.call("cuDeviceGet", 0)
-        self.name = self.call("cuDeviceGetName", 256, self.device).split(b"\0")[0].decode()
-        attr = driver.CUdevice_attribute
-        self.capability = (self.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                     self.device),
-                           self.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                                     self.device))
-        self.context = self.call("cuDevicePrimaryCtxRetain", self.device)
-        self.call("cuCtxSetCurrent", self.context)
-        self.stream = self.call("cuStreamCreate", 0)
+            self.driver = driver if driver is not None else open_driver()
+        except NoDriver as e:
+            raise RuntimeError(str(e)) from None
+        self.name, self.capability = self.driver.name, self.driver.capability
         self.loaded: tuple = (None, None, None)  # (cubin path, module, function)
-
-    def call(self, name: str, *args):
-        """A driver call; its results without the status, or CudaError naming the status."""
-        err, *values = getattr(self.cu, name)(*args)
-        if err != self.cu.CUresult.CUDA_SUCCESS:
-            raise CudaError(self.cu.cuGetErrorName(err)[1].decode(), name)
-        return values[0] if len(values) == 1 else tuple(values)
 
     def function(self, cubin: str, symbol: str, shared_bytes: int):
         """The kernel of `cubin`, loaded in place of the previous candidate's."""
         if self.loaded[0] != cubin:
             if self.loaded[1] is not None:
-                self.call("cuModuleUnload", self.loaded[1])
+                self.driver.unload(self.loaded[1])
             with open(cubin, "rb") as f:
-                module = self.call("cuModuleLoadData", f.read())
-            func = self.call("cuModuleGetFunction", module, symbol.encode())
-            if shared_bytes > 48 * 1024:  # beyond the static limit: opt in, per kernel
-                self.call("cuFuncSetAttribute", func,
-                          self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
+                module, func = self.driver.load(f.read(), symbol, shared_bytes)
             self.loaded = (cubin, module, func)
         return self.loaded[2]
 
     def to_device(self, a: np.ndarray):
-        ptr = self.call("cuMemAlloc", max(1, a.nbytes))
-        self.call("cuMemcpyHtoD", ptr, a, a.nbytes)
+        ptr = self.driver.alloc(a.nbytes)
+        self.driver.to_device(ptr, a)
         return ptr
 
     def launch(self, func, geometry: dict, ptrs: list) -> None:
-        grid, block = geometry["grid"], geometry["block"]
-        self.call("cuLaunchKernel", func, *grid, *block, geometry["shared_bytes"], self.stream,
-                  (tuple(ptrs), tuple(None for _ in ptrs)), 0)
+        self.driver.launch(func, tuple(geometry["grid"]), tuple(geometry["block"]), geometry["shared_bytes"], ptrs)
 
     def seconds(self, func, geometry: dict, ptrs: list, number: int, flush) -> float:
         """Seconds per launch over `number` back-to-back launches, timed by CUDA events."""
-        start, end = self.call("cuEventCreate", 0), self.call("cuEventCreate", 0)
         if flush is not None:
-            self.call("cuMemsetD8Async", flush[0], 1, flush[1], self.stream)
-        self.call("cuEventRecord", start, self.stream)
+            self.driver.memset_async(flush[0], 1, flush[1])
+        start = self.driver.event()
         for _ in range(number):
             self.launch(func, geometry, ptrs)
-        self.call("cuEventRecord", end, self.stream)
-        self.call("cuEventSynchronize", end)
-        ms = self.call("cuEventElapsedTime", start, end)
-        for ev in (start, end):
-            self.call("cuEventDestroy", ev)
-        return ms / 1e3 / number
+        return self.driver.elapsed_ms(start, self.driver.event()) / 1e3 / number
 
 
 def handle(gpu: Gpu, req: dict) -> dict:
@@ -120,14 +75,14 @@ def handle(gpu: Gpu, req: dict) -> dict:
         for a in list(inputs) + outputs:
             ptrs.append(gpu.to_device(np.ascontiguousarray(a)))
         gpu.launch(func, geometry, ptrs)
-        gpu.call("cuStreamSynchronize", gpu.stream)
+        gpu.driver.synchronize()
         for host, ptr in zip(outputs, ptrs[len(inputs):]):
-            gpu.call("cuMemcpyDtoH", host, ptr, host.nbytes)
+            gpu.driver.to_host(host, ptr)
         wrong = compare_outputs(outputs, expected, req["rtol"], req["atol"])
         if wrong is not None:
             return wrong
         if req["flush_bytes"] > 0:
-            flush = (gpu.call("cuMemAlloc", req["flush_bytes"]), req["flush_bytes"])
+            flush = (gpu.driver.alloc(req["flush_bytes"]), req["flush_bytes"])
         number = 1
         while True:  # calibrate: enough launches for one repeat to last min_repeat_ms
             t = gpu.seconds(func, geometry, ptrs, number, None) * number
@@ -143,7 +98,7 @@ def handle(gpu: Gpu, req: dict) -> dict:
     finally:
         for ptr in ptrs + ([flush[0]] if flush else []):
             try:
-                gpu.call("cuMemFree", ptr)
+                gpu.driver.free(ptr)
             except CudaError:
                 pass  # a sticky error: the context and its memory go with the worker
 
@@ -156,7 +111,8 @@ def main() -> None:
         sys.stdout.write(json.dumps({"error": str(e)}) + "\n")
         sys.stdout.flush()
         return
-    sys.stdout.write(json.dumps({"device": gpu.name, "compute_capability": "{}.{}".format(*gpu.capability)}) + "\n")
+    sys.stdout.write(json.dumps({"device": gpu.name, "compute_capability": "{}.{}".format(*gpu.capability),
+                                 "bindings": gpu.driver.bindings}) + "\n")
     sys.stdout.flush()
     for line in sys.stdin:
         sticky = False
@@ -164,7 +120,7 @@ def main() -> None:
             reply = handle(gpu, json.loads(line))
         except CudaError as e:
             sticky = e.sticky
-            reply = {"error": "RUNTIME_ERROR", "msg": f"{e}" + ("; the GPU worker restarts" if sticky else "")}
+            reply = {"error": "RUNTIME_ERROR", "msg": f"{e}" + (RESTARTS if sticky else "")}
         except Exception as e:  # noqa: BLE001 - every failure becomes a result for the parent
             reply = {"error": "RUNTIME_ERROR", "msg": f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"}
         sys.stdout.write(json.dumps(reply) + "\n")

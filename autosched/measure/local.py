@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,10 +61,10 @@ def _build_one(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | Non
 
 
 def compile_candidate(code: str, func: PrimFunc, symbol: str, flags: Sequence[str], cache_dir: str | None,
-                      timeout: float, start: float, folded: Sequence[tuple] = ()) -> BuildResult:
+                      timeout: float, start: float, folded: Sequence[tuple] = (), **fields: Any) -> BuildResult:
     """gcc-compile generated C into a library the worker loads; failures are results. `folded`:
     (code, func, symbol, sources) of each precomputed stage's kernel (`fold.fold_weights`), which
-    the worker runs on the inputs first; they are listed in the manifest."""
+    the worker runs on the inputs first; they are listed in the manifest, with `fields`."""
     cache = Path(cache_dir) if cache_dir else None
     try:
         lib = compile_c(code, flags, cache_dir=cache, timeout=timeout)
@@ -74,18 +75,21 @@ def compile_candidate(code: str, func: PrimFunc, symbol: str, flags: Sequence[st
         kind = ErrorKind.COMPILE_TIMEOUT if "did not finish" in str(e) else ErrorKind.COMPILE_ERROR
         return BuildResult(None, kind, str(e), time.perf_counter() - start)
     manifest = lib.with_suffix(".json")
-    write_manifest(manifest, func, symbol, lib=str(lib), **({"folded": pre} if pre else {}))
+    write_manifest(manifest, func, symbol, lib=str(lib), **({"folded": pre} if pre else {}), **fields)
     return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", time.perf_counter() - start)
 
 
 def write_manifest(path: Path, func: PrimFunc, symbol: str, **fields) -> None:
-    """What a runner needs to load a built candidate (symbol, parameters, `fields`), written once
-    and atomically: parallel builders of identical code share it."""
-    if path.exists():
-        return
+    """What a runner needs to load a built candidate (symbol, parameters, `fields`), written
+    atomically and only when it changes: parallel builders of identical code share it (one
+    library built by two back ends, the plain emulation and the one with a static estimate,
+    gets the latest's fields)."""
     params = [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)} for b in func.params]
+    text = json.dumps({**fields, "symbol": symbol, "params": params})
+    if path.exists() and path.read_text() == text:
+        return
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({**fields, "symbol": symbol, "params": params}))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 

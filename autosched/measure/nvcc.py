@@ -8,17 +8,20 @@ what a GPU runner needs: the kernel's symbol, parameters, launch geometry and re
 """
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autosched.codegen import CompileError
 from autosched.codegen.cuda import CudaRenderer
-from autosched.codegen.gpu import LimitError, check_limits
-from autosched.codegen.nvcc import compile_cuda
+from autosched.codegen.gpu import LaunchGeometry, LimitError, check_limits, occupancy
+from autosched.codegen.nvcc import ResourceUsage, compile_cuda
+from autosched.codegen.sass import SassProfile, kernel_sass
 from autosched.measure.gpu_build import INSTANTIATION_ERRORS, build_failure, candidate_name, lower_for_gpu
 from autosched.measure.local import Instantiate, LocalBuilder, write_manifest
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput
+from autosched.target import GpuCapabilities
 
 
 def _build_cubin(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | None,
@@ -48,10 +51,34 @@ def _build_cubin(inp: MeasureInput, instantiate: Instantiate, cache_dir: str | N
     return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", time.perf_counter() - start)
 
 
+@dataclass(frozen=True)
+class KernelInspection:
+    """What a built candidate's machine code says, without running it: ptxas's resource usage,
+    the occupancy it allows on the architecture, and the SASS instruction mix."""
+
+    usage: ResourceUsage
+    occupancy: float
+    sass: SassProfile
+
+    def summary(self) -> dict:
+        return {"registers": self.usage.registers, "spill_bytes": self.usage.spill_stores + self.usage.spill_loads,
+                "occupancy": self.occupancy, **self.sass.summary()}
+
+
+def inspect_build(manifest: str, caps: GpuCapabilities) -> KernelInspection:
+    """Read a candidate NvccBuilder built (its manifest) back: usage, occupancy on `caps`, SASS."""
+    m = json.loads(Path(manifest).read_text())
+    g = m["geometry"]
+    geometry = LaunchGeometry(tuple(g["grid"]), tuple(g["block"]), g["shared_bytes"])
+    usage = ResourceUsage(**m["usage"])
+    return KernelInspection(usage, occupancy(geometry, caps, usage.registers, usage.static_shared_bytes),
+                            kernel_sass(m["cubin"], m["symbol"]))
+
+
 class NvccBuilder(LocalBuilder):
     """Compiles CUDA candidates with nvcc in `n_parallel` processes, each within `timeout` seconds."""
 
     build_one = staticmethod(_build_cubin)
 
 
-__all__ = ["NvccBuilder"]
+__all__ = ["KernelInspection", "NvccBuilder", "inspect_build"]

@@ -137,7 +137,7 @@ class RayOptions:
     max_attempts: int = 3
     device_wait: float = 60.0
     refresh_s: float = 1.0  # how often the driver looks for joined and departed nodes
-    emulate: bool = False  # cuda targets: build and check the CPU emulation on CPU nodes (times are the CPU's)
+    emulate: bool = False  # cuda targets: build and check the CPU emulation on CPU nodes (costs are the static model's)
     gpu_runner: RunnerFactory | None = None  # what a GPU actor times with (None: the back end's; tests pass a double)
     cpu_runner: RunnerFactory | None = None  # what a CPU actor times with (None: the back end's; tests note when)
     exclusive_timing: bool = True  # no build on a node while its CPU device times a candidate (nodelock.py)

@@ -47,13 +47,17 @@ def tune_task(task: Task, target: Target | str, trials: int, tuner: str = "xgb",
     """Measure up to `trials` configs of `task` on `target` chosen by `tuner` ("random",
     "grid", "ga", "xgb"; `tuner_options` go to it, e.g. plan_size=32). `log` appends one
     JSON line per measurement; `callbacks` see every measured batch. `emulate` (cuda targets):
-    candidates are built as the CPU emulation and checked there (their times are the CPU's)."""
+    candidates are built as the CPU emulation and checked there, costed by the static model
+    of the GPU kernel and recorded under the emulated target (`Target.as_emulated`)."""
     if type(trials) is not int or trials <= 0:
         raise TunerError(f"trials must be a positive int, got {trials!r}")
     tuner_cls = get_tuner(tuner)
     target = Target.parse(target) if isinstance(target, str) else target
-    with backend_for(target, emulate).measuring(builder, runner) as (builder, runner):
+    backend = backend_for(target, emulate)
+    with backend.measuring(builder, runner) as (builder, runner):
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
+        if backend.emulated:  # costs are static estimates: records apart from every GPU timing
+            target = target.as_emulated()
         space = get_template(task.op, target.kind).space(task, target)
         search = tuner_cls(task, space, target, seed=seed, **tuner_options)
 

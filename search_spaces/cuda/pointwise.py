@@ -13,7 +13,8 @@ all its threads (row_reduce.py: a shared-memory tree between barriers). The knob
 - `row_reduce` (ops with an inner reduction stage and at least 2 output dims): "thread" keeps
   the last output axis serial inside a thread, "output" spreads it too, "block" (when the
   output itself does not reduce) gives each row a block of `threads` threads that reduce it
-  together.
+  together through shared memory, "shuffle" the same with warp shuffles for every level
+  within a warp (row_reduce.py).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from search_spaces.cuda.row_reduce import block_rows, consumers, rebuild, schedu
 
 THREADS = (32, 64, 128, 256, 512, 1024)
 PER_THREAD = (1, 2, 4)
-THREAD_ROWS, OUTPUT_ROWS, BLOCK_ROWS = "thread", "output", "block"
+THREAD_ROWS, OUTPUT_ROWS, BLOCK_ROWS, SHUFFLE_ROWS = "thread", "output", "block", "shuffle"
 LONG_ROW = 256  # reductions at least this long get a block a row in the fallback
 
 
@@ -66,33 +67,34 @@ class PointwiseTemplate(GpuTemplate):
                  ChoiceKnob("per_thread", PER_THREAD)]
         if rows:
             own = any(o.compute_op.reduce_axes for o in outs)
-            knobs.append(ChoiceKnob("row_reduce", (THREAD_ROWS, OUTPUT_ROWS) + (() if own else (BLOCK_ROWS,))))
+            blocks = () if own else (BLOCK_ROWS, SHUFFLE_ROWS)
+            knobs.append(ChoiceKnob("row_reduce", (THREAD_ROWS, OUTPUT_ROWS) + blocks))
         return ConfigSpace(self.name, tuple(knobs))
 
     def fallback(self, task: Task, target: Target) -> Config:
         """256 threads of one output (or one row) each: enough blocks to fill a GPU for all but
         the smallest tensors; rows of LONG_ROW or more a block each, whose 256 threads share
-        the row's reductions."""
+        the row's reductions, warps by shuffles."""
         space = self.space(task, target)
         if "row_reduce" not in {k.name for k in space.knobs}:
             return config_near(space, {"threads": 256, "per_thread": 1})
         _, outs = _compute(task, target)
         longest = max(n for o in outs for n in _row_reductions(o))
-        long_rows = BLOCK_ROWS in space.knob("row_reduce").values and longest >= LONG_ROW
+        long_rows = SHUFFLE_ROWS in space.knob("row_reduce").values and longest >= LONG_ROW
         return config_near(space, {"threads": 256, "per_thread": 1,
-                                   "row_reduce": BLOCK_ROWS if long_rows else THREAD_ROWS})
+                                   "row_reduce": SHUFFLE_ROWS if long_rows else THREAD_ROWS})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         args, outs = _compute(task, target)
         way = config["row_reduce"] if "row_reduce" in {k.name for k in config.space.knobs} else None
         threads = config["threads"]
         by_rows = [way is not None and bool(_row_reductions(o)) for o in outs]
-        if way == BLOCK_ROWS:
-            outs = [block_rows(o, threads) if rows else o for o, rows in zip(outs, by_rows)]
+        if way in (BLOCK_ROWS, SHUFFLE_ROWS):
+            outs = [block_rows(o, threads, way == SHUFFLE_ROWS) if rows else o for o, rows in zip(outs, by_rows)]
         s = create_schedule(outs)
         stages = [[s[t] for t in te.post_order([o]) if isinstance(t.op, te.ComputeOp)] for o in outs]
         for out, own, rows in zip(outs, stages, by_rows):
-            if rows and way == BLOCK_ROWS:
+            if rows and way in (BLOCK_ROWS, SHUFFLE_ROWS):
                 schedule_block_rows(s, s[out], threads, own)
             else:
                 _schedule_flat(s, out, own, threads, config["per_thread"], rows and way == THREAD_ROWS)

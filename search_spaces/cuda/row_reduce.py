@@ -5,7 +5,11 @@ hundreds of threads instead of one.
 into a shared-memory tree of `threads` lanes: thread t first reduces the row's elements t,
 t + T, t + 2T, … serially (coalesced reads), then log2(T) levels halve the partial results,
 each level a shared stage between barriers, until lane 0 holds the row's value. The readers
-then read that lane. `schedule_block_rows` gives each row of the output one block: the tree
+then read that lane. With `shuffle`, the levels below a warp's 32 lanes exchange registers
+instead (`__shfl_xor_sync` butterflies, no shared memory, no barrier): every warp combines its
+32 partial results in 5 exchanges, and, for more than 32 threads, the first threads combine the
+warps' results the same way, so a row of 256 threads takes 3 shared stages instead of 9.
+`schedule_block_rows` gives each row of the output one block: the tree
 stages run at the block's loop with all its threads (a level with fewer lanes than threads
 leaves the rest idle, still reaching every barrier), each level computed inside the loop of
 the level that reads it, and the output's elements are spread over the same threads.
@@ -17,11 +21,14 @@ import operator
 from collections.abc import Callable
 
 from autosched import te
+from autosched.codegen.gpu import WARP_REDUCTIONS
 from autosched.schedule import Attach, Schedule, Stage
 from autosched.te import Expr, IterVar, Load, Reduce, Tensor
-from autosched.te.expr import substitute, transform
+from autosched.te.expr import Call, Const, substitute, transform
 
 ROW_TREE_TAG = "row_tree"
+WARP = 32
+_WARP_CALL = {combiner: name for name, combiner in WARP_REDUCTIONS.items()}
 _COMBINE = {"sum": operator.add, "max": te.max, "min": te.min}
 
 
@@ -66,6 +73,44 @@ def _tree(r: Tensor, body: Reduce, threads: int) -> Tensor:
     return te.compute(r.shape, lambda *i: level[i + (0,)], name=r.name, tag=r.compute_op.tag)
 
 
+def warp_allreduce(x: Expr, combiner: str, width: int, first: Expr, last: Expr) -> Call:
+    """`x` combined over the `width` aligned lanes of the warp holding this thread, every lane
+    getting the result (a GPU back end's butterfly of warp shuffles). Only meaningful where lane
+    l of the stage is thread l of the block: the stages of `_shuffle_tree`. `first` and `last`
+    read the first and last lanes of the row (a superset of the group, without the modulo that
+    would blur bounds): the back ends print only `x` and `width`, but bounds inference sees that
+    a lane's result needs the others', so every lane of a group is computed (and reaches the
+    shuffle) wherever one of them is read."""
+    return Call(_WARP_CALL[combiner], (x, Const(width, "int32"), first, last), x.dtype)
+
+
+def _shuffle_tree(r: Tensor, body: Reduce, threads: int) -> Tensor:
+    """`_tree` with the levels of a warp as shuffles: each warp's lanes combined in registers,
+    then the warps' results (lane 0, 32, ...) by the first threads' lanes, then lane 0 read."""
+    level = _partial(r, body, threads)
+    width = min(threads, WARP)
+    lanes = level
+    def in_warp(*i):
+        row = i[:-1]
+        return warp_allreduce(lanes[i], body.combiner, width, lanes[row + (0,)], lanes[row + (threads - 1,)])
+
+    level = te.compute(lanes.shape, in_warp, name=f"{r.name}_warps", tag=ROW_TREE_TAG)
+    if threads > WARP:
+        warps, per_warp = threads // WARP, level
+
+        def across_warps(*i):  # lane w: warp w's result, as its lane 0 holds it
+            row, w = i[:-1], i[-1]
+            return warp_allreduce(per_warp[row + (w * WARP,)], body.combiner, warps, per_warp[row + (0,)],
+                                  per_warp[row + (threads - 1,)])
+
+        level = te.compute(lanes.shape[:-1] + (warps,), across_warps, name=f"{r.name}_block", tag=ROW_TREE_TAG)
+    final, n = level, level.shape[-1]
+    # lane 0 (a group of one lane: no exchange), reading as if from every lane, so all are computed
+    return te.compute(r.shape, lambda *i: warp_allreduce(final[i + (0,)], body.combiner, 1, final[i + (0,)],
+                                                         final[i + (n - 1,)]),
+                      name=r.name, tag=r.compute_op.tag)
+
+
 def rebuild(out: Tensor, reduction: Callable[[Tensor, Reduce], Tensor] | None = None) -> Tensor:
     """A fresh copy of `out`'s computation (its placeholders shared); with `reduction`, each
     reduction other than `out`'s own becomes reduction(tensor, its body reading the copies)."""
@@ -86,11 +131,13 @@ def rebuild(out: Tensor, reduction: Callable[[Tensor, Reduce], Tensor] | None = 
     return new[id(out.op)]
 
 
-def block_rows(out: Tensor, threads: int) -> Tensor:
-    """`out` with every reduction other than its own computed as a `threads`-lane tree."""
+def block_rows(out: Tensor, threads: int, shuffle: bool = False) -> Tensor:
+    """`out` with every reduction other than its own computed as a `threads`-lane tree, its
+    levels within a warp as shuffles with `shuffle`."""
     if threads & (threads - 1):
         raise ValueError(f"a reduction tree needs a power-of-two lane count, not {threads}")
-    return rebuild(out, lambda t, body: _tree(t, body, threads))
+    tree = _shuffle_tree if shuffle else _tree
+    return rebuild(out, lambda t, body: tree(t, body, threads))
 
 
 def schedule_block_rows(s: Schedule, o: Stage, threads: int, own: list[Stage]) -> None:

@@ -1,0 +1,206 @@
+"""A static model of a CUDA kernel's time, for ranking candidates where no GPU can time them.
+
+The CPU emulation proves a kernel right, but how long it takes on a CPU says nothing about a
+GPU (a grid's threads run one after another there). What a GPU does with a kernel can still be
+bounded from what the compilers produced, as a performance engineer reads a kernel before
+profiling it:
+
+- work and traffic from the lowered loop nest: floating-point operations, bytes loaded from and
+  stored to global and shared memory, each access counted once per iteration of every loop around
+  it (thread and block loops included; guarded accesses counted as if taken), except unrolled
+  loops its index does not depend on: nvcc loads such a value once into a register and reuses
+  it (the register tile of a matmul reads each shared element once per k step, not once per FMA);
+- the instruction mix from the SASS (`autosched.codegen.sass`): instructions issued per
+  arithmetic instruction, so address arithmetic, scalar loads and barriers cost issue slots;
+- registers from ptxas (`--resource-usage`), hence occupancy, which decides how much latency the
+  multiprocessor can hide; spilled registers add local-memory traffic;
+- a reference device of the architecture (SMs, clock, FP32 lanes, DRAM and L2 bandwidth): the
+  kernel takes at least as long as its busiest unit (issue, FP32 pipes, shared memory, L2, DRAM),
+  divided by the share of that peak its resident warps (occupancy, or the grid where it has
+  fewer blocks than the GPU has room for) and its last partial wave of blocks allow.
+
+The estimate is in seconds on the reference device but it is a model, never a measurement: it is
+stored only under the emulated target's fingerprint (`Target.emulated`), ranks candidates within
+an emulated tune, and stands in for GPU records in a build only where none exist.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from autosched.codegen.cstyle import DTYPE_BYTES
+from autosched.codegen.gpu import LaunchGeometry, occupancy
+from autosched.codegen.nvcc import ResourceUsage
+from autosched.codegen.sass import SassProfile
+from autosched.lower.ir import Allocate, For, ForKind, IfThenElse, Let, PrimFunc, Seq, Stmt, Store
+from autosched.target import GpuCapabilities
+from autosched.te.expr import BinOp, Call, Expr, Load, free_vars, walk
+
+
+@dataclass(frozen=True)
+class ReferenceDevice:
+    """The figures of one GPU of an architecture that the model divides work by."""
+
+    name: str
+    sms: int
+    clock_ghz: float
+    fp32_lanes_per_sm: int  # FP32 FMA lanes: 64 on sm_70/75/80, 128 on sm_86 and later
+    dram_gb_s: float
+    l2_gb_s: float
+    shared_bytes_per_clock: int = 128  # per SM: 32 banks of 4 bytes
+
+    @property
+    def fp32_flops(self) -> float:
+        return self.sms * self.fp32_lanes_per_sm * 2 * self.clock_ghz * 1e9
+
+
+#: compute capability -> a common GPU of it (vendor data sheets; boost clocks)
+REFERENCE_DEVICES = {
+    (7, 0): ReferenceDevice("Tesla V100", 80, 1.53, 64, 900, 2500),
+    (7, 5): ReferenceDevice("Tesla T4", 40, 1.59, 64, 320, 1200),
+    (8, 0): ReferenceDevice("A100 80GB", 108, 1.41, 64, 2039, 5500),
+    (8, 6): ReferenceDevice("RTX 3090", 82, 1.70, 128, 936, 2500),
+    (8, 9): ReferenceDevice("RTX 4090", 128, 2.52, 128, 1008, 5000),
+    (9, 0): ReferenceDevice("H100 SXM", 132, 1.83, 128, 3350, 10000),
+    (10, 0): ReferenceDevice("B200", 148, 1.90, 128, 8000, 20000),
+    (12, 0): ReferenceDevice("RTX 5090", 170, 2.41, 128, 1792, 7000),
+}
+WARP_SCHEDULERS_PER_SM = 4
+#: resident warps per scheduler that hide arithmetic and shared-memory latency with some
+#: instruction-level parallelism; fewer leave issue slots idle in proportion
+WARPS_TO_HIDE_LATENCY = 4
+LAUNCH_SECONDS = 2e-6
+#: SASS opcodes that do a kernel's floating-point work (the rest is overhead to issue)
+ARITHMETIC = ("FFMA", "FADD", "FMUL", "FMNMX", "MUFU", "HMMA", "FSETP", "FSEL")
+
+
+def reference_device(caps: GpuCapabilities) -> ReferenceDevice:
+    """The reference GPU of `caps`' architecture (the newest older entry for a newer one)."""
+    return REFERENCE_DEVICES[max(cc for cc in REFERENCE_DEVICES if cc <= caps.compute_capability)]
+
+
+@dataclass
+class Traffic:
+    """What one launch of a kernel does, summed over all its threads."""
+
+    flops: float = 0.0
+    global_load_bytes: float = 0.0
+    global_store_bytes: float = 0.0
+    shared_bytes: float = 0.0  # loaded and stored
+    global_buffer_bytes: float = 0.0  # the distinct global buffers: what DRAM must move at least
+
+
+#: loops nvcc unrolls: a load invariant in them is made once and kept in a register
+_UNROLLED = (ForKind.UNROLL, ForKind.VECTORIZE)
+
+
+def _expr_counts(e: Expr, times: float, t: Traffic, unrolled: tuple[For, ...] = ()) -> None:
+    for x in walk(e):
+        if isinstance(x, BinOp) and x.dtype.startswith("float") and x.op in ("add", "sub", "mul", "div", "min", "max"):
+            t.flops += times
+        elif isinstance(x, Call) and x.dtype.startswith("float"):
+            t.flops += times
+        elif isinstance(x, Load):
+            used = free_vars(x.indices[0])
+            reused = math.prod(f.extent for f in unrolled if f.var not in used)
+            nbytes = times / reused * DTYPE_BYTES.get(x.dtype, 4)
+            if x.source.scope == "global":
+                t.global_load_bytes += nbytes
+            elif x.source.scope == "shared":
+                t.shared_bytes += nbytes
+
+
+def _visit(s: Stmt, times: float, t: Traffic, bound: dict[str, int], unrolled: tuple[For, ...] = ()) -> None:
+    if isinstance(s, Store):
+        _expr_counts(s.value, times, t, unrolled)
+        _expr_counts(s.index, times, t, unrolled)
+        nbytes = times * DTYPE_BYTES.get(s.buffer.dtype, 4)
+        if s.buffer.scope == "global":
+            t.global_store_bytes += nbytes
+        elif s.buffer.scope == "shared":
+            t.shared_bytes += nbytes
+    elif isinstance(s, For) and s.kind is ForKind.THREAD and s.thread in bound:
+        # the same index as the enclosing loop of that axis: only the threads below the extent run it
+        _visit(s.body, times * s.extent / bound[s.thread], t, {**bound, s.thread: s.extent}, unrolled)
+    elif isinstance(s, For):
+        inner = {**bound, s.thread: s.extent} if s.kind is ForKind.THREAD and s.thread != "vthread" else bound
+        _visit(s.body, times * s.extent, t, inner, unrolled + ((s,) if s.kind in _UNROLLED else ()))
+    elif isinstance(s, Let):
+        _expr_counts(s.value, times, t, unrolled)
+        _visit(s.body, times, t, bound, unrolled)
+    elif isinstance(s, IfThenElse):
+        _expr_counts(s.cond, times, t, unrolled)
+        _visit(s.then, times, t, bound, unrolled)
+        if s.orelse is not None:
+            _visit(s.orelse, times, t, bound, unrolled)
+    elif isinstance(s, Allocate):
+        _visit(s.body, times, t, bound, unrolled)
+    elif isinstance(s, Seq):
+        for x in s.stmts:
+            _visit(x, times, t, bound, unrolled)
+
+
+def kernel_traffic(func: PrimFunc) -> Traffic:
+    """Work and memory traffic of one launch of `func`, from its loop nest."""
+    t = Traffic()
+    _visit(func.body, 1.0, t, {})
+    t.global_buffer_bytes = float(sum(b.size * DTYPE_BYTES.get(b.dtype, 4) for b in func.params))
+    return t
+
+
+@dataclass(frozen=True)
+class StaticEstimate:
+    """The model's figures for one kernel: `seconds` and the bound that sets it."""
+
+    seconds: float
+    bound: str  # "issue", "fp32", "shared", "l2", "dram"
+    occupancy: float
+    flops: float
+    global_bytes: float
+    instructions_per_flop: float
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def estimate(func: PrimFunc, geometry: LaunchGeometry, caps: GpuCapabilities, usage: ResourceUsage | None = None,
+             sass: SassProfile | None = None) -> StaticEstimate:
+    """The static model's time of one launch of `func` on `caps`' reference device. Without
+    ptxas's `usage`, occupancy counts threads and shared memory only (32 registers a thread);
+    without `sass`, a kernel is taken to issue two instructions per floating-point operation."""
+    device = reference_device(caps)
+    t = kernel_traffic(func)
+    registers = usage.registers if usage is not None else 32
+    occ = occupancy(geometry, caps, registers, usage.static_shared_bytes if usage is not None else 0)
+    if occ <= 0:  # cannot launch: the builders reject it before any model is asked
+        raise ValueError(f"{func.name}: no block of {geometry.threads_per_block} threads fits one multiprocessor")
+    if sass is not None and any(sass.count(op) for op in ARITHMETIC):
+        per_flop = sass.total / sum(sass.count(op) for op in ARITHMETIC) / (2 if sass.count("FFMA") else 1)
+    else:
+        per_flop = 2.0
+    thread_instructions = max(t.flops, 1.0) * per_flop
+    clock = device.clock_ghz * 1e9
+    spill_bytes = (usage.spill_loads + usage.spill_stores) if usage is not None else 0
+    threads = geometry.threads_per_block * math.prod(geometry.grid)
+    l2_bytes = t.global_load_bytes + t.global_store_bytes + spill_bytes * threads
+    bounds = {
+        "issue": thread_instructions / caps.warp_size / (device.sms * WARP_SCHEDULERS_PER_SM * clock),
+        "fp32": t.flops / device.fp32_flops,
+        "shared": t.shared_bytes / (device.sms * device.shared_bytes_per_clock * clock),
+        "l2": l2_bytes / (device.l2_gb_s * 1e9),
+        "dram": min(t.global_buffer_bytes, l2_bytes) / (device.dram_gb_s * 1e9),
+    }
+    bound = max(bounds, key=lambda k: bounds[k])
+    blocks = math.prod(geometry.grid)
+    # warps an SM holds at once: as occupancy allows, or fewer where the grid has too few blocks
+    warps_per_block = -(-geometry.threads_per_block // caps.warp_size)
+    resident_warps = min(occ * caps.max_warps_per_sm, math.ceil(blocks / device.sms) * warps_per_block)
+    hiding = min(1.0, resident_warps / WARPS_TO_HIDE_LATENCY / WARP_SCHEDULERS_PER_SM)
+    waves = blocks / device.sms  # blocks per SM, on average; the busiest SM runs the ceiling of it
+    balance = waves / math.ceil(waves)
+    seconds = bounds[bound] / (hiding * balance) + LAUNCH_SECONDS
+    return StaticEstimate(seconds, bound, occ, t.flops, t.global_load_bytes + t.global_store_bytes, per_flop)
+
+
+__all__ = ["REFERENCE_DEVICES", "ReferenceDevice", "StaticEstimate", "Traffic", "estimate", "kernel_traffic",
+           "reference_device"]

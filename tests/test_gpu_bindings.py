@@ -1,0 +1,91 @@
+"""The GPU runner through either driver binding, cuda-bindings or pycuda, each on a test double
+of the binding over one simulated H100 (tests/fake_cuda.py): there is no GPU on the machines
+these tests run on, so the GPU is what is faked; the runner, its worker process and the driver
+layer are the real ones. Also: pycuda built here but imported without a driver says so once."""
+import importlib.util
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from autosched.measure.cuda_driver import NoDriver, open_driver
+from autosched.measure.gpu import GpuRunner, GpuUnavailableError
+from autosched.measure.local import RunnerOptions
+from autosched.measure.record import BuildResult, ErrorKind, MeasureInput
+from autosched.space import ChoiceKnob, ConfigSpace
+from autosched.target import Target
+from tests.cuda_markers import no_gpu_here
+from tests.fake_cuda import H100, FakeH100Runner
+
+BINDINGS = ("cuda-bindings", "pycuda")
+
+
+@dataclass(frozen=True)
+class AddTask:
+    key: str = "add_4x8"
+    op: str = "test_gpu_bindings"
+
+    def random_inputs(self, seed: int):
+        rng = np.random.default_rng(seed)
+        return [rng.standard_normal((4, 8), dtype=np.float32), rng.standard_normal((4, 8), dtype=np.float32)]
+
+    def reference(self, inputs):
+        return [inputs[0] + inputs[1]]
+
+
+SPACE = ConfigSpace("test_gpu_bindings", [ChoiceKnob("kernel", ("add", "illegal_address"))])
+
+
+def _manifest(tmp_path, symbol: str) -> BuildResult:
+    """A built candidate as NvccBuilder writes it (the simulated GPU runs any cubin's bytes)."""
+    cubin = tmp_path / f"{symbol}.cubin"
+    cubin.write_bytes(b"\x7fELF fake cubin of " + symbol.encode())
+    manifest = tmp_path / f"{symbol}.json"
+    params = [{"name": n, "dtype": "float32", "shape": [4, 8]} for n in ("a", "b", "c")]
+    manifest.write_text(json.dumps({"cubin": str(cubin), "symbol": symbol, "params": params,
+                                    "geometry": {"grid": [1, 1, 1], "block": [32, 1, 1], "shared_bytes": 0}}))
+    return BuildResult(str(manifest), ErrorKind.NO_ERROR, "", 0.1)
+
+
+@pytest.mark.parametrize("bindings", BINDINGS)
+def test_runner_measures_and_survives_a_sticky_error(tmp_path, monkeypatch, bindings):
+    monkeypatch.setenv("FAKE_CUDA_BINDINGS", bindings)
+    target = Target.parse("cuda -arch=sm_90")
+    good, bad = _manifest(tmp_path, "add"), _manifest(tmp_path, "illegal_address")
+    inputs = [MeasureInput(AddTask(), target, SPACE.get(i)) for i in (0, 1, 0)]
+    with FakeH100Runner(RunnerOptions(repeat=3, min_repeat_ms=1.0)) as runner:
+        assert runner.device == {"device": H100, "compute_capability": "9.0", "bindings": bindings}
+        assert runner.measured_target(target).fingerprint == f"cuda|{H100}|sm_90"
+        first, crashed, again = runner.run(inputs, [good, bad, good])
+    assert first.ok and len(first.costs) == 3 and all(c > 0 for c in first.costs), first.error_msg
+    assert crashed.error_kind is ErrorKind.RUNTIME_ERROR
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in crashed.error_msg and "the GPU worker restarts" in crashed.error_msg
+    assert again.ok, again.error_msg  # a fresh worker, a fresh context
+
+
+@pytest.mark.parametrize("bindings", BINDINGS)
+def test_a_missing_binding_is_one_clear_message(monkeypatch, bindings):
+    monkeypatch.setenv("AUTOSCHED_CUDA_BINDINGS", bindings)
+    monkeypatch.setattr("autosched.measure.cuda_driver._import",
+                        lambda name: (_ for _ in ()).throw(ImportError(f"No module named {name!r}")))
+    with pytest.raises(NoDriver, match=r"needs cuda-bindings \(pip install 'autosched\[cuda\]'\) or pycuda "
+                                       r"\(pip install 'autosched\[pycuda\]'"):
+        open_driver()
+
+
+def test_an_unknown_binding_is_refused(monkeypatch):
+    monkeypatch.setenv("AUTOSCHED_CUDA_BINDINGS", "pyopencl")
+    with pytest.raises(NoDriver, match="expected one of cuda-bindings, pycuda"):
+        open_driver()
+
+
+@no_gpu_here
+@pytest.mark.skipif(importlib.util.find_spec("pycuda") is None, reason="pycuda is not installed (see the README)")
+def test_pycuda_without_a_driver_is_one_clear_message(monkeypatch):
+    """The real pycuda, built here against the toolkit, imported where no driver exists."""
+    with pytest.raises(NoDriver, match=r"pycuda is installed but the NVIDIA driver \(libcuda.so.1\) is not"):
+        open_driver("pycuda")
+    monkeypatch.setenv("AUTOSCHED_CUDA_BINDINGS", "pycuda")
+    with pytest.raises(GpuUnavailableError, match="pycuda is installed but the NVIDIA driver .*--emulate"):
+        GpuRunner()
