@@ -69,6 +69,9 @@ class GpuCapabilities:
     max_registers_per_thread: int = 255
     registers_per_sm: int = 64 * 1024
     warp_size: int = 32
+    max_warps_per_sm: int = 64  # resident warps of one multiprocessor
+    max_blocks_per_sm: int = 32
+    shared_memory_per_sm: int = 164 * 1024  # what resident blocks share (per block, 1 KiB more is reserved)
 
     @property
     def compute_capability(self) -> tuple[int, int]:
@@ -88,6 +91,11 @@ _SHARED_OPTIN = {(7, 0): 96 * 1024, (7, 2): 96 * 1024, (7, 5): 64 * 1024, (8, 0)
                  (8, 6): 99 * 1024, (8, 7): 163 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024,
                  (10, 0): 227 * 1024, (10, 3): 227 * 1024, (11, 0): 227 * 1024, (12, 0): 99 * 1024,
                  (12, 1): 99 * 1024}
+#: compute capability -> (resident warps, resident blocks, shared memory) per multiprocessor,
+#: which bound occupancy (same source)
+_PER_SM = {(7, 0): (64, 32, 96 * 1024), (7, 5): (32, 16, 64 * 1024), (8, 0): (64, 32, 164 * 1024),
+           (8, 6): (48, 16, 100 * 1024), (8, 7): (48, 16, 164 * 1024), (8, 9): (48, 24, 100 * 1024),
+           (9, 0): (64, 32, 228 * 1024), (10, 0): (64, 32, 228 * 1024), (12, 0): (48, 32, 100 * 1024)}
 DEFAULT_CUDA_ARCH = "sm_80"
 
 
@@ -233,7 +241,9 @@ def gpu_capabilities(arch: str) -> GpuCapabilities:
     known = [cc for cc in sorted(_SHARED_OPTIN) if cc <= caps.compute_capability]
     if not known:
         raise TargetError(f"architecture {arch} is older than Volta (sm_70); autosched needs sm_70 or newer")
-    return GpuCapabilities(arch=arch, max_shared_memory_per_block_optin=_SHARED_OPTIN[known[-1]])
+    warps, blocks, shared = _PER_SM[max(cc for cc in _PER_SM if cc <= caps.compute_capability)]
+    return GpuCapabilities(arch=arch, max_shared_memory_per_block_optin=_SHARED_OPTIN[known[-1]],
+                           max_warps_per_sm=warps, max_blocks_per_sm=blocks, shared_memory_per_sm=shared)
 
 
 def detect_cuda_arch() -> str | None:

@@ -123,6 +123,25 @@ def check_limits(name: str, geometry: LaunchGeometry, caps: GpuCapabilities, reg
                              f"{caps.registers_per_sm} registers of one {caps.arch} multiprocessor")
 
 
+#: registers are allocated per warp in units of this many
+REGISTER_ALLOCATION_UNIT = 256
+#: shared memory the system reserves per resident block (sm_80 and later)
+RESERVED_SHARED_PER_BLOCK = 1024
+
+
+def occupancy(geometry: LaunchGeometry, caps: GpuCapabilities, registers: int, static_shared_bytes: int = 0) -> float:
+    """Resident warps of one multiprocessor over the most it can hold, for blocks of `geometry`
+    whose threads use `registers` each (ptxas's count): the smallest of what threads, registers,
+    shared memory and the block limit allow, as NVIDIA's occupancy calculator computes it."""
+    warps = -(-geometry.threads_per_block // caps.warp_size)
+    per_warp = -(-max(registers, 1) * caps.warp_size // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    shared = geometry.shared_bytes + static_shared_bytes
+    reserved = RESERVED_SHARED_PER_BLOCK if caps.compute_capability >= (8, 0) else 0
+    blocks = min(caps.max_blocks_per_sm, caps.max_warps_per_sm // warps, caps.registers_per_sm // (per_warp * warps),
+                 caps.shared_memory_per_sm // (shared + reserved) if shared else caps.max_blocks_per_sm)
+    return blocks * warps / caps.max_warps_per_sm
+
+
 def _walk(s: Stmt):
     yield s
     for c in stmt_children(s):
@@ -265,4 +284,4 @@ def copy_source(s: AsyncCopy) -> tuple[Load, Expr | None] | None:
     return None
 
 
-__all__ = ["copy_source", "LaunchGeometry", "GpuKernelPlan", "LimitError", "plan_kernel", "check_limits", "GpuRenderer"]
+__all__ = ["copy_source", "LaunchGeometry", "GpuKernelPlan", "LimitError", "plan_kernel", "check_limits", "occupancy", "GpuRenderer"]
