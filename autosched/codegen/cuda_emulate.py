@@ -97,7 +97,7 @@ static void emu_cp_async(float* dst, const float* src) {
 static void emu_cp_commit(void) { ++emu_cur->committed; }
 
 /* Retire every group but the newest `pending` committed ones: their copies land now. */
-static void emu_cp_wait(int64_t pending) {
+__attribute__((noinline)) static void emu_cp_wait(int64_t pending) {
   emu_thread* t = emu_cur;
   int64_t keep = 0;
   for (int64_t k = 0; k < t->n_copies; ++k) {
@@ -119,7 +119,7 @@ static float emu_tf32(float x) {
 /* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, as lane `lane` of its warp: rows g, g + 8
    and columns 2t, 2t + 1 of C (g = lane / 4, t = lane % 4); A's (row, k) is element
    row / 8 + 2 (k / 4) of lane 4 (row % 8) + k % 4, B's (k, col) element k / 4 of lane 4 col + k % 4. */
-static void emu_mma_m16n8k8_tf32(int site, float* d0, float* d1, float* d2, float* d3, float a0, float a1,
+__attribute__((noinline)) static void emu_mma_m16n8k8_tf32(int site, float* d0, float* d1, float* d2, float* d3, float a0, float a1,
                                  float a2, float a3, float b0, float b1) {
   int64_t me = emu_tid.x + (int64_t)emu_bdim.x * (emu_tid.y + (int64_t)emu_bdim.y * emu_tid.z);
   int64_t warp = me / 32 * 32;
