@@ -16,7 +16,10 @@ step. The knobs:
 - `pad`: 1 pads each shared row (4 floats where k is innermost, else 8) so the lanes' fragment
   reads fall on 32 different banks, 0 keeps rows dense (conflicting reads);
 - `vec`: 4 copies 16 bytes a `cp.async` where the operand's rows allow (aligned, contiguous),
-  1 copies 4 bytes a `cp.async`.
+  1 copies 4 bytes a `cp.async`;
+- `raster`: block rasterization for L2 reuse: consecutive blocks walk down `raster` block rows
+  of one block column before the next column (blocks running together share B's columns and
+  `raster` rows of A); 1 is row-major order.
 """
 from __future__ import annotations
 
@@ -37,7 +40,9 @@ MMA_M = (1, 2, 4)
 MMA_N = (1, 2, 4)
 TILE_K = (8, 16, 32)
 STAGES = (2, 3, 4)
-FALLBACK = {"warps_m": 2, "warps_n": 4, "mma_m": 4, "mma_n": 4, "tile_k": 32, "stages": 3, "pad": 1, "vec": 4}
+RASTER = (1, 4, 8)
+FALLBACK = {"warps_m": 2, "warps_n": 4, "mma_m": 4, "mma_n": 4, "tile_k": 32, "stages": 3, "pad": 1, "vec": 4,
+            "raster": 8}
 MMA_TILE = (16, 8, 8)  # m16n8k8
 
 
@@ -59,10 +64,11 @@ def mma_knobs(m: int, n: int, k: int) -> tuple[ChoiceKnob, ...]:
         ChoiceKnob("warps_n", _fits(WARPS, n, MMA_TILE[1])),
         ChoiceKnob("mma_m", _fits(MMA_M, m, MMA_TILE[0])),
         ChoiceKnob("mma_n", _fits(MMA_N, n, MMA_TILE[1])),
-        ChoiceKnob("tile_k", _fits(TILE_K, k, MMA_TILE[2])),
+        ChoiceKnob("tile_k", _fits(TILE_K, k, 1)),
         ChoiceKnob("stages", STAGES),
         ChoiceKnob("pad", (1, 0)),
         ChoiceKnob("vec", (4, 1)),
+        ChoiceKnob("raster", RASTER if m > 4 * MMA_TILE[0] else (1,)),
     )
 
 
@@ -78,22 +84,29 @@ class MmaTiles:
     stages: int
     pad: bool
     vec: int
+    raster: int
 
     @classmethod
     def of(cls, config: Config) -> MmaTiles:
         return cls(config["warps_m"], config["warps_n"], config["mma_m"], config["mma_n"], config["tile_k"],
-                   config["stages"], bool(config["pad"]), config["vec"])
+                   config["stages"], bool(config["pad"]), config["vec"], config["raster"])
 
     @property
     def block(self) -> tuple[int, int, int]:
         """(rows, columns, k) of a block's tile."""
         return self.warps_m * self.mma_m * MMA_TILE[0], self.warps_n * self.mma_n * MMA_TILE[1], self.tile_k
 
+    def padding(self, m: int) -> tuple[int, int, int]:
+        """What the operands are padded to a multiple of: a block's tile, its rows times the
+        raster group (the last group's surplus blocks compute zeros), and the k step."""
+        bm, bn, bk = self.block
+        return bm * min(self.raster, -(-m // bm)), bn, bk
+
 
 def mma_product(batch: tuple[int, ...], dims: tuple[int, int, int], a_at: Callable, b_at: Callable,
                 k_inner: tuple[bool, bool], tiles: MmaTiles, name: str) -> Tensor:
     """The (batch…, m, n) product in the fragment layout, padded to `tiles`' block (see `mma_gemm`)."""
-    return mma_gemm(batch, dims, a_at, b_at, k_inner, tiles.block, name)
+    return mma_gemm(batch, dims, a_at, b_at, k_inner, tiles.padding(dims[0]), name)
 
 
 def schedule_mma(s: Schedule, out: Tensor, acc: Stage, axes: tuple[list[IterVar], IterVar, IterVar],
@@ -120,11 +133,16 @@ def schedule_mma(s: Schedule, out: Tensor, acc: Stage, axes: tuple[list[IterVar]
     nj, j8 = o.split(jw, 8)
     t, c = o.split(j8, 2)
     outer = [o.fuse(*batch)] if batch else []
-    o.reorder(*outer, bi, bj, wm, wn, g, t, mi, rh, nj, c)
     if outer:
         o.bind(outer[0], "blockIdx.z")
-    o.bind(bi, "blockIdx.y")
-    o.bind(bj, "blockIdx.x")
+    if tiles.raster > 1:  # block id = (group · block columns + column) · raster + row in the group
+        group, row = o.split(bi, tiles.raster)
+        o.reorder(*outer, group, bj, row, wm, wn, g, t, mi, rh, nj, c)
+        o.bind(o.fuse(group, bj, row), "blockIdx.x")
+    else:
+        o.reorder(*outer, bi, bj, wm, wn, g, t, mi, rh, nj, c)
+        o.bind(bi, "blockIdx.y")
+        o.bind(bj, "blockIdx.x")
     o.bind(o.fuse(wm, wn), "threadIdx.y")
     lane = o.fuse(g, t)
     o.bind(lane, "threadIdx.x")
