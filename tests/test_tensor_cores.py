@@ -3,8 +3,11 @@ warp-level mma.sync with a cp.async pipeline, checked in the CPU emulation again
 emulation runs the mma as a warp collective with the PTX fragment layout and TF32 rounding) and
 read back from the SASS nvcc makes for sm_80 and sm_90 (no GPU is used)."""
 import numpy as np
+import onnx
 import pytest
 
+from autosched import zoo
+from autosched.cli import main
 from autosched.codegen.cuda import CudaRenderer
 from autosched.codegen.nvcc import compile_cuda
 from autosched.codegen.sass import kernel_sass, sass_available
@@ -15,6 +18,7 @@ from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import MeasureInput
 from autosched.target import Target, TargetError
 from autosched.templates import get_template
+from search_spaces.cuda.gemm_mma import FALLBACK
 from tests.cuda_markers import needs_nvcc
 from tests.task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task
 
@@ -121,9 +125,10 @@ def test_the_fallback_for_4096_cubed_passes_the_emulation():
     hours on a CPU): the same kernel but for the grid and the loop trip count."""
     template = get_template("MatMul", "cuda")
     big, task = matmul_task((4096, 4096), (4096, 4096)), matmul_task((512, 512), (512, 512))
+    space, small = template.space(big, TF32), template.space(task, TF32)
     config = template.fallback(big, TF32)
-    assert config.to_json() == template.fallback(task, TF32).to_json()
-    _, got, want = _emulate(task, config)
+    assert {k.name: config[k.name] for k in space.knobs} == {**FALLBACK}
+    _, got, want = _emulate(task, small.from_values({k.name: config[k.name] for k in space.knobs}))
     _assert_within_tf32(got, want, "512³ with the 4096³ fallback")
 
 
@@ -139,7 +144,7 @@ def test_the_emulation_sees_a_pipeline_that_does_not_wait_for_its_copies():
     task = matmul_task((64, 64), (64, 64))
     template = get_template("MatMul", "cuda")
     config = template.space(task, TF32).from_values({"warps_m": 2, "warps_n": 2, "mma_m": 2, "mma_n": 2, "tile_k": 8,
-                                                     "stages": 3, "pad": 1, "vec": 4})
+                                                     "stages": 3, "pad": 1, "vec": 4, "raster": 1})
     sched, args = template.apply(task, config, TF32)
     func = lower(sched, args, "early")
     waits = [s for s in walk_stmts(func.body) if isinstance(s, AsyncWait)]
@@ -204,3 +209,17 @@ def test_sampled_tf32_configs_fit_the_device_and_pass_the_emulation(tmp_path):
     for inp in inputs[1:20:7]:
         _, got, want = _emulate(inp.task, inp.config)
         _assert_within_tf32(got, want, f"config {inp.config.to_json()}")
+
+
+def test_check_compares_a_tf32_model_within_the_tf32_tolerance_and_says_so(tmp_path, capsys):
+    """A small MLP's Gemms on tensor cores in the emulation, against onnxruntime's fp32 (the zoo's
+    MLP passes too, in minutes)."""
+    path = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(batch=8, sizes=(96, 64, 10)), path)
+    assert main(["check", str(path), "--target", "cuda -arch=sm_80 -precision=tf32", "--emulate"]) == 0
+    out = capsys.readouterr().out
+    assert "tolerance: rtol 0.01, atol 0.01 (the tf32 tolerance)" in out and "fc2/Gemm" in out
+    assert "MISMATCH" not in out
+    assert main(["check", str(path), "--target", "cuda -arch=sm_80 -precision=tf32", "--emulate",
+                 "--rtol", "0", "--atol", "0"]) == 1
+    assert "tolerance: rtol 0, atol 0 (given)" in capsys.readouterr().out

@@ -39,8 +39,7 @@ from search_spaces.cuda.common import (
     up_to,
 )
 from search_spaces.cuda.conv2d_gemm import IMPLICIT_GEMM_TAG, conv2d_implicit_gemm
-from search_spaces.cuda.gemm_mma import FALLBACK as MMA_FALLBACK
-from search_spaces.cuda.gemm_mma import MmaTiles, mma_knobs, mma_product, schedule_mma, tensor_cores
+from search_spaces.cuda.gemm_mma import MmaTiles, mma_fallback, mma_knobs, mma_product, schedule_mma, tensor_cores
 from search_spaces.cuda.matmul import GemmTiles, schedule_gemm
 from search_spaces.llvm.conv2d import ConvDims, conv_dims
 
@@ -99,7 +98,7 @@ class Conv2dTemplate(GpuTemplate):
         space = self.space(task, target)
         d = conv_dims(task)
         if _on_tensor_cores(target, d):
-            return config_near(space, MMA_FALLBACK)
+            return mma_fallback(space, d.oc, d.oh * d.ow, d.n)
         if IMPLICIT_GEMM in space.knob("algorithm").values and d.kh * d.kw == 1:
             return config_near(space, {**FALLBACK_DIRECT, "algorithm": IMPLICIT_GEMM, "threads_h": 2,
                                        "threads_c": 16, "tile_w": 4, "tile_ic": 8})

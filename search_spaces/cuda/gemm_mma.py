@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from autosched.ops.mma_gemm import mma_gemm
 from autosched.ops.transform import INJECTIVE_TAG
 from autosched.schedule import MmaTile, Schedule, Stage
-from autosched.space import ChoiceKnob, Config
+from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.te import IterVar, Load, Tensor
 from autosched.te.expr import walk
-from search_spaces.cuda.common import gpu_caps
+from search_spaces.cuda.common import config_near, gpu_caps
 
 WARPS = (1, 2, 4)
 MMA_M = (1, 2, 4)
@@ -44,6 +44,24 @@ RASTER = (1, 4, 8)
 FALLBACK = {"warps_m": 2, "warps_n": 4, "mma_m": 4, "mma_n": 4, "tile_k": 32, "stages": 3, "pad": 1, "vec": 4,
             "raster": 8}
 MMA_TILE = (16, 8, 8)  # m16n8k8
+
+
+#: blocks a fallback's grid should have: most SMs of an A100 (108) or H100 (132) busy
+FALLBACK_BLOCKS = 96
+#: the fallback's (warps_m, warps_n, mma_m, mma_n), largest first: 128 × 128 block tiles of 8
+#: warps down to 32 × 32 tiles of 4 warps (a warp keeps at least a 16 × 16 register tile)
+FALLBACK_TILES = ((2, 4, 4, 4), (2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2))
+
+
+def mma_fallback(space: ConfigSpace, m: int, n: int, batch: int) -> Config:
+    """FALLBACK with the first tiles of FALLBACK_TILES that neither overhang the m × n problem by
+    half a block nor leave the grid under FALLBACK_BLOCKS blocks (`batch` problems), else the
+    smallest: a small GEMM (a late ResNet layer) gets more, smaller blocks."""
+    for wm, wn, mm, mn in FALLBACK_TILES:
+        bm, bn = wm * mm * MMA_TILE[0], wn * mn * MMA_TILE[1]
+        if bm // 2 < m and bn // 2 < n and batch * -(-m // bm) * -(-n // bn) >= FALLBACK_BLOCKS:
+            break
+    return config_near(space, {**FALLBACK, "warps_m": wm, "warps_n": wn, "mma_m": mm, "mma_n": mn})
 
 
 def tensor_cores(target: Target) -> bool:
@@ -187,4 +205,4 @@ def _async_copy(s: Schedule, copy: Tensor, acc: Stage, ko: IterVar, tiles: MmaTi
         st.vectorize(lanes)
 
 
-__all__ = ["FALLBACK", "MmaTiles", "mma_knobs", "mma_product", "schedule_mma", "tensor_cores"]
+__all__ = ["FALLBACK", "MmaTiles", "mma_fallback", "mma_knobs", "mma_product", "schedule_mma", "tensor_cores"]

@@ -15,6 +15,7 @@ dimensions are fused onto blockIdx.z. The knobs:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from autosched.ops import matmul as mm
@@ -36,8 +37,7 @@ from search_spaces.cuda.common import (
     tile_threads,
     up_to,
 )
-from search_spaces.cuda.gemm_mma import FALLBACK as MMA_FALLBACK
-from search_spaces.cuda.gemm_mma import MmaTiles, mma_knobs, mma_product, schedule_mma, tensor_cores
+from search_spaces.cuda.gemm_mma import MmaTiles, mma_fallback, mma_knobs, mma_product, schedule_mma, tensor_cores
 from search_spaces.llvm.matmul import gemm_epilogue, matmul_dims, matmul_operands
 
 THREADS = (1, 2, 4, 8, 16, 32)
@@ -101,7 +101,8 @@ class MatmulTemplate(GpuTemplate):
         cores: 2 × 4 warps of 4 × 4 m16n8k8 tiles (128 × 128 block tiles), k steps of 32 through a
         3-stage cp.async pipeline, padded shared rows, 16-byte copies."""
         if tensor_cores(target):
-            return config_near(self.space(task, target), MMA_FALLBACK)
+            d = matmul_dims(task)
+            return mma_fallback(self.space(task, target), d.m, d.n, math.prod(d.batch))
         return config_near(self.space(task, target), {"threads_x": 16, "threads_y": 16, "tile_n": 4, "tile_m": 4,
                                                        "tile_k": 8, "vec": 4, "unroll_k": 1, "double_buffer": 0})
 
