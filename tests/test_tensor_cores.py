@@ -16,10 +16,12 @@ from autosched.lower import lower
 from autosched.lower.ir import AsyncWait, WarpMma, walk_stmts
 from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import MeasureInput
+from autosched.schedule import MmaTile, ScheduleError
 from autosched.target import Target, TargetError
 from autosched.templates import get_template
 from search_spaces.cuda.gemm_mma import FALLBACK
 from tests.cuda_markers import needs_nvcc
+from tests.gpu_schedules import tiled_matmul
 from tests.task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task
 
 TF32 = Target.parse("cuda -arch=sm_80 -precision=tf32")
@@ -223,3 +225,23 @@ def test_check_compares_a_tf32_model_within_the_tf32_tolerance_and_says_so(tmp_p
     assert main(["check", str(path), "--target", "cuda -arch=sm_80 -precision=tf32", "--emulate",
                  "--rtol", "0", "--atol", "0"]) == 1
     assert "tolerance: rtol 0, atol 0 (given)" in capsys.readouterr().out
+
+
+def test_the_new_schedule_primitives_refuse_misuse():
+    s, _ = tiled_matmul(64, 64, 64)
+    local = next(st for st in s.stages if st.scope == "local")
+    shared = next(st for st in s.stages if st.scope == "shared")
+    with pytest.raises(ScheduleError, match="only a shared-memory stage can be pipelined"):
+        local.pipelined(2)
+    with pytest.raises(ScheduleError, match="a pipeline has 2 to 8 stages, not 1"):
+        shared.pipelined(1)
+    with pytest.raises(ScheduleError, match="only a shared-memory stage's rows are padded"):
+        local.pad_storage(4)
+    with pytest.raises(ScheduleError, match="a whole split takes factor="):
+        local.split(local.leaf_axes[-1], nparts=2, whole=True)
+    ko, ki, ci, cj = local.leaf_axes[-4:]
+    with pytest.raises(ScheduleError, match="its k, rows and cols loops innermost, in that order"):
+        local.tensorize(MmaTile(ci, ki, cj, ci, cj))
+    shared.double_buffered()
+    with pytest.raises(ScheduleError, match="either double buffered or pipelined"):
+        shared.pipelined(3)
