@@ -174,17 +174,19 @@ def test_one_mma_per_lane_tile_and_k_step():
 def _sass(task, arch: str, tmp_path):
     template = get_template(task.op, "cuda")
     target = Target.parse(f"cuda -arch={arch} -precision=tf32")
-    sched, args = template.apply(task, template.fallback(task, target), target)
+    config = template.fallback(task, target)
+    sched, args = template.apply(task, config, target)
     built = compile_cuda(CudaRenderer().render(lower(sched, args, "kernel")), arch, cache_dir=tmp_path)
-    return kernel_sass(built.path, "kernel"), built.usage["kernel"]
+    mmas_a_k_step = config["mma_m"] * config["mma_n"] * config["tile_k"] // 8  # a warp's tiles × k8 steps
+    return kernel_sass(built.path, "kernel"), built.usage["kernel"], mmas_a_k_step
 
 
 @needs_nvcc
 @needs_sass
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_4096_cubed_fallback_runs_on_tensor_cores_from_a_cp_async_pipeline(tmp_path, arch):
-    sass, usage = _sass(matmul_task((4096, 4096), (4096, 4096)), arch, tmp_path)
-    assert sass.count("HMMA") == 4 * 4 * 32 // 8  # a warp's 4 × 4 m16n8k8 tiles, 4 k8 steps of a 32 k step
+    sass, usage, mmas = _sass(matmul_task((4096, 4096), (4096, 4096)), arch, tmp_path)
+    assert sass.count("HMMA") == mmas == 4 * 4 * 32 // 8  # a warp's 4 × 4 m16n8k8 tiles, 4 k8 steps of a 32 k step
     assert sass.count("LDGSTS", 128) == sass.count("LDGSTS") > 0  # 16-byte cp.async only
     assert sass.count("BAR") == 1  # one barrier a k step
     assert sass.spills == 0 and usage.spill_stores == usage.spill_loads == 0 and usage.registers <= 128
@@ -195,8 +197,8 @@ def test_the_4096_cubed_fallback_runs_on_tensor_cores_from_a_cp_async_pipeline(t
 @needs_sass
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_a_resnet18_layer_runs_on_tensor_cores_from_a_cp_async_pipeline(tmp_path, arch):
-    sass, usage = _sass(conv_task(*RESNET18_LAYER3, pad=1), arch, tmp_path)
-    assert sass.count("HMMA") >= 4 * 4 * 32 // 8 and sass.count("LDGSTS") > 0
+    sass, usage, mmas = _sass(conv_task(*RESNET18_LAYER3, pad=1), arch, tmp_path)
+    assert sass.count("HMMA") == mmas and sass.count("LDGSTS") > 0 and sass.count("BAR") == 1
     assert sass.spills == 0 and usage.spill_stores == 0
 
 
