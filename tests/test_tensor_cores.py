@@ -95,18 +95,11 @@ def test_tf32_selects_the_tensor_core_spaces_and_fp32_keeps_its_own():
     assert get_template("Conv", "cuda").space(depthwise, TF32).template == "conv2d_cuda"  # grouped: direct, fp32
 
 
-@pytest.mark.parametrize("name", sorted(MATMULS))
-def test_emulated_tf32_matmul_matches_numpy(name):
-    task = MATMULS[name]()
-    for config in _configs(task, 3, seed=len(name)):
-        _, got, want = _emulate(task, config)
-        _assert_within_tf32(got, want, f"{name} config {config.to_json()}")
-
-
-@pytest.mark.parametrize("name", sorted(CONVS))
-def test_emulated_tf32_implicit_gemm_conv_matches_numpy(name):
-    task = CONVS[name]()
-    for config in _configs(task, 2, seed=len(name)):
+@pytest.mark.parametrize("name", sorted(MATMULS) + sorted(CONVS))
+def test_emulated_tf32_matmul_and_implicit_gemm_conv_match_numpy(name):
+    """The fallback and random configs (3 for a matmul, 2 for a conv)."""
+    task = MATMULS[name]() if name in MATMULS else CONVS[name]()
+    for config in _configs(task, 3 if name in MATMULS else 2, seed=len(name)):
         _, got, want = _emulate(task, config)
         _assert_within_tf32(got, want, f"{name} config {config.to_json()}")
 

@@ -20,6 +20,8 @@ block's threads. Batch and channel blocks share blockIdx.z. The knobs:
 """
 from __future__ import annotations
 
+from functools import partial
+
 from autosched.ops.conv import CONV2D_TAG, conv2d
 from autosched.ops.mma_gemm import MMA_GEMM_TAG
 from autosched.ops.transform import PAD_TAG
@@ -107,7 +109,7 @@ class Conv2dTemplate(GpuTemplate):
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)
         if _on_tensor_cores(target, d):
-            return _mma_implicit_gemm(task, d, MmaTiles.of(config))
+            return _implicit_gemm(task, d, MmaTiles.of(config))
         if config["algorithm"] == IMPLICIT_GEMM:
             return _implicit_gemm(task, d, _gemm_tiles(config, d))
         tt = task_tensors(task)
@@ -156,35 +158,22 @@ class Conv2dTemplate(GpuTemplate):
         return s, args + [out]
 
 
-def _implicit_gemm(task: Task, d: ConvDims, tiles: GemmTiles) -> tuple[Schedule, list[Tensor]]:
+def _implicit_gemm(task: Task, d: ConvDims, tiles: GemmTiles | MmaTiles) -> tuple[Schedule, list[Tensor]]:
+    """The convolution as an implicit GEMM: the shared-memory tiling, or with MmaTiles on tensor cores."""
     tt = task_tensors(task)
-    out = conv2d_implicit_gemm(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None, d,
-                               tt.epilogue)
-    s = create_schedule(out)
-    acc = local_accumulator(s, out, IMPLICIT_GEMM_TAG)
-    for st in s.stages:
-        if st.op.tag == PAD_TAG:
-            s.compute_inline(st)  # the im2col gather reads zeros where the window overhangs
-    n, oc, oh, ow = s[out].op.axes
-    schedule_gemm(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), (d.oc, d.oh * d.ow), tiles)
-    return s, list(tt.args) + [out]
-
-
-def _mma_implicit_gemm(task: Task, d: ConvDims, tiles: MmaTiles) -> tuple[Schedule, list[Tensor]]:
-    tt = task_tensors(task)
-
-    def product(batch, dims, a_at, b_at, k_inner):
-        return mma_product(batch, dims, a_at, b_at, k_inner, tiles, "implicit_gemm")
-
+    product = partial(mma_product, tiles=tiles, name="implicit_gemm") if isinstance(tiles, MmaTiles) else None
     out = conv2d_implicit_gemm(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None, d,
                                tt.epilogue, product)
     s = create_schedule(out)
-    acc = local_accumulator(s, out, MMA_GEMM_TAG)
+    acc = local_accumulator(s, out, IMPLICIT_GEMM_TAG if product is None else MMA_GEMM_TAG)
     for st in s.stages:
         if st.op.tag == PAD_TAG:
             s.compute_inline(st)  # the im2col gather reads zeros where the window overhangs
     n, oc, oh, ow = s[out].op.axes
-    schedule_mma(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), tiles)
+    if isinstance(tiles, MmaTiles):
+        schedule_mma(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), tiles)
+    else:
+        schedule_gemm(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), (d.oc, d.oh * d.ow), tiles)
     return s, list(tt.args) + [out]
 
 
