@@ -28,12 +28,14 @@ class ScheduleError(AutoschedError, ValueError):
 
 @dataclass(frozen=True, eq=False)
 class Split:
-    """parent = outer * factor + inner; `factor` or `nparts` is fixed, the other derived at lowering."""
+    """parent = outer * factor + inner; `factor` or `nparts` is fixed, the other derived at lowering.
+    The inner loop runs min(factor, parent's extent) iterations, or with `whole` always `factor`."""
     parent: IterVar
     outer: IterVar
     inner: IterVar
     factor: int | None
     nparts: int | None
+    whole: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,6 +44,30 @@ class Fuse:
     outer: IterVar
     inner: IterVar
     fused: IterVar
+
+
+@dataclass(frozen=True, eq=False)
+class MmaTile:
+    """A reduction's innermost loops (`k`: 8 points of the reduction, `rows`: 2, `cols`: 2) run
+    as one warp-level tensor-core `mma.sync` of `shape` with inputs rounded to `precision`.
+
+    Each lane computes what its own scalar loops would have: the rows `lane_row` + 8·rows and
+    the columns 2·`lane_col` + cols of a 16 × 8 tile, where `lane_row` (8 values) and
+    `lane_col` (4) are the parts of the consumer's fused lane axis (lane = 4·lane_row +
+    lane_col), as the PTX ISA lays out the m16n8k8 accumulator; the lowering derives every
+    lane's A and B fragments from the scalar loops' loads."""
+
+    k: IterVar
+    rows: IterVar
+    cols: IterVar
+    lane_row: IterVar
+    lane_col: IterVar
+    shape: str = "m16n8k8"
+    precision: str = "tf32"
+
+    @property
+    def loops(self) -> tuple[IterVar, IterVar, IterVar]:
+        return (self.k, self.rows, self.cols)
 
 
 class Attach(enum.Enum):
@@ -70,6 +96,9 @@ class Stage:
     pragmas: dict = field(default_factory=dict)      # IterVar -> {name: value}
     attach: Attach | ComputeAt = Attach.ROOT
     double_buffer: bool = False  # a shared tile kept twice, alternating with its loop (see `double_buffered`)
+    pipeline_stages: int = 0  # copies of a shared tile filled ahead by asynchronous copies (see `pipelined`)
+    storage_pad: int = 0  # elements added to the innermost dimension of the stage's buffer (see `pad_storage`)
+    mma: MmaTile | None = None  # the innermost loops as a tensor-core instruction (see `tensorize`)
 
     def __post_init__(self):
         self.leaf_axes = list(self.op.axes) + list(self.op.reduce_axes)
@@ -110,10 +139,16 @@ class Stage:
         return iv.kind
 
     # --- loop structure --------------------------------------------------------------------
-    def split(self, iv: IterVar, factor: int | None = None, nparts: int | None = None) -> tuple[IterVar, IterVar]:
+    def split(self, iv: IterVar, factor: int | None = None, nparts: int | None = None,
+              whole: bool = False) -> tuple[IterVar, IterVar]:
+        """outer, inner with parent = outer · factor + inner. An inner loop longer than what the
+        parent has left runs only that, unless `whole` (factor= only): then it keeps `factor`
+        iterations, the surplus guarded, so a loop bound to a warp's lanes keeps all 32."""
         k = self._leaf(iv)
         if (factor is None) == (nparts is None):
             raise self._err("split takes exactly one of factor= or nparts=", iv)
+        if whole and factor is None:
+            raise self._err("a whole split takes factor=", iv)
         n = int(factor if factor is not None else cast(int, nparts))  # exactly one is given (checked above)
         if n < 1:
             raise self._err(f"split {'factor' if factor is not None else 'nparts'} must be >= 1, got {n}", iv)
@@ -121,7 +156,7 @@ class Stage:
         outer = IterVar(Var(iv.name + ".o"), -(-iv.extent // f), iv.kind)
         inner = IterVar(Var(iv.name + ".i"), f, iv.kind)
         self.relations.append(Split(iv, outer, inner, int(factor) if factor is not None else None,
-                                    int(nparts) if nparts is not None else None))
+                                    int(nparts) if nparts is not None else None, whole))
         self.leaf_axes[k:k + 1] = [outer, inner]
         return outer, inner
 
@@ -202,6 +237,36 @@ class Stage:
         if self.scope != "shared":
             raise self._err(f"only a shared-memory stage can be double buffered, not a {self.scope} one")
         self.double_buffer = True
+
+    def pipelined(self, stages: int) -> None:
+        """Fill this shared tile with asynchronous copies `stages` - 1 iterations of its loop ahead,
+        in `stages` rotating copies: the copies for iteration i + stages - 1 are in flight while
+        iteration i computes, and each iteration waits once (one barrier) for its own."""
+        if self.scope != "shared":
+            raise self._err(f"only a shared-memory stage can be pipelined, not a {self.scope} one")
+        if not 2 <= stages <= 8:
+            raise self._err(f"a pipeline has 2 to 8 stages, not {stages}")
+        if self.double_buffer:
+            raise self._err("a stage is either double buffered or pipelined, not both")
+        self.pipeline_stages = stages
+
+    def pad_storage(self, elements: int) -> None:
+        """Lengthen the innermost dimension of this stage's buffer by `elements` unused ones: rows
+        that start on different shared-memory banks, so a column read is free of bank conflicts."""
+        if self.scope != "shared":
+            raise self._err(f"only a shared-memory stage's rows are padded, not a {self.scope} one")
+        if elements < 0:
+            raise self._err(f"padding cannot be negative, got {elements}")
+        self.storage_pad = elements
+
+    def tensorize(self, tile: MmaTile) -> None:
+        """Run the innermost loops `tile.loops` (the last three leaves, in that order) as one
+        warp-level tensor-core instruction (see `MmaTile`)."""
+        if [self._leaf(iv) for iv in tile.loops] != list(range(len(self.leaf_axes) - 3, len(self.leaf_axes))):
+            raise self._err("tensorize needs its k, rows and cols loops innermost, in that order", tile.k)
+        if self.axis_kind(tile.k) != REDUCE or REDUCE in (self.axis_kind(tile.rows), self.axis_kind(tile.cols)):
+            raise self._err("tensorize needs a reduction k loop and spatial rows and cols loops", tile.k)
+        self.mma = tile
 
 
 def _rel_axes(rel) -> tuple:
@@ -381,4 +446,4 @@ def create_schedule(outputs: Tensor | Sequence[Tensor]) -> Schedule:
     return Schedule([outputs] if isinstance(outputs, Tensor) else list(outputs))
 
 
-__all__ = ["Schedule", "Stage", "ScheduleError", "Split", "Fuse", "create_schedule", "THREAD_TAGS", "SCOPES"]
+__all__ = ["MmaTile", "Schedule", "Stage", "ScheduleError", "Split", "Fuse", "create_schedule", "THREAD_TAGS", "SCOPES"]

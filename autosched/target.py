@@ -270,9 +270,23 @@ def _default_cuda_options(given: Mapping[str, str]) -> dict[str, str]:
     return {"arch": arch}
 
 
+#: -precision of a cuda target -> (rtol, atol) a model's outputs are checked with. TF32 rounds
+#: every matmul and convolution input to 10 mantissa bits (relative error up to 2^-11 each), and
+#: a model chains dozens of them
+PRECISION_TOLERANCE = {"fp32": (1e-3, 1e-4), "tf32": (1e-2, 1e-2)}
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+
 def _describe_cuda(options: Mapping[str, str], host: CpuInfo | None) -> tuple[str, Capabilities]:
     arch = options["arch"]
-    return f"cuda|{arch}", gpu_capabilities(arch)
+    caps = gpu_capabilities(arch)
+    precision = options.get("precision", "fp32")
+    if precision not in PRECISION_TOLERANCE:
+        raise TargetError(f"-precision={precision} is not supported yet; supported: {', '.join(PRECISION_TOLERANCE)}")
+    if precision != "fp32" and caps.compute_capability < (8, 0):
+        raise TargetError(f"-precision={precision} needs tensor cores of sm_80 or newer, not {arch}")
+    # records of one precision never rank another's: its kernels round differently
+    return f"cuda|{arch}" + ("" if precision == "fp32" else f"|{precision}"), caps
 
 
 @dataclass(frozen=True)
@@ -300,7 +314,7 @@ TARGET_KINDS: Mapping[str, TargetKind] = {
         ),
         TargetKind(
             name="cuda",
-            options={"arch": re.compile(r"sm_[0-9]{2,3}[af]?\Z")},
+            options={"arch": re.compile(r"sm_[0-9]{2,3}[af]?\Z"), "precision": re.compile(f"(?:{'|'.join(PRECISIONS)})\\Z")},
             required=frozenset(),
             ray_resource="GPU",
             describe=_describe_cuda,
@@ -383,7 +397,19 @@ class Target:
         records carry different fingerprints, as two CPU models of one ISA do."""
         if self.kind != "cuda":
             raise TargetError(f"target {self} is not a cuda target; only GPU measurements name a GPU")
-        return replace(self, fingerprint=f"cuda|{name}|{self.gpu_capabilities.arch}", gpu=name)
+        precision = "" if self.precision == "fp32" else f"|{self.precision}"
+        return replace(self, fingerprint=f"cuda|{name}|{self.gpu_capabilities.arch}{precision}", gpu=name)
+
+    @property
+    def precision(self) -> str:
+        """The inputs a cuda target's matmuls and convolutions round to: "fp32" (exact, the default)
+        or "tf32" (tensor cores; opt-in, as cuBLAS and cuDNN make it)."""
+        return self.option("precision") or "fp32"
+
+    @property
+    def tolerance(self) -> tuple[float, float]:
+        """(rtol, atol) that outputs computed at this target's precision are checked with."""
+        return PRECISION_TOLERANCE[self.precision]
 
     def as_emulated(self) -> Target:
         """This cuda target as its CPU emulation measures it: the records' costs are the static

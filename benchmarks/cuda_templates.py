@@ -11,7 +11,8 @@ Tasks come from the zoo models (written to a temporary directory): the MLP's fir
 cheapest Conv of ResNet-18 (once per algorithm: direct, implicit GEMM) and its 1x1 downsampling
 Conv (implicit GEMM), and BERT's Softmax and LayerNorm and ResNet-18's MaxPool for the
 pointwise template (once with any row_reduce, once a block a row through shared memory, once
-with warp shuffles).
+with warp shuffles); under `-precision=tf32` the tensor-core templates (mma.sync with a cp.async
+pipeline) on the same Gemm and Convs.
 Each row of the table is a template with some knobs pinned; each task gets the fallback config
 and `--configs` - 1 random ones, with those knobs set to the pinned values. Builds start from an empty cache, two nvcc processes at a time (the machine's two cores),
 so configs/s is what a tuning run on this machine would see. No GPU is used or needed; without
@@ -59,15 +60,20 @@ from autosched.templates import get_template  # noqa: E402
 @dataclass(frozen=True)
 class Case:
     """One row of the table: a template's tasks (zoo model, op, "first" or "cheapest" or
-    "1x1" of that op's tasks), with `pinned` knobs set on every sampled config."""
+    "1x1" of that op's tasks), with `pinned` knobs set on every sampled config, at the cuda
+    target's `precision`."""
 
     template: str
     tasks: tuple[tuple[str, str, str], ...]
     pinned: tuple[tuple[str, object], ...] = ()
+    precision: str = "fp32"
 
     @property
     def label(self) -> str:
         return " ".join([self.template] + [f"{k}={v}" for k, v in self.pinned])
+
+    def target(self, arch: str) -> Target:
+        return Target.parse(f"cuda -arch={arch}" + ("" if self.precision == "fp32" else f" -precision={self.precision}"))
 
 
 ROWS = (("bert_layer", "Softmax", "first"), ("bert_layer", "LayerNormalization", "first"))
@@ -79,6 +85,8 @@ CASES = (
     Case("pointwise_cuda", ROWS + (("resnet18", "MaxPool", "first"),)),
     Case("pointwise_cuda", ROWS, (("row_reduce", "block"),)),
     Case("pointwise_cuda", ROWS, (("row_reduce", "shuffle"),)),
+    Case("matmul_mma_cuda", (("mlp", "Gemm", "first"),), precision="tf32"),
+    Case("conv2d_mma_cuda", (("resnet18", "Conv", "cheapest"), ("resnet18", "Conv", "1x1")), precision="tf32"),
 )
 
 
@@ -172,7 +180,7 @@ def run(configs: int, arch: str, seed: int, cheapest_task_only: bool = False, st
             tasks = {spec: _task(models, *spec) for spec in case.tasks}
             if cheapest_task_only:  # emulation time grows with the work: Softmax a block a row takes 30 s
                 tasks = dict([min(tasks.items(), key=lambda spec_task: spec_task[1].flops)])
-            inputs = [i for t in tasks.values() for i in _inputs(t, target, configs, rng, dict(case.pinned))]
+            inputs = [i for t in tasks.values() for i in _inputs(t, case.target(arch), configs, rng, dict(case.pinned))]
             n = len(inputs)
             figures = out["templates"][case.label] = {"tasks": [f"{m}:{op}:{pick}" for m, op, pick in tasks],
                                                       "configs": n}

@@ -135,8 +135,10 @@ def run_run(args: argparse.Namespace) -> int:
 def check_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_build_db_arguments(parser)
-    parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
-    parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
+    parser.add_argument("--rtol", type=float, default=None,
+                        help="relative tolerance (default: the target's precision's, 1e-3 at fp32, 1e-2 at tf32)")
+    parser.add_argument("--atol", type=float, default=None,
+                        help="absolute tolerance (default: the target's precision's, 1e-4 at fp32, 1e-2 at tf32)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--emulate", action="store_true",
                         help="with --target cuda: run the CUDA kernels in the CPU emulation (no GPU needed)")
@@ -153,11 +155,17 @@ def _built(args: argparse.Namespace, tmp: str):
 
 
 def run_check(args: argparse.Namespace) -> int:
+    target = Target.parse(args.target)
+    implied = target.tolerance
+    rtol = implied[0] if args.rtol is None else args.rtol
+    atol = implied[1] if args.atol is None else args.atol
+    given = "given" if (args.rtol, args.atol) != (None, None) else f"the {target.precision} tolerance"
     with temp_dir("check") as tmp:
         graph, model, session = _built(args, tmp)
-        diffs = compare(model, session, sample_inputs(graph, args.seed), args.rtol, args.atol)
+        diffs = compare(model, session, sample_inputs(graph, args.seed), rtol, atol)
         model.close()
-    print(f"{'output':<32} {'max abs err':>12} {'max rel err':>12}  verdict (rtol {args.rtol:g}, atol {args.atol:g})")
+    print(f"tolerance: rtol {rtol:g}, atol {atol:g} ({given})")
+    print(f"{'output':<32} {'max abs err':>12} {'max rel err':>12}  verdict (rtol {rtol:g}, atol {atol:g})")
     for d in diffs:
         print(f"{d.name:<32} {d.max_abs:12.3e} {d.max_rel:12.3e}  {'ok' if d.ok else 'MISMATCH'}")
     return 0 if all(d.ok for d in diffs) else 1

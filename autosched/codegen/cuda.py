@@ -7,19 +7,49 @@ nvcc keeps in registers once unrolled loops index them by constants, barriers ar
 `__syncthreads()`. A vectorized loop of 2 or 4 float32 lanes whose store (and any load) is
 contiguous and provably 16- or 8-byte aligned becomes one float4/float2 access; otherwise it is
 an unrolled scalar loop, which is always correct.
+
+Asynchronous copies are `cp.async` (LDGSTS): 16 bytes (`.cg`) for a 4-lane vectorized copy whose
+source and destination are contiguous and 16-byte aligned and whose zero-fill condition is the
+same for all lanes, else 4 bytes (`.ca`) an element; zero-filling copies pass a source size of 0.
+A warp-level mma is `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` with its inputs rounded
+by `cvt.rna.tf32.f32`, as inline PTX (sm_80 and later).
 """
 from __future__ import annotations
 
 from autosched.codegen.cstyle import lane_zero, param_decls, var_in_atoms
-from autosched.codegen.gpu import GpuRenderer, LaunchGeometry, plan_kernel
+from autosched.codegen.gpu import GpuRenderer, LaunchGeometry, copy_source, plan_kernel
 from autosched.lower import arith
-from autosched.lower.ir import Allocate, For, ForKind, IfThenElse, PrimFunc, Store
+from autosched.lower.ir import Allocate, AsyncCopy, For, ForKind, IfThenElse, PrimFunc, Store, WarpMma
 from autosched.te.expr import Const, Expr, Load, Var, free_vars, substitute, transform, walk
 
 _LANES = "xyzw"
 #: this thread's lane in its warp (threads are numbered x fastest, then y, then z)
 LANE = ("static __device__ __forceinline__ unsigned autosched_lane(void) {\n"
         "  return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31u;\n}")
+#: device functions the asynchronous copies and the mma call, by name
+_PTX = {
+    "as_cp_async_4": """static __device__ __forceinline__ void as_cp_async_4(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
+}""",
+    "as_cp_async_16": """static __device__ __forceinline__ void as_cp_async_16(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
+}""",
+    "as_mma_m16n8k8_tf32": """static __device__ __forceinline__ uint32_t as_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\\n" : "=r"(r) : "f"(x));
+  return r;
+}
+static __device__ __forceinline__ void as_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3, float a0,
+                                                           float a1, float a2, float a3, float b0, float b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+               "{%8, %9}, {%0, %1, %2, %3};\\n"
+               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+               : "r"(as_tf32(a0)), "r"(as_tf32(a1)), "r"(as_tf32(a2)), "r"(as_tf32(a3)), "r"(as_tf32(b0)),
+                 "r"(as_tf32(b1)));
+}""",
+}
 
 
 class CudaRenderer(GpuRenderer):
@@ -71,10 +101,64 @@ class CudaRenderer(GpuRenderer):
 
     def _loop(self, s: For, d: int) -> str:
         if s.kind is ForKind.VECTORIZE:
-            vec = self._vector(s, d)
+            vec = self._vector_copy(s, d) or self._vector(s, d)
             if vec is not None:
                 return vec
         return super()._loop(s, d)
+
+    # --- cp.async and mma.sync ---------------------------------------------------------------
+    def _ptx(self, name: str) -> str:
+        self._helpers.setdefault(name, _PTX[name])
+        return name
+
+    def _async_copy(self, s: AsyncCopy, d: int) -> str:
+        src = copy_source(s)
+        if src is None:
+            return f"{'  ' * d}{self._name(s.buffer)}[{self._expr(s.index)}] = {self._expr(s.value)};\n"
+        load, cond = src
+        dst, base = f"&{self._name(s.buffer)}[{self._expr(s.index)}]", self._name(load.source)
+        at = f"&{base}[{self._expr(load.indices[0])}]"
+        if cond is None:
+            return f"{'  ' * d}{self._ptx('as_cp_async_4')}({dst}, {at}, 4);\n"
+        c = self._expr(cond)
+        return f"{'  ' * d}{self._ptx('as_cp_async_4')}({dst}, {c} ? {at} : {base}, {c} ? 4 : 0);\n"
+
+    def _async_commit(self) -> str:
+        return 'asm volatile("cp.async.commit_group;\\n" ::: "memory");'
+
+    def _async_wait(self, pending: int) -> str:
+        return f'asm volatile("cp.async.wait_group {pending};\\n" ::: "memory");'
+
+    def _mma(self, s: WarpMma) -> str:
+        acc = self._name(s.acc)
+        args = [f"{acc}[{self._expr(i)}]" for i in s.c] + [self._expr(x) for x in s.a + s.b]
+        return f"{self._ptx('as_mma_m16n8k8_tf32')}({', '.join(args)});"
+
+    def _vector_copy(self, s: For, d: int) -> str | None:
+        """One 16-byte cp.async for 4 lanes of contiguous, aligned float32 with one zero-fill
+        condition, or None."""
+        v, body, guard = s.var, s.body, None
+        if isinstance(body, IfThenElse) and body.orelse is None and v not in free_vars(body.cond):
+            guard, body = body.cond, body.then
+        if s.extent != 4 or not isinstance(body, AsyncCopy) or body.buffer.dtype != "float32":
+            return None
+        src = copy_source(body)
+        if src is None or (src[1] is not None and v in free_vars(src[1])):
+            return None
+        load, cond = src
+        dst_base = self._contiguous_base(body.index, v, 4)
+        src_base = self._contiguous_base(load.indices[0], v, 4)
+        if dst_base is None or src_base is None:
+            return None
+        pad, base = "  " * d, self._name(load.source)
+        dst, at = f"&{self._name(body.buffer)}[{self._expr(dst_base)}]", f"&{base}[{self._expr(src_base)}]"
+        if cond is None:
+            code = f"{pad}{self._ptx('as_cp_async_16')}({dst}, {at}, 16);  /* {v.name}: 4 lanes */\n"
+        else:
+            c = self._expr(cond)
+            code = f"{pad}{self._ptx('as_cp_async_16')}({dst}, {c} ? {at} : {base}, {c} ? 16 : 0);  /* {v.name}: 4 lanes */\n"
+        self._ranges.pop(v, None)
+        return code if guard is None else f"{pad}if ({self._expr(guard)})\n{code}"
 
     # --- float2 / float4 ---------------------------------------------------------------------
     def _vector(self, s: For, d: int) -> str | None:
@@ -82,7 +166,8 @@ class CudaRenderer(GpuRenderer):
         v, lanes, body, cond = s.var, s.extent, s.body, None
         if isinstance(body, IfThenElse) and body.orelse is None and v not in free_vars(body.cond):
             cond, body = body.cond, body.then
-        if lanes not in (2, 4) or not isinstance(body, Store) or body.buffer.dtype != "float32":
+        if (lanes not in (2, 4) or not isinstance(body, Store) or isinstance(body, AsyncCopy)
+                or body.buffer.dtype != "float32"):  # an AsyncCopy stays asynchronous, lane by lane
             return None
         base = self._contiguous_base(body.index, v, lanes)
         if base is None:

@@ -13,23 +13,38 @@ The kernel keeps the C back end's signature (returns 0, or 1 with a message in
 call it unchanged. Errors reported: an out-of-bounds access (naming buffer, index, block and
 thread), a barrier not every thread of a block reaches, threads waiting at different barriers.
 The emulator's state is static: a module runs one kernel at a time (as the executor calls them).
+
+Asynchronous copies (cp.async) are queued per thread and land in shared memory only when a
+wait retires their group, so a read before the wait sees the old contents (NaN) here as it may on
+a GPU. A warp-level mma is a lockstep point: every lane publishes its fragments (inputs rounded
+to TF32 as `cvt.rna` does: to nearest, ties away from zero, 10 mantissa bits), and after the
+block has synchronized each lane computes its accumulator elements from the fragments of the
+lanes that hold them in the PTX ISA's m16n8k8 layout, then synchronizes again before the
+fragments are reused. Synchronizing the whole block, not only the warp, is stricter than a GPU:
+warps that reach different mma instructions are reported, which no template produces.
 """
 from __future__ import annotations
 
 from autosched.codegen.cstyle import param_decls
-from autosched.codegen.gpu import GpuRenderer
-from autosched.lower.ir import Barrier, PrimFunc, Store, walk_stmts
+from autosched.codegen.gpu import GpuRenderer, copy_source
+from autosched.lower.ir import AsyncCopy, Barrier, PrimFunc, Store, WarpMma, walk_stmts
 from autosched.te.expr import Expr, Load
 
 #: the emulator's runtime, shared by every kernel of a module
 RUNTIME = r"""
 typedef struct { int32_t x, y, z; } emu_dim3;
 enum { EMU_RUN, EMU_WAIT, EMU_DONE, EMU_SHFL };
+typedef struct { float* dst; const float* src; int64_t group; } emu_copy;  /* src NULL: zero-fill */
 /* a thread; waiting at a warp shuffle (EMU_SHFL) of call site `site`, it offers xval to the `width`
    lanes of its group and gets back xresult, lane ^ xmask's offer */
-typedef struct { ucontext_t ctx; emu_dim3 tid; int state, site, width, xmask; double xval, xresult; } emu_thread;
+typedef struct {
+  ucontext_t ctx; emu_dim3 tid; int state, site, width, xmask; double xval, xresult;
+  emu_copy* copies; int64_t n_copies, copy_capacity, committed;  /* cp.async queue */
+} emu_thread;
+typedef struct { float a[4], b[2], c[4]; } emu_fragments;
+static emu_fragments* emu_frags;
 #define EMU_STACK_BYTES (128 * 1024)
-static emu_dim3 emu_bid, emu_tid;
+static emu_dim3 emu_bid, emu_tid, emu_bdim;
 static emu_thread* emu_threads;
 static char* emu_stacks;
 static int64_t emu_capacity;
@@ -102,6 +117,67 @@ static int emu_release_warps(int64_t n) {
   return released;
 }
 
+static void emu_cp_async(float* dst, const float* src) {
+  emu_thread* t = emu_cur;
+  if (t->n_copies == t->copy_capacity) {
+    int64_t cap = t->copy_capacity ? 2 * t->copy_capacity : 64;
+    emu_copy* grown = (emu_copy*)realloc(t->copies, cap * sizeof(emu_copy));
+    if (!grown) { emu_fail("no memory for %lld pending asynchronous copies (%lld queued)", cap, t->n_copies); return; }
+    t->copies = grown;
+    t->copy_capacity = cap;
+  }
+  t->copies[t->n_copies++] = (emu_copy){dst, src, t->committed};
+}
+
+static void emu_cp_commit(void) { ++emu_cur->committed; }
+
+/* Retire every group but the newest `pending` committed ones: their copies land now. */
+__attribute__((noinline)) static void emu_cp_wait(int64_t pending) {
+  emu_thread* t = emu_cur;
+  int64_t keep = 0;
+  for (int64_t k = 0; k < t->n_copies; ++k) {
+    emu_copy c = t->copies[k];
+    if (c.group < t->committed - pending) *c.dst = c.src ? *c.src : 0.0f;
+    else t->copies[keep++] = c;
+  }
+  t->n_copies = keep;
+}
+
+static float emu_tf32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;  /* cvt.rna.tf32.f32 */
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, as lane `lane` of its warp: rows g, g + 8
+   and columns 2t, 2t + 1 of C (g = lane / 4, t = lane % 4); A's (row, k) is element
+   row / 8 + 2 (k / 4) of lane 4 (row % 8) + k % 4, B's (k, col) element k / 4 of lane 4 col + k % 4. */
+__attribute__((noinline)) static void emu_mma_m16n8k8_tf32(int site, float* d0, float* d1, float* d2, float* d3, float a0, float a1,
+                                 float a2, float a3, float b0, float b1) {
+  int64_t me = emu_tid.x + (int64_t)emu_bdim.x * (emu_tid.y + (int64_t)emu_bdim.y * emu_tid.z);
+  int64_t warp = me / 32 * 32;
+  int lane = (int)(me % 32);
+  emu_fragments* f = &emu_frags[me];
+  float* d[4] = {d0, d1, d2, d3};
+  const float a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
+  for (int e = 0; e < 4; ++e) { f->a[e] = emu_tf32(a[e]); f->c[e] = *d[e]; }
+  for (int e = 0; e < 2; ++e) f->b[e] = emu_tf32(b[e]);
+  emu_barrier(site);
+  int g = lane / 4, t = lane % 4;
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float sum = f->c[e];
+    for (int k = 0; k < 8; ++k)
+      sum += emu_frags[warp + 4 * (row % 8) + k % 4].a[row / 8 + 2 * (k / 4)] * emu_frags[warp + 4 * col + k % 4].b[k / 4];
+    out[e] = sum;
+  }
+  emu_barrier(site + 1);
+  for (int e = 0; e < 4; ++e) *d[e] = out[e];
+}
+
 static void emu_start(void) {
   emu_body();
   emu_cur->state = EMU_DONE;
@@ -119,12 +195,15 @@ static void emu_phase(int64_t n, int reverse) {
 }
 
 static void emu_block(const int32_t* block, int64_t n, int barriers) {
+  emu_bdim = (emu_dim3){block[0], block[1], block[2]};
   for (int64_t k = 0; k < n; ++k) {
     emu_thread* t = &emu_threads[k];
     t->tid = (emu_dim3){(int32_t)(k % block[0]), (int32_t)(k / block[0] % block[1]),
                         (int32_t)(k / ((int64_t)block[0] * block[1]))};
+    t->n_copies = t->committed = 0;
     if (!barriers) {  /* no barrier: each thread runs to completion, no coroutine needed */
       emu_tid = t->tid;
+      emu_cur = t;
       emu_body();
       if (emu_failed) return;
       continue;
@@ -166,10 +245,12 @@ static int32_t emu_launch(const int32_t* grid, const int32_t* block, int64_t sha
                           void (*body)(void), const char* name) {
   int64_t n = (int64_t)block[0] * block[1] * block[2];
   if (n > emu_capacity) {
-    free(emu_threads); free(emu_stacks);
+    for (int64_t k = 0; k < emu_capacity; ++k) free(emu_threads[k].copies);
+    free(emu_threads); free(emu_stacks); free(emu_frags);
     emu_threads = (emu_thread*)calloc(n, sizeof(emu_thread));
     emu_stacks = (char*)malloc(n * EMU_STACK_BYTES);
-    emu_capacity = (emu_threads && emu_stacks) ? n : 0;
+    emu_frags = (emu_fragments*)malloc((n + 31) / 32 * 32 * sizeof(emu_fragments));
+    emu_capacity = (emu_threads && emu_stacks && emu_frags) ? n : 0;
     if (!emu_capacity) { snprintf(emu_error, sizeof emu_error, "%s: no memory for %lld threads", name, (long long)n); return 1; }
   }
   if (shared_bytes > emu_smem_capacity) {
@@ -224,8 +305,8 @@ class EmulationRenderer(GpuRenderer):
         decls = param_decls(func, names)
         body = self._stmt(func.body, 1).rstrip("\n")
         casts = ", ".join(f"({d.rsplit('*', 1)[0]}*){name}_argv[{k}]" for k, d in enumerate(decls))
-        # threads need coroutines of their own when they wait for each other: at barriers and shuffles
-        barriers = int(self._shuffles or any(isinstance(s, Barrier) for s in walk_stmts(func.body)))
+        # threads need coroutines of their own when they wait for each other: at barriers, shuffles and mmas
+        barriers = int(self._shuffles or any(isinstance(s, (Barrier, WarpMma)) for s in walk_stmts(func.body)))
         lines = [f"static void {name}_body({', '.join(decls)}) {{", body, "}", "",
                  f"static void* {name}_argv[{len(decls)}];",
                  f"static void {name}_thread(void) {{ {name}_body({casts}); }}", "",
@@ -248,8 +329,30 @@ class EmulationRenderer(GpuRenderer):
         self._shuffles = True
         return f"(({ctype})emu_shfl_xor((double)({value}), {lane_mask}, {width}, site))"
 
+    def _async_copy(self, s: AsyncCopy, d: int) -> str:
+        src = copy_source(s)
+        dst = f"&{self._name(s.buffer)}[{self._checked(s.buffer, s.index)}]"
+        if src is None:
+            return f"{'  ' * d}*{dst} = {self._expr(s.value)};\n"
+        load, cond = src
+        at = f"&{self._name(load.source)}[{self._checked(load.source, load.indices[0])}]"
+        if cond is not None:
+            at = f"({self._expr(cond)}) ? {at} : NULL"
+        return f"{'  ' * d}emu_cp_async({dst}, {at});\n"
+
+    def _async_commit(self) -> str:
+        return "emu_cp_commit();"
+
+    def _async_wait(self, pending: int) -> str:
+        return f"emu_cp_wait({pending});"
+
+    def _mma(self, s: WarpMma) -> str:
+        self._sites += 2
+        accs = [f"&{self._name(s.acc)}[{self._checked(s.acc, i)}]" for i in s.c]
+        return f"emu_mma_m16n8k8_tf32({', '.join([str(self._sites - 1)] + accs + [self._expr(x) for x in s.a + s.b])});"
+
     def _stmt(self, s, d: int) -> str:
-        if isinstance(s, Store):
+        if isinstance(s, Store) and not isinstance(s, AsyncCopy):
             return f"{'  ' * d}{self._name(s.buffer)}[{self._checked(s.buffer, s.index)}] = {self._expr(s.value)};\n"
         return super()._stmt(s, d)
 

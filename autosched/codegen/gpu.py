@@ -15,9 +15,25 @@ from dataclasses import dataclass
 
 from autosched.codegen.cstyle import C_TYPES, DTYPE_BYTES, SHORT, CStyleRenderer
 from autosched.codegen.errors import CodegenError
-from autosched.lower.ir import Allocate, Barrier, Buffer, For, ForKind, IfThenElse, Let, PrimFunc, Stmt, Store, stmt_children
+from autosched.lower.ir import (
+    Allocate,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    Let,
+    PrimFunc,
+    Stmt,
+    Store,
+    WarpMma,
+    stmt_children,
+)
 from autosched.target import GpuCapabilities
-from autosched.te.expr import Call, Expr, free_vars
+from autosched.te.expr import Call, Const, Expr, Load, Select, free_vars
 
 BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -25,6 +41,7 @@ THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 SHARED_ALIGN = 16  # bytes: every shared buffer may be read as float4
+WARP = 32
 #: te calls `name(value, width)` that combine `value` over the `width` aligned lanes of the warp
 #: holding this thread, every lane getting the result (row_reduce's shuffle trees)
 WARP_REDUCTIONS = {"warp_sum": "sum", "warp_max": "max", "warp_min": "min"}
@@ -80,6 +97,9 @@ def plan_kernel(func: PrimFunc) -> GpuKernelPlan:
     tx, ty, tz = (extents.get(a, 1) for a in THREAD_AXES)
     geometry = LaunchGeometry((bx, by, bz), (tx, ty, tz), total)
     _check_structure(func, geometry)
+    if geometry.threads_per_block % WARP and any(isinstance(s, WarpMma) for s in _walk(func.body)):
+        raise CodegenError(f"{func.name}: a warp-level mma needs whole warps, but a block has "
+                           f"{geometry.threads_per_block} threads")
     for axis, n, most in zip(THREAD_AXES + BLOCK_AXES, geometry.block + geometry.grid, MAX_BLOCK_DIMS + MAX_GRID_DIMS):
         if n > most:
             raise LimitError(f"{func.name}: {n} along {axis} exceeds the limit of {most}")
@@ -142,6 +162,9 @@ def _check_structure(func: PrimFunc, geometry: LaunchGeometry) -> None:
         if isinstance(s, Barrier) and why:
             raise CodegenError(f"{func.name}: a barrier (__syncthreads) under thread-divergent control flow "
                                f"({why}): threads that skip it would deadlock the block")
+        if isinstance(s, WarpMma) and why:
+            raise CodegenError(f"{func.name}: a warp-level mma under thread-divergent control flow ({why}): "
+                               "every lane of a warp must run it")
         if isinstance(s, For) and s.kind is ForKind.THREAD and s.thread in THREAD_AXES:
             guard = f"{s.var.name} < {s.extent} of {launch[s.thread]} threads along {s.thread}"
             visit(s.body, True, divergent | {s.var}, why or (guard if s.extent < launch[s.thread] else ""))
@@ -204,7 +227,32 @@ class GpuRenderer(CStyleRenderer):
     def _stmt(self, s: Stmt, d: int) -> str:
         if isinstance(s, Barrier):
             return "  " * d + self._barrier() + "\n"
+        if isinstance(s, AsyncCopy):
+            return self._async_copy(s, d)
+        if isinstance(s, AsyncCommit):
+            return "  " * d + self._async_commit() + "\n"
+        if isinstance(s, AsyncWait):
+            return "  " * d + self._async_wait(s.pending) + "\n"
+        if isinstance(s, WarpMma):
+            if (s.shape, s.precision) != ("m16n8k8", "tf32"):
+                raise CodegenError(f"no {s.shape} mma with {s.precision} inputs in the GPU back ends")
+            return "  " * d + self._mma(s) + "\n"
         return super()._stmt(s, d)
+
+    def _async_copy(self, s: AsyncCopy, d: int) -> str:
+        """An asynchronous copy of one element (cp.async), or a plain store where its value is not a
+        global load (a synchronous store is visible after the same wait and barrier)."""
+        raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
+
+    def _async_commit(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
+
+    def _async_wait(self, pending: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
+
+    def _mma(self, s: WarpMma) -> str:
+        """One lane's call of the warp-level m16n8k8 TF32 mma: accumulator elements, then A and B."""
+        raise NotImplementedError(f"{type(self).__name__} has no warp-level mma")
 
     def _allocate(self, s: Allocate, d: int) -> str:
         pad, b = "  " * d, s.buffer
@@ -255,4 +303,16 @@ class GpuRenderer(CStyleRenderer):
         return C_TYPES[b.dtype]
 
 
-__all__ = ["LaunchGeometry", "GpuKernelPlan", "LimitError", "plan_kernel", "check_limits", "occupancy", "GpuRenderer"]
+def copy_source(s: AsyncCopy) -> tuple[Load, Expr | None] | None:
+    """The global load an asynchronous copy reads and the condition under which it reads it (zeros
+    where false), or None when its value is anything else."""
+    v = s.value
+    if isinstance(v, Load) and v.source.scope == "global":
+        return v, None
+    if (isinstance(v, Select) and isinstance(v.t, Load) and v.t.source.scope == "global"
+            and isinstance(v.f, Const) and v.f.value == 0):
+        return v.t, v.cond
+    return None
+
+
+__all__ = ["copy_source", "LaunchGeometry", "GpuKernelPlan", "LimitError", "plan_kernel", "check_limits", "occupancy", "GpuRenderer"]

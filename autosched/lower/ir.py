@@ -94,6 +94,39 @@ class Barrier(Stmt):
     scope: str = "shared"
 
 
+@dataclass(eq=False, repr=False)
+class AsyncCopy(Store):
+    """A store from global into shared memory that completes asynchronously (CUDA `cp.async`):
+    the value is a global Load, or `Select(cond, Load, 0)` (zero-filled where `cond` is false);
+    it is visible only after the AsyncWait that retires its group. A back end without
+    asynchronous copies may print it as the Store it also is."""
+
+
+@dataclass(eq=False, repr=False)
+class AsyncCommit(Stmt):
+    """Closes the group of this thread's asynchronous copies issued since the last commit."""
+
+
+@dataclass(eq=False, repr=False)
+class AsyncWait(Stmt):
+    """Waits until at most `pending` of this thread's committed copy groups are still in flight."""
+    pending: int
+
+
+@dataclass(eq=False, repr=False)
+class WarpMma(Stmt):
+    """One warp-collective tensor-core multiply-accumulate (PTX `mma.sync`), as one lane sees it:
+    the lane's fragments of A (`a`: Loads), B (`b`) and of the accumulator C (`c`: indices into
+    the local buffer `acc`), laid out as the PTX ISA lays out `shape` (e.g. m16n8k8), its inputs
+    rounded to `precision` ("tf32"). All 32 lanes of a warp must reach it together."""
+    shape: str
+    precision: str
+    a: tuple
+    b: tuple
+    acc: Buffer
+    c: tuple
+
+
 @dataclass(eq=False)
 class PrimFunc:
     """One kernel: parameters in call order, then the body."""

@@ -15,6 +15,9 @@ from typing import cast
 from autosched.lower import arith
 from autosched.lower.ir import (
     Allocate,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Barrier,
     Buffer,
     For,
@@ -25,8 +28,10 @@ from autosched.lower.ir import (
     Seq,
     Stmt,
     Store,
+    WarpMma,
     seq,
 )
+from autosched.lower.tensor_core import mma_statement
 from autosched.schedule import ANNOTATIONS, Attach, ComputeAt, Schedule, ScheduleError, Split, Stage
 from autosched.te.expr import (
     BinOp,
@@ -45,6 +50,9 @@ from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tenso
 _COMBINE = {"sum": "add", "max": "max", "min": "min"}
 #: id of a leaf loop -> the (variable, value) pairs bound right inside it: the parts of a fused axis
 Lets = dict[int, list[tuple[Var, Expr]]]
+#: id of a leaf loop -> what encloses it: the buffers allocated around it and the statements run
+#: before it (a pipeline's prologue)
+Around = dict[int, tuple[list[Buffer], Stmt]]
 
 
 def lower(sched: Schedule, args: Sequence[Tensor], name: str = "kernel") -> PrimFunc:
@@ -133,11 +141,18 @@ class _Lowerer:
         absolute, region_guards = self._absolute_indices(st, region_ext, value)
         guards += region_guards
         body_te = self._expand_inline(substitute(_body_source(st.op), absolute))
-        pre = self._attached_stages(st, body_te, lets)
-        idx = self._offset(st, self._flat([value[id(a)] for a in st.op.axes], region_ext))
+        pre, around = self._attached_stages(st, body_te, lets)
+        idx = self._offset(st, self._flat([value[id(a)] for a in st.op.axes], list(self.buffers[id(st)].shape)))
         store = self._store(st, idx, body_te)
         guards = self._live_guards(st, store, guards, lets)
-        return self._loop_nest(st, ext, lets, pre, self._guard(store, guards), idx, guards)
+        if st.mma is None:
+            return self._loop_nest(st, ext, lets, pre, around, self._guard(store, guards), idx, guards)
+        live = [c for c in (arith.simplify(g, self.ranges) for g in guards) if not (isinstance(c, Const) and c.value)]
+        if live:
+            raise ScheduleError(f"stage {st.name}: a tensorized nest cannot be guarded (every lane of a warp must "
+                                f"run it), but it needs {live[0]!r}: pad the computation to whole tiles")
+        return self._loop_nest(st, ext, lets, pre, around, mma_statement(store, st.mma, self.ranges, st.name),
+                               idx, guards)
 
     def _enter_leaf_loops(self, st: Stage, ext: dict[int, int]) -> None:
         """Record the range of every leaf loop variable, and which of them index one block's threads."""
@@ -186,19 +201,46 @@ class _Lowerer:
                   if region_ext[d] < a.extent or not isinstance(mins[d], Const)]
         return absolute, guards
 
-    def _attached_stages(self, st: Stage, body_te: Expr, lets: Lets) -> dict[int, Stmt]:
+    def _attached_stages(self, st: Stage, body_te: Expr, lets: Lets) -> tuple[dict[int, Stmt], Around]:
         """id of a leaf loop -> the nests of the stages computed at it, sized to the region of
-        `body_te` that the loops inside it cover."""
+        `body_te` that the loops inside it cover; and for a loop with pipelined stages, what
+        encloses the loop (see `_pipeline`)."""
         leaves = st.leaf_axes
         pre: dict[int, Stmt] = {}
+        around: Around = {}
         for k, iv in enumerate(leaves):
             if id(iv) in self.attached:
                 inner = {}
                 for lv in leaves[k + 1:]:
                     inner[lv.var] = self.ranges[lv.var]
                     inner.update({v: self.ranges[v] for v, _ in lets.get(id(lv), [])})
-                pre[id(iv)] = seq(*[self._attached(a, body_te, inner) for a in self.attached[id(iv)]])
-        return pre
+                stages = self.attached[id(iv)]
+                nests = [self._attached(a, body_te, inner) for a in stages]
+                piped = [(a, n) for a, n in zip(stages, nests) if a.pipeline_stages]
+                plain = [n for a, n in zip(stages, nests) if not a.pipeline_stages]
+                pre[id(iv)] = seq(*plain, self._pipeline(st, iv, piped, around) if piped else None)
+        return pre, around
+
+    def _pipeline(self, st: Stage, iv: IterVar, piped: list, around: Around) -> Stmt:
+        """The copies of `piped` (stage, Allocate of its nest) run `stages` - 1 iterations of loop
+        `iv` ahead: a prologue before the loop issues the first `stages` - 1 iterations' copies,
+        one group each; every iteration then waits for its own group, synchronizes the block
+        once (its copies visible to all threads; every thread done with the copy it is about to
+        overwrite) and issues the copies `stages` - 1 iterations ahead."""
+        depth = {a.pipeline_stages for a, _ in piped}
+        if len(depth) > 1:
+            raise ScheduleError(f"stage {st.name}, axis {iv.name}: the stages pipelined at one loop need one "
+                                f"depth, not {sorted(depth)}")
+        ahead = depth.pop() - 1
+        trips = self.ranges[iv.var][1] + 1
+        nests = [alloc.body for _, alloc in piped]
+        step = Var(iv.name + ".pre")
+        self.ranges[step] = (0, ahead - 1)
+        copies_at = [_subst_stmt(seq(*nests), {iv.var: step})]
+        prologue = For(step, ahead, ForKind.UNROLL, seq(self._guard(copies_at[0], [step < trips]), AsyncCommit()))
+        around[id(iv)] = ([alloc.buffer for _, alloc in piped], prologue)
+        later = _subst_stmt(seq(*nests), {iv.var: iv.var + ahead})
+        return seq(AsyncWait(ahead - 1), Barrier(), self._guard(later, [iv.var + ahead < trips]), AsyncCommit())
 
     def _store(self, st: Stage, idx: Expr, body_te: Expr) -> Store:
         """The innermost statement: the stage's value stored, or for a reduction combined into, at `idx`."""
@@ -207,7 +249,7 @@ class _Lowerer:
         if isinstance(st.op.body, Reduce):
             old = Load(buf, (idx,), buf.dtype)
             return Store(buf, idx, BinOp(_COMBINE[st.op.body.combiner], old, value_expr))
-        return Store(buf, idx, value_expr)
+        return (AsyncCopy if st.pipeline_stages else Store)(buf, idx, value_expr)
 
     def _live_guards(self, st: Stage, store: Store, guards: list[Expr], lets: Lets) -> list[Expr]:
         """The guards `store` needs. A stage computed at another's loop whose accesses all stay
@@ -219,10 +261,11 @@ class _Lowerer:
                        for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
         return [g for g in guards if free_vars(g) & reduce_vars]
 
-    def _loop_nest(self, st: Stage, ext: dict[int, int], lets: Lets, pre: dict[int, Stmt], main: Stmt,
-                   idx: Expr, guards: list[Expr]) -> Stmt:
+    def _loop_nest(self, st: Stage, ext: dict[int, int], lets: Lets, pre: dict[int, Stmt], around: Around,
+                   main: Stmt, idx: Expr, guards: list[Expr]) -> Stmt:
         """The leaf loops around `main`, innermost first, each with its lets and attached stages,
-        and for a reduction the identity's initialization just outside the first reduction loop."""
+        and for a reduction the identity's initialization just outside the first reduction loop.
+        A tensorized stage's innermost loops are in `main` already (one instruction)."""
         leaves = st.leaf_axes
         kinds = [self._kind(st, iv) for iv in leaves]
         p = next((k for k, iv in enumerate(leaves) if st.axis_kind(iv) == REDUCE), None)
@@ -232,10 +275,13 @@ class _Lowerer:
         init = self._init_nest(st, leaves[p:], kinds[p:], idx, guards, ext, lets) if p is not None else None
 
         body = main
+        tensorized = {id(iv) for iv in st.mma.loops} if st.mma is not None else set()
         for k in range(len(leaves) - 1, -1, -1):
             iv = leaves[k]
             if k + 1 == p:
                 body = seq(init, body)
+            if id(iv) in tensorized:
+                continue
             body = seq(pre.get(id(iv)), body)
             for var, e in reversed(lets.get(id(iv), [])):
                 body = Let(var, arith.simplify(e, self.ranges), body)
@@ -243,6 +289,11 @@ class _Lowerer:
             body = For(iv.var, ext[id(iv)], kind, body, thread, dict(st.pragmas.get(iv, {})))
             if "auto_unroll_max_step" in body.pragmas:
                 body.body = _auto_unroll(body.body, int(body.pragmas["auto_unroll_max_step"]))
+            if id(iv) in around:
+                buffers, prologue = around[id(iv)]
+                body = seq(prologue, body)
+                for buf in reversed(buffers):
+                    body = Allocate(buf, body)
         if p == 0:
             body = seq(init, body)
         return body
@@ -322,16 +373,17 @@ class _Lowerer:
             mins.append(lo)
             exts.append(e)
         self.mins[id(st)] = mins
-        shape = tuple(exts)
-        if st.double_buffer:  # two copies, one after the other; the first extent never enters an index
+        shape = tuple(exts[:-1]) + (exts[-1] + st.storage_pad,) if exts else ()
+        copies = 2 if st.double_buffer else st.pipeline_stages
+        if copies:  # copies one after the other; the first extent never enters an index
             if not isinstance(st.attach, ComputeAt):
-                raise ScheduleError(f"stage {st.name} is double buffered but not computed at a loop to alternate with")
-            shape = (2 * shape[0],) + shape[1:]
-            self.offsets[id(st)] = arith.simplify((st.attach.axis.var % 2) * math.prod(exts), self.ranges)
+                raise ScheduleError(f"stage {st.name} has {copies} copies but is not computed at a loop to rotate with")
+            self.offsets[id(st)] = arith.simplify((st.attach.axis.var % copies) * math.prod(shape), self.ranges)
+            shape = (copies * shape[0],) + shape[1:]
         buf = Buffer(st.name, op.dtype, shape, st.scope if st.scope != "global" else "local")
         self.buffers[id(st)] = buf
         nest = self._stage(st, exts)
-        if st.scope == "shared":
+        if st.scope == "shared" and not st.pipeline_stages:  # a pipeline synchronizes once for all its stages
             nest = seq(nest, Barrier()) if st.double_buffer else seq(Barrier(), nest, Barrier())
         return Allocate(buf, nest)
 
@@ -412,7 +464,7 @@ def _leaf_extents(st: Stage, region_ext: list[int]) -> dict[int, int]:
         if isinstance(rel, Split):
             pe = ext[id(rel.parent)]
             f = rel.factor if rel.factor is not None else max(1, -(-pe // cast(int, rel.nparts)))  # one is set
-            ext[id(rel.inner)] = max(1, min(f, pe))
+            ext[id(rel.inner)] = f if rel.whole else max(1, min(f, pe))
             ext[id(rel.outer)] = -(-pe // ext[id(rel.inner)])
         else:
             ext[id(rel.fused)] = ext[id(rel.outer)] * ext[id(rel.inner)]
@@ -467,8 +519,11 @@ def _subst_stmt(s: Stmt, m: dict) -> Stmt:
         return arith.simplify(substitute(e, m))
     if isinstance(s, For):
         return For(s.var, s.extent, s.kind, _subst_stmt(s.body, m), s.thread, s.pragmas)
-    if isinstance(s, Store):
-        return Store(s.buffer, ex(s.index), ex(s.value))
+    if isinstance(s, Store):  # an AsyncCopy stays one
+        return type(s)(s.buffer, ex(s.index), ex(s.value))
+    if isinstance(s, WarpMma):
+        return WarpMma(s.shape, s.precision, tuple(ex(x) for x in s.a), tuple(ex(x) for x in s.b), s.acc,
+                       tuple(ex(x) for x in s.c))
     if isinstance(s, IfThenElse):
         return IfThenElse(ex(s.cond), _subst_stmt(s.then, m), s.orelse and _subst_stmt(s.orelse, m))
     if isinstance(s, Let):

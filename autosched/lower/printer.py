@@ -1,7 +1,20 @@
 """Indented text for loop nests: what `print(lower(...))` shows a user checking a schedule."""
 from __future__ import annotations
 
-from autosched.lower.ir import Allocate, Barrier, For, ForKind, IfThenElse, Let, Seq, Stmt, Store
+from autosched.lower.ir import (
+    Allocate,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    For,
+    ForKind,
+    IfThenElse,
+    Let,
+    Seq,
+    Stmt,
+    Store,
+    WarpMma,
+)
 from autosched.te.printer import expr_str
 
 
@@ -11,6 +24,8 @@ def stmt_str(s: Stmt, depth: int = 0) -> str:
         tag = s.kind.value if s.kind is not ForKind.THREAD else f"bind {s.thread}"
         extra = "".join(f" {k}={v}" for k, v in s.pragmas.items())
         return f"{pad}for {s.var.name} in 0..{s.extent}  # {tag}{extra}\n" + stmt_str(s.body, depth + 1)
+    if isinstance(s, AsyncCopy):
+        return f"{pad}{s.buffer.name}[{expr_str(s.index)}] <-async- {expr_str(s.value)}\n"
     if isinstance(s, Store):
         return f"{pad}{s.buffer.name}[{expr_str(s.index)}] = {expr_str(s.value)}\n"
     if isinstance(s, IfThenElse):
@@ -25,4 +40,9 @@ def stmt_str(s: Stmt, depth: int = 0) -> str:
         return "".join(stmt_str(x, depth) for x in s.stmts)
     if isinstance(s, Barrier):
         return f"{pad}barrier({s.scope})\n"
+    if isinstance(s, AsyncWait):
+        return f"{pad}async_wait(pending={s.pending})\n"
+    if isinstance(s, WarpMma):
+        frags = "; ".join(", ".join(expr_str(x) for x in xs) for xs in (s.a, s.b, s.c))
+        return f"{pad}mma.{s.shape}.{s.precision}({s.acc.name}: {frags})\n"
     return f"{pad}{type(s).__name__}\n"

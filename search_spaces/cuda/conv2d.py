@@ -20,7 +20,10 @@ block's threads. Batch and channel blocks share blockIdx.z. The knobs:
 """
 from __future__ import annotations
 
+from functools import partial
+
 from autosched.ops.conv import CONV2D_TAG, conv2d
+from autosched.ops.mma_gemm import MMA_GEMM_TAG
 from autosched.ops.transform import PAD_TAG
 from autosched.schedule import Schedule, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace
@@ -38,6 +41,7 @@ from search_spaces.cuda.common import (
     up_to,
 )
 from search_spaces.cuda.conv2d_gemm import IMPLICIT_GEMM_TAG, conv2d_implicit_gemm
+from search_spaces.cuda.gemm_mma import MmaTiles, mma_fallback, mma_knobs, mma_product, schedule_mma, tensor_cores
 from search_spaces.cuda.matmul import GemmTiles, schedule_gemm
 from search_spaces.llvm.conv2d import ConvDims, conv_dims
 
@@ -47,6 +51,12 @@ TILE_IC = (1, 2, 4, 8, 16)
 DIRECT, IMPLICIT_GEMM = "direct", "implicit_gemm"
 FALLBACK_DIRECT: dict[str, int | str] = {"threads_w": 8, "threads_h": 4, "threads_c": 4, "tile_w": 2, "tile_c": 4, "tile_ic": 4, "vec": 1,
                    "unroll_window": 1, "double_buffer": 0, "algorithm": DIRECT}
+
+
+def _on_tensor_cores(target: Target, d: ConvDims) -> bool:
+    """Under -precision=tf32 every groups = 1 convolution is an implicit GEMM on tensor cores;
+    grouped and depthwise ones stay direct (fp32: exact, and within any tolerance)."""
+    return tensor_cores(target) and d.groups == 1
 
 
 def _algorithms(d: ConvDims) -> tuple[str, ...]:
@@ -63,10 +73,13 @@ def _gemm_tiles(config: Config, d: ConvDims) -> GemmTiles:
 
 class Conv2dTemplate(GpuTemplate):
     name = "conv2d_cuda"
+    mma_name = "conv2d_mma_cuda"
 
     def space(self, task: Task, target: Target) -> ConfigSpace:
         gpu_caps(target)
         d = conv_dims(task)
+        if _on_tensor_cores(target, d):
+            return ConfigSpace(self.mma_name, mma_knobs(d.oc, d.oh * d.ow, d.c * d.kh * d.kw))
         return ConfigSpace(self.name, (
             ChoiceKnob("threads_w", up_to(THREADS, d.ow)),
             ChoiceKnob("threads_h", up_to(THREADS, d.oh)),
@@ -86,6 +99,8 @@ class Conv2dTemplate(GpuTemplate):
         an implicit GEMM they are a plain GEMM (256 threads, 64 channels × 64 pixels a block)."""
         space = self.space(task, target)
         d = conv_dims(task)
+        if _on_tensor_cores(target, d):
+            return mma_fallback(space, d.oc, d.oh * d.ow, d.n)
         if IMPLICIT_GEMM in space.knob("algorithm").values and d.kh * d.kw == 1:
             return config_near(space, {**FALLBACK_DIRECT, "algorithm": IMPLICIT_GEMM, "threads_h": 2,
                                        "threads_c": 16, "tile_w": 4, "tile_ic": 8})
@@ -93,6 +108,8 @@ class Conv2dTemplate(GpuTemplate):
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)
+        if _on_tensor_cores(target, d):
+            return _implicit_gemm(task, d, MmaTiles.of(config))
         if config["algorithm"] == IMPLICIT_GEMM:
             return _implicit_gemm(task, d, _gemm_tiles(config, d))
         tt = task_tensors(task)
@@ -141,17 +158,22 @@ class Conv2dTemplate(GpuTemplate):
         return s, args + [out]
 
 
-def _implicit_gemm(task: Task, d: ConvDims, tiles: GemmTiles) -> tuple[Schedule, list[Tensor]]:
+def _implicit_gemm(task: Task, d: ConvDims, tiles: GemmTiles | MmaTiles) -> tuple[Schedule, list[Tensor]]:
+    """The convolution as an implicit GEMM: the shared-memory tiling, or with MmaTiles on tensor cores."""
     tt = task_tensors(task)
+    product = partial(mma_product, tiles=tiles, name="implicit_gemm") if isinstance(tiles, MmaTiles) else None
     out = conv2d_implicit_gemm(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None, d,
-                               tt.epilogue)
+                               tt.epilogue, product)
     s = create_schedule(out)
-    acc = local_accumulator(s, out, IMPLICIT_GEMM_TAG)
+    acc = local_accumulator(s, out, IMPLICIT_GEMM_TAG if product is None else MMA_GEMM_TAG)
     for st in s.stages:
         if st.op.tag == PAD_TAG:
             s.compute_inline(st)  # the im2col gather reads zeros where the window overhangs
     n, oc, oh, ow = s[out].op.axes
-    schedule_gemm(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), (d.oc, d.oh * d.ow), tiles)
+    if isinstance(tiles, MmaTiles):
+        schedule_mma(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), tiles)
+    else:
+        schedule_gemm(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), (d.oc, d.oh * d.ow), tiles)
     return s, list(tt.args) + [out]
 
 

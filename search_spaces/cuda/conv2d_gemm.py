@@ -11,6 +11,8 @@ share little between neighbouring outputs for the direct template's shared tiles
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from autosched import te
 from autosched.ops.conv import conv_geometry
 from autosched.ops.epilogue import EpilogueFn, apply_epilogue, bias_add
@@ -38,17 +40,27 @@ def _im2col(xp: Tensor, d: ConvDims) -> Tensor:
     return te.compute((d.n, d.c * window, d.oh * d.ow), body, name="im2col", tag=INJECTIVE_TAG)
 
 
+#: builds a batched product on another layout: (batch, (m, n, k), a_at(batch index, row, k),
+#: b_at(batch index, k, column), whether k is each operand's innermost dimension) -> batch + (m, n)
+Product = Callable[[tuple[int, ...], tuple[int, int, int], Callable, Callable, tuple[bool, bool]], Tensor]
+
+
 def conv2d_implicit_gemm(x: Tensor, w: Tensor, bias: Tensor | None, d: ConvDims,
-                         epilogue: tuple[EpilogueFn, ...]) -> Tensor:
+                         epilogue: tuple[EpilogueFn, ...], product: Product | None = None) -> Tensor:
     """The convolution's NCHW output (bias and epilogue applied) read from the GEMM's N × OC ×
-    (OH·OW) result, whose stage carries IMPLICIT_GEMM_TAG."""
+    (OH·OW) result, whose stage carries IMPLICIT_GEMM_TAG; or, given a `product`, from what it
+    makes of the same operands (the tensor cores' layout)."""
     if d.groups != 1:
         raise ValueError(f"implicit GEMM handles groups = 1, not {d.groups}")
     *_, xp = conv_geometry(x, w, d.stride, d.pads, d.dilation, "conv2d")
     a, b = _weight_rows(w, d), _im2col(xp, d)
-    k = te.reduce_axis(a.shape[1], "k")
-    gemm = te.compute((d.n, d.oc, d.oh * d.ow), lambda n, o, p: te.sum(a[o, k] * b[n, k, p], [k]),
-                      name="implicit_gemm", tag=IMPLICIT_GEMM_TAG)
+    if product is None:
+        k = te.reduce_axis(a.shape[1], "k")
+        gemm = te.compute((d.n, d.oc, d.oh * d.ow), lambda n, o, p: te.sum(a[o, k] * b[n, k, p], [k]),
+                          name="implicit_gemm", tag=IMPLICIT_GEMM_TAG)
+    else:
+        gemm = product((d.n,), (d.oc, d.oh * d.ow, a.shape[1]), lambda i, o, k: a[o, k],
+                       lambda i, k, p: b[i[0], k, p], (True, False))
     y = te.compute((d.n, d.oc, d.oh, d.ow), lambda n, o, h, v: gemm[n, o, h * d.ow + v], name="conv2d",
                    tag=INJECTIVE_TAG)
     pre = (bias_add(bias, 1),) if bias is not None else ()

@@ -15,10 +15,12 @@ dimensions are fused onto blockIdx.z. The knobs:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from autosched.ops import matmul as mm
 from autosched.ops.epilogue import apply_epilogue
+from autosched.ops.mma_gemm import MMA_GEMM_TAG
 from autosched.ops.transform import INJECTIVE_TAG
 from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace
@@ -35,6 +37,7 @@ from search_spaces.cuda.common import (
     tile_threads,
     up_to,
 )
+from search_spaces.cuda.gemm_mma import MmaTiles, mma_fallback, mma_knobs, mma_product, schedule_mma, tensor_cores
 from search_spaces.llvm.matmul import gemm_epilogue, matmul_dims, matmul_operands
 
 THREADS = (1, 2, 4, 8, 16, 32)
@@ -43,23 +46,44 @@ TILE_K = (4, 8, 16, 32)
 VEC = (1, 2, 4)
 
 
-def _compute(task: Task) -> tuple[list[Tensor], Tensor]:
+def _compute(task: Task, tiles: MmaTiles | None = None) -> tuple[list[Tensor], Tensor]:
+    """The task's product and epilogue: plain, or with `tiles` in the tensor cores' layout."""
     tt = task_tensors(task)
     attrs = dict(task.attrs)
     gemm = task.op == "Gemm"
     trans_a, trans_b = gemm and bool(attrs.get("transA", 0)), gemm and bool(attrs.get("transB", 0))
-    y = mm.matmul(*matmul_operands(task, tt), trans_a, trans_b)
+    a, b = matmul_operands(task, tt)
+    y = mm.matmul(a, b, trans_a, trans_b) if tiles is None else _mma_matmul(task, a, b, trans_a, trans_b, tiles)
     pre = gemm_epilogue(tt.anchor[2] if len(tt.anchor) > 2 else None, attrs.get("alpha", 1.0),
                         attrs.get("beta", 1.0)) if gemm else ()
     return list(tt.args), apply_epilogue(y, pre + tt.epilogue)
 
 
+def _mma_matmul(task: Task, a: Tensor, b: Tensor, trans_a: bool, trans_b: bool, tiles: MmaTiles) -> Tensor:
+    """A · B (batch dimensions broadcast as numpy's) on tensor cores (see `gemm_mma`)."""
+    d = matmul_dims(task)
+
+    def batch_of(t: Tensor, i: tuple) -> tuple:
+        off = len(d.batch) - (t.ndim - 2)
+        return tuple(0 if t.shape[k] == 1 else i[off + k] for k in range(t.ndim - 2))
+
+    return mma_product(d.batch, (d.m, d.n, d.k),
+                       lambda i, row, k: a[batch_of(a, i) + ((k, row) if trans_a else (row, k))],
+                       lambda i, k, col: b[batch_of(b, i) + ((col, k) if trans_b else (k, col))],
+                       (not trans_a, trans_b), tiles, "mma_matmul")
+
+
 class MatmulTemplate(GpuTemplate):
+    """The shared-memory tiling in fp32; under -precision=tf32 the tensor-core tiling (`gemm_mma`)."""
+
     name = "matmul_tiled_cuda"
+    mma_name = "matmul_mma_cuda"
 
     def space(self, task: Task, target: Target) -> ConfigSpace:
         gpu_caps(target)
         d = matmul_dims(task)
+        if tensor_cores(target):
+            return ConfigSpace(self.mma_name, mma_knobs(d.m, d.n, d.k))
         return ConfigSpace(self.name, (
             ChoiceKnob("threads_x", up_to(THREADS, d.n)),
             ChoiceKnob("threads_y", up_to(THREADS, d.m)),
@@ -73,12 +97,25 @@ class MatmulTemplate(GpuTemplate):
 
     def fallback(self, task: Task, target: Target) -> Config:
         """16 × 16 threads of 4 × 4 outputs (64 × 64 block tiles), k steps of 8, float4 copies:
-        the textbook SGEMM shape, shrunk to what the space allows for a small problem."""
+        the textbook SGEMM shape, shrunk to what the space allows for a small problem. On tensor
+        cores: 2 × 4 warps of 4 × 4 m16n8k8 tiles (128 × 128 block tiles), k steps of 32 through a
+        3-stage cp.async pipeline, padded shared rows, 16-byte copies."""
+        if tensor_cores(target):
+            d = matmul_dims(task)
+            return mma_fallback(self.space(task, target), d.m, d.n, math.prod(d.batch))
         return config_near(self.space(task, target), {"threads_x": 16, "threads_y": 16, "tile_n": 4, "tile_m": 4,
                                                        "tile_k": 8, "vec": 4, "unroll_k": 1, "double_buffer": 0})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = matmul_dims(task)
+        if tensor_cores(target):
+            tiles = MmaTiles.of(config)
+            args, out = _compute(task, tiles)
+            s = create_schedule(out)
+            acc = local_accumulator(s, out, MMA_GEMM_TAG)
+            *batch, i, j = s[out].op.axes
+            schedule_mma(s, out, acc, (batch, i, j), tiles)
+            return s, args + [out]
         args, out = _compute(task)
         s = create_schedule(out)
         acc = local_accumulator(s, out, mm.MATMUL_TAG)

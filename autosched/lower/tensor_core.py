@@ -1,0 +1,52 @@
+"""A tensorized reduction nest as one warp-level `mma.sync`: each lane's fragments, derived
+from the scalar loops the schedule would otherwise run.
+
+The scalar nest a lane runs is `C[c(rows, cols)] += A[a(rows, k)] · B[b(k, cols)]` over k < 8,
+rows < 2, cols < 2, for the output rows lane_row + 8·rows and columns 2·lane_col + cols of a
+16 × 8 tile. The m16n8k8 instruction gives a lane the same accumulator elements
+(c0..c3 = rows {g, g+8} × columns {2t, 2t+1}, g = lane_row, t = lane_col) but wants other
+elements of A and B than the lane's own scalar loops read (PTX ISA, "Matrix Fragments for
+mma.m16n8k8" with .tf32): a0..a3 = A at (g, t), (g+8, t), (g, t+4), (g+8, t+4) and b0, b1 = B at
+(t, g), (t+4, g). Those are the scalar loads with k set to t or t+4 and, for B, the column set to
+g, i.e. lane_col → g / 2 and cols → g % 2.
+"""
+from __future__ import annotations
+
+from autosched.lower import arith
+from autosched.lower.ir import Store, WarpMma
+from autosched.schedule import MmaTile, ScheduleError
+from autosched.te.expr import BinOp, Const, Expr, Load, free_vars, substitute
+
+
+def _c(v: int) -> Const:
+    return Const(v, "int32")
+
+
+def mma_statement(store: Store, tile: MmaTile, ranges: dict, stage: str) -> WarpMma:
+    """The WarpMma that computes what `store`, run over `tile.loops`, computes for every lane."""
+    value = store.value
+    if not (isinstance(value, BinOp) and value.op == "add" and isinstance(value.a, Load)
+            and value.a.source is store.buffer and isinstance(value.b, BinOp) and value.b.op == "mul"
+            and isinstance(value.b.a, Load) and isinstance(value.b.b, Load)):
+        raise ScheduleError(f"stage {stage}: tensorize needs a sum of products of two loads "
+                            f"(C += A · B), not {value!r}")
+    k, rows, cols = (iv.var for iv in tile.loops)
+    g, t = tile.lane_row.var, tile.lane_col.var
+    x, y = value.b.a, value.b.b
+    a, b = (x, y) if rows in free_vars(x) else (y, x)
+    if cols in free_vars(a) or t in free_vars(a) or rows in free_vars(b) or g in free_vars(b):
+        raise ScheduleError(f"stage {stage}: tensorize needs A indexed by (row, k) and B by (k, column): "
+                            f"A is {a!r}, B is {b!r}")
+
+    def at(e: Expr, m: dict) -> Expr:
+        return arith.simplify(substitute(e, m), ranges)
+
+    a_frag = tuple(Load(a.source, (at(a.indices[0], {rows: _c(rh), k: t + 4 * kh}),), a.dtype)
+                   for kh in (0, 1) for rh in (0, 1))
+    b_frag = tuple(Load(b.source, (at(b.indices[0], {k: t + 4 * kh, t: g // 2, cols: g % 2}),), b.dtype)
+                   for kh in (0, 1))
+    c_frag = tuple(at(store.index, {rows: _c(rh), cols: _c(cl)}) for rh in (0, 1) for cl in (0, 1))
+    return WarpMma(tile.shape, tile.precision, a_frag, b_frag, store.buffer, c_frag)
+
+
+__all__ = ["mma_statement"]

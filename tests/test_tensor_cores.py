@@ -1,0 +1,242 @@
+"""Tensor cores under `-precision=tf32`: the matmul and implicit-GEMM convolution templates as
+warp-level mma.sync with a cp.async pipeline, checked in the CPU emulation against numpy (the
+emulation runs the mma as a warp collective with the PTX fragment layout and TF32 rounding) and
+read back from the SASS nvcc makes for sm_80 and sm_90 (no GPU is used)."""
+import numpy as np
+import onnx
+import pytest
+
+from autosched import zoo
+from autosched.cli import main
+from autosched.codegen.cuda import CudaRenderer
+from autosched.codegen.nvcc import compile_cuda
+from autosched.codegen.sass import kernel_sass, sass_available
+from autosched.compile.emulation import build_emulated_kernel, emulated_kernel
+from autosched.lower import lower
+from autosched.lower.ir import AsyncWait, WarpMma, walk_stmts
+from autosched.measure.nvcc import NvccBuilder
+from autosched.measure.record import MeasureInput
+from autosched.schedule import MmaTile, ScheduleError
+from autosched.target import Target, TargetError
+from autosched.templates import get_template
+from search_spaces.cuda.gemm_mma import FALLBACK
+from tests.cuda_markers import needs_nvcc
+from tests.gpu_schedules import tiled_matmul
+from tests.task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task
+
+TF32 = Target.parse("cuda -arch=sm_80 -precision=tf32")
+needs_sass = pytest.mark.skipif(not sass_available(), reason="cuobjdump/nvdisasm not installed (test extra)")
+
+MATMULS = {
+    "matmul_relu_odd": lambda: matmul_task((37, 29), (29, 51), relu=True),
+    "gemm_dense_bias_trans_b": lambda: gemm_task((64, 100), (70, 100), (70,), trans_b=1),
+    "gemm_trans_a_alpha_beta": lambda: gemm_task((20, 33), (20, 12), (33, 12), trans_a=1, alpha=0.5, beta=2.0),
+    "one_row": lambda: matmul_task((1, 40), (40, 24)),
+    "batched_attention": lambda: attention_scores_task((2, 3), 17, 8, 19),
+}
+CONVS = {
+    "3x3_pad_bias_relu": lambda: conv_task((1, 5, 13, 11), (7, 5, 3, 3), pad=1, bias=True, epilogue="relu"),
+    "3x3_stride2_residual": lambda: conv_task((2, 6, 9, 10), (4, 6, 3, 3), stride=2, pad=1, epilogue="residual"),
+    "1x1": lambda: conv_task((2, 9, 7, 5), (11, 9, 1, 1)),
+    "5x3_pad2": lambda: conv_task((1, 3, 10, 9), (6, 3, 5, 3), pad=2),
+}
+#: a ResNet-18 layer (layer3's 3×3 convolution: 256 → 256 channels on 14 × 14)
+RESNET18_LAYER3 = (1, 256, 14, 14), (256, 256, 3, 3)
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """x rounded as cvt.rna.tf32.f32 rounds it: to nearest, ties away from zero, 10 mantissa bits."""
+    u = np.asarray(x, np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _emulate(task, config, target=TF32):
+    """(inputs, outputs the emulated kernel wrote, numpy's reference outputs)."""
+    sched, args = get_template(task.op, "cuda").apply(task, config, target)
+    inputs = task.random_inputs(0)
+    want = task.reference(inputs)
+    got = [np.full(w.shape, np.nan, np.float32) for w in want]
+    build_emulated_kernel(sched, args, "candidate")(*inputs, *got)
+    return inputs, got, want
+
+
+def _assert_within_tf32(got, want, what: str) -> None:
+    rtol, atol = TF32.tolerance
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * max(1.0, float(np.abs(w).max())), err_msg=what)
+
+
+def _configs(task, n: int, seed: int) -> list:
+    template = get_template(task.op, "cuda")
+    space = template.space(task, TF32)
+    rng = np.random.default_rng(seed)
+    return [template.fallback(task, TF32)] + [space.get(int(i)) for i in rng.integers(0, len(space), n)]
+
+
+def test_precision_is_a_cuda_target_option():
+    assert TF32.precision == "tf32" and TF32.fingerprint == "cuda|sm_80|tf32" and TF32.tolerance == (1e-2, 1e-2)
+    fp32 = Target.parse("cuda -arch=sm_80")
+    assert fp32.precision == "fp32" and fp32.fingerprint == "cuda|sm_80" and fp32.tolerance == (1e-3, 1e-4)
+    assert TF32.on_gpu("NVIDIA H100").fingerprint == "cuda|NVIDIA H100|sm_80|tf32"
+    with pytest.raises(TargetError, match="needs tensor cores of sm_80 or newer, not sm_75"):
+        Target.parse("cuda -arch=sm_75 -precision=tf32")
+    with pytest.raises(TargetError, match="-precision=bf16 is not supported yet"):
+        Target.parse("cuda -arch=sm_90 -precision=bf16")
+    with pytest.raises(TargetError, match="bad value 'tf32x' for -precision"):
+        Target.parse("cuda -arch=sm_90 -precision=tf32x")
+
+
+def test_tf32_selects_the_tensor_core_spaces_and_fp32_keeps_its_own():
+    mm, conv, depthwise = MATMULS["matmul_relu_odd"](), CONVS["1x1"](), conv_task((1, 8, 12, 12), (8, 1, 3, 3), pad=1, group=8)
+    fp32 = Target.parse("cuda -arch=sm_80")
+    assert get_template("MatMul", "cuda").space(mm, TF32).template == "matmul_mma_cuda"
+    assert get_template("MatMul", "cuda").space(mm, fp32).template == "matmul_tiled_cuda"
+    assert get_template("Conv", "cuda").space(conv, TF32).template == "conv2d_mma_cuda"
+    assert get_template("Conv", "cuda").space(depthwise, TF32).template == "conv2d_cuda"  # grouped: direct, fp32
+
+
+@pytest.mark.parametrize("name", sorted(MATMULS) + sorted(CONVS))
+def test_emulated_tf32_matmul_and_implicit_gemm_conv_match_numpy(name):
+    """The fallback and random configs (3 for a matmul, 2 for a conv)."""
+    task = MATMULS[name]() if name in MATMULS else CONVS[name]()
+    for config in _configs(task, 3 if name in MATMULS else 2, seed=len(name)):
+        _, got, want = _emulate(task, config)
+        _assert_within_tf32(got, want, f"{name} config {config.to_json()}")
+
+
+def test_the_emulation_rounds_the_inputs_as_the_tensor_cores_do():
+    """The emulated answer is the product of the TF32-rounded inputs (up to fp32 summation order),
+    not the exact fp32 product: the rounding is visible, and it is the GPU's."""
+    task = matmul_task((64, 48), (48, 40))
+    (a, b), [got], [exact] = _emulate(task, get_template("MatMul", "cuda").fallback(task, TF32))
+    rounded = _tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64)
+    scale = float(np.abs(exact).max())
+    assert np.abs(got - rounded).max() / scale < 2e-6
+    assert np.abs(got - exact).max() / scale > 2e-5
+
+
+def test_the_fallback_for_4096_cubed_passes_the_emulation():
+    """The 4096³ fallback's config, emulated at 512³ (the emulation of 2·4096³ flops would take
+    hours on a CPU): the same kernel but for the grid and the loop trip count."""
+    template = get_template("MatMul", "cuda")
+    big, task = matmul_task((4096, 4096), (4096, 4096)), matmul_task((512, 512), (512, 512))
+    space, small = template.space(big, TF32), template.space(task, TF32)
+    config = template.fallback(big, TF32)
+    assert {k.name: config[k.name] for k in space.knobs} == {**FALLBACK}
+    _, got, want = _emulate(task, small.from_values({k.name: config[k.name] for k in space.knobs}))
+    _assert_within_tf32(got, want, "512³ with the 4096³ fallback")
+
+
+def test_a_resnet18_layer_as_implicit_gemm_passes_the_emulation():
+    task = conv_task(*RESNET18_LAYER3, pad=1)
+    _, got, want = _emulate(task, get_template("Conv", "cuda").fallback(task, TF32))
+    _assert_within_tf32(got, want, "ResNet-18 layer3 conv")
+
+
+def test_the_emulation_sees_a_pipeline_that_does_not_wait_for_its_copies():
+    """Waiting for one group fewer than the pipeline needs reads a shared tile before its cp.async
+    copies landed: NaN (the emulation's fresh shared memory) in the result, as garbage on a GPU."""
+    task = matmul_task((64, 64), (64, 64))
+    template = get_template("MatMul", "cuda")
+    config = template.space(task, TF32).from_values({"warps_m": 2, "warps_n": 2, "mma_m": 2, "mma_n": 2, "tile_k": 8,
+                                                     "stages": 3, "pad": 1, "vec": 4, "raster": 1})
+    sched, args = template.apply(task, config, TF32)
+    func = lower(sched, args, "early")
+    waits = [s for s in walk_stmts(func.body) if isinstance(s, AsyncWait)]
+    assert [w.pending for w in waits] == [1]
+    inputs = task.random_inputs(0)
+    good = np.full((64, 64), np.nan, np.float32)
+    emulated_kernel(func)(*inputs, good)
+    _assert_within_tf32([good], task.reference(inputs), "3 stages")
+    waits[0].pending = 2
+    bad = np.full((64, 64), np.nan, np.float32)
+    emulated_kernel(func)(*inputs, bad)
+    assert np.isnan(bad).any()
+
+
+def test_one_mma_per_lane_tile_and_k_step():
+    task = matmul_task((128, 128), (128, 128))
+    template = get_template("MatMul", "cuda")
+    config = template.fallback(task, TF32)
+    sched, args = template.apply(task, config, TF32)
+    mmas = [s for s in walk_stmts(lower(sched, args, "mm").body) if isinstance(s, WarpMma)]
+    assert len(mmas) == 1 and (mmas[0].shape, mmas[0].precision) == ("m16n8k8", "tf32")
+    assert len(mmas[0].a) == 4 and len(mmas[0].b) == 2 and len(mmas[0].c) == 4
+
+
+def _sass(task, arch: str, tmp_path):
+    template = get_template(task.op, "cuda")
+    target = Target.parse(f"cuda -arch={arch} -precision=tf32")
+    config = template.fallback(task, target)
+    sched, args = template.apply(task, config, target)
+    built = compile_cuda(CudaRenderer().render(lower(sched, args, "kernel")), arch, cache_dir=tmp_path)
+    mmas_a_k_step = config["mma_m"] * config["mma_n"] * config["tile_k"] // 8  # a warp's tiles × k8 steps
+    return kernel_sass(built.path, "kernel"), built.usage["kernel"], mmas_a_k_step
+
+
+@needs_nvcc
+@needs_sass
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_4096_cubed_fallback_runs_on_tensor_cores_from_a_cp_async_pipeline(tmp_path, arch):
+    sass, usage, mmas = _sass(matmul_task((4096, 4096), (4096, 4096)), arch, tmp_path)
+    assert sass.count("HMMA") == mmas == 4 * 4 * 32 // 8  # a warp's 4 × 4 m16n8k8 tiles, 4 k8 steps of a 32 k step
+    assert sass.count("LDGSTS", 128) == sass.count("LDGSTS") > 0  # 16-byte cp.async only
+    assert sass.count("BAR") == 1  # one barrier a k step
+    assert sass.spills == 0 and usage.spill_stores == usage.spill_loads == 0 and usage.registers <= 128
+    assert sass.count("FFMA") == 0
+
+
+@needs_nvcc
+@needs_sass
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_a_resnet18_layer_runs_on_tensor_cores_from_a_cp_async_pipeline(tmp_path, arch):
+    sass, usage, mmas = _sass(conv_task(*RESNET18_LAYER3, pad=1), arch, tmp_path)
+    assert sass.count("HMMA") == mmas and sass.count("LDGSTS") > 0 and sass.count("BAR") == 1
+    assert sass.spills == 0 and usage.spill_stores == 0
+
+
+@needs_nvcc
+def test_sampled_tf32_configs_fit_the_device_and_pass_the_emulation(tmp_path):
+    """≥ 95% of sampled configs build within sm_80's limits; the emulation passes a share of them."""
+    tasks = [matmul_task((96, 80), (80, 72)), conv_task((1, 16, 12, 12), (24, 16, 3, 3), pad=1)]
+    inputs = [MeasureInput(task, TF32, c) for task in tasks for c in _configs(task, 9, seed=11)]
+    results = NvccBuilder(n_parallel=2, timeout=120, cache_dir=tmp_path).build(inputs)
+    ok = [r.ok for r in results]
+    assert sum(ok) >= 0.95 * len(ok), [r.error_msg for r in results if not r.ok]
+    for inp in inputs[1:20:7]:
+        _, got, want = _emulate(inp.task, inp.config)
+        _assert_within_tf32(got, want, f"config {inp.config.to_json()}")
+
+
+def test_check_compares_a_tf32_model_within_the_tf32_tolerance_and_says_so(tmp_path, capsys):
+    """A small MLP's Gemms on tensor cores in the emulation, against onnxruntime's fp32 (the zoo's
+    MLP passes too, in minutes)."""
+    path = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(batch=8, sizes=(96, 64, 10)), path)
+    assert main(["check", str(path), "--target", "cuda -arch=sm_80 -precision=tf32", "--emulate"]) == 0
+    out = capsys.readouterr().out
+    assert "tolerance: rtol 0.01, atol 0.01 (the tf32 tolerance)" in out and "fc2/Gemm" in out
+    assert "MISMATCH" not in out
+    assert main(["check", str(path), "--target", "cuda -arch=sm_80 -precision=tf32", "--emulate",
+                 "--rtol", "0", "--atol", "0"]) == 1
+    assert "tolerance: rtol 0, atol 0 (given)" in capsys.readouterr().out
+
+
+def test_the_new_schedule_primitives_refuse_misuse():
+    s, _ = tiled_matmul(64, 64, 64)
+    local = next(st for st in s.stages if st.scope == "local")
+    shared = next(st for st in s.stages if st.scope == "shared")
+    with pytest.raises(ScheduleError, match="only a shared-memory stage can be pipelined"):
+        local.pipelined(2)
+    with pytest.raises(ScheduleError, match="a pipeline has 2 to 8 stages, not 1"):
+        shared.pipelined(1)
+    with pytest.raises(ScheduleError, match="only a shared-memory stage's rows are padded"):
+        local.pad_storage(4)
+    with pytest.raises(ScheduleError, match="a whole split takes factor="):
+        local.split(local.leaf_axes[-1], nparts=2, whole=True)
+    ko, ki, ci, cj = local.leaf_axes[-4:]
+    with pytest.raises(ScheduleError, match="its k, rows and cols loops innermost, in that order"):
+        local.tensorize(MmaTile(ci, ki, cj, ci, cj))
+    shared.double_buffered()
+    with pytest.raises(ScheduleError, match="either double buffered or pipelined"):
+        shared.pipelined(3)
