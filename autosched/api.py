@@ -35,6 +35,7 @@ from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
 from autosched.graph.passes import optimize
 from autosched.measure import Builder, Runner
+from autosched.model_check import ModelCheck, check_in_model
 from autosched.substitution import SubstitutionReport, substitute
 from autosched.target import Target
 from autosched.task import Task, extract_tasks
@@ -109,6 +110,7 @@ class TuneOutcome:
     summary: ScheduleSummary
     claims: ClaimStats  # configs it claimed, and those other tuners held or had measured
     database_s: float   # spent in the database: claims, others' records, commits
+    model_check: ModelCheck | None  # the tuned build against the untuned one in the model (None: not checked)
 
 
 def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict, int, int]:
@@ -123,7 +125,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
          tuner: str = "xgb", round_trials: int = 16, seed: int = 0, scheduler: str = "gradient",
          shapes: Mapping[str, Sequence[int]] | None = None,
          builder: Builder | None = None, runner: Runner | None = None, emulate: bool = False,
-         callbacks: Sequence[Callback] = (), substitutions: bool = True) -> TuneOutcome:
+         callbacks: Sequence[Callback] = (), substitutions: bool = True, model_check: bool = True,
+         ab_tasks: int = 3) -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
     path or URL; None: `AUTOSCHED_DB` or the per-user file). Candidates are built and timed by
     the target's back end on this machine (gcc and the CPU worker; nvcc and the GPU worker for
@@ -135,17 +138,22 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     Callbacks with `start(plan)` / `finish()` methods (progress displays) are told when the run
     begins (a `TunePlan`) and ends, however it ends. `substitutions`: the tasks are those of the
     graph the verified substitutions rewrite the model into (see `prepare_graph`), as `build`
-    builds it."""
+    builds it. `model_check` (CPU targets measured on this machine): the tune ends by timing the
+    tuned build against the untuned one in the model, after A/B-testing there the `ab_tasks`
+    tuned configs with the largest estimated gains (`autosched.model_check`); configs that lose
+    are kept out of builds."""
     from autosched.task_scheduler import check_arguments, tune_tasks
     check_arguments(trials, tuner, scheduler)
     target = Target.parse(target) if isinstance(target, str) else target
     backend = backend_for(target, emulate)
+    # the model is timed here: only where the candidates were too, by this back end's own runner
+    model_check = model_check and runner is None and target.kind == "llvm"
     with backend.measuring(builder, runner) as (builder, runner):
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
         if backend.emulated:  # costs are static estimates: records apart from every GPU timing
             target = target.as_emulated()
         with open_database(db) as database:
-            _, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
+            graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
             since = latest_record(database)
             found, own, transferred = resumable(tasks, target, database)
             plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
@@ -159,6 +167,9 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                 with SharedTuning(database, session, since) as peers:
                     summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
                                          [writer, *callbacks], seed, found, scheduler, peers)
+                checked = (check_in_model(graph, tasks, target, database, shipped_database(), ab_tasks,
+                                          threads=getattr(getattr(runner, "options", None), "threads", None),
+                                          session=session) if model_check else None)
                 status = "done"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -170,7 +181,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                 if status != "interrupted":
                     database.end_session(session, status)
             return TuneOutcome(database.location, session, own, transferred, summary, peers.stats,
-                               peers.stats.seconds + writer.seconds)
+                               peers.stats.seconds + writer.seconds, checked)
 
 
 @dataclass(frozen=True)
@@ -180,6 +191,7 @@ class BuildOutcome:
     used: Mapping[str, Best]  # task key → the database record its kernel was built from
     other_isa: Mapping[str, set[str]]  # task key → ISAs that have its only records (not applied)
     shipped: frozenset[str]  # tasks whose record came from the shipped records
+    declined: Mapping[str, Best]  # task key → its best record, built on the default instead (see TunedSchedules)
 
     @property
     def tuned(self) -> int:
@@ -208,4 +220,4 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
         except OSError as e:
             raise AutoschedError(f"{output}: cannot write the built model: {e.strerror or e}") from None
     return BuildOutcome(files, len(tasks), dict(schedules.used), dict(schedules.other_isa),
-                        frozenset(schedules.from_fallback))
+                        frozenset(schedules.from_fallback), dict(schedules.declined))

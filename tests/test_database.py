@@ -179,12 +179,12 @@ def test_sessions_count_what_their_writer_committed(db_url, tasks):
 
 
 @pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None]), (3, ["node-a", None]),
-                                            (4, ["node-a", None])])
+                                            (4, ["node-a", None]), (5, ["node-a", None])])
 def test_databases_of_older_schemas_are_migrated(db_url, tasks, version, nodes):
     """Fixtures are dumps of real files of each older version (v2: v1 migrated by that version's
-    code, v3: v2 migrated by v3's, v4: v3 by v4's); on PostgreSQL the same tables and rows are made on the server.
-    A read-only open reads a migrated copy and leaves the database as it was; the first open
-    that may write migrates it, and it takes new records after."""
+    code, v3: v2 migrated by v3's, v4: v3 by v4's, v5: v4 by v5's); on PostgreSQL the same tables
+    and rows are made on the server. A read-only open reads a migrated copy and leaves the
+    database as it was; the first open that may write migrates it, and it takes new records after."""
     older_database(version, db_url)
     expected = {"location": None, "schema_version": SCHEMA_VERSION, "records": 2, "failed": 1, "workloads": 1,
                 "targets": 1, "sessions": 1}

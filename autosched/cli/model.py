@@ -81,6 +81,8 @@ def run_build(args: argparse.Namespace) -> int:
     static = sum(1 for found in out.used.values() if found.static_estimate)
     shipped = f" ({len(out.shipped)} from the shipped records)" if out.shipped else ""
     shipped += f" ({static} chosen by the static model of an emulated tune, not timed on a GPU)" if static else ""
+    shipped += (f"; {len(out.declined)} on their default schedule, their best configs having lost in the model or "
+                "won alone by too little to tell" if out.declined else "")
     print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}, "
           f"{out.tuned} of {out.tasks} tasks with tuned schedules{shipped}")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
+from dataclasses import asdict
 
 from rich.console import Console
 
@@ -11,6 +12,7 @@ from autosched.api import tune
 from autosched.cli.args import add_db_argument, add_model_arguments
 from autosched.cli.progress import JsonLinesProgress, display_for, summary_table
 from autosched.database.location import shown
+from autosched.model_check import ModelCheck
 from autosched.target import Target
 
 
@@ -28,6 +30,12 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --target cuda: check candidates in the CPU emulation (proves them correct) and "
                              "rank them by a static model of the GPU kernel (nvcc's SASS, registers, traffic); "
                              "records are kept apart from GPU timings")
+    parser.add_argument("--no-model-check", dest="model_check", action="store_false",
+                        help="end without timing the tuned build against the untuned one in the model (by default "
+                             "the tuned configs with the largest estimated gains are A/B-tested there, and those "
+                             "that lose are kept out of builds)")
+    parser.add_argument("--ab-tasks", type=int, default=3, metavar="N",
+                        help="tuned configs A/B-tested in the model at the end (default 3)")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", dest="progress", action="store_const", const="quiet", default="auto",
                        help="no progress, only the last line")
@@ -49,12 +57,14 @@ def run_tune(args: argparse.Namespace) -> int:
     with runner or contextlib.nullcontext():
         out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
                    seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
-                   emulate=args.emulate, callbacks=[display], substitutions=args.substitutions)
+                   emulate=args.emulate, callbacks=[display], substitutions=args.substitutions,
+                   model_check=args.model_check, ab_tasks=args.ab_tasks)
     summary = out.summary
     if isinstance(display, JsonLinesProgress):  # --progress json-lines
         display.emit("summary", session=out.session, **display.tally.snapshot(),
                      left_to_others={"measuring": out.claims.contended, "measured": out.claims.measured},
-                     skipped=[{"task": t.key, "why": why} for t, why in summary.skipped])
+                     skipped=[{"task": t.key, "why": why} for t, why in summary.skipped],
+                     model_check=None if out.model_check is None else asdict(out.model_check))
         return 0
     if args.progress != "quiet":
         Console(soft_wrap=True).print(summary_table(display.tally, f"tuned {args.model}"), highlight=False)
@@ -64,8 +74,20 @@ def run_tune(args: argparse.Namespace) -> int:
         if claims.contended or claims.measured:
             print(f"{claims.contended + claims.measured} configs left to other tuners of this database "
                   f"({claims.contended} they were measuring, {claims.measured} they had measured)")
+        if out.model_check is not None:
+            _print_check(out.model_check)
     db = f" --db {shlex.quote(shown(args.db))}" if args.db else ""
     print(f"{summary.trials} trials committed to {out.database}; build with: autosched build {args.model} "
           f"--target '{target}'{db} -o model.so")
     return 0
 
+
+
+def _print_check(check: ModelCheck) -> None:
+    """The in-model A/B tests, one line each, then the tuned build against the untuned one."""
+    for v in check.tested:
+        print(f"in the model: {v.op:<12} tuned config {'kept' if v.wins else 'declined'}: {v.with_ms:.3f} ms with it, "
+              f"{v.without_ms:.3f} ms on its default (records estimated {v.estimated_gain_ms:+.3f} ms)")
+    declined = f", {check.declined} untested tuned configs declined" if check.declined else ""
+    print(f"in the model ({check.threads} threads, medians of {check.runs} runs): tuned {check.tuned_ms:.3f} ms, "
+          f"untuned {check.untuned_ms:.3f} ms, {check.speedup:.2f}x{declined}")

@@ -7,6 +7,7 @@ neither runs beside the other's spinning thread pool, and medians are compared.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,20 +73,26 @@ def compare(model: Model, session, feeds: dict[str, np.ndarray], rtol: float, at
 
 def latency(model: Model, session, feeds: dict[str, np.ndarray], runs: int = 30, block: int = 10,
             settle_s: float = 0.15) -> Latency:
-    """Median latency of each over `runs` runs, timed in alternating blocks of `block` runs.
+    """Median latency of each over `runs` runs, timed in alternating blocks (see `alternate`)."""
+    ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
+    outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
+    names = [o.name for o in session.get_outputs()]
+    ours, theirs = alternate([lambda: model.run_into(ins, outs), lambda: session.run(names, feeds)], runs, block, settle_s)
+    return Latency(1e3 * float(np.median(ours)), 1e3 * float(np.median(theirs)))
+
+
+def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: int = 10,
+              settle_s: float = 0.15) -> list[list[float]]:
+    """Seconds of `runs` runs of each runner, timed in alternating blocks of `block` runs.
 
     Not run by run: after each run onnxruntime's pool threads spin-wait for more work, and
-    OpenMP's do the same, so a run started right after the other runtime's shares the cores
+    OpenMP's do the same, so a run started right after another runtime's shares the cores
     with its spinning threads. On 2 cores the BERT layer took 5.7 ms alone and 8.6-27 ms for the
     first five or six runs after onnxruntime's (about 60 ms of them), so each block starts with
     untimed runs for `settle_s` seconds, until the other's threads have gone to sleep; what is
     timed is each runtime in the steady state a user running only it sees. Alternating blocks
-    still expose both to the same drift of a shared machine."""
-    ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
-    outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
-    names = [o.name for o in session.get_outputs()]
-    runners = (lambda: model.run_into(ins, outs), lambda: session.run(names, feeds))
-    times: tuple[list[float], list[float]] = ([], [])
+    still expose all to the same drift of a shared machine."""
+    times: list[list[float]] = [[] for _ in runners]
     while len(times[0]) < runs:
         n = min(block, runs - len(times[0]))
         for run, out in zip(runners, times):
@@ -97,5 +104,4 @@ def latency(model: Model, session, feeds: dict[str, np.ndarray], runs: int = 30,
                 t0 = time.perf_counter()
                 run()
                 out.append(time.perf_counter() - t0)
-    ours, theirs = times
-    return Latency(1e3 * float(np.median(ours)), 1e3 * float(np.median(theirs)))
+    return times

@@ -18,6 +18,7 @@ from sqlalchemy import and_, func, not_, or_, select
 from autosched.database.identity import is_emulated, isa_of
 from autosched.database.schema import records, targets, workloads
 from autosched.database.store import Database, result_of
+from autosched.database.stored import config_text
 from autosched.errors import AutoschedError
 from autosched.measure import MeasureInput, Record, TaskLike
 from autosched.space import Config, ConfigSpace
@@ -195,3 +196,14 @@ def other_isas(db: Database, task: Task, target: Target) -> set[str]:
              .where(workloads.c.key == task.key, records.c.cost.is_not(None), targets.c.isa != isa_of(target)))
     with db.reading() as conn:
         return set(conn.execute(query).scalars())
+
+
+def config_cost(db: Database, task: Task, target: Target, config: Config) -> float | None:
+    """The fastest timing of one config of `task` measured on this machine (None if never timed):
+    what a tuned config is weighed against, for the default config of its task."""
+    query = (select(func.min(records.c.cost)).join(workloads, records.c.workload_id == workloads.c.id)
+             .join(targets, records.c.target_id == targets.c.id)
+             .where(workloads.c.key == task.key, targets.c.fingerprint == target.fingerprint,
+                    records.c.config == config_text(config.to_json()), records.c.cost.is_not(None)))
+    with db.reading() as conn:
+        return conn.execute(query).scalar_one()

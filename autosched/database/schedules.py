@@ -1,12 +1,15 @@
 """A build's `schedule_for` over the database: each task's best valid config, else the best of a
-fallback database (the shipped records), else the default schedule."""
+fallback database (the shipped records), else the default schedule. A best config is built only
+if the model did not judge it a loss and, where it was never judged, it beats the default by
+more than in-model noise (`autosched.database.verdicts`)."""
 from __future__ import annotations
 
 import logging
 
 from autosched.compile.model import default_kernel
-from autosched.database.queries import Best, best, other_isas
+from autosched.database.queries import Best, best, config_cost, other_isas
 from autosched.database.store import Database
+from autosched.database.verdicts import IN_MODEL_NOISE, verdict_of
 from autosched.schedule import Schedule
 from autosched.target import Target
 from autosched.task import Task
@@ -38,17 +41,23 @@ def difference(found: str, here: str) -> str:
 class TunedSchedules:
     """Called by `build_model` once per task; `used` maps each task that got a tuned config to
     the record it came from, `other_isa` each task whose only records are for other ISAs to
-    those ISAs (for the caller to say so once)."""
+    those ISAs (for the caller to say so once), `declined` each task built on its default
+    because its best config lost in the model or won alone by too little, to that record.
+    `default_for` names tasks to build on their default whatever the database holds (the
+    model's A/B tests)."""
 
-    def __init__(self, db: Database, fallback: Database | None = None) -> None:
-        self.db, self.fallback = db, fallback
+    def __init__(self, db: Database, fallback: Database | None = None, default_for: frozenset[str] = frozenset()) -> None:
+        self.db, self.fallback, self.default_for = db, fallback, default_for
         self.used: dict[str, Best] = {}
+        self.declined: dict[str, Best] = {}
         self.from_fallback: set[str] = set()  # tasks whose record came from `fallback`
         self.other_isa: dict[str, set[str]] = {}
         self.static: set[str] = set()  # tasks built from a static estimate (no GPU timing of them)
         self._noticed: set[str] = set()
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
+        if task.key in self.default_for:
+            return default_kernel(task, target)
         found = best(self.db, task, target)
         if found is None and self.fallback is not None:
             found = best(self.fallback, task, target)
@@ -71,5 +80,23 @@ class TunedSchedules:
             log.warning("%s: some tasks use records measured on another %s of the same ISA (%s); "
                         "tune here for schedules fitted to this one", self.db.location,
                         "GPU" if target.kind == "cuda" else "CPU", difference(found.fingerprint, target.fingerprint))
+        template = get_template(task.op, target.kind)
+        if not self._trusted(task, target, found, template.fallback(task, target)):
+            self.declined[task.key] = found
+            return default_kernel(task, target)
         self.used[task.key] = found
-        return get_template(task.op, target.kind).apply(task, found.config, target)
+        return template.apply(task, found.config, target)
+
+    def _trusted(self, task: Task, target: Target, found: Best, default) -> bool:
+        """Whether to build `found` rather than the task's default: the model's verdict where it
+        gave one, else whether its isolated win is beyond noise (a static estimate, a record of
+        another machine, or a default never timed here leave nothing to weigh: trusted)."""
+        if default is None or found.config.to_json() == default.to_json():
+            return True
+        verdict = verdict_of(self.db, task, target, found.config)
+        if verdict is not None:
+            return verdict.wins
+        if found.static_estimate or found.fingerprint != target.fingerprint:
+            return True
+        default_cost = config_cost(self.db, task, target, default)
+        return default_cost is None or found.cost <= (1 - IN_MODEL_NOISE) * default_cost

@@ -12,8 +12,9 @@ from sqlalchemy import BigInteger, Column, Float, ForeignKey, Index, Integer, Me
 
 #: version 1: the first schema; 2: records.node (the fleet machine that measured a record);
 #: 3: sessions.search_s; 4: sessions.tasks (what model a session tuned, wherever its file lies);
-#: 5: claims (configs being measured now, so that concurrent tuners measure each once)
-SCHEMA_VERSION = 5
+#: 5: claims (configs being measured now, so that concurrent tuners measure each once);
+#: 6: verdicts (whether a task's tuned config made the whole model faster, timed in the model)
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -90,4 +91,19 @@ claims = Table(
     Column("pid", Integer, nullable=False),        # is known dead at once, others by their lease
     Column("expires", Float, nullable=False),      # Unix time; renewed while its tuner works
     UniqueConstraint("workload_id", "target_id", "config"),
+)
+
+verdicts = Table(
+    "verdicts", metadata,
+    Column("id", Integer, primary_key=True),
+    # keyed by what a build looks up, not by row ids: a verdict may judge a shipped record's config
+    Column("task", String(64), nullable=False),    # SHA-256 of Task.key
+    Column("fingerprint", Text, nullable=False),   # the machine the model was timed on
+    Column("config", Text, nullable=False),        # as records.config
+    Column("wins", Integer, nullable=False),       # 1: the model ran faster with it than with the default
+    Column("with_ms", Float, nullable=False),      # median model latency with the config
+    Column("without_ms", Float, nullable=False),   # the same model with this task on its default schedule
+    Column("session_id", Integer, ForeignKey("sessions.id")),
+    Column("timestamp", Float, nullable=False),
+    UniqueConstraint("task", "fingerprint", "config"),
 )

@@ -1,0 +1,103 @@
+"""Tuning never loses in the model: verdicts of the model on tuned configs, the noise rule for
+configs it never judged, and the A/B tests a tune ends with (issue 18)."""
+import onnx
+import pytest
+from db_helpers import HERE, execute
+
+from autosched import tune
+from autosched.cli import main
+from autosched.compile.model import build_model
+from autosched.database import Database, TunedSchedules
+from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, record_verdict, verdict_of
+from autosched.frontend.onnx import load_onnx
+from autosched.graph.passes import optimize
+from autosched.measure import ErrorKind, MeasureInput, MeasureResult
+from autosched.model_check import check_in_model
+from autosched.target import Target
+from autosched.task import extract_tasks
+from autosched.templates import get_template
+from autosched.zoo import mlp
+
+
+def _record(task, target, config, seconds, t0=1000.0):
+    return MeasureInput(task, target, config), MeasureResult((seconds,) * 3, ErrorKind.NO_ERROR, "", 0.1, t0)
+
+
+@pytest.fixture(scope="module")
+def mlp_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
+    onnx.save(mlp(), path)
+    return path
+
+
+def test_isolated_wins_within_noise_are_built_only_once_the_model_says_they_win(tmp_path, tasks):
+    """Records of a fixed (not this host's) target: no timing, only what a build picks."""
+    task = tasks[0]
+    template = get_template(task.op, HERE.kind)
+    space, default = template.space(task, HERE), template.fallback(task, HERE)
+    close, clear = [c for c in map(space.get, range(3)) if c.index != default.index][:2]
+    db = Database(tmp_path / "t.db")
+    db.commit([_record(task, HERE, default, 1e-3), _record(task, HERE, close, (1 - IN_MODEL_NOISE / 2) * 1e-3)])
+    schedules = TunedSchedules(db)
+    schedules(task, HERE)
+    assert task.key in schedules.declined and task.key not in schedules.used  # 2.5% alone: within noise
+
+    record_verdict(db, task, HERE, close, Verdict(True, 1.0, 1.1, None))
+    schedules = TunedSchedules(db)
+    schedules(task, HERE)
+    assert schedules.used[task.key].config.index == close.index  # the model said it wins
+
+    db.commit([_record(task, HERE, clear, 0.8e-3, t0=2000.0)])
+    schedules = TunedSchedules(db)
+    schedules(task, HERE)
+    assert schedules.used[task.key].config.index == clear.index  # 20% alone: beyond noise, built untested
+    record_verdict(db, task, HERE, clear, Verdict(False, 1.2, 1.0, None))
+    record_verdict(db, task, HERE, clear, Verdict(False, 1.3, 1.0, None))  # the latest replaces the earlier
+    assert verdict_of(db, task, HERE, clear) == Verdict(False, 1.3, 1.0, None)
+    assert execute(tmp_path / "t.db", "SELECT count(*) FROM verdicts") == [(2,)]
+    schedules = TunedSchedules(db)
+    schedules(task, HERE)
+    assert schedules.declined[task.key].config.index == clear.index  # lost in the model: never built
+    assert verdict_of(db, task, Target.parse("llvm"), clear) is None  # verdicts are per machine
+
+
+def test_a_config_whose_isolated_time_lies_is_caught_in_the_model_and_kept_out_of_builds(mlp_model, tmp_path):
+    """A 1×8 register tile recorded 100× faster than the default: what a build used to trust.
+    Timed in the model, it loses to the default by several times (far above a shared
+    machine's noise), gets a verdict, and builds leave it out."""
+    target = Target.parse("llvm")
+    graph = load_onnx(mlp_model)
+    tasks = extract_tasks(optimize(graph, target.layout_lanes)).tasks
+    task = max(tasks, key=lambda t: t.flops)
+    template = get_template(task.op, target.kind)
+    slow, default = template.space(task, target).get(0), template.fallback(task, target)
+    assert (slow["mr"], slow["nr"]) == (1, 8) and slow.index != default.index
+    db = Database(tmp_path / "t.db")
+    db.commit([_record(task, target, default, 1e-4), _record(task, target, slow, 1e-6)])
+    before = TunedSchedules(db)
+    build_model(graph, tmp_path / "before.so", target, before)
+    assert before.used[task.key].config.index == slow.index
+
+    check = check_in_model(graph, tasks, target, db, runs=10, threads=1)
+    [tested] = check.tested
+    assert tested.task == task.key and not tested.wins and tested.with_ms > tested.without_ms
+    assert tested.estimated_gain_ms == pytest.approx(task.weight * (1e-4 - 1e-6) * 1e3)
+    assert verdict_of(db, task, target, slow).wins is False
+    after = TunedSchedules(db)
+    build_model(graph, tmp_path / "after.so", target, after)
+    assert task.key in after.declined and task.key not in after.used
+
+
+def test_tune_ends_with_the_model_check_and_the_cli_reports_it(small_model, tmp_path, capsys):
+    out = tune(small_model, "llvm", 6, db=tmp_path / "a.db", tuner="random", round_trials=3, ab_tasks=1)
+    check = out.model_check
+    assert check is not None and check.untuned_ms > 0 and check.tuned_ms > 0 and len(check.tested) <= 1
+    assert execute(tmp_path / "a.db", "SELECT count(*) FROM verdicts") == [(len(check.tested) + check.declined,)]
+    assert tune(small_model, "llvm", 2, db=tmp_path / "b.db", tuner="random", model_check=False).model_check is None
+
+    assert main(["tune", str(small_model), "--trials", "4", "--round", "2", "--tuner", "random",
+                 "--db", str(tmp_path / "c.db"), "--ab-tasks", "2"]) == 0
+    assert "in the model (" in capsys.readouterr().out
+    assert main(["tune", str(small_model), "--trials", "2", "--tuner", "random", "--db", str(tmp_path / "d.db"),
+                 "--no-model-check"]) == 0
+    assert "in the model" not in capsys.readouterr().out
