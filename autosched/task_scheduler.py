@@ -4,9 +4,10 @@ Trials go in rounds. Every tunable task gets one round first (largest share of t
 FLOPs first), so each has a measured best; after that each round goes to the task that costs
 the model most time now, weight × best time (the one whose improvement cuts end-to-end latency
 most), discounted by how many rounds in a row it has not improved ("costliest"), or to the task
-with the steepest expected decrease of the model's latency per trial ("gradient", Ansor's; the
-default: on ResNet-18 at 250/500/1000 trials, AVX-512, its estimated latency was 4.83/4.37/4.32 ms
-against costliest's 5.65/4.91/4.74, and its measured tuned builds 0.73/0.76/0.78 × onnxruntime
+with the steepest expected decrease of the model's latency per trial ("gradient", Ansor's from
+its own curve and share only, see `gradient_priority`; the default: on ResNet-18 at
+250/500/1000 trials, AVX-512, Ansor's full formula gave an estimated latency of 4.83/4.37/4.32 ms
+against costliest's 5.65/4.91/4.74, and measured tuned builds of 0.73/0.76/0.78 × onnxruntime
 against 0.78/0.85/0.94, benchmarks/tuning.py). A task whose space is
 exhausted, or whose candidates all fail, drops out. Each task keeps one tuner for the whole
 run, so its cost model keeps learning across rounds.
@@ -65,10 +66,9 @@ class TaskProgress:
         return self.model_seconds / (1 + self.stale_rounds)
 
 
-# Ansor's constants (Zheng et al., OSDI 2020, §6): weight of the backward (observed) rate against the
-# optimistic forward estimate, and how far a task may still be from its similar tasks' throughput.
+#: weight of the backward (observed) rate against the optimistic forward estimate (Ansor's α,
+#: Zheng et al., OSDI 2020, §6)
 GRADIENT_ALPHA = 0.2
-GRADIENT_BETA = 2.0
 
 
 def costliest_priority(p: TaskProgress, progress: Sequence[TaskProgress]) -> float:
@@ -77,20 +77,19 @@ def costliest_priority(p: TaskProgress, progress: Sequence[TaskProgress]) -> flo
 
 
 def gradient_priority(p: TaskProgress, progress: Sequence[TaskProgress]) -> float:
-    """How fast one more trial of `p` is expected to cut the model's latency (Ansor's gradient,
-    negated): weight × (α × the rate of its last round + (1 − α) × an optimistic estimate, the
-    larger of "its best time again over its trials so far" and "its gap to β × the time it would
-    take at the best throughput a task of the same op has reached")."""
+    """How fast one more trial of `p` is expected to cut the model's latency, from the task's own
+    curve and its share of the model's time: weight × (α × the rate of its last round + (1 − α) ×
+    its best time over its trials so far). Ansor's third term, the task's gap to the best
+    throughput a task of the same op has reached, is left out: a shape that cannot reach high
+    GFLOP/s (a first convolution with 3 input channels) is not a shape with much to gain, and
+    that term gave such a convolution of a VGG-style model 256 of 400 trials while the four
+    convolutions making 90% of its time got 16-32 each (issue 18)."""
     if not math.isfinite(p.best_cost):
         return math.inf
     backward = 0.0
     if math.isfinite(p.previous_cost) and p.last_round:
         backward = (p.previous_cost - p.best_cost) / p.last_round
-    similar = [q.task.flops / q.best_cost for q in progress
-               if q.task.op == p.task.op and math.isfinite(q.best_cost) and q.task.flops]
     forward = p.best_cost / max(p.trials, 1)
-    if similar:
-        forward = max(forward, p.best_cost - GRADIENT_BETA * p.task.flops / max(similar))
     return p.task.weight * (GRADIENT_ALPHA * backward + (1 - GRADIENT_ALPHA) * forward)
 
 

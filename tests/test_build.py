@@ -62,7 +62,27 @@ def test_identical_tasks_share_one_kernel(tmp_path):
     assert sum(t["weight"] for t in manifest["tasks"]) == len(groups)
     source = files.library.with_suffix(".c").read_text()
     assert source.count("int32_t autosched_model_run") == 1
-    assert source.count("if (task") == len(groups)  # one call per group, no Python in between
+    run = source[source.index("int32_t autosched_model_run"):source.index("static double model_now")]
+    assert run.count("if (task") == len(groups)  # one call per group, no Python in between
+
+
+def test_a_profile_times_every_kernel_call_in_the_model(zoo_dir, tmp_path):
+    """Per call: its group, op and task, and its median seconds inside the model run, which
+    add up to about the model's latency (the executor adds only the calls between them)."""
+    graph = load_onnx(zoo_dir / "mlp.onnx")
+    files = build_model(graph, tmp_path / "mlp.so")
+    model = load_model(files.library)
+    feeds = sample_inputs(graph, 0)
+    calls = model.profile(feeds, runs=5)
+    groups = fuse(optimize(graph, Target.parse("llvm").layout_lanes))
+    assert [(c.group, c.op) for c in calls] == [(g.name, g.anchor.op.value) for g in groups]
+    assert all(c.seconds > 0 for c in calls) and {c.task for c in calls} == set(range(len(model.manifest["tasks"])))
+    model.close()
+    manifest = json.loads(files.manifest.read_text())
+    del manifest["calls"]  # as an older autosched built it
+    files.manifest.write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match=r"mlp.so: built without a per-kernel profile .*rebuild it"):
+        load_model(files.library).profile(feeds)
 
 
 def test_group_arguments_follow_task_order():

@@ -271,17 +271,22 @@ def test_zoo_mlp_tunes_builds_and_checks_through_the_cli(tmp_path, capsys):
     assert main(["check", str(model), "--db", str(db)]) == 0
 
 
-def test_gradient_priority_favours_recent_gains_and_tasks_far_below_similar_throughput(small_model):
+def test_gradient_priority_favours_recent_gains_and_large_shares_not_low_throughput(small_model):
     from autosched.task_scheduler import TaskProgress, gradient_priority
     big, small = sorted(extract_tasks(optimize(load_onnx(small_model))).tasks, key=lambda t: -t.flops)
     # same task, same best and trials: the one whose last round gained ranks higher
     stuck = TaskProgress(big, None, trials=32, best_cost=1e-3, previous_cost=1e-3, last_round=16)
     gaining = TaskProgress(big, None, trials=32, best_cost=1e-3, previous_cost=2e-3, last_round=16)
     assert gradient_priority(gaining, [gaining]) > gradient_priority(stuck, [stuck])
-    # a task at a tenth of the throughput its similar task reached has more to gain than that one
-    fast = TaskProgress(big, None, trials=64, best_cost=big.flops / 100e9)
-    slow = TaskProgress(small, None, trials=64, best_cost=small.flops / 10e9)
-    assert gradient_priority(slow, [fast, slow]) > gradient_priority(slow, [slow])
+    # a task at a tenth of the throughput another task of its op reached is not thereby the one to
+    # tune (Ansor's gap term): at equal trials the larger share of the model's time ranks first
+    fast = TaskProgress(big, None, trials=64, best_cost=20 * big.flops / 100e9 / big.weight)
+    slow = TaskProgress(small, None, trials=64, best_cost=small.flops / 10e9 / small.weight)
+    assert fast.model_seconds > slow.model_seconds
+    assert gradient_priority(slow, [fast, slow]) == gradient_priority(slow, [slow]) < gradient_priority(fast, [fast, slow])
+    # and a task with few trials for its share gets the next round before one tuned at length
+    assert gradient_priority(TaskProgress(big, None, trials=16, best_cost=1e-3), []) > \
+        gradient_priority(TaskProgress(big, None, trials=256, best_cost=1e-3), [])
     assert gradient_priority(TaskProgress(small, None), [fast]) == float("inf")  # no best yet: first
 
 

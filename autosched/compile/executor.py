@@ -3,7 +3,9 @@ graph executor in C, one translation unit compiled by gcc.
 
 `autosched_model_run` calls the kernels in order with pointers into the caller's inputs and
 outputs, the weights (loaded once by `autosched_model_init` from the file beside the library)
-and one arena whose offsets the memory planner chose.
+and one arena whose offsets the memory planner chose. `autosched_model_profile` runs the same
+calls and writes the seconds each took: a kernel's time in the model, after the kernels before
+it, which is what a model's latency is made of and what an isolated timing only estimates.
 """
 from __future__ import annotations
 
@@ -22,20 +24,23 @@ def c_executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weigh
     inputs = {v.name: k for k, v in enumerate(graph.inputs)}
     outputs = {v.name: k for k, v in enumerate(graph.outputs)}
     ptr = arg_pointer(graph, weights, buffers)
-    lines = []
-    for group, symbol, args in calls:
-        lines.append(f"  /* {group.anchor.op.value} {group.name} */")
-        lines.append(f"  if ({symbol}({', '.join(ptr(a) for a in args)}) != 0) return 1;")
+    lines, timed = [], []
+    for k, (group, symbol, args) in enumerate(calls):
+        call = f"  if ({symbol}({', '.join(ptr(a) for a in args)}) != 0) return 1;"
+        lines += [f"  /* {group.anchor.op.value} {group.name} */", call]
+        timed += [call, f"  t1 = model_now(); seconds[{k}] = t1 - t0; t0 = t1;"]
     produced = {n for group, _, _ in calls for n in group.outputs}
+    copies = []
     for v in graph.outputs:
         if v.name not in produced:  # an output that is an input or a constant: copy it
             src = f"inputs[{inputs[v.name]}]" if v.name in inputs else f"model_weights + {weights.offsets[v.name]}"
-            lines.append(f"  memcpy(outputs[{outputs[v.name]}], {src}, {v.nbytes});")
+            copies.append(f"  memcpy(outputs[{outputs[v.name]}], {src}, {v.nbytes});")
     protos = "\n".join(renderer.signature(f, [f"p{k}" for k in range(len(f.params))]) + ";" for f in funcs)
     n_weights = len(weights.blob)
     return f"""/* ---- graph executor ---------------------------------------------------------- */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 {protos}
 
 static char* model_weights = NULL;
@@ -62,7 +67,22 @@ void autosched_model_free(void) {{
 
 /* Runs the model: {len(calls)} kernel calls over {len(funcs)} distinct kernels. 0 on success. */
 int32_t autosched_model_run(void** inputs, void** outputs) {{
-{chr(10).join(lines)}
+{chr(10).join(lines + copies)}
+  return 0;
+}}
+
+static double model_now(void) {{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}}
+
+/* Runs the model as autosched_model_run does, writing each kernel call's seconds to seconds[0..{len(calls) - 1}]. */
+int32_t autosched_model_profile(void** inputs, void** outputs, double* seconds) {{
+  double t0 = model_now(), t1;
+  (void)t1;
+{chr(10).join(timed + copies)}
+  (void)seconds;
   return 0;
 }}
 """

@@ -134,6 +134,8 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
         "tasks": [{"key": t.key, "weight": t.weight} for t in taskset.tasks],
         "kernels": [{"symbol": renderer.symbol(p.func), "task": key[0], "precomputed_stages": len(p.folded)}
                     for key, p in plans.items()],
+        "calls": [{"op": group.anchor.op.value, "group": group.name, "task": task_index}
+                  for group, task_index in zip(groups, taskset.group_tasks)],
     }, indent=1))
     out.with_suffix(backend.source_suffix).write_text(source)
     return files

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,16 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class KernelCall:
+    """One kernel call of a built model and its median time in the model."""
+
+    op: str        # the anchor op of its fused group
+    group: str     # the fused group's name (the anchor node's)
+    task: int      # index of its task in the manifest's "tasks"
+    seconds: float
+
+
 class Model:
     """A compiled model; `run` takes and returns arrays by the ONNX graph's value names."""
 
@@ -48,7 +59,7 @@ class Model:
         self._ffi = FFI()
         self._ffi.cdef("int32_t autosched_model_init(const char*); void autosched_model_free(void);"
                        "int32_t autosched_model_run(void**, void**); void autosched_set_num_threads(int32_t);"
-                       "const char* autosched_last_error(void);")
+                       "const char* autosched_last_error(void); int32_t autosched_model_profile(void**, void**, double*);")
         pin_openmp()
         keep_freed_memory()
         self._lib = self._ffi.dlopen(str(self.library.resolve()))
@@ -88,15 +99,40 @@ class Model:
         self.run_into(ins, outs)
         return {v["name"]: o for v, o in zip(self.outputs, outs)}
 
+    def _pointers(self, ins: list[np.ndarray], outs: list[np.ndarray]):
+        return (self._ffi.new("void*[]", [self._ffi.cast("void*", a.ctypes.data) for a in ins] or [self._ffi.NULL]),
+                self._ffi.new("void*[]", [self._ffi.cast("void*", a.ctypes.data) for a in outs]))
+
     def run_into(self, ins: list[np.ndarray], outs: list[np.ndarray]) -> None:
         """Run with checked, preallocated arrays (what latency benchmarks call)."""
-        in_ptrs = self._ffi.new("void*[]", [self._ffi.cast("void*", a.ctypes.data) for a in ins] or [self._ffi.NULL])
-        out_ptrs = self._ffi.new("void*[]", [self._ffi.cast("void*", a.ctypes.data) for a in outs])
-        if self._lib.autosched_model_run(in_ptrs, out_ptrs) != 0:
+        if self._lib.autosched_model_run(*self._pointers(ins, outs)) != 0:
             try:  # the CUDA emulation says which kernel failed and why
                 raise ModelError(f"{self.library}: {self._ffi.string(self._lib.autosched_last_error()).decode()}")
             except AttributeError:
                 raise ModelError(f"{self.library}: a kernel could not allocate its temporary memory") from None
+
+    def profile(self, feeds: Mapping[str, np.ndarray], runs: int = 10) -> list[KernelCall]:
+        """Each kernel call's median seconds over `runs` runs of the model, timed inside it (after
+        one untimed run): where a model's time goes, kernel by kernel, in the state the model
+        leaves each kernel's inputs and weights."""
+        calls = self.manifest.get("calls")
+        try:
+            profile = self._lib.autosched_model_profile
+        except AttributeError:
+            profile = None
+        if calls is None or profile is None:
+            raise ModelError(f"{self.library}: built without a per-kernel profile (a CUDA build, or built by an "
+                             "older autosched: rebuild it)")
+        ins = self._check(feeds)
+        outs = [np.empty(v["shape"], NUMPY_DTYPES[v["dtype"]]) for v in self.outputs]
+        self.run_into(ins, outs)
+        seconds = np.empty((runs, max(len(calls), 1)), np.float64)
+        in_ptrs, out_ptrs = self._pointers(ins, outs)
+        for r in range(runs):
+            if profile(in_ptrs, out_ptrs, self._ffi.cast("double*", seconds[r].ctypes.data)) != 0:
+                raise ModelError(f"{self.library}: a kernel could not allocate its temporary memory")
+        medians = np.median(seconds, axis=0)
+        return [KernelCall(c["op"], c["group"], c["task"], float(t)) for c, t in zip(calls, medians)]
 
     def close(self) -> None:
         if self._lib is not None:
