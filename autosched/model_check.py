@@ -25,6 +25,7 @@ import numpy as np
 from autosched.compile.evaluate import alternate, sample_inputs
 from autosched.compile.model import build_model, default_kernel
 from autosched.database import Database, TunedSchedules
+from autosched.database.model_times import BuildTiming, record_build_timing, record_kernel_time
 from autosched.database.queries import Best, config_cost
 from autosched.database.verdicts import Verdict, record_verdict
 from autosched.graph.ir import Graph
@@ -90,6 +91,26 @@ class _Builds:
             model.close()
 
 
+def _keep_timings(db: Database, tasks: list[Task], target: Target, model: Model, feeds, schedules: TunedSchedules,
+                  untuned_ms: float, tuned_ms: float, threads: int, session: int | None) -> None:
+    """Profile the build the check settled on and keep each task's time in it (per call, under
+    the config it was built with) and the build's latency beside its kernels' sum: the parts of
+    the latency model (`autosched.database.model_times`)."""
+    calls = model.profile(feeds, runs=10)
+    keys = [t["key"] for t in model.manifest["tasks"]]
+    by_key = {t.key: t for t in tasks}
+    per_task: dict[str, list[float]] = {}
+    for call in calls:
+        per_task.setdefault(keys[call.task], []).append(call.seconds)
+    for key, seconds in per_task.items():
+        if key in by_key:
+            found = schedules.used.get(key)
+            record_kernel_time(db, by_key[key], target, None if found is None else found.config,
+                               sum(seconds) / len(seconds), session)
+    kernels_ms = 1e3 * sum(c.seconds for c in calls)
+    record_build_timing(db, tasks, target, BuildTiming(tuned_ms, untuned_ms, kernels_ms, len(calls), threads, session))
+
+
 def estimated_gain(db: Database, task: Task, target: Target, found: Best) -> float | None:
     """Seconds per model run the task's tuned config saves over its default, by their records (0
     where the default was never timed here); None where the config is the default."""
@@ -129,18 +150,23 @@ def check_in_model(graph: Graph, tasks: list[Task], target: Target, db: Database
                 if not wins:
                     reverted.add(key)
                     tuned = without
+            final = TunedSchedules(db, fallback)  # what `autosched build` makes after these verdicts
+            tuned = builds.build(final)  # the source of the last build kept: compiled from the cache
             untuned_ms, tuned_ms = builds.time(untuned, tuned, runs)
             declined = 0
             if tuned_ms > untuned_ms:
                 judged = {v.task for v in tested if v.wins}
-                for key, found in schedules.used.items():
-                    if key in gains and key not in judged and key not in reverted:
+                for key, found in final.used.items():
+                    if key in gains and key not in judged:
                         record_verdict(db, by_key[key], target, found.config, Verdict(False, tuned_ms, untuned_ms, session))
                         declined += 1
                 log.warning("the tuned build ran slower than the untuned one in the model (%.3f vs %.3f ms): "
                             "%d tuned configs not judged wins are declined", tuned_ms, untuned_ms, declined)
-                if declined:  # what a build makes now: the untuned build but for the configs judged wins
-                    untuned_ms, tuned_ms = builds.time(untuned, builds.build(TunedSchedules(db, fallback)), runs)
+                if declined:  # the untuned build but for the configs judged wins
+                    final = TunedSchedules(db, fallback)
+                    tuned = builds.build(final)
+                    untuned_ms, tuned_ms = builds.time(untuned, tuned, runs)
+            _keep_timings(db, tasks, target, tuned, builds.feeds, final, untuned_ms, tuned_ms, threads, session)
         finally:
             builds.close()
     return ModelCheck(untuned_ms, first_ms, tuned_ms, tuple(tested), declined, runs, threads)

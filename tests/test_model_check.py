@@ -98,6 +98,38 @@ def test_tune_ends_with_the_model_check_and_the_cli_reports_it(small_model, tmp_
     assert main(["tune", str(small_model), "--trials", "4", "--round", "2", "--tuner", "random",
                  "--db", str(tmp_path / "c.db"), "--ab-tasks", "2"]) == 0
     assert "in the model (" in capsys.readouterr().out
+    # the build it settled on was profiled: every task's kernel timed in the model, and the build
+    assert execute(tmp_path / "c.db", "SELECT count(*) FROM kernel_times") == [(2,)]
+    assert execute(tmp_path / "c.db", "SELECT count(*), min(calls) FROM model_times") == [(1, 2)]
+    assert main(["db", "best", str(small_model), "--db", str(tmp_path / "c.db")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("(in the model ") == 2 and "estimated latency of the build: " in printed
+    assert "last timed build here: " in printed and "by op, estimated / in the model (ms): Gemm " in printed
     assert main(["tune", str(small_model), "--trials", "2", "--tuner", "random", "--db", str(tmp_path / "d.db"),
                  "--no-model-check"]) == 0
     assert "in the model" not in capsys.readouterr().out
+
+
+def test_the_latency_model_adds_untuned_kernels_in_the_model_and_the_executor_to_the_records(tmp_path, tasks):
+    """Records where the build uses a config measured here, the in-model time of what it uses
+    elsewhere, the executor's share of the last timed build, and that build beside them."""
+    from autosched.database.model_times import BuildTiming, estimate, record_build_timing, record_kernel_time
+    tuned, untuned, never = tasks
+    template = get_template(tuned.op, HERE.kind)
+    config = template.space(tuned, HERE).get(5)
+    db = Database(tmp_path / "t.db")
+    db.commit([_record(tuned, HERE, config, 2e-3)])
+    record_kernel_time(db, tuned, HERE, config, 2.6e-3)
+    record_kernel_time(db, untuned, HERE, None, 0.5e-3)
+    record_kernel_time(db, untuned, HERE, None, 0.4e-3)  # the latest profile replaces the earlier
+    assert estimate(db, tasks, HERE, {}).measured is None
+    record_build_timing(db, tasks, HERE, BuildTiming(3.5, 4.0, 3.1, 3, 2))
+    schedules = TunedSchedules(db)
+    model = estimate(db, tasks, HERE, {t.key: schedules.choose(t, HERE) for t in tasks})
+    assert [(p.source, p.ms, p.in_model_ms) for p in model.tasks] == [
+        ("record", pytest.approx(2.0), pytest.approx(2.6)), ("model", pytest.approx(0.4), pytest.approx(0.4)),
+        ("-", None, None)]
+    assert model.unknown == 1 and model.executor_ms == pytest.approx(0.4)
+    assert model.total_ms == pytest.approx(2.0 + 0.4 + 0.4) and model.measured.tuned_ms == 3.5
+    assert model.by_op() == {"Gemm": (pytest.approx(2.4), pytest.approx(3.0))}
+    assert estimate(db, tasks, Target.parse("llvm"), {}).measured is None  # timings are per machine

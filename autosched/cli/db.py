@@ -11,8 +11,9 @@ import sys
 
 from autosched.api import model_tasks
 from autosched.cli.args import add_db_argument, add_model_arguments
-from autosched.database import Database, LogError, best, export_jsonl, read_jsonl
+from autosched.database import Database, LogError, TunedSchedules, best, export_jsonl, read_jsonl, shipped_database
 from autosched.database.location import is_url
+from autosched.database.model_times import ModelEstimate, estimate
 from autosched.errors import AutoschedError
 from autosched.target import Target
 
@@ -103,13 +104,17 @@ def _stats(db, args) -> int:
 def _best(db, args) -> int:
     target = Target.parse(args.target)
     _, tasks = model_tasks(args.model, target, dict(args.shape), db=db)
+    schedules = TunedSchedules(db, shipped_database())  # as `autosched build` chooses
+    built = {task.key: schedules.choose(task, target) for task in tasks}
+    model = estimate(db, tasks, target, built)
     print(f"{'op':<10} {'weight':>6} {'best ms':>9} {'GFLOP/s':>8} {'record':>7}  shapes / where")
     total, static = 0.0, 0
-    for task in tasks:
+    for task, part in zip(tasks, model.tasks):
         found = best(db, task, target)
         shapes = ",".join("x".join(map(str, s)) for s in task.shapes)
+        seen = "" if part.in_model_ms is None else f"  (in the model {part.in_model_ms / task.weight:.4g} ms)"
         if found is None:
-            print(f"{task.op:<10} {task.weight:>6} {'-':>9} {'-':>8} {'-':>7}  {shapes}")
+            print(f"{task.op:<10} {task.weight:>6} {'-':>9} {'-':>8} {'-':>7}  {shapes}{seen}")
             continue
         if found.static_estimate:  # a model's figure, never added to measured times
             static += 1
@@ -118,11 +123,30 @@ def _best(db, args) -> int:
             continue
         total += task.weight * found.cost
         where = "" if found.fingerprint == target.fingerprint else f"  (measured on {found.fingerprint})"
+        if task.key in schedules.declined:
+            where += "  (built on its default: it lost in the model or won alone by too little)"
         print(f"{task.op:<10} {task.weight:>6} {found.cost * 1e3:>9.4g} {task.flops / found.cost / 1e9:>8.1f} "
-              f"{found.record:>7}  {shapes}{where}")
+              f"{found.record:>7}  {shapes}{where}{seen}")
     print(f"estimated latency of the tuned tasks: {total * 1e3:.4g} ms"
           + (f" ({static} tasks have static estimates only, not counted)" if static else ""))
+    _print_estimate(model)
     return 0
+
+
+def _print_estimate(model: ModelEstimate) -> None:
+    """The latency model's parts beside the last timed build, so the unexplained share shows."""
+    unknown = f", {model.unknown} tasks never timed" if model.unknown else ""
+    print(f"estimated latency of the build: {model.total_ms:.4g} ms = records {model.records_ms:.4g} + other kernels in "
+          f"the model {model.others_ms:.4g} + executor {model.executor_ms:.4g}{unknown}")
+    timed = model.measured
+    if timed is None:
+        print("no build of this model was timed here yet ('autosched tune' ends by timing one)")
+        return
+    print(f"last timed build here: {timed.tuned_ms:.4g} ms ({timed.threads} threads; untuned {timed.untuned_ms:.4g} ms; "
+          f"its kernels {timed.kernels_ms:.4g} ms over {timed.calls} calls); estimate / build "
+          f"{model.total_ms / timed.tuned_ms:.2f}")
+    split = ", ".join(f"{op} {est:.4g}/{seen:.4g}" for op, (est, seen) in model.by_op().items())
+    print(f"by op, estimated / in the model (ms): {split}")
 
 
 def _merge(db, args) -> int:

@@ -36,6 +36,11 @@ def tasks_digest(keys: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(set(keys))).encode()).hexdigest()
 
 
+def task_digest(key: str) -> str:
+    """A task key as the in-model tables key it: SHA-256 (keys of fused tasks run to kilobytes)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 @functools.cache
 def _gcc_version() -> str | None:
     from autosched.codegen.gcc import compiler_version

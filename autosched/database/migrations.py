@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection
 
-from autosched.database.schema import SCHEMA_VERSION, claims, verdicts
+from autosched.database.schema import SCHEMA_VERSION, claims, kernel_times, model_times, verdicts
 
 
 def _add_node(conn: Connection) -> None:
@@ -25,13 +25,14 @@ def _add_claims(conn: Connection) -> None:
     claims.create(conn)
 
 
-def _add_verdicts(conn: Connection) -> None:
-    verdicts.create(conn)
+def _add_model_timings(conn: Connection) -> None:
+    for table in (verdicts, kernel_times, model_times):
+        table.create(conn)
 
 
 #: version v → the step that turns a version-v file into version v + 1
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
-    1: _add_node, 2: _add_search_time, 3: _add_session_tasks, 4: _add_claims, 5: _add_verdicts}
+    1: _add_node, 2: _add_search_time, 3: _add_session_tasks, 4: _add_claims, 5: _add_model_timings}
 
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "every older version needs its step"
 

@@ -56,8 +56,15 @@ class TunedSchedules:
         self._noticed: set[str] = set()
 
     def __call__(self, task: Task, target: Target) -> tuple[Schedule, list]:
-        if task.key in self.default_for:
+        found = self.choose(task, target)
+        if found is None:
             return default_kernel(task, target)
+        return get_template(task.op, target.kind).apply(task, found.config, target)
+
+    def choose(self, task: Task, target: Target) -> Best | None:
+        """The record whose config a build of `task` uses, or None for its default schedule."""
+        if task.key in self.default_for:
+            return None
         found = best(self.db, task, target)
         if found is None and self.fallback is not None:
             found = best(self.fallback, task, target)
@@ -67,7 +74,7 @@ class TunedSchedules:
             isas = other_isas(self.db, task, target)
             if isas:
                 self.other_isa[task.key] = isas
-            return default_kernel(task, target)
+            return None
         if found.static_estimate:
             if not self.static:
                 log.warning("%s: no GPU timings for some tasks; they use the best static estimate of an emulated "
@@ -80,12 +87,11 @@ class TunedSchedules:
             log.warning("%s: some tasks use records measured on another %s of the same ISA (%s); "
                         "tune here for schedules fitted to this one", self.db.location,
                         "GPU" if target.kind == "cuda" else "CPU", difference(found.fingerprint, target.fingerprint))
-        template = get_template(task.op, target.kind)
-        if not self._trusted(task, target, found, template.fallback(task, target)):
+        if not self._trusted(task, target, found, get_template(task.op, target.kind).fallback(task, target)):
             self.declined[task.key] = found
-            return default_kernel(task, target)
+            return None
         self.used[task.key] = found
-        return template.apply(task, found.config, target)
+        return found
 
     def _trusted(self, task: Task, target: Target, found: Best, default) -> bool:
         """Whether to build `found` rather than the task's default: the model's verdict where it

@@ -13,7 +13,8 @@ from sqlalchemy import BigInteger, Column, Float, ForeignKey, Index, Integer, Me
 #: version 1: the first schema; 2: records.node (the fleet machine that measured a record);
 #: 3: sessions.search_s; 4: sessions.tasks (what model a session tuned, wherever its file lies);
 #: 5: claims (configs being measured now, so that concurrent tuners measure each once);
-#: 6: verdicts (whether a task's tuned config made the whole model faster, timed in the model)
+#: 6: verdicts (whether a task's tuned config made the whole model faster, timed in the model),
+#: kernel_times and model_times (kernels and whole builds timed in the model: the latency model)
 SCHEMA_VERSION = 6
 
 metadata = MetaData()
@@ -106,4 +107,30 @@ verdicts = Table(
     Column("session_id", Integer, ForeignKey("sessions.id")),
     Column("timestamp", Float, nullable=False),
     UniqueConstraint("task", "fingerprint", "config"),
+)
+
+kernel_times = Table(
+    "kernel_times", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("task", String(64), nullable=False),    # SHA-256 of Task.key
+    Column("fingerprint", Text, nullable=False),
+    Column("config", Text, nullable=False),        # as records.config; "" for a task's default schedule
+    Column("seconds", Float, nullable=False),      # one call's median time inside the built model
+    Column("session_id", Integer, ForeignKey("sessions.id")),
+    Column("timestamp", Float, nullable=False),
+    UniqueConstraint("task", "fingerprint", "config"),
+)
+
+model_times = Table(
+    "model_times", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("tasks", String(64), nullable=False),   # tasks_digest of the model's tasks
+    Column("fingerprint", Text, nullable=False),
+    Column("threads", Integer, nullable=False),
+    Column("tuned_ms", Float, nullable=False),     # median latency of the build `autosched build` makes
+    Column("untuned_ms", Float, nullable=False),   # of the untuned build, timed alternately with it
+    Column("kernels_ms", Float, nullable=False),   # the tuned build's kernel calls, timed inside it
+    Column("calls", Integer, nullable=False),      # kernel calls per run
+    Column("session_id", Integer, ForeignKey("sessions.id")),
+    Column("timestamp", Float, nullable=False),
 )

@@ -10,12 +10,12 @@ build looks up (task, config), so they judge shipped records' configs too.
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 
 from sqlalchemy import and_, delete, insert, select
 
+from autosched.database.identity import task_digest
 from autosched.database.schema import verdicts
 from autosched.database.store import Database
 from autosched.database.stored import config_text
@@ -37,12 +37,8 @@ class Verdict:
     session: int | None
 
 
-def _task_digest(task: Task) -> str:
-    return hashlib.sha256(task.key.encode()).hexdigest()
-
-
 def _where(task: Task, target: Target, config: Config):
-    return and_(verdicts.c.task == _task_digest(task), verdicts.c.fingerprint == target.fingerprint,
+    return and_(verdicts.c.task == task_digest(task.key), verdicts.c.fingerprint == target.fingerprint,
                 verdicts.c.config == config_text(config.to_json()))
 
 
@@ -59,6 +55,6 @@ def record_verdict(db: Database, task: Task, target: Target, config: Config, ver
     with db.writing() as conn:
         conn.execute(delete(verdicts).where(_where(task, target, config)))
         conn.execute(insert(verdicts).values(
-            task=_task_digest(task), fingerprint=target.fingerprint, config=config_text(config.to_json()),
+            task=task_digest(task.key), fingerprint=target.fingerprint, config=config_text(config.to_json()),
             wins=int(verdict.wins), with_ms=verdict.with_ms, without_ms=verdict.without_ms,
             session_id=verdict.session, timestamp=time.time()))
