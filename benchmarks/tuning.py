@@ -5,14 +5,16 @@ records alone (a first build, no tuning).
     python benchmarks/tuning.py [--models mlp,resnet18] [--checkpoints 250,500,1000]
                                 [--scheduler costliest] [--threads 2] [--runs 20] [--db-dir DIR] [--json] [--quick]
 
-Per checkpoint: the tuning wall time so far, the estimated model latency (Σ weight × each
-task's best measured time, what the task scheduler minimizes) and the measured ratios to
-onnxruntime. Each model gets its own database file in --db-dir (kept, so the figures can be
+Per checkpoint: the tuning wall time so far (the model check `tune` ends with included), the
+estimated model latency (Σ weight × each task's best measured time, what the task scheduler
+minimizes), the latency model's estimate of the build (records, other kernels in the model,
+executor: `autosched.database.model_times`), what the tune's model check timed, and the
+measured ratios to onnxruntime. Each model gets its own database file in --db-dir (kept, so the figures can be
 re-examined with `autosched report`); an existing file is refused, since the curve must start
 from nothing. Comparing `--scheduler costliest` and `--scheduler gradient` at equal trials is
 issue 9's scheduler comparison. `--json` prints one object: `threads`, `runs`, `scheduler` and per
 model `untuned` and `shipped` (`ms`, `ratio`, ...) and `checkpoints` (per checkpoint `trials`,
-`tune_wall_s`, `estimated_ms`, `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
+`tune_wall_s`, `estimated_ms`, `model_estimate_ms`, `check`, `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
 `onnxruntime_ms`, `ok`). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ from autosched import zoo
 from autosched.compile.evaluate import onnxruntime_session, sample_inputs
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules, best, shipped_database
+from autosched.database.model_times import estimate
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.target import Target
@@ -38,15 +41,21 @@ from autosched.task import extract_tasks
 from autosched.task_scheduler import tunable
 
 
-def estimated_ms(db: Database, tasks, target: Target) -> float | None:
-    """Σ weight × best over the model's tunable tasks, or None while one has no valid record."""
+def estimated_ms(db: Database, tasks, target: Target) -> tuple[float | None, float]:
+    """(Σ weight × best over the model's tunable tasks, or None while one has no valid record;
+    the latency model's estimate of the build: records + other kernels in the model + executor)."""
     total = 0.0
     for task in tunable(tasks, target)[0]:
         found = best(db, task, target)
         if found is None:
-            return None
+            return None, _whole(db, tasks, target)
         total += task.weight * found.cost
-    return round(total * 1e3, 3)
+    return round(total * 1e3, 3), _whole(db, tasks, target)
+
+
+def _whole(db: Database, tasks, target: Target) -> float:
+    schedules = TunedSchedules(db)
+    return round(estimate(db, tasks, target, {t.key: schedules.choose(t, target) for t in tasks}).total_ms, 3)
 
 
 def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], scheduler: str,
@@ -71,14 +80,20 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
     with Database(db_path) as db:
         for trials in checkpoints:
             start = time.perf_counter()
-            autosched.tune(path, target, trials - done, db=db, scheduler=scheduler)
+            check = autosched.tune(path, target, trials - done, db=db, scheduler=scheduler).model_check
             wall += time.perf_counter() - start
             done = trials
             library = build_model(graph, workdir / f"{name}-{trials}.so", schedule_for=TunedSchedules(db)).library
             tuned, tuned_ok = timed(library, session, feeds, threads, runs)
             again, again_ok = timed(untuned_lib, session, feeds, threads, runs)
+            records, whole = estimated_ms(db, tasks, target)
             out["checkpoints"].append({
-                "trials": trials, "tune_wall_s": round(wall, 1), "estimated_ms": estimated_ms(db, tasks, target),
+                "trials": trials, "tune_wall_s": round(wall, 1), "estimated_ms": records, "model_estimate_ms": whole,
+                "check": None if check is None else {
+                    "tuned_ms": round(check.tuned_ms, 3), "untuned_ms": round(check.untuned_ms, 3),
+                    "first_tuned_ms": round(check.first_tuned_ms, 3), "declined": check.declined,
+                    "tested": [{"op": v.op, "wins": v.wins, "with_ms": round(v.with_ms, 3),
+                                "without_ms": round(v.without_ms, 3)} for v in check.tested]},
                 "tuned_ms": round(tuned.autosched_ms, 3), "tuned_ratio": round(tuned.ratio, 3),
                 "untuned_ms": round(again.autosched_ms, 3), "untuned_ratio": round(again.ratio, 3),
                 "onnxruntime_ms": round(tuned.onnxruntime_ms, 3), "ok": tuned_ok and again_ok})
@@ -122,11 +137,12 @@ def _print(name: str, r: dict) -> None:
     print(f"{name}: untuned {u['ms']:.3f} ms, onnxruntime {u['onnxruntime_ms']:.3f} ms (ratio {u['ratio']:.3f}); "
           f"shipped records only {s['ms']:.3f} ms (ratio {s['ratio']:.3f}, {s['tasks_from_shipped']} of "
           f"{s['tasks']} tasks)")
-    print(f"  {'trials':>6} {'tune s':>7} {'est. ms':>8} {'tuned ms':>9} {'ratio':>6} {'untuned ms':>11} "
+    print(f"  {'trials':>6} {'tune s':>7} {'est. ms':>8} {'model est.':>10} {'tuned ms':>9} {'ratio':>6} {'untuned ms':>11} "
           f"{'ratio':>6} {'ORT ms':>7}  check")
     for c in r["checkpoints"]:
         est = "-" if c["estimated_ms"] is None else f"{c['estimated_ms']:.3f}"
-        print(f"  {c['trials']:6d} {c['tune_wall_s']:7.1f} {est:>8} {c['tuned_ms']:9.3f} {c['tuned_ratio']:6.3f} "
+        print(f"  {c['trials']:6d} {c['tune_wall_s']:7.1f} {est:>8} {c['model_estimate_ms']:10.3f} {c['tuned_ms']:9.3f} "
+              f"{c['tuned_ratio']:6.3f} "
               f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['onnxruntime_ms']:7.3f}  "
               f"{'ok' if c['ok'] else 'MISMATCH'}")
 
