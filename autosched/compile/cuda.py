@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autosched.codegen.gpu import LaunchGeometry, check_limits, plan_kernel
 from autosched.codegen.nvcc import compile_cuda
-from autosched.compile.weights import WEIGHT_ALIGN, Weights, arg_pointer
+from autosched.compile.weights import WEIGHT_ALIGN, Weights, aligned_size, arg_pointer
 from autosched.graph.ir import Graph
 from autosched.lower import PrimFunc
 from autosched.target import Target
@@ -75,7 +75,7 @@ extern "C" void autosched_set_num_threads(int32_t n) {{ (void)n; }}
 /* Loads the weights onto the GPU: 0, or 1 (no host memory), 2 (weights file unreadable or of the wrong size),
    3 (a CUDA error: no device, no device memory; see autosched_last_error). */
 extern "C" int32_t autosched_model_init(const char* weights_path) {{
-  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {max(WEIGHT_ALIGN, -(-n_weights // WEIGHT_ALIGN) * WEIGHT_ALIGN)});
+  model_weights = (char*)aligned_alloc({WEIGHT_ALIGN}, {aligned_size(n_weights)});
   if (model_weights == NULL) return 1;
   FILE* f = fopen(weights_path, "rb");
   if (f == NULL) return 2;
