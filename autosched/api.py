@@ -30,6 +30,7 @@ from autosched.database import (
     shipped_database,
     tasks_digest,
 )
+from autosched.database.model_times import context_factors
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
@@ -156,6 +157,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
             graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
             since = latest_record(database)
             found, own, transferred = resumable(tasks, target, database)
+            context = context_factors(database, tasks, target) if model_check else {}
             plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
             for callback in callbacks:
                 if hasattr(callback, "start"):
@@ -166,7 +168,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
             try:
                 with SharedTuning(database, session, since) as peers:
                     summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
-                                         [writer, *callbacks], seed, found, scheduler, peers)
+                                         [writer, *callbacks], seed, found, scheduler, peers, context)
                 checked = (check_in_model(graph, tasks, target, database, shipped_database(), ab_tasks,
                                           threads=getattr(getattr(runner, "options", None), "threads", None),
                                           session=session) if model_check else None)

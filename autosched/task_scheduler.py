@@ -52,11 +52,14 @@ class TaskProgress:
     stale_rounds: int = 0  # rounds in a row that found nothing faster
     previous_cost: float = math.inf  # best before the last round
     last_round: int = 0  # trials of the last round
+    # the task's kernel in the model over the same kernel alone, where a model check profiled both
+    # (`autosched.database.model_times.context_factors`): weights evicted by the kernels before it
+    context: float = 1.0
 
     @property
     def model_seconds(self) -> float:
-        """This task's share of one inference at its best so far (weight × time)."""
-        return self.task.weight * self.best_cost
+        """This task's share of one inference at its best so far (weight × time × context)."""
+        return self.task.weight * self.best_cost * self.context
 
     @property
     def priority(self) -> float:
@@ -90,7 +93,7 @@ def gradient_priority(p: TaskProgress, progress: Sequence[TaskProgress]) -> floa
     if math.isfinite(p.previous_cost) and p.last_round:
         backward = (p.previous_cost - p.best_cost) / p.last_round
     forward = p.best_cost / max(p.trials, 1)
-    return p.task.weight * (GRADIENT_ALPHA * backward + (1 - GRADIENT_ALPHA) * forward)
+    return p.task.weight * p.context * (GRADIENT_ALPHA * backward + (1 - GRADIENT_ALPHA) * forward)
 
 
 #: how the task scheduler picks the next round's task after every task had its first
@@ -155,18 +158,23 @@ def check_arguments(trials: int, tuner: str, scheduler: str) -> None:
 def tune_tasks(tasks: Sequence[Task], target: Target | str, trials: int, builder: Builder, runner: Runner,
                tuner: str = "xgb", round_trials: int = 16, callbacks: Sequence[Callback] = (),
                seed: int = 0, history: Mapping[str, Sequence[Record]] | None = None,
-               scheduler: str = "gradient", peers: Peers | None = None) -> ScheduleSummary:
+               scheduler: str = "gradient", peers: Peers | None = None,
+               context: Mapping[str, float] | None = None) -> ScheduleSummary:
     """Spend `trials` new measurements over `tasks`, in rounds of `round_trials`, starting
     from `history` (task key → earlier records of that task on this target); after the first
     rounds, `scheduler` (a name in SCHEDULERS) picks each round's task. Callbacks with a
     `searched(seconds)` method hear, after each round, how long its tuner spent proposing and
     learning (the cost model's share of the tuning time). `peers`: claim every config before it
-    is measured and learn from their records (other tuners of these tasks at work beside this)."""
+    is measured and learn from their records (other tuners of these tasks at work beside this).
+    `context` (task key → in-model over isolated time) scales each task's share of the model's
+    time, so that the scheduler weighs what the tasks cost in the model, not alone."""
     check_arguments(trials, tuner, scheduler)
     priority = SCHEDULERS[scheduler]
     target = Target.parse(target) if isinstance(target, str) else target
     chosen, skipped = tunable(tasks, target)
     progress = [_start(t, target, tuner, seed, history or {}, peers) for t in sorted(chosen, key=lambda t: -t.flops * t.weight)]
+    for p in progress:
+        p.context = (context or {}).get(p.task.key, 1.0)
     rounds = Rounds(progress, round_trials, priority)
     if isinstance(runner, PipelinedRunner):
         _overlapped_rounds(rounds, trials, builder, runner, list(callbacks))

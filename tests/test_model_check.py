@@ -133,3 +133,12 @@ def test_the_latency_model_adds_untuned_kernels_in_the_model_and_the_executor_to
     assert model.total_ms == pytest.approx(2.0 + 0.4 + 0.4) and model.measured.tuned_ms == 3.5
     assert model.by_op() == {"Gemm": (pytest.approx(2.4), pytest.approx(3.0))}
     assert estimate(db, tasks, Target.parse("llvm"), {}).measured is None  # timings are per machine
+
+    # the task scheduler weighs a task by its time in the model: 1.3 × its record here
+    from autosched.database.model_times import context_factors
+    from autosched.task_scheduler import TaskProgress, gradient_priority
+    assert context_factors(db, tasks, HERE) == {tuned.key: pytest.approx(1.3)}
+    alone = TaskProgress(tuned, None, trials=32, best_cost=2e-3, previous_cost=3e-3, last_round=16)
+    in_model = TaskProgress(tuned, None, trials=32, best_cost=2e-3, previous_cost=3e-3, last_round=16, context=1.3)
+    assert in_model.model_seconds == pytest.approx(1.3 * alone.model_seconds)
+    assert gradient_priority(in_model, []) == pytest.approx(1.3 * gradient_priority(alone, []))

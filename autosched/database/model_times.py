@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sqlalchemy import and_, delete, insert, select
 
 from autosched.database.identity import task_digest, tasks_digest
-from autosched.database.queries import Best
+from autosched.database.queries import Best, best
 from autosched.database.schema import kernel_times, model_times
 from autosched.database.store import Database
 from autosched.database.stored import config_text
@@ -152,3 +152,17 @@ def estimate(db: Database, tasks: Sequence[Task], target: Target, built: Mapping
     measured = last_build_timing(db, tasks, target)
     executor = 0.0 if measured is None else measured.executor_ms
     return ModelEstimate(tuple(parts), executor, measured)
+
+
+def context_factors(db: Database, tasks: Sequence[Task], target: Target) -> dict[str, float]:
+    """Task key → its best config's time in the model over its record's time alone, for each task
+    whose best record was measured here and whose config a model check profiled."""
+    out = {}
+    for task in tasks:
+        found = best(db, task, target)
+        if found is None or found.fingerprint != target.fingerprint or found.cost <= 0:
+            continue
+        seen = kernel_time(db, task, target, found.config)
+        if seen is not None:
+            out[task.key] = seen / found.cost
+    return out
