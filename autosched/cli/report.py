@@ -16,8 +16,9 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from autosched.database import Database, StoredRecord, tasks_digest
+from autosched.database import Database, StoredRecord, TunedSchedules, shipped_database, tasks_digest
 from autosched.database.identity import is_emulated
+from autosched.database.model_times import estimate
 from autosched.errors import AutoschedError
 from autosched.target import Target
 from autosched.task import Task
@@ -115,6 +116,23 @@ def _table(recs: Sequence[StoredRecord], weights: dict[str, int]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
+def _latency_model(db: Database, tasks: Sequence[Task], target: Target) -> str:
+    """The latency model's estimate of the build by part and by op, beside the last timed build."""
+    schedules = TunedSchedules(db, shipped_database())  # as `autosched build` chooses
+    model = estimate(db, tasks, target, {t.key: schedules.choose(t, target) for t in tasks})
+    unknown = f" ({model.unknown} tasks never timed)" if model.unknown else ""
+    text = (f"estimate {model.total_ms:.4g} ms = records {model.records_ms:.4g} + other kernels in the model "
+            f"{model.others_ms:.4g} + executor {model.executor_ms:.4g}{unknown}; ")
+    timed = model.measured
+    text += ("no build of this model was timed here yet" if timed is None else
+             f"last timed build here {timed.tuned_ms:.4g} ms (untuned {timed.untuned_ms:.4g} ms), "
+             f"estimate / build {model.total_ms / timed.tuned_ms:.2f}")
+    rows = "".join(f"<tr><td>{html.escape(op)}</td><td>{est:.4g}</td><td>{seen:.4g}</td></tr>"
+                   for op, (est, seen) in model.by_op().items())
+    return (f"<h2>Latency model</h2><p>{html.escape(text)}</p><table><tr><th>op</th><th>estimated ms</th>"
+            f"<th>in the last profiled build ms</th></tr>{rows}</table>")
+
+
 def _tuned(session: dict, model: str | None, tasks: Sequence[Task]) -> bool:
     """Whether a session tuned this model: by its tasks, wherever the model's file lies (sessions
     from before schema 4 know only the path they were given)."""
@@ -140,7 +158,8 @@ def write_report(db: Database, out: str | os.PathLike[str], target: Target, mode
             f"target {html.escape(str(target))}, {len(recs)} records</p>"
             + (f"<p>{html.escape(substitutions)}</p>" if substitutions else "")
             + f"{curves}{latency}{time_png}{errors}"
-            f"<h2>Tasks</h2>{_table(recs, weights)}")
+            + (_latency_model(db, tasks, target) if tasks is not None else "")
+            + f"<h2>Tasks</h2>{_table(recs, weights)}")
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>autosched report</title><style>"
             "body{font-family:sans-serif;max-width:60em;margin:auto}td,th{padding:2px 8px;text-align:right}"
             "</style></head><body>" + body + "</body></html>")
