@@ -160,9 +160,9 @@ def check_in_model(graph: Graph, tasks: list[Task], target: Target, db: Database
                     if key in gains and key not in judged:
                         record_verdict(db, by_key[key], target, found.config, Verdict(False, tuned_ms, untuned_ms, session))
                         declined += 1
-                log.warning("the tuned build ran slower than the untuned one in the model (%.3f vs %.3f ms): "
-                            "%d tuned configs not judged wins are declined", tuned_ms, untuned_ms, declined)
                 if declined:  # the untuned build but for the configs judged wins
+                    log.warning("the tuned build ran slower than the untuned one in the model (%.3f vs %.3f ms): "
+                                "%d tuned configs not judged wins are declined", tuned_ms, untuned_ms, declined)
                     final = TunedSchedules(db, fallback)
                     tuned = builds.build(final)
                     untuned_ms, tuned_ms = builds.time(untuned, tuned, runs)

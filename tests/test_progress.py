@@ -55,7 +55,8 @@ def test_json_lines_progress_is_one_object_per_event(tasks):
 
 def test_cli_tune_quiet_and_json_lines(small_model, tmp_path, capsys):
     db = tmp_path / "t.db"
-    args = ["tune", str(small_model), "--trials", "4", "--round", "4", "--tuner", "random", "--db", str(db)]
+    args = ["tune", str(small_model), "--trials", "4", "--round", "4", "--tuner", "random", "--db", str(db),
+            "--no-model-check"]
     assert main(args + ["--quiet"]) == 0
     [line] = capsys.readouterr().out.splitlines()
     assert line.startswith(f"4 trials committed to {db}")
