@@ -8,7 +8,7 @@ For MODEL's `--tasks` tunable tasks with the largest share of its untuned build'
 profile of that build), `--configs` configs each (the fallback and seeded random configs of the
 task's space that build and run) are timed three ways:
 - alone, as the tuner's runner records them: warm caches (the default), and with `flush_bytes`
-  of twice the last-level cache written before each repeat (TVM's cache flush);
+  of twice the last-level cache written before each timed call (TVM's cache flush);
 - in the model: the model built with that config for the task and every other task on its
   default schedule, profiled (`Model.profile`: each call timed inside the run, median of 10 runs).
 Per task: the three times per config and Spearman's rank correlation of each isolated column
@@ -140,7 +140,7 @@ def _spearman(rows: list[dict], column: str) -> float | None:
 
 def _print(out: dict) -> None:
     print(f"{out['model']}: {out['threads']} threads, last-level cache {out['llc_bytes'] >> 20} MiB "
-          "(flushed: twice that written before each repeat)")
+          "(flushed: twice that written before each timed call)")
     for t in out["tasks"]:
         print(f"{t['op']} {t['shapes'][:2]} weight {t['weight']}, {100 * t['share']:.1f}% of the untuned build: "
               f"Spearman with in-model times: warm {t['spearman_warm']}, flushed {t['spearman_flushed']}")

@@ -180,10 +180,12 @@ def param_decls(func: PrimFunc, names: list[str], restrict: str = "restrict") ->
 def timing_entry(fname: str, params: list[str]) -> str:
     """`<fname>_time`: times the kernel inside C, so no Python call overhead lands in the costs.
 
-    One calibration finds how many calls make a repeat last `min_repeat_ms`; each repeat may
-    first evict the caches by writing `flush_bytes`; timing stops early once a repeat costs more
-    than `stop_above` seconds per call (a candidate far slower than the best so far). Returns
-    the number of repeats written to `costs`, or -1 when the kernel failed.
+    One calibration finds how many calls make a repeat last `min_repeat_ms`. With `flush_bytes`,
+    a repeat is instead one call after writing that many bytes, so every timed call starts with
+    cold caches (TVM's cache flush; flushing once before many calls timed the rest warm).
+    Timing stops early once a repeat costs more than `stop_above` seconds per call (a
+    candidate far slower than the best so far). Returns the number of repeats written to
+    `costs`, or -1 when the kernel failed.
     """
     args = ", ".join(f"p{k}" for k in range(len(params)))
     sig = ", ".join(params + ["int32_t repeat", "double min_repeat_ms", "int64_t flush_bytes",
@@ -197,7 +199,7 @@ def timing_entry(fname: str, params: list[str]) -> str:
 int32_t {fname}_time({sig}) {{
   if ({fname}({args}) != 0) return -1;
   int64_t number = 1;
-  for (;;) {{
+  while (flush_bytes <= 0) {{
     double t0 = autosched_now();
     for (int64_t i = 0; i < number; ++i) {fname}({args});
     double elapsed = autosched_now() - t0;
