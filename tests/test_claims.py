@@ -43,6 +43,7 @@ def test_a_config_is_held_once_and_its_record_gives_it_back(db_url, tasks):
     recs = measured(tasks[0], HERE, [1e-3, None, 2e-3])
     RecordWriter(db, a.owner.session)([i for i, _ in recs], [r for _, r in recs])
     assert len(held(db)) == 1 and held(db)[0]["session_id"] == b.owner.session  # config 3 only
+    assert db.stats()["claims"] == 1  # `db stats` counts the claims held now
     assert b.claim(first[:3]) == [False, False, False]  # they have records now (a failure is a record too)
     assert b.stats.measured == 3 and len(held(db)) == 1
     assert b.release() == 1 and held(db) == []

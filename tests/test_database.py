@@ -49,7 +49,8 @@ def test_records_round_trip_and_a_batch_is_stored_once(db_url, tasks):
     found = best(db, tasks[0], HERE)
     assert found.config == recs[2][0].config and found.cost == 1e-3 and found.fingerprint == HERE.fingerprint
     assert db.stats() | {"location": None} == {"location": None, "schema_version": SCHEMA_VERSION, "records": 3,
-                                               "failed": 1, "workloads": 1, "targets": 1, "sessions": 0}
+                                               "failed": 1, "workloads": 1, "targets": 1, "sessions": 0,
+                                               "claims": 0, "verdicts": 0}
 
 
 def test_flop_counts_past_32_bits_are_stored(db_url, tasks):
@@ -187,7 +188,7 @@ def test_databases_of_older_schemas_are_migrated(db_url, tasks, version, nodes):
     database as it was; the first open that may write migrates it, and it takes new records after."""
     older_database(version, db_url)
     expected = {"location": None, "schema_version": SCHEMA_VERSION, "records": 2, "failed": 1, "workloads": 1,
-                "targets": 1, "sessions": 1}
+                "targets": 1, "sessions": 1, "claims": 0, "verdicts": 0}
     with Database(db_url, read_only=True) as db:
         assert db.stats() | {"location": None} == expected
         assert [s.node for s in db.stored()] == nodes

@@ -46,6 +46,7 @@ from autosched.database.schema import (
     schema_version,
     sessions,
     targets,
+    verdicts,
     workloads,
 )
 from autosched.database.stored import StoredRecord, WorkloadInfo, config_text
@@ -253,13 +254,15 @@ class Database:
 
     # --- reading -----------------------------------------------------------------------------
     def stats(self) -> dict[str, object]:
-        """Counts for `db stats`: records (and how many failed), workloads, targets, sessions."""
+        """Counts for `db stats`: records (and how many failed), workloads, targets, sessions, the
+        configs tuners hold claims on now, and the model's verdicts on tuned configs."""
         with self.reading() as conn:
             def count(table, *where) -> int:
                 return conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
             return {"location": self.location, "schema_version": SCHEMA_VERSION, "records": count(records),
                     "failed": count(records, records.c.cost.is_(None)), "workloads": count(workloads),
-                    "targets": count(targets), "sessions": count(sessions)}
+                    "targets": count(targets), "sessions": count(sessions), "claims": count(claims),
+                    "verdicts": count(verdicts)}
 
     def sessions(self) -> list[dict[str, object]]:
         """Every tuning session: model, target string, trials asked and done, status, start and end."""
