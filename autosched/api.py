@@ -10,6 +10,7 @@ none is measured twice, and learn from each other's records as they arrive.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ from autosched.task import Task, extract_tasks
 if TYPE_CHECKING:
     from autosched.task_scheduler import ScheduleSummary
     from autosched.tuner.base import Callback
+
+log = logging.getLogger("autosched")
 
 PathLike = str | os.PathLike[str]
 DatabaseLike = Database | PathLike | None
@@ -169,9 +172,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                 with SharedTuning(database, session, since) as peers:
                     summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
                                          [writer, *callbacks], seed, found, scheduler, peers, context)
-                checked = (check_in_model(graph, tasks, target, database, shipped_database(), ab_tasks,
-                                          threads=getattr(getattr(runner, "options", None), "threads", None),
-                                          session=session) if model_check else None)
+                checked = (_check_in_model(model, graph, tasks, target, database, ab_tasks, runner, session)
+                           if model_check else None)
                 status = "done"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -184,6 +186,18 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                     database.end_session(session, status)
             return TuneOutcome(database.location, session, own, transferred, summary, peers.stats,
                                peers.stats.seconds + writer.seconds, checked)
+
+
+def _check_in_model(model: PathLike, graph: Graph, tasks: list[Task], target: Target, database: Database,
+                    ab_tasks: int, runner: Runner, session: int) -> ModelCheck | None:
+    """The model check after a tune; one that cannot build or run the model is a warning, never a
+    failed tune: every record is committed by then."""
+    try:
+        return check_in_model(graph, tasks, target, database, shipped_database(), ab_tasks,
+                              threads=getattr(getattr(runner, "options", None), "threads", None), session=session)
+    except AutoschedError as e:
+        log.warning("%s: the model check after tuning could not run, the records are kept: %s", model, e)
+        return None
 
 
 @dataclass(frozen=True)

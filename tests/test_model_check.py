@@ -142,3 +142,16 @@ def test_the_latency_model_adds_untuned_kernels_in_the_model_and_the_executor_to
     in_model = TaskProgress(tuned, None, trials=32, best_cost=2e-3, previous_cost=3e-3, last_round=16, context=1.3)
     assert in_model.model_seconds == pytest.approx(1.3 * alone.model_seconds)
     assert gradient_priority(in_model, []) == pytest.approx(1.3 * gradient_priority(alone, []))
+
+
+def test_a_model_check_that_cannot_build_is_a_warning_and_the_tune_is_done(small_model, tmp_path, monkeypatch, caplog):
+    from autosched import model_check
+    from autosched.codegen.errors import CompileError
+
+    def broken(*args, **kwargs):
+        raise CompileError("gcc: out of disk space")
+    monkeypatch.setattr(model_check, "build_model", broken)
+    out = tune(small_model, "llvm", 4, db=tmp_path / "t.db", tuner="random", round_trials=2)
+    assert out.model_check is None and out.summary.trials == 4
+    assert "the model check after tuning could not run, the records are kept: gcc: out of disk space" in caplog.text
+    assert execute(tmp_path / "t.db", "SELECT status, trials_done FROM sessions") == [("done", 4)]
