@@ -154,6 +154,7 @@ def test_benchmark_quick_run(name, tmp_path, request):
         assert all(row["sass"]["local"] == 0.0 for row in out["templates"].values())  # no fallback spills
 
 
+@pytest.mark.slow  # 26 s: a Ray cluster of two nodes and two drivers; the quick fleet run stays in the default suite
 def test_the_fleet_simulation(tmp_path):
     """Two nodes, two drivers of 8 trials each, through the Ray path (each driver claims before it
     submits): every trial recorded once, on each driver's own devices. (Whether their claims
@@ -165,6 +166,7 @@ def test_the_fleet_simulation(tmp_path):
     assert (step["nodes"], step["devices_per_driver"], step["trials"], step["duplicates"]) == (2, 2, 16, 0)
 
 
+@pytest.mark.slow  # 21 s: the quick run with nvcc stays in the default suite
 def test_the_gpu_templates_benchmark_without_nvcc_reports_the_emulation(tmp_path):
     """No nvcc on PATH: the emulation's figures still come, without nvcc's, and it exits 0."""
     nvcc = shutil.which("nvcc")

@@ -64,6 +64,7 @@ def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow  # 69 s: a head and a worker started through the CLI, then stopped
 def test_head_worker_tune_status_stop(env, small_model, tmp_path):
     address = f"127.0.0.1:{_free_port()}"
     try:

@@ -129,6 +129,7 @@ def test_node_joining_mid_run_gets_the_work(cluster):
         cluster.remove_node(joined)
 
 
+@pytest.mark.slow  # 13 s
 def test_drivers_sharing_a_node_split_its_devices(cluster):
     """A node offering two devices of a class: runners taking one per node get one each; one
     taking every unit leaves another driver none (it would wait for the first to finish)."""
@@ -144,6 +145,7 @@ def test_drivers_sharing_a_node_split_its_devices(cluster):
         cluster.remove_node(node)
 
 
+@pytest.mark.slow  # 19 s
 def test_node_removed_mid_tune_every_trial_accounted_for(cluster):
     """Two devices of the host's class; one node leaves while it measures. The tune finishes
     with every trial recorded, its in-flight candidates measured again on the head."""

@@ -63,7 +63,7 @@ def _build(tmp_path, task, target, configs):
     return inputs, NvccBuilder(n_parallel=2, cache_dir=tmp_path).build(inputs)
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.slow)])  # 12-13 s each
 def test_fallbacks_have_no_local_memory_and_the_vector_accesses_they_ask_for(tmp_path, tasks, arch):
     target = Target.parse(f"cuda -arch={arch}")
     caps = target.gpu_capabilities
