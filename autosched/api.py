@@ -37,6 +37,7 @@ from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
 from autosched.graph.passes import optimize
 from autosched.measure import Builder, Runner
+from autosched.measure.caches import model_caches
 from autosched.model_check import ModelCheck, check_in_model
 from autosched.substitution import SubstitutionReport, substitute
 from autosched.target import Target
@@ -103,6 +104,8 @@ class TunePlan:
     history: Mapping[str, Sequence]  # task key → records (other keys: transfer)
     resumed: int
     transferred: int
+    caches: str = "warm"  # the cache mode candidates are timed in (`autosched.measure.caches`)
+    weight_bytes: int = 0  # the model's weights, which decide it under "auto"
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
          shapes: Mapping[str, Sequence[int]] | None = None,
          builder: Builder | None = None, runner: Runner | None = None, emulate: bool = False,
          callbacks: Sequence[Callback] = (), substitutions: bool = True, model_check: bool = True,
-         ab_tasks: int = 3) -> TuneOutcome:
+         ab_tasks: int = 3, caches: str = "warm") -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
     path or URL; None: `AUTOSCHED_DB` or the per-user file). Candidates are built and timed by
     the target's back end on this machine (gcc and the CPU worker; nvcc and the GPU worker for
@@ -145,7 +148,10 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     builds it. `model_check` (CPU targets measured on this machine): the tune ends by timing the
     tuned build against the untuned one in the model, after A/B-testing there the `ab_tasks`
     tuned configs with the largest estimated gains (`autosched.model_check`); configs that lose
-    are kept out of builds."""
+    are kept out of builds. `caches` (CPU targets): the cache state candidates are timed in
+    (`autosched.measure.caches`: warm, cold, flushed, or "auto": cold where the model's weights
+    exceed this machine's last-level cache, else warm). A runner passed in that cannot change
+    how it times keeps its own way under "auto"."""
     from autosched.task_scheduler import check_arguments, tune_tasks
     check_arguments(trials, tuner, scheduler)
     target = Target.parse(target) if isinstance(target, str) else target
@@ -158,10 +164,13 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
             target = target.as_emulated()
         with open_database(db) as database:
             graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
+            weight_bytes = sum(a.nbytes for a in graph.constants.values())
+            timed_in = _time_in(runner, target, backend.emulated, caches, weight_bytes)
             since = latest_record(database)
             found, own, transferred = resumable(tasks, target, database)
             context = context_factors(database, tasks, target) if model_check else {}
-            plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred)
+            plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred,
+                            timed_in, weight_bytes)
             for callback in callbacks:
                 if hasattr(callback, "start"):
                     callback.start(plan)
@@ -186,6 +195,21 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                     database.end_session(session, status)
             return TuneOutcome(database.location, session, own, transferred, summary, peers.stats,
                                peers.stats.seconds + writer.seconds, checked)
+
+
+def _time_in(runner: Runner, target: Target, emulated: bool, caches: str, weight_bytes: int) -> str:
+    """Set `runner` to time in the cache mode `caches` resolves to for this model; the mode it times in."""
+    if target.kind != "llvm" or emulated:
+        if caches not in ("auto", "warm"):
+            raise AutoschedError(f"timing in {caches} caches is for CPU targets; {target} kernels are timed warm")
+        return "warm"
+    mode = model_caches(caches, weight_bytes)
+    if runner.time_in(mode):
+        return mode
+    if caches != "auto":
+        raise AutoschedError(f"this runner ({type(runner).__name__}) times kernels warm only; "
+                             f"it cannot time them in {caches} caches")
+    return "warm"
 
 
 def _check_in_model(model: PathLike, graph: Graph, tasks: list[Task], target: Target, database: Database,

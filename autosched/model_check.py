@@ -117,7 +117,7 @@ def estimated_gain(db: Database, task: Task, target: Target, found: Best) -> flo
     default = get_template(task.op, target.kind).fallback(task, target)
     if default is None or default.to_json() == found.config.to_json():
         return None
-    cost = config_cost(db, task, target, default)
+    cost = config_cost(db, task, target, default, found.caches)
     return 0.0 if cost is None else task.weight * (cost - found.cost)
 
 

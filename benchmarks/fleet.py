@@ -92,9 +92,11 @@ def per_trial(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput]) 
     return (time.perf_counter() - start) / len(inputs)
 
 
-def on_cluster(devices: int, target: Target, options: RunnerOptions, inputs: Sequence[MeasureInput]) -> float:
+def on_cluster(devices: int, target: Target, options: Sequence[RunnerOptions],
+               inputs: Sequence[MeasureInput]) -> list[float]:
     """Seconds per trial with `devices` actors, on as many nodes of a fresh local cluster
-    (after a warm-up batch that starts the actors and the build workers)."""
+    (after a warm-up batch that starts the actors and the build workers), once per runner
+    options in turn (a cluster starts in ~10 s: one serves them all)."""
     from ray.cluster_utils import Cluster
 
     from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
@@ -105,10 +107,13 @@ def on_cluster(devices: int, target: Target, options: RunnerOptions, inputs: Seq
         for _ in range(devices - 1):  # a node each: one node's CPU devices would time one at a time (nodelock.py)
             cluster.add_node(**node)
         fleet.connect(cluster.address)
-        ray_options = RayOptions(runner=options)
-        with RayRunner(ray_options) as runner:
-            per_trial(RayBuilder(ray_options), runner, inputs[:devices])
-            return per_trial(RayBuilder(ray_options), runner, inputs)
+        seconds = []
+        for each in options:
+            ray_options = RayOptions(runner=each)
+            with RayRunner(ray_options) as runner:
+                per_trial(RayBuilder(ray_options), runner, inputs[:devices])
+                seconds.append(per_trial(RayBuilder(ray_options), runner, inputs))
+        return seconds
     finally:
         fleet.disconnect()
         cluster.shutdown()
@@ -183,12 +188,15 @@ def main(argv: list[str] | None = None) -> dict:
     inputs = candidates(matmul(64, 64, 64), target, args.trials)
 
     timed = RunnerOptions(repeat=3, min_repeat_ms=args.min_repeat_ms, threads=1, stop_factor=0)
-    scaling = {n: 60.0 / on_cluster(n, target, timed, inputs) for n in device_counts}
-
-    bare = RunnerOptions(repeat=1, min_repeat_ms=0.0, threads=1, stop_factor=0)
+    bare = RunnerOptions(repeat=1, min_repeat_ms=0.0, threads=1, stop_factor=0)  # the Ray path's own cost
+    scaling = {}
+    for n in device_counts:
+        seconds = on_cluster(n, target, [timed, bare] if n == 1 else [timed], inputs)
+        scaling[n] = 60.0 / seconds[0]
+        if n == 1:
+            ray_path = seconds[1]
     with LocalRunner(bare) as runner:
         local = per_trial(LocalBuilder(), runner, inputs)
-    ray_path = on_cluster(1, target, bare, inputs)
     every_core = all_cores(1.0 if args.quick else 20.0)
     with LocalRunner(every_core) as runner:
         alone = [r.cost if r.ok else None for r in measure_with(LocalBuilder(), runner)(inputs)]

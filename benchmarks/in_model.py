@@ -7,14 +7,17 @@ task's configs by what they cost in the built model (issue 18: measurements in t
 For MODEL's `--tasks` tunable tasks with the largest share of its untuned build's time (from a
 profile of that build), `--configs` configs each (the fallback and seeded random configs of the
 task's space that build and run) are timed three ways:
-- alone, as the tuner's runner records them: warm caches (the default), and with `flush_bytes`
-  of twice the last-level cache written before each timed call (TVM's cache flush);
+- alone, as the tuner's runner records them, in each cache mode of `autosched.measure.caches`:
+  warm (calls back to back), cold (twice the last-level cache flushed before each timed call,
+  then the kernel's activations read back: what `tune --caches auto` picks for models whose
+  weights exceed that cache) and flushed (the flush alone, TVM's cache flush);
 - in the model: the model built with that config for the task and every other task on its
   default schedule, profiled (`Model.profile`: each call timed inside the run, median of 10 runs).
-Per task: the three times per config and Spearman's rank correlation of each isolated column
+Per task: the four times per config and Spearman's rank correlation of each isolated column
 with the in-model one (1: records order configs as the model does). `--json` prints one object:
-`model`, `threads`, `llc_bytes` and per task `op`, `shapes`, `weight`, `share`, `configs` (per
-config `index`, `warm_ms`, `flushed_ms`, `in_model_ms`), `spearman_warm`, `spearman_flushed`.
+`model`, `threads`, `llc_bytes`, `weight_bytes` and per task `op`, `shapes`, `weight`, `share`,
+`configs` (per config `index`, `warm_ms`, `cold_ms`, `flushed_ms`, `in_model_ms`) and
+`spearman_warm`, `spearman_cold`, `spearman_flushed`.
 `--quick` is a smoke run: the zoo MLP, one task, three configs.
 """
 from __future__ import annotations
@@ -35,21 +38,14 @@ from autosched.compile.model import build_model, default_kernel
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.measure import MeasureInput, measure_with
+from autosched.measure.caches import CACHE_MODES as MODES
+from autosched.measure.caches import llc_bytes
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import Task, extract_tasks
 from autosched.task_scheduler import tunable
 from autosched.templates import get_template
-
-
-def llc_bytes() -> int:
-    """The last-level cache of CPU 0 (sysfs), 32 MiB where it cannot be read."""
-    try:
-        text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
-        return int(text.rstrip("K")) * 1024 if text.endswith("K") else int(text)
-    except (OSError, ValueError):
-        return 32 << 20
 
 
 def in_model_ms(graph, target: Target, task: Task, config, workdir: Path, name: str, threads: int) -> dict[str, float]:
@@ -71,9 +67,9 @@ def in_model_ms(graph, target: Target, task: Task, config, workdir: Path, name: 
     return {k: float(np.mean(v)) for k, v in per.items()}
 
 
-def isolated_ms(task: Task, target: Target, configs: list, threads: int, flush: int) -> list[float | None]:
+def isolated_ms(task: Task, target: Target, configs: list, threads: int, caches: str) -> list[float | None]:
     """Each config's median recorded time alone (None where it failed), as `tune` records it."""
-    with LocalRunner(RunnerOptions(threads=threads, flush_bytes=flush)) as runner:
+    with LocalRunner(RunnerOptions(threads=threads, caches=caches)) as runner:
         results = measure_with(LocalBuilder(), runner)([MeasureInput(task, target, c) for c in configs])
     return [1e3 * float(np.median(r.costs)) if r.costs else None for r in results]
 
@@ -90,7 +86,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     n_tasks, n_configs = (1, 3) if args.quick else (args.tasks, args.configs)
     target = Target.parse("llvm")
-    flush = 2 * llc_bytes()
     with tempfile.TemporaryDirectory(prefix="autosched-inmodel-") as tmp:
         workdir = Path(tmp)
         path = args.model
@@ -102,7 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
         untuned = in_model_ms(graph, target, tasks[0], None, workdir, "untuned", args.threads)
         total = sum(t.weight * untuned.get(t.key, 0.0) for t in tasks)
         ranked = sorted(tasks, key=lambda t: -t.weight * untuned.get(t.key, 0.0))[:n_tasks]
-        out: dict = {"model": str(path.name), "threads": args.threads, "llc_bytes": flush // 2, "tasks": []}
+        out: dict = {"model": str(path.name), "threads": args.threads, "llc_bytes": llc_bytes(),
+                     "weight_bytes": sum(a.nbytes for a in graph.constants.values()), "tasks": []}
         rng = random.Random(args.seed)
         for k, task in enumerate(ranked):
             template = get_template(task.op, target.kind)
@@ -110,19 +106,20 @@ def main(argv: list[str] | None = None) -> dict:
             fallback = template.fallback(task, target)
             candidates = ([fallback] if fallback is not None else []) + [space.get(rng.randrange(len(space)))
                                                                          for _ in range(3 * n_configs)]
-            warm = isolated_ms(task, target, candidates, args.threads, 0)
+            warm = isolated_ms(task, target, candidates, args.threads, "warm")
             kept = [(c, w) for c, w in zip(candidates, warm) if w is not None][:n_configs]
             configs = [c for c, _ in kept]
-            flushed = isolated_ms(task, target, configs, args.threads, flush)
+            times = {"warm": [w for _, w in kept]}
+            times.update({mode: isolated_ms(task, target, configs, args.threads, mode) for mode in MODES[1:]})
             rows = []
-            for j, ((config, w), f) in enumerate(zip(kept, flushed)):
+            for j, config in enumerate(configs):
                 seen = in_model_ms(graph, target, task, config, workdir, f"t{k}c{j}", args.threads)[task.key]
-                rows.append({"index": config.index, "warm_ms": round(w, 4),
-                             "flushed_ms": None if f is None else round(f, 4), "in_model_ms": round(seen, 4)})
+                rows.append({"index": config.index, **{f"{m}_ms": None if times[m][j] is None else round(times[m][j], 4)
+                                                       for m in MODES}, "in_model_ms": round(seen, 4)})
             out["tasks"].append({
                 "op": task.op, "shapes": [list(s) for s in task.shapes], "weight": task.weight,
                 "share": round(task.weight * untuned[task.key] / total, 3), "configs": rows,
-                "spearman_warm": _spearman(rows, "warm_ms"), "spearman_flushed": _spearman(rows, "flushed_ms")})
+                **{f"spearman_{m}": _spearman(rows, f"{m}_ms") for m in MODES}})
     if args.json:
         print(json.dumps(out))
     else:
@@ -139,15 +136,16 @@ def _spearman(rows: list[dict], column: str) -> float | None:
 
 
 def _print(out: dict) -> None:
-    print(f"{out['model']}: {out['threads']} threads, last-level cache {out['llc_bytes'] >> 20} MiB "
-          "(flushed: twice that written before each timed call)")
+    print(f"{out['model']}: {out['threads']} threads, weights {out['weight_bytes'] / 2**20:.1f} MiB, last-level cache "
+          f"{out['llc_bytes'] >> 20} MiB (cold and flushed: twice that written before each timed call)")
     for t in out["tasks"]:
+        rho = ", ".join(f"{m} {t[f'spearman_{m}']}" for m in MODES)
         print(f"{t['op']} {t['shapes'][:2]} weight {t['weight']}, {100 * t['share']:.1f}% of the untuned build: "
-              f"Spearman with in-model times: warm {t['spearman_warm']}, flushed {t['spearman_flushed']}")
-        print(f"  {'config':>8} {'warm ms':>9} {'flushed ms':>11} {'in model ms':>12}")
+              f"Spearman with in-model times: {rho}")
+        print(f"  {'config':>8}" + "".join(f" {m + ' ms':>11}" for m in MODES) + f" {'in model ms':>12}")
         for r in t["configs"]:
-            flushed = "-" if r["flushed_ms"] is None else f"{r['flushed_ms']:.4f}"
-            print(f"  {r['index']:>8} {r['warm_ms']:9.4f} {flushed:>11} {r['in_model_ms']:12.4f}")
+            cells = "".join(f" {'-' if r[f'{m}_ms'] is None else format(r[f'{m}_ms'], '.4f'):>11}" for m in MODES)
+            print(f"  {r['index']:>8}{cells} {r['in_model_ms']:12.4f}")
 
 
 if __name__ == "__main__":

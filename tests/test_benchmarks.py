@@ -41,9 +41,10 @@ FIELDS: dict[str, Any] = {
                                    "tested": None},
                          "tuned_ms": None, "tuned_ratio": None, "untuned_ms": None, "untuned_ratio": None,
                          "onnxruntime_ms": None, "ok": None}]}}},
-    "in_model": {"model": None, "threads": None, "llc_bytes": None, "tasks": [{
-        "op": None, "shapes": None, "weight": None, "share": None, "spearman_warm": None, "spearman_flushed": None,
-        "configs": [{"index": None, "warm_ms": None, "flushed_ms": None, "in_model_ms": None}]}]},
+    "in_model": {"model": None, "threads": None, "llc_bytes": None, "weight_bytes": None, "tasks": [{
+        "op": None, "shapes": None, "weight": None, "share": None, "spearman_warm": None, "spearman_cold": None,
+        "spearman_flushed": None,
+        "configs": [{"index": None, "warm_ms": None, "cold_ms": None, "flushed_ms": None, "in_model_ms": None}]}]},
     "winograd": {"model": None, "target": None, "isa": None, "threads": None, "trials": None,
                  "tasks": [{"op": None, "shapes": None, "weight": None, "direct_ms": None, "winograd_ms": None,
                             "ratio": None, "config": None, "fallback_ms": None, "fallback": None}]},

@@ -55,6 +55,8 @@ def test_three_tuners_of_100_trials_measure_no_config_twice(small_model, other_m
     check_all_kept(db_url, 100)
 
 
+# 25 s each; on SQLite a long case: the default suite's kill -9 and resume on a file is test_tune_faults.py's
+@pytest.mark.parametrize("dialect", [pytest.param("sqlite", marks=pytest.mark.slow), "postgres"], indirect=True)
 def test_a_tuner_killed_and_resumed_measures_what_it_held_and_nothing_twice(small_model, other_model, db_url):
     """The killed tuner is the one of the other model, killed while it holds claims on the task only
     its model has: the resumed run measures those (same host, its pid gone: taken over at once).

@@ -152,6 +152,9 @@ def test_timer_in_c_reports_per_call_seconds():
     assert len(costs) == 4 and all(0 < x < 1.0 for x in costs)
     assert np.all(args.arrays[2] == 32.0)
     assert len(kern.time(args, repeat=5, min_repeat_ms=1.0, stop_above=1e-12)) == 1  # gives up after one repeat
+    before = [a.copy() for a in args.arrays]
+    assert len(kern.time(args, repeat=3, min_repeat_ms=1.0, flush_bytes=1 << 20, warm=(0,))) == 3  # A read back
+    assert all(np.array_equal(a, b) for a, b in zip(args.arrays, before))  # reading back writes nothing
 
 
 def test_per_lane_select_vectorizes_only_when_loads_are_safe():

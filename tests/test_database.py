@@ -31,7 +31,8 @@ from autosched.database import (
     import_jsonl,
     isa_of,
 )
-from autosched.measure import record_to_json
+from autosched.database.queries import config_cost
+from autosched.measure import RecordError, record_to_json
 from autosched.target import CpuInfo, Target
 from autosched.zoo import mlp
 
@@ -81,6 +82,34 @@ def test_best_prefers_this_cpu_then_the_same_isa_never_another(db_url, tasks):
     found = best(db, task, HERE)
     assert (found.cost, found.fingerprint) == (2e-3, HERE.fingerprint)  # slower, but measured here
     assert isa_of(HERE) == isa_of(OTHER_CPU) != isa_of(OTHER_ISA)
+
+
+def test_records_keep_how_they_were_timed_and_a_best_is_compared_within_one_cache_mode(db_url, tasks, tmp_path):
+    """Cold timings are slower by the weights' loads: the task's best comes from the mode it was
+    last tuned in, and a tuned config is weighed against the default timed the same way."""
+    db = Database(db_url)
+    task = tasks[0]
+
+    def timed(recs, caches):
+        return [(inp, dataclasses.replace(res, caches=caches, threads=2)) for inp, res in recs]
+
+    db.commit(measured(task, HERE, [1e-3, 5e-4]))  # older records: mode untold, timed warm
+    assert (best(db, task, HERE).cost, best(db, task, HERE).caches) == (5e-4, "warm")
+    db.commit(timed(measured(task, HERE, [None, 3e-3, 2e-3], t0=2000.0), "cold"))
+    found = best(db, task, HERE)
+    assert (found.cost, found.caches, found.config.index) == (2e-3, "cold", 2)
+    default = found.config.space.get(1)
+    assert config_cost(db, task, HERE, default, "cold") == 3e-3 and config_cost(db, task, HERE, default) == 5e-4
+    stored = list(db.stored())
+    assert [(s.result.caches, s.result.threads) for s in stored] == [(None, None)] * 2 + [("cold", 2)] * 3
+    with open(tmp_path / "out.jsonl", "w") as f:
+        export_jsonl(db, f)
+    copy = Database(tmp_path / "copy.db")
+    import_jsonl(copy, tmp_path / "out.jsonl")
+    assert [(s.result.caches, s.result.threads) for s in copy.stored()] == [(s.result.caches, s.result.threads)
+                                                                            for s in stored]
+    with pytest.raises(RecordError, match="caches must be one of warm, cold, flushed or None, got 'hot'"):
+        dataclasses.replace(stored[-1].result, caches="hot")
 
 
 def test_records_outside_their_space_are_skipped_with_a_warning_naming_them(db_url, tasks, caplog):
@@ -180,10 +209,11 @@ def test_sessions_count_what_their_writer_committed(db_url, tasks):
 
 
 @pytest.mark.parametrize("version, nodes", [(1, [None, None]), (2, ["node-a", None]), (3, ["node-a", None]),
-                                            (4, ["node-a", None]), (5, ["node-a", None])])
+                                            (4, ["node-a", None]), (5, ["node-a", None]),
+                                            (6, ["node-a", None])])
 def test_databases_of_older_schemas_are_migrated(db_url, tasks, version, nodes):
     """Fixtures are dumps of real files of each older version (v2: v1 migrated by that version's
-    code, v3: v2 migrated by v3's, v4: v3 by v4's, v5: v4 by v5's); on PostgreSQL the same tables
+    code, v3: v2 migrated by v3's, v4: v3 by v4's, v5: v4 by v5's, v6: v5 by v6's); on PostgreSQL the same tables
     and rows are made on the server. A read-only open reads a migrated copy and leaves the
     database as it was; the first open that may write migrates it, and it takes new records after."""
     older_database(version, db_url)

@@ -6,9 +6,11 @@ bounds (segfault), a reduction of 2^50 steps (never returns), an off-by-one body
 import pytest
 from faulty_kernels import SPACE, AddOneTask, instantiate
 
+from autosched.measure.caches import llc_bytes
 from autosched.measure.interface import measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.measure.record import ErrorKind, MeasureInput
+from autosched.measure.worker import activations
 from autosched.target import Target
 
 
@@ -49,3 +51,22 @@ def test_compile_timeout_is_reported(tmp_path):
     builder = LocalBuilder(n_parallel=1, timeout=0.001, cache_dir=tmp_path, instantiate=instantiate)
     (res,) = builder.build(_inputs("good"))
     assert res.error_kind is ErrorKind.COMPILE_TIMEOUT and res.artifact is None
+
+
+def test_each_result_says_the_cache_mode_and_threads_it_was_timed_in(tmp_path):
+    builder = LocalBuilder(n_parallel=1, cache_dir=tmp_path, instantiate=instantiate)
+    for mode in ("warm", "cold", "flushed"):
+        options = RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1, caches=mode, flush_bytes=1 << 20)
+        assert options.flush() == (0 if mode == "warm" else 1 << 20)
+        with LocalRunner(options) as runner:
+            [result] = measure_with(builder, runner)(_inputs("good"))
+        assert result.ok and (result.caches, result.threads) == (mode, 1) and len(result.costs) == 2
+    assert RunnerOptions(caches="cold").flush() == 2 * llc_bytes() > 0
+    with pytest.raises(ValueError, match="unknown cache mode 'hot'"):
+        RunnerOptions(caches="hot")
+
+
+def test_after_a_flush_only_the_inputs_that_are_not_weights_are_read_back():
+    assert activations(3, [1, 2]) == (0,)  # a convolution: its filter and bias stay cold
+    assert activations(2, []) == (0, 1)
+    assert activations(2, None) == ()  # flushed: nothing read back

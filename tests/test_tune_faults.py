@@ -57,6 +57,7 @@ def test_kill_9_leaves_no_process_and_a_resumed_tune_loses_nothing_and_repeats_n
     assert len(set(after)) == len(after)  # no (workload, target, config) measured twice
 
 
+@pytest.mark.slow  # 19 s; the default suite's three tuners on one SQLite file (test_claims_tuners.py) cover it
 def test_two_tuners_share_one_database_file(small_model, tmp_path):
     db = tmp_path / "shared.db"
     procs = [start_tune(small_model, db, 8, uuid.uuid4().hex, "--seed", str(seed)) for seed in (1, 2)]

@@ -1,6 +1,7 @@
 """Tuning a whole model: the task scheduler, the tuning database, builds that use its best configs."""
 import json
 import logging
+import os
 import re
 import sqlite3
 
@@ -16,6 +17,7 @@ from autosched.compile.model import build_model
 from autosched.database import Database, RecordWriter, TunedSchedules, history, import_jsonl
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
+from autosched.measure.caches import llc_bytes, model_caches
 from autosched.measure.interface import PipelinedRunner
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.runtime import load_model
@@ -75,6 +77,28 @@ def test_cli_tune_then_build_from_the_database(small_model, db_url, tmp_path, ca
     out, err = capsys.readouterr()
     assert "0 of 2 tasks with tuned schedules" in out
     assert err.count("note:") == 1 and f"2 tasks have records only for {other}" in err
+
+
+def test_tune_times_kernels_in_the_cache_mode_the_model_runs_them_in_and_records_say_so(small_model, tmp_path,
+                                                                                         capsys):
+    def timed(db):
+        return set(execute(str(db), "SELECT caches, threads FROM records WHERE cost IS NOT NULL"))
+
+    threads = os.cpu_count() or 1
+    cold, auto = tmp_path / "cold.db", tmp_path / "auto.db"
+    common = ["--trials", "4", "--round", "2", "--tuner", "random", "--no-model-check"]
+    assert main(["tune", str(small_model), *common, "--db", str(cold), "--caches", "cold"]) == 0
+    out = capsys.readouterr().out
+    assert "timing kernels in cold caches (the model's weights: 15 KiB)" in out, repr(out)
+    assert timed(cold) == {("cold", threads)}
+    assert main(["db", "best", str(small_model), "--db", str(cold)]) == 0
+    assert capsys.readouterr().out.count("(timed in cold caches)") == 2
+    assert main(["tune", str(small_model), *common, "--db", str(auto), "--caches", "auto"]) == 0  # weights fit
+    assert "timing kernels in" not in capsys.readouterr().out and timed(auto) == {("warm", threads)}
+    assert model_caches("auto", 2 * llc_bytes()) == "cold" and model_caches("auto", 1 << 20) == "warm"
+    assert main(["tune", str(small_model), *common, "--db", str(auto), "--target", "cuda", "--emulate",
+                 "--caches", "cold"]) == 2
+    assert "timing in cold caches is for CPU targets; cuda" in capsys.readouterr().err
 
 
 def _from_database(build_output: str) -> tuple[int, int]:

@@ -123,6 +123,8 @@ def _best(db, args) -> int:
             continue
         total += task.weight * found.cost
         where = "" if found.fingerprint == target.fingerprint else f"  (measured on {found.fingerprint})"
+        if found.caches != "warm":
+            where += f"  (timed in {found.caches} caches)"
         if task.key in schedules.declined:
             where += "  (built on its default: it lost in the model or won alone by too little)"
         print(f"{task.op:<10} {task.weight:>6} {found.cost * 1e3:>9.4g} {task.flops / found.cost / 1e9:>8.1f} "

@@ -223,6 +223,10 @@ def _announce(plan, say) -> None:
         say(f"resuming from {plan.resumed} records of {sum(1 for k in plan.history if k in keys)} tasks")
     if plan.transferred:
         say(f"cost models start trained on {plan.transferred} records of other workloads")
+    if plan.caches != "warm":
+        size = plan.weight_bytes
+        weights = f"{size / 2**20:.1f} MiB" if size >= 1 << 20 else f"{size / 1024:.0f} KiB"
+        say(f"timing kernels in {plan.caches} caches (the model's weights: {weights})")
 
 
 def display_for(mode: str) -> _Display:

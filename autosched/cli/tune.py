@@ -12,6 +12,7 @@ from autosched.api import tune
 from autosched.cli.args import add_db_argument, add_model_arguments
 from autosched.cli.progress import JsonLinesProgress, display_for, summary_table
 from autosched.database.location import shown
+from autosched.measure.caches import CACHE_CHOICES
 from autosched.model_check import ModelCheck
 from autosched.target import Target
 
@@ -36,6 +37,11 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
                              "that lose are kept out of builds)")
     parser.add_argument("--ab-tasks", type=int, default=3, metavar="N",
                         help="tuned configs A/B-tested in the model at the end (default 3)")
+    parser.add_argument("--caches", default="warm", choices=CACHE_CHOICES,
+                        help="the cache state CPU kernels are timed in: warm (calls back to back, the default), "
+                             "cold (weights flushed from the caches, inputs read back in, as a model too big for "
+                             "the last-level cache runs them), flushed (everything cold) or auto (cold where the "
+                             "model's weights exceed this machine's last-level cache, else warm); records keep it")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", dest="progress", action="store_const", const="quiet", default="auto",
                        help="no progress, only the last line")
@@ -57,7 +63,7 @@ def run_tune(args: argparse.Namespace) -> int:
     with runner or contextlib.nullcontext():
         out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
                    seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
-                   emulate=args.emulate, callbacks=[display], substitutions=args.substitutions,
+                   emulate=args.emulate, callbacks=[display], substitutions=args.substitutions, caches=args.caches,
                    model_check=args.model_check, ab_tasks=args.ab_tasks)
     summary = out.summary
     if isinstance(display, JsonLinesProgress):  # --progress json-lines

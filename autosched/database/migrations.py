@@ -30,9 +30,15 @@ def _add_model_timings(conn: Connection) -> None:
         table.create(conn)
 
 
+def _add_timing_context(conn: Connection) -> None:
+    conn.exec_driver_sql("ALTER TABLE records ADD COLUMN caches VARCHAR(16)")
+    conn.exec_driver_sql("ALTER TABLE records ADD COLUMN threads INTEGER")
+
+
 #: version v → the step that turns a version-v file into version v + 1
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
-    1: _add_node, 2: _add_search_time, 3: _add_session_tasks, 4: _add_claims, 5: _add_model_timings}
+    1: _add_node, 2: _add_search_time, 3: _add_session_tasks, 4: _add_claims, 5: _add_model_timings,
+    6: _add_timing_context}
 
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "every older version needs its step"
 

@@ -150,14 +150,19 @@ def _transfer(db: Database, template: str, target: Target, exclude: set[str], ou
         out.setdefault(row["key"], []).append((MeasureInput(task, target, config), result_of(row)))
 
 
+#: a record's cache mode, records from before modes were recorded counting as the warm ones they were
+_CACHES = func.coalesce(records.c.caches, "warm")
+
+
 @dataclass(frozen=True)
 class Best:
-    """A task's fastest valid config and where it was measured."""
+    """A task's fastest valid config, where it was measured and in which cache mode."""
 
     config: Config
     cost: float
     record: int
     fingerprint: str
+    caches: str = "warm"
 
     @property
     def static_estimate(self) -> bool:
@@ -169,7 +174,9 @@ def best(db: Database, task: Task, target: Target) -> Best | None:
     """The fastest valid record of `task` on this machine, else on another device of the same ISA
     (`Best.fingerprint` says which), else, for a cuda target, the best static estimate of an
     emulated tune (`Best.static_estimate`), else None. Emulation run times of older versions
-    (stored under `cuda|sm_XX`) are never read."""
+    (stored under `cuda|sm_XX`) are never read. Times of different cache modes are not
+    comparable (a cold timing is slower by the weights' loads): the fastest is taken among the
+    records of the mode the task's newest record was timed in, how it was last tuned."""
     space = space_of(task, target)
     if space is None:
         return None
@@ -179,11 +186,15 @@ def best(db: Database, task: Task, target: Target) -> Best | None:
     if target.kind == "cuda" and not target.emulated:
         tiers.append((targets.c.fingerprint == target.as_emulated().fingerprint,))
     for where in tiers:
+        newest = _rows(db, *common, *where, limit=1, order=records.c.id.desc())
+        if not newest:
+            continue
+        mode = newest[0]["caches"] or "warm"
         # the fastest few first: one of them is almost always valid, and a task may have thousands
         for limit in (BEST_CANDIDATES, None):
-            rows = _rows(db, *common, *where, limit=limit, order=records.c.cost)
+            rows = _rows(db, *common, *where, _CACHES == mode, limit=limit, order=records.c.cost)
             for row, config in _usable(db, rows, task, space):
-                return Best(config, row["cost"], row["id"], row["fingerprint"])
+                return Best(config, row["cost"], row["id"], row["fingerprint"], mode)
             if limit is not None and len(rows) < limit:
                 break
     return None
@@ -198,12 +209,14 @@ def other_isas(db: Database, task: Task, target: Target) -> set[str]:
         return set(conn.execute(query).scalars())
 
 
-def config_cost(db: Database, task: Task, target: Target, config: Config) -> float | None:
-    """The fastest timing of one config of `task` measured on this machine (None if never timed):
-    what a tuned config is weighed against, for the default config of its task."""
+def config_cost(db: Database, task: Task, target: Target, config: Config, caches: str = "warm") -> float | None:
+    """The fastest timing of one config of `task` measured on this machine in cache mode `caches`
+    (None if never timed so): what a tuned config is weighed against, for the default config of
+    its task."""
     query = (select(func.min(records.c.cost)).join(workloads, records.c.workload_id == workloads.c.id)
              .join(targets, records.c.target_id == targets.c.id)
              .where(workloads.c.key == task.key, targets.c.fingerprint == target.fingerprint,
-                    records.c.config == config_text(config.to_json()), records.c.cost.is_not(None)))
+                    records.c.config == config_text(config.to_json()), records.c.cost.is_not(None),
+                    _CACHES == caches))
     with db.reading() as conn:
         return conn.execute(query).scalar_one()

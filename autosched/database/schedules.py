@@ -104,5 +104,5 @@ class TunedSchedules:
             return verdict.wins
         if found.static_estimate or found.fingerprint != target.fingerprint:
             return True
-        default_cost = config_cost(self.db, task, target, default)
+        default_cost = config_cost(self.db, task, target, default, found.caches)
         return default_cost is None or found.cost <= (1 - IN_MODEL_NOISE) * default_cost

@@ -14,8 +14,9 @@ from sqlalchemy import BigInteger, Column, Float, ForeignKey, Index, Integer, Me
 #: 3: sessions.search_s; 4: sessions.tasks (what model a session tuned, wherever its file lies);
 #: 5: claims (configs being measured now, so that concurrent tuners measure each once);
 #: 6: verdicts (whether a task's tuned config made the whole model faster, timed in the model),
-#: kernel_times and model_times (kernels and whole builds timed in the model: the latency model)
-SCHEMA_VERSION = 6
+#: kernel_times and model_times (kernels and whole builds timed in the model: the latency model);
+#: 7: records.caches and records.threads (how a record was timed)
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -76,6 +77,8 @@ records = Table(
     Column("version", String(32)),                 # autosched's version
     Column("timestamp", Float, nullable=False),
     Column("node", Text),
+    Column("caches", String(16)),                  # warm, cold or flushed (`measure/caches.py`); NULL: warm, untold
+    Column("threads", Integer),                    # threads it ran on; NULL: not recorded
     UniqueConstraint("workload_id", "target_id", "config", "timestamp"),
 )
 

@@ -203,7 +203,7 @@ class Database:
                              "costs": json.dumps(list(res.costs)), "cost": res.cost if res.ok else None,
                              "error_kind": res.error_kind.name, "error_msg": res.error_msg, "build_s": res.build_s,
                              "run_s": s.run_s, "tuner": s.tuner, "version": s.version, "timestamp": res.timestamp,
-                             "node": s.node})
+                             "node": s.node, "caches": res.caches, "threads": res.threads})
             added = insert_missing(conn, records, rows, RECORD_KEY)
             if conn.execute(select(exists().select_from(claims))).scalar():
                 conn.execute(delete(claims).where(tuple_(*CLAIM_KEY).in_(
@@ -341,7 +341,8 @@ def result_of(row) -> MeasureResult:
     """The MeasureResult of a records row (validated like a log line)."""
     try:
         return MeasureResult(costs=tuple(json.loads(row["costs"])), error_kind=ErrorKind[row["error_kind"]],
-                             error_msg=row["error_msg"], build_s=row["build_s"], timestamp=row["timestamp"])
+                             error_msg=row["error_msg"], build_s=row["build_s"], timestamp=row["timestamp"],
+                             caches=row.get("caches"), threads=row.get("threads"))
     except (ValueError, KeyError, RecordError) as e:
         raise DatabaseError(f"record {row['id']}: malformed ({e})") from None
 

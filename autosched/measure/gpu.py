@@ -27,6 +27,7 @@ class GpuRunner(LocalRunner):
     """Times built cubins (NvccBuilder's manifests) on the first GPU, one at a time."""
 
     WORKER = "autosched.measure.gpu_worker"
+    ON_HOST = False
 
     def __init__(self, options: RunnerOptions = RunnerOptions(), start_timeout: float = 60.0):
         super().__init__(options)

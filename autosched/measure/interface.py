@@ -33,6 +33,11 @@ class Runner(ABC):
         whose device the target string already fingerprints (the CPU, read at parse) keep it."""
         return target
 
+    def time_in(self, caches: str) -> bool:
+        """Time the next candidates in cache mode `caches` (`autosched.measure.caches`); False
+        where this runner cannot, and keeps timing as it did (warm, unless its options say)."""
+        return caches == "warm"
+
 
 class PipelinedRunner(Runner):
     """A runner that starts timing each candidate as soon as its build is done, so the rest

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from autosched.codegen.gcc import compile_c, target_flags
 from autosched.errors import AutoschedError
 from autosched.lower import lower
 from autosched.lower.ir import PrimFunc
-from autosched.measure.fold import fold_weights
+from autosched.measure.caches import CACHE_MODES, llc_bytes
+from autosched.measure.fold import constant_inputs, fold_weights
 from autosched.measure.interface import Builder, Runner
 from autosched.measure.lifetime import die_with_parent
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult
@@ -149,12 +150,21 @@ class RunnerOptions:
     """How candidates are timed and checked."""
     repeat: int = 3
     min_repeat_ms: float = 40.0
-    flush_bytes: int = 0          # bytes written between repeats to evict the caches (0: warm caches)
+    caches: str = "warm"          # the cache state each call is timed in: warm, cold or flushed (`caches.py`)
+    flush_bytes: int = 0          # bytes written before each cold or flushed call (0: twice the last-level cache)
     timeout: float = 10.0         # seconds per candidate beyond its timing budget
     threads: int = os.cpu_count() or 1
     rtol: float = 1e-3
     atol: float = 1e-4            # per unit of the reference output's largest magnitude (at least 1)
     stop_factor: float = 4.0      # stop timing a candidate once it is this much slower than the task's best
+
+    def __post_init__(self) -> None:
+        if self.caches not in CACHE_MODES:
+            raise ValueError(f"unknown cache mode {self.caches!r}: expected one of {', '.join(CACHE_MODES)}")
+
+    def flush(self) -> int:
+        """Bytes written before each timed call (0: none, the warm mode)."""
+        return 0 if self.caches == "warm" else self.flush_bytes or 2 * llc_bytes()
 
 
 class LocalRunner(Runner):
@@ -162,6 +172,8 @@ class LocalRunner(Runner):
 
     #: the worker's module (`python -m`); a device runner names its own, speaking the same protocol
     WORKER = "autosched.measure.worker"
+    #: whether kernels run on this machine's cores, so that records say how many threads they had
+    ON_HOST = True
 
     def __init__(self, options: RunnerOptions = RunnerOptions()):
         self.options = options
@@ -169,6 +181,10 @@ class LocalRunner(Runner):
         self._dir = temp_dir("run")
         self._data: dict[str, str] = {}
         self._best: dict[str, float] = {}
+
+    def time_in(self, caches: str) -> bool:
+        self.options = replace(self.options, caches=caches)
+        return True
 
     # --- task data ----------------------------------------------------------------------
     def _data_file(self, task) -> str:
@@ -217,7 +233,8 @@ class LocalRunner(Runner):
         # a target that rounds (cuda -precision=tf32) is checked within what its rounding implies
         rtol, atol = (max(mine, implied) for mine, implied in zip((o.rtol, o.atol), inp.target.tolerance))
         req = {"manifest": build.artifact, "data": self._data_file(inp.task), "threads": o.threads,
-               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "flush_bytes": o.flush_bytes,
+               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "flush_bytes": o.flush(),
+               "weights": constant_inputs(inp.task) if o.caches == "cold" else None,
                "stop_above": best * o.stop_factor if best and o.stop_factor else 0.0, "rtol": rtol, "atol": atol}
         limit = o.timeout + 3 * o.repeat * o.min_repeat_ms / 1e3
         proc = self._worker()
@@ -248,4 +265,5 @@ class LocalRunner(Runner):
         costs = tuple(reply["costs"])
         cost = float(np.median(costs))
         self._best[inp.task.key] = min(cost, best or cost)
-        return MeasureResult(costs, ErrorKind.NO_ERROR, "", build.build_s, now)
+        return MeasureResult(costs, ErrorKind.NO_ERROR, "", build.build_s, now, caches=o.caches,
+                             threads=o.threads if self.ON_HOST else None)

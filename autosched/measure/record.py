@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from autosched.errors import AutoschedError
+from autosched.measure.caches import CACHE_MODES
 from autosched.space import Config
 from autosched.target import Target
 
@@ -77,7 +78,9 @@ class BuildResult:
 class MeasureResult:
     """Raw timings in seconds (all repeats, kept for later statistics), or an error.
     `node` names the fleet node that measured it (None: this machine), so a timing can be
-    traced to the hardware it came from."""
+    traced to the hardware it came from; `caches` and `threads` say how it was timed (the
+    cache mode of `autosched.measure.caches` and the thread count; None: not recorded, as in
+    records older than them, which were timed warm)."""
 
     costs: tuple[float, ...]
     error_kind: ErrorKind
@@ -85,6 +88,8 @@ class MeasureResult:
     build_s: float
     timestamp: float
     node: str | None = None
+    caches: str | None = None
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "costs", tuple(float(c) for c in self.costs))
@@ -97,6 +102,10 @@ class MeasureResult:
             raise RecordError(f"a failed result ({self.error_kind.name}) must not carry costs")
         if self.node is not None and not isinstance(self.node, str):
             raise RecordError(f"node must be a string or None, got {self.node!r}")
+        if self.caches is not None and self.caches not in CACHE_MODES:
+            raise RecordError(f"caches must be one of {', '.join(CACHE_MODES)} or None, got {self.caches!r}")
+        if self.threads is not None and (type(self.threads) is not int or self.threads < 1):
+            raise RecordError(f"threads must be a positive integer or None, got {self.threads!r}")
 
     @classmethod
     def failure(cls, kind: ErrorKind, msg: str, build_s: float, timestamp: float) -> MeasureResult:
@@ -115,10 +124,11 @@ class MeasureResult:
         return statistics.median(self.costs)
 
     def to_json(self) -> dict[str, Any]:
-        """`node` only when set, so records measured on this machine read as before."""
+        """`node`, `caches` and `threads` only when set, so records without them read as before."""
         out = {"costs": list(self.costs), "error_kind": self.error_kind.name, "error_msg": self.error_msg,
                "build_s": self.build_s, "timestamp": self.timestamp}
-        return out if self.node is None else {**out, "node": self.node}
+        out.update({k: v for k in ("node", "caches", "threads") if (v := getattr(self, k)) is not None})
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> MeasureResult:
@@ -131,7 +141,8 @@ class MeasureResult:
             if not isinstance(obj["error_msg"], str):
                 raise RecordError(f"error_msg must be a string, got {obj['error_msg']!r}")
             return cls(costs=tuple(costs), error_kind=kind, error_msg=obj["error_msg"],
-                       build_s=float(obj["build_s"]), timestamp=float(obj["timestamp"]), node=obj.get("node"))
+                       build_s=float(obj["build_s"]), timestamp=float(obj["timestamp"]), node=obj.get("node"),
+                       caches=obj.get("caches"), threads=obj.get("threads"))
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"malformed measure result {obj!r}: {exc!r}") from None
 

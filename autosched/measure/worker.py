@@ -55,6 +55,12 @@ def precompute(folded: dict, inputs: list) -> np.ndarray:
     return out
 
 
+def activations(n_inputs: int, weights: list[int] | None) -> tuple[int, ...]:
+    """The inputs read back into cache after each flush: all but the weights (None: none, every
+    input stays as cold as the flush left it)."""
+    return () if weights is None else tuple(k for k in range(n_inputs) if k not in weights)
+
+
 def handle(req: dict) -> dict:
     manifest = json.loads(open(req["manifest"]).read())
     params = [Buffer(p["name"], p["dtype"], tuple(p["shape"])) for p in manifest["params"]]
@@ -70,7 +76,8 @@ def handle(req: dict) -> dict:
     if "static_estimate" in manifest:  # a GPU kernel's emulation: its time is the model's, not this CPU's
         return {"costs": [manifest["static_estimate"]["seconds"]]}
     costs = kern.time(args, repeat=int(req["repeat"]), min_repeat_ms=float(req["min_repeat_ms"]),
-                      flush_bytes=int(req["flush_bytes"]), stop_above=float(req["stop_above"]))
+                      flush_bytes=int(req["flush_bytes"]), stop_above=float(req["stop_above"]),
+                      warm=activations(len(inputs), req.get("weights")))
     return {"costs": costs}
 
 

@@ -69,7 +69,7 @@ class Kernel:
         self._ffi = FFI()
         ptrs = ", ".join(t + "*" for t in ctypes)
         self._ffi.cdef(f"int32_t {name}({ptrs});\n"
-                       f"int32_t {name}_time({ptrs}, int32_t, double, int64_t, double, double*);\n"
+                       f"int32_t {name}_time({ptrs}, int32_t, double, int64_t, const int64_t*, double, double*);\n"
                        "void autosched_set_num_threads(int32_t);\n"
                        "const char* autosched_last_error(void);")
         pin_openmp()
@@ -114,10 +114,15 @@ class Kernel:
         raise KernelError(message)
 
     def time(self, args: BoundArgs, repeat: int = 3, min_repeat_ms: float = 50.0, flush_bytes: int = 0,
-             stop_above: float = 0.0) -> list[float]:
-        """Seconds per call, one figure per repeat, timed in C (see the generated `_time` function)."""
+             stop_above: float = 0.0, warm: Sequence[int] = ()) -> list[float]:
+        """Seconds per call, one figure per repeat, timed in C (see the generated `_time` function).
+        `warm`: the arguments read back into cache after each flush (a model's activations)."""
         costs = self._ffi.new("double[]", max(1, repeat))
-        done = self._time(*args.pointers, int(repeat), float(min_repeat_ms), int(flush_bytes), float(stop_above), costs)
+        warm_bytes = self._ffi.NULL
+        if warm:
+            warm_bytes = self._ffi.new("int64_t[]", [a.nbytes if k in warm else 0 for k, a in enumerate(args.arrays)])
+        done = self._time(*args.pointers, int(repeat), float(min_repeat_ms), int(flush_bytes), warm_bytes,
+                          float(stop_above), costs)
         if done < 0:
             self._fail()
         return [costs[i] for i in range(done)]

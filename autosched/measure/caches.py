@@ -1,0 +1,55 @@
+"""The cache state a candidate is timed in: the state the built model runs its kernel in.
+
+A kernel timed many times back to back finds its weights in cache from the previous call. In a
+model whose weights exceed the last-level cache it never does: the other layers' weights have
+evicted them by the time it runs again, while its input activations were just written by the
+previous kernel. Timing warm then ranks configs by how they run from cache, which is not how
+the model runs them. Three modes:
+
+- ``warm``: many calls back to back, the fastest and least noisy (`tune`'s default);
+- ``cold``: each timed call follows a flush of twice the last-level cache, after which the
+  kernel's activations are read back in: weights cold, inputs as warm as the previous kernel
+  leaves them (what ``tune --caches auto`` picks for a model whose weights exceed the cache);
+- ``flushed``: each timed call after the flush alone, everything cold (TVM's
+  ``enable_cpu_cache_flush``).
+
+Why warm stays the default: on the AVX2 host this was measured on (Zen 3, 2 cores, a 32 MiB L3
+shared with other tenants), `benchmarks/in_model.py` (3 costliest tasks, 8 configs each) found
+no mode that ranks configs closer to their in-model order. ResNet-18 (45 MiB of weights): mean
+Spearman warm 0.897 and 0.881, cold 0.865 and 0.801, flushed 0.825 and 0.889 in two quiet runs;
+MobileNetV2 (14 MiB): warm 0.746, cold 0.643, flushed 0.818. Other hosts may differ: the modes
+are there to measure it.
+
+Records keep the mode they were timed in (`MeasureResult.caches`), since times of different
+modes are not comparable.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+CACHE_MODES = ("warm", "cold", "flushed")
+#: what `tune` and `build` accept: a mode, or "auto" to pick one from the model's weights
+CACHE_CHOICES = ("auto", *CACHE_MODES)
+
+
+def llc_bytes() -> int:
+    """This machine's last-level cache (sysfs, CPU 0's highest level), 32 MiB where it cannot be read."""
+    best = 0
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            text = (index / "size").read_text().strip()
+            size = int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]] if text[-1] in "KM" else int(text)
+        except (OSError, ValueError, IndexError, KeyError):
+            continue
+        best = max(best, size)
+    return best or 32 << 20
+
+
+def model_caches(mode: str, weight_bytes: int) -> str:
+    """The mode to time a model's candidates in: `mode` itself unless it is "auto", which is
+    "cold" where the model's weights exceed this machine's last-level cache, else "warm"."""
+    if mode not in CACHE_CHOICES:
+        raise ValueError(f"unknown cache mode {mode!r}: expected one of {', '.join(CACHE_CHOICES)}")
+    if mode != "auto":
+        return mode
+    return "cold" if weight_bytes > llc_bytes() else "warm"
