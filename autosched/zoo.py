@@ -212,6 +212,37 @@ def mlp(seed: int = 0, batch: int = 64, sizes: Sequence[int] = (784, 1024, 1024,
     return b.model("mlp", [_tensor("input", (batch, sizes[0]))], [_tensor(x, (batch, sizes[-1]))])
 
 
+def squeezenet(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx.ModelProto:
+    """SqueezeNet 1.1 for 1×3×size×size images, torchvision layout: fire modules whose 1×1 and
+    3×3 expand convolutions read the same input (parallel branches for graph substitutions)."""
+    b = _Builder(seed)
+
+    def conv_relu(x: str, name: str, cin: int, cout: int, kernel: int, stride: int = 1) -> str:
+        weight = b.normal(f"{name}.weight", (cout, cin, kernel, kernel), math.sqrt(2.0 / (cin * kernel * kernel)))
+        bias = b.normal(f"{name}.bias", (cout,), 0.01)
+        y = b.node("Conv", [x, weight, bias], f"{name}/Conv", kernel_shape=[kernel, kernel], strides=[stride, stride],
+                   pads=[kernel // 2] * 4 if stride == 1 else [0] * 4)
+        return b.node("Relu", [y], f"{name}/Relu")
+
+    def pool(x: str, name: str) -> str:
+        return b.node("MaxPool", [x], f"{name}/MaxPool", kernel_shape=[3, 3], strides=[2, 2])
+
+    x = pool(conv_relu("input", "features.0", 3, 64, 3, stride=2), "features.2")
+    cin = 64
+    for index, (squeeze, expand) in enumerate(((16, 64), (16, 64), (32, 128), (32, 128), (48, 192), (48, 192),
+                                               (64, 256), (64, 256)), start=3):
+        name = f"features.{index}"
+        s = conv_relu(x, f"{name}.squeeze", cin, squeeze, 1)
+        x = b.node("Concat", [conv_relu(s, f"{name}.expand1x1", squeeze, expand, 1),
+                              conv_relu(s, f"{name}.expand3x3", squeeze, expand, 3)], f"{name}/Concat", axis=1)
+        cin = 2 * expand
+        if index in (4, 6):
+            x = pool(x, f"features.{index}.pool")
+    logits = b.node("Flatten", [b.node("GlobalAveragePool", [conv_relu(x, "classifier.1", cin, classes, 1)],
+                                       "classifier.3/GlobalAveragePool")], "flatten/Flatten", axis=1)
+    return b.model("squeezenet", [_tensor("input", (1, 3, size, size))], [_tensor(logits, (1, classes))])
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnet18": resnet18,
     "mobilenet_v2": mobilenet_v2,

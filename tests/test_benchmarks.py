@@ -67,6 +67,15 @@ FIELDS: dict[str, Any] = {
                  "shfl": None, "hmma": None, "ldgsts": None}}},
         "static_model": {"configs": None, "built": None, "best_us": None, "median_us": None, "worst_us": None,
                          "fallback_us": None, "fallback_rank": None, "top": [{"config": None, "estimate_us": None}]}},
+    "substitutions": {"threads": None, "runs": None, "rules": {"source": None, "max_ops": None, "counts": None,
+                                                                "seconds": None},
+                      "models": {"*": {"rewrites": None, "kernels_before": None, "kernels_after": None,
+                                       "estimated_ms_before": None, "estimated_ms_after": None, "search_s": None,
+                                       "matches_onnxruntime": None,
+                                       "untuned": {"off_ms": None, "on_ms": None, "onnxruntime_ms": None,
+                                                   "on_vs_off": None},
+                                       "tuned": {"off_ms": None, "on_ms": None, "onnxruntime_ms": None,
+                                                 "on_vs_off": None, "trials": None}}}},
     "gpu": {"gpu": None, "arch": None, "tests": None, "static_model_spearman": None, "models": None,
             "kernels": {"*": {"shape": None, "flops": None, "static_us": None, "registers": None, "occupancy": None,
                               "sass": {"ffma": None, "ldg128": None, "lds128": None, "local": None}}}},
@@ -149,6 +158,10 @@ def test_benchmark_quick_run(name, tmp_path, request):
     assert missing(out, FIELDS[name]) == []
     if name == "models":
         assert all(model["matches_onnxruntime"] for model in out.values())
+    if name == "substitutions":  # the fire modules' expand convolutions merge: fewer kernels, the same outputs
+        assert all(model["matches_onnxruntime"] for model in out["models"].values())
+        fire = out["models"]["squeezenet"]
+        assert fire["rewrites"] and fire["kernels_after"] < fire["kernels_before"]
     if name == "cuda_templates":  # each row's fallback config: valid by definition
         assert all(row["pass_emulation"] == 1.0 for row in out["templates"].values())
         assert all(row["within_limits"] == 1.0 for row in out["templates"].values()) or not out["nvcc"]

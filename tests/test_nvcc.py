@@ -12,7 +12,7 @@ from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
-from tests.cuda_markers import needs_nvcc
+from tests.cuda_markers import ARCHS, needs_nvcc
 from tests.gpu_schedules import tiled_matmul
 
 PTXAS = """ptxas info    : 0 bytes gmem
@@ -33,7 +33,7 @@ def test_parse_resource_usage():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_matmul_compiles_and_reports_usage(tmp_path, arch):
     s, args = tiled_matmul(96, 80, 72, block=(32, 16, 8), thread=(4, 2), vec=2)
     built = compile_cuda(CudaRenderer().render(lower(s, args, "mm")), arch, cache_dir=tmp_path)

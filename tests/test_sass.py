@@ -7,7 +7,7 @@ from autosched.codegen.nvcc import compile_cuda
 from autosched.codegen.sass import SassError, SassProfile, find_tool, kernel_sass, read_sass
 from autosched.lower import lower
 from autosched.target import gpu_capabilities
-from tests.cuda_markers import needs_nvcc
+from tests.cuda_markers import ARCHS, needs_nvcc
 from tests.gpu_schedules import tiled_matmul
 
 SHUFFLE = """
@@ -47,7 +47,7 @@ def test_missing_tool_names_the_wheel(monkeypatch):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_shuffles_and_spills_are_visible(tmp_path, arch):
     built = compile_cuda(SHUFFLE, arch, cache_dir=tmp_path, flags=("-O3",))
     profiles = read_sass(built.path)
@@ -59,7 +59,7 @@ def test_shuffles_and_spills_are_visible(tmp_path, arch):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_vectorized_tiled_matmul_loads_128_bits(tmp_path, arch):
     s, args = tiled_matmul(256, 256, 256, block=(64, 64, 8), thread=(4, 4), vec=4)
     func = lower(s, args, "mm")

@@ -20,7 +20,7 @@ from autosched.measure.record import MeasureInput
 from autosched.target import Target
 from autosched.task import extract_tasks
 from autosched.templates import get_template
-from tests.cuda_markers import needs_nvcc
+from tests.cuda_markers import ARCHS, needs_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.skipif(not sass_available(), reason="cuobjdump/nvdisasm not installed")]
 
@@ -85,7 +85,7 @@ def test_fallbacks_have_no_local_memory_and_the_vector_accesses_they_ask_for(tmp
             assert seen.sass.count("SHFL") > 0, spec
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_sampled_configs_report_registers_and_occupancy(tmp_path, tasks, arch):
     """Every sampled config within the limits has the registers ptxas reported and an occupancy
     the multiprocessor's limits allow; spills ptxas reports are local loads and stores in the SASS."""

@@ -21,7 +21,7 @@ from autosched.measure.static_model import estimate, kernel_traffic
 from autosched.target import Target
 from autosched.task import extract_tasks
 from autosched.templates import get_template
-from tests.cuda_markers import needs_nvcc
+from tests.cuda_markers import ARCHS, needs_nvcc
 from tests.fake_cuda import FakeH100Runner
 from tests.gpu_schedules import tiled_matmul
 
@@ -40,7 +40,7 @@ def test_traffic_of_a_tiled_matmul_counts_every_tile_load():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_register_tiles_beat_one_output_per_thread(tmp_path, arch):
     caps = Target.parse(f"cuda -arch={arch}").gpu_capabilities
     figures = {}

@@ -20,7 +20,7 @@ from autosched.schedule import MmaTile, ScheduleError
 from autosched.target import Target, TargetError
 from autosched.templates import get_template
 from search_spaces.cuda.gemm_mma import FALLBACK
-from tests.cuda_markers import needs_nvcc
+from tests.cuda_markers import ARCHS, needs_nvcc
 from tests.gpu_schedules import tiled_matmul
 from tests.task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task
 
@@ -176,7 +176,7 @@ def _sass(task, arch: str, tmp_path):
 
 @needs_nvcc
 @needs_sass
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_the_4096_cubed_fallback_runs_on_tensor_cores_from_a_cp_async_pipeline(tmp_path, arch):
     sass, usage, mmas = _sass(matmul_task((4096, 4096), (4096, 4096)), arch, tmp_path)
     assert sass.count("HMMA") == mmas == 4 * 4 * 32 // 8  # a warp's 4 × 4 m16n8k8 tiles, 4 k8 steps of a 32 k step
@@ -188,7 +188,7 @@ def test_the_4096_cubed_fallback_runs_on_tensor_cores_from_a_cp_async_pipeline(t
 
 @needs_nvcc
 @needs_sass
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_a_resnet18_layer_runs_on_tensor_cores_from_a_cp_async_pipeline(tmp_path, arch):
     sass, usage, mmas = _sass(conv_task(*RESNET18_LAYER3, pad=1), arch, tmp_path)
     assert sass.count("HMMA") == mmas and sass.count("LDGSTS") > 0 and sass.count("BAR") == 1

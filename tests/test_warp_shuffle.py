@@ -16,7 +16,7 @@ from autosched.schedule import create_schedule
 from autosched.target import Target
 from autosched.templates import get_template
 from search_spaces.cuda.row_reduce import warp_allreduce
-from tests.cuda_markers import needs_nvcc
+from tests.cuda_markers import ARCHS, needs_nvcc
 from tests.task_helpers import softmax_task, unary_task
 
 
@@ -66,7 +66,7 @@ def test_fallback_of_long_rows_shuffles(name):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_shuffles_are_shfl_instructions(tmp_path, arch, name):
     """Per reduction: 5 butterfly steps within each warp and 3 across the 8 warps of 256 threads;

@@ -1,0 +1,159 @@
+"""Graph substitutions: how the rules are made, and what they do to models (issue 19).
+
+    python benchmarks/substitutions.py [--json] [--quick] [--models resnet18,squeezenet] [--threads 2]
+                                       [--runs 20] [--trials 0] [--generate MAX_OPS]
+
+Rules: the counts and seconds of each step that made the shipped rule file (terms enumerated,
+fingerprint classes, candidates, pruned, proved, unprovable, tested; enumerate, prune, verify,
+test), or with `--generate MAX_OPS` of a fresh generation of rules of up to that many operators
+here (`autosched substitutions generate` without writing the file).
+
+Per model (the zoo's and a SqueezeNet 1.1, whose fire modules have parallel branches): the
+rewrites the optimizer applies (from an empty database, as a first build sees it), kernel calls
+before and after, the estimated cost before and after, and the latency of the builds without and
+with substitutions against onnxruntime, all timed in one alternating run (medians; the same
+threads), each checked against onnxruntime first. With `--trials N`, the model is also tuned for
+N trials twice into fresh databases, once per setting (`tune --no-model-check`, so a tuned build
+is the database's best configs as they are), and the two tuned builds join the same run.
+`--json` prints one object: `rules` (`source`, `counts`, `seconds`) and per model in `models`:
+`rewrites`, `kernels_before`, `kernels_after`, `estimated_ms_before`, `estimated_ms_after`,
+`search_s`, `matches_onnxruntime`, `untuned` (`off_ms`, `on_ms`, `onnxruntime_ms`, `on_vs_off`)
+and `tuned` (the same with `trials`; null without `--trials`).
+`--quick` is a smoke run: rules of one operator generated, a 32×32 SqueezeNet, 3 runs, 2 trials.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from autosched import zoo
+from autosched.api import prepare_graph, tune
+from autosched.compile.evaluate import alternate, compare, onnxruntime_session, sample_inputs
+from autosched.compile.model import build_model
+from autosched.database import Database, TunedSchedules
+from autosched.graph.ir import Graph
+from autosched.graph.passes import optimize
+from autosched.graph.substitutions.generate import generate
+from autosched.graph.substitutions.rules import SHIPPED
+from autosched.runtime import load_model
+from autosched.target import Target
+from autosched.task import extract_tasks
+
+
+def rules_figures(max_ops: int | None) -> dict:
+    """How rules are made: the shipped file's own record of it, or a generation run here."""
+    if max_ops is None:
+        shipped = json.loads(SHIPPED.read_text())
+        return {"source": "shipped rules.json", "max_ops": shipped["generator"]["max_ops"],
+                "counts": shipped["counts"]["counts"], "seconds": shipped["counts"]["seconds"]}
+    _, report = generate(max_ops)
+    return {"source": "generated here", "max_ops": max_ops, "counts": report.counts, "seconds": report.seconds}
+
+
+def bench_model(path: Path, workdir: Path, threads: int, runs: int, trials: int) -> dict:
+    target = Target.parse("llvm")
+    off, _ = prepare_graph(path, target, substitutions=False)
+    on, report = prepare_graph(path, target, db=Database(workdir / f"{path.stem}-empty.db"))  # as a first build
+    libraries = {"untuned_off": build_model(off, workdir / f"{path.stem}-off.so", target).library,
+                 "untuned_on": build_model(on, workdir / f"{path.stem}-on.so", target).library}
+    if trials:
+        for setting in ("off", "on"):
+            db = Database(workdir / f"{path.stem}-tuned-{setting}.db")
+            tune(path, target, trials, db=db, substitutions=setting == "on", model_check=False)
+            graph = off if setting == "off" else prepare_graph(path, target, db=db)[0]  # as `autosched build` does
+            libraries[f"tuned_{setting}"] = build_model(graph, workdir / f"{path.stem}-tuned-{setting}.so", target,
+                                                        TunedSchedules(db)).library
+    feeds = sample_inputs(off, 0)
+    session = onnxruntime_session(path, threads)
+    names = [o.name for o in session.get_outputs()]
+    models = {key: load_model(lib) for key, lib in libraries.items()}
+    try:
+        ok = True
+        runners = []
+        for model in models.values():
+            model.set_num_threads(threads)
+            ok = ok and all(d.ok for d in compare(model, session, feeds, rtol=1e-3, atol=1e-4))
+            ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
+            outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
+            runners.append(lambda m=model, i=ins, o=outs: m.run_into(i, o))
+        times = alternate([*runners, lambda: session.run(names, feeds)], runs)
+    finally:
+        for model in models.values():
+            model.close()
+    ms = {key: 1e3 * float(np.median(t)) for key, t in zip([*models, "onnxruntime"], times)}
+
+    def row(kind: str) -> dict:
+        return {"off_ms": round(ms[f"{kind}_off"], 3), "on_ms": round(ms[f"{kind}_on"], 3),
+                "onnxruntime_ms": round(ms["onnxruntime"], 3), "on_vs_off": round(ms[f"{kind}_on"] / ms[f"{kind}_off"], 3)}
+    return {"rewrites": list(report.applied), "kernels_before": _calls(off, target), "kernels_after": _calls(on, target),
+            "estimated_ms_before": round(report.cost_before * 1e3, 4), "estimated_ms_after": round(report.cost_after * 1e3, 4),
+            "search_s": round(report.seconds, 2), "matches_onnxruntime": ok, "untuned": row("untuned"),
+            "tuned": {**row("tuned"), "trials": trials} if trials else None}
+
+
+def _calls(graph: Graph, target: Target) -> int:
+    """Kernel calls a build of the graph makes: one per fused group."""
+    return len(extract_tasks(optimize(graph, target.layout_lanes)).groups)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--models", help="comma-separated: zoo model names and squeezenet (default: all of them)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--trials", type=int, default=0, help="also tune each model this many trials per setting")
+    p.add_argument("--generate", type=int, metavar="MAX_OPS", help="generate rules of up to MAX_OPS operators here")
+    p.add_argument("--quick", action="store_true", help="smoke run: 1-operator rules, a small SqueezeNet")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.generate, args.runs, args.trials = 1, 3, 2
+    names = (args.models or ("squeezenet" if args.quick else ",".join([*zoo.MODELS, "squeezenet"]))).split(",")
+    out: dict = {"threads": args.threads, "runs": args.runs, "rules": rules_figures(args.generate), "models": {}}
+    with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
+        workdir = Path(tmp)
+        for name in names:
+            path = workdir / f"{name}.onnx"
+            if name == "squeezenet":
+                onnx.save(zoo.squeezenet(size=32, classes=10) if args.quick else zoo.squeezenet(), path)
+            elif name in zoo.MODELS:
+                onnx.save(zoo.MODELS[name](), path)
+            else:
+                p.error(f"unknown model {name!r}: expected one of {', '.join([*zoo.MODELS, 'squeezenet'])}")
+            out["models"][name] = bench_model(path, workdir, args.threads, args.runs, args.trials)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _print(out)
+    return out
+
+
+def _print(out: dict) -> None:
+    r = out["rules"]
+    print(f"rules ({r['source']}, up to {r['max_ops']} operators): "
+          + ", ".join(f"{k} {v}" for k, v in r["counts"].items()))
+    print("  seconds: " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()))
+    print(f"models ({out['threads']} threads, medians of {out['runs']} alternated runs; on/off: with/without "
+          "substitutions)")
+    for name, m in out["models"].items():
+        rewrites = ", ".join(m["rewrites"]) or "none"
+        print(f"{name}: {len(m['rewrites'])} rewrites ({rewrites}); kernels {m['kernels_before']} -> "
+              f"{m['kernels_after']}; estimated {m['estimated_ms_before']:.3f} -> {m['estimated_ms_after']:.3f} ms "
+              f"(search {m['search_s']} s); matches onnxruntime: {m['matches_onnxruntime']}")
+        for kind in ("untuned", "tuned"):
+            t = m[kind]
+            if t is None:
+                continue
+            trials = f" ({t['trials']} trials each)" if "trials" in t else ""
+            print(f"  {kind}{trials}: off {t['off_ms']:.3f} ms, on {t['on_ms']:.3f} ms (on/off {t['on_vs_off']:.3f}), "
+                  f"onnxruntime {t['onnxruntime_ms']:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
