@@ -100,6 +100,16 @@ def test_segfaulting_kernel_is_one_failed_record_and_the_device_goes_on(cluster,
     assert results[2].node == results[0].node
 
 
+def test_the_fleet_times_in_the_cache_mode_a_tune_asks_for_on_each_nodes_cores(cluster, tmp_path):
+    builder = LocalBuilder(n_parallel=1, cache_dir=tmp_path, instantiate=instantiate)
+    with RayRunner(RayOptions()) as runner:
+        assert runner.time_in("warm") and runner.options.runner is None  # the back end's defaults, untouched
+        assert runner.time_in("cold") and runner.options.runner.threads == 0  # 0: the node's own cores
+        results = measure_with(builder, runner)(_inputs(HOST, "good"))
+        assert runner.time_in("cold") and not runner.time_in("warm")  # its actors keep the options they started with
+    assert [(r.ok, r.caches, r.threads) for r in results] == [(True, "cold", os.cpu_count())]
+
+
 def test_fleet_builds_feed_a_local_runner(cluster):
     """The Ray builder alone: libraries built on the fleet land here, failures stay results."""
     builds = RayBuilder(RayOptions(instantiate=instantiate)).build(_inputs(HOST, "good", "bad_split"))

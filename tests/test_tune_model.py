@@ -131,6 +131,8 @@ def test_bad_imports_are_named_and_foreign_configs_skipped_with_a_warning(small_
     assert "1 records of task Gemm 8x64 skipped: measured in another space version" in caplog.text
 
 
+# 11 s each; on SQLite a long case: tune_faults' kill -9 and resume covers resuming from a file
+@pytest.mark.parametrize("dialect", [pytest.param("sqlite", marks=pytest.mark.slow), "postgres"], indirect=True)
 def test_cli_tune_resumes_from_the_database_without_measuring_a_config_twice(small_model, db_url, capsys):
     db = db_url
     for _ in range(2):

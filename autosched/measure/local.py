@@ -153,7 +153,7 @@ class RunnerOptions:
     caches: str = "warm"          # the cache state each call is timed in: warm, cold or flushed (`caches.py`)
     flush_bytes: int = 0          # bytes written before each cold or flushed call (0: twice the last-level cache)
     timeout: float = 10.0         # seconds per candidate beyond its timing budget
-    threads: int = os.cpu_count() or 1
+    threads: int = os.cpu_count() or 1  # 0: the cores of the machine that times (a fleet node's own)
     rtol: float = 1e-3
     atol: float = 1e-4            # per unit of the reference output's largest magnitude (at least 1)
     stop_factor: float = 4.0      # stop timing a candidate once it is this much slower than the task's best
@@ -232,7 +232,8 @@ class LocalRunner(Runner):
         best = self._best.get(inp.task.key)
         # a target that rounds (cuda -precision=tf32) is checked within what its rounding implies
         rtol, atol = (max(mine, implied) for mine, implied in zip((o.rtol, o.atol), inp.target.tolerance))
-        req = {"manifest": build.artifact, "data": self._data_file(inp.task), "threads": o.threads,
+        threads = o.threads or os.cpu_count() or 1
+        req = {"manifest": build.artifact, "data": self._data_file(inp.task), "threads": threads,
                "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "flush_bytes": o.flush(),
                "weights": constant_inputs(inp.task) if o.caches == "cold" else None,
                "stop_above": best * o.stop_factor if best and o.stop_factor else 0.0, "rtol": rtol, "atol": atol}
@@ -266,4 +267,4 @@ class LocalRunner(Runner):
         cost = float(np.median(costs))
         self._best[inp.task.key] = min(cost, best or cost)
         return MeasureResult(costs, ErrorKind.NO_ERROR, "", build.build_s, now, caches=o.caches,
-                             threads=o.threads if self.ON_HOST else None)
+                             threads=threads if self.ON_HOST else None)

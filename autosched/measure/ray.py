@@ -285,6 +285,17 @@ class RayRunner(PipelinedRunner):
         self._waiting_since: float | None = None
         self._unusable: dict[tuple[str, str], str] = {}  # (node, device) whose runner failed to start -> why
 
+    def time_in(self, caches: str) -> bool:
+        """The fleet's actors time in cache mode `caches`: only before the first starts (an actor
+        keeps the options it was made with), each with its own node's cores unless the options
+        name a thread count."""
+        now = self.options.runner.caches if self.options.runner else "warm"
+        if self._actors or caches == now:
+            return caches == now
+        base = self.options.runner or RunnerOptions(threads=0)
+        self.options = replace(self.options, runner=replace(base, caches=caches))
+        return True
+
     # --- devices ----------------------------------------------------------------------------
     def _refresh(self, force: bool = False) -> None:
         """Start actors for device units not yet held (joined nodes, restarted actors) and
