@@ -76,6 +76,9 @@ FIELDS: dict[str, Any] = {
                                                    "on_vs_off": None},
                                        "tuned": {"off_ms": None, "on_ms": None, "onnxruntime_ms": None,
                                                  "on_vs_off": None, "trials": None}}}},
+    "transfer": {"sources": None, "source_trials": None, "target": None, "trials": None, "seed": None,
+                 "transferred": None,
+                 "runs": {"*": {"curve": None, "final_ms": None, "trials_to_5pct": None, "trials_to_match": None}}},
     "gpu": {"gpu": None, "arch": None, "tests": None, "static_model_spearman": None, "models": None,
             "kernels": {"*": {"shape": None, "flops": None, "static_us": None, "registers": None, "occupancy": None,
                               "sass": {"ffma": None, "ldg128": None, "lds128": None, "local": None}}}},
@@ -158,6 +161,8 @@ def test_benchmark_quick_run(name, tmp_path, request):
     assert missing(out, FIELDS[name]) == []
     if name == "models":
         assert all(model["matches_onnxruntime"] for model in out.values())
+    if name == "transfer":  # the informed run did start trained on the source's records
+        assert out["transferred"] > 0 and set(out["runs"]) == {"with", "without"}
     if name == "substitutions":  # the fire modules' expand convolutions merge: fewer kernels, the same outputs
         assert all(model["matches_onnxruntime"] for model in out["models"].values())
         fire = out["models"]["squeezenet"]

@@ -1,0 +1,131 @@
+"""A cost model that starts informed: tuning a model no run has seen, with and without the
+records of other models in the database (issue 18, item 6).
+
+    python benchmarks/transfer.py [--sources resnet18,mobilenet_v2] [--source-trials 300]
+                                  [--target squeezenet] [--trials 200] [--seed 0] [--json] [--quick]
+
+The `--sources` (zoo models) are tuned for `--source-trials` each into one database. The
+`--target` model (a zoo model or `squeezenet`, which no shipped record covers) is then tuned
+for `--trials` twice with the xgb tuner and the same seed: into a copy of that database, whose
+cost models start trained on the other workloads' records of the same templates (`tune`'s
+transfer, what it does whenever the database has them), and into an empty one. All tunes skip
+the model check and the graph substitutions, so that only measuring counts.
+
+Per run, the curve of the estimated model latency (Σ weight × each task's best so far, from the
+first trial at which every tunable task has a valid record) and how many trials it took to come
+within 5% of, and to reach, the final estimate of the run without transfer. `--json` prints one
+object: `sources`, `source_trials`, `target`, `trials`, `seed`, `transferred` (records the
+informed run started trained on) and per run in `runs` (`with`, `without`): `curve` (trials →
+ms), `final_ms`, `trials_to_5pct`, `trials_to_match`. `--quick` is a smoke run: a small MLP tuned 4 trials as
+the source and one of other shapes (the same templates) 8 trials as the target, rounds of 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import onnx
+
+from autosched import zoo
+from autosched.api import model_tasks, tune
+from autosched.target import Target
+from autosched.task_scheduler import tunable
+
+
+def curve(db: Path, session: int, model: Path, target: Target) -> dict[int, float]:
+    """Trials → estimated model latency (ms) after that many of the session's records, from the
+    first trial at which every tunable task of `model` has a valid record."""
+    _, tasks = model_tasks(model, target, db=db, substitutions=False)
+    weight = {t.key: t.weight for t in tunable(tasks, target)[0]}
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT w.key, r.cost FROM records r JOIN workloads w ON w.id = r.workload_id "
+                            "WHERE r.session_id = ? ORDER BY r.id", (session,)).fetchall()
+    best: dict[str, float] = {}
+    out = {}
+    for n, (key, cost) in enumerate(rows, start=1):
+        if cost is not None and key in weight:
+            best[key] = min(cost, best.get(key, cost))
+        if len(best) == len(weight):
+            out[n] = round(1e3 * sum(weight[k] * c for k, c in best.items()), 4)
+    return out
+
+
+def trials_to(points: dict[int, float], level: float) -> int | None:
+    return next((n for n, ms in points.items() if ms <= level), None)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sources", default="resnet18,mobilenet_v2", help="zoo models tuned first (comma-separated)")
+    p.add_argument("--source-trials", type=int, default=300)
+    p.add_argument("--target", default="squeezenet", help="the unseen model: a zoo model or squeezenet")
+    p.add_argument("--trials", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--round", type=int, default=16, help="trials per task per round (tune's --round)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="smoke run: two small MLPs, a few trials")
+    args = p.parse_args(argv)
+    target = Target.parse("llvm")
+    with tempfile.TemporaryDirectory(prefix="autosched-transfer-") as tmp:
+        workdir = Path(tmp)
+        if args.quick:
+            sources = {"mlp-small": zoo.mlp(batch=16, sizes=(64, 96, 10))}
+            unseen = ("mlp-other", zoo.mlp(batch=24, sizes=(80, 112, 10)))
+            args.source_trials, args.trials, args.round = 4, 8, 2
+        else:
+            sources = {name: _model(name) for name in args.sources.split(",")}
+            unseen = (args.target, _model(args.target))
+        informed = workdir / "sources.db"
+        for name, model in sources.items():
+            onnx.save(model, workdir / f"{name}.onnx")
+            tune(workdir / f"{name}.onnx", target, args.source_trials, db=informed, seed=args.seed,
+                 round_trials=args.round, model_check=False, substitutions=False)
+        path = workdir / f"{unseen[0]}.onnx"
+        onnx.save(unseen[1], path)
+        shutil.copy(informed, workdir / "with.db")
+        out: dict = {"sources": list(sources), "source_trials": args.source_trials, "target": unseen[0],
+                     "trials": args.trials, "seed": args.seed, "runs": {}}
+        for run in ("without", "with"):
+            db = workdir / f"{run}.db"
+            outcome = tune(path, target, args.trials, db=db, seed=args.seed, round_trials=args.round, model_check=False, substitutions=False)
+            if run == "with":
+                out["transferred"] = outcome.transferred
+            points = curve(db, outcome.session, path, target)
+            out["runs"][run] = {"curve": points, "final_ms": points[max(points)] if points else None}
+        goal = out["runs"]["without"]["final_ms"]
+        for row in out["runs"].values():
+            row["trials_to_5pct"] = None if goal is None else trials_to(row["curve"], 1.05 * goal)
+            row["trials_to_match"] = None if goal is None else trials_to(row["curve"], goal)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _print(out)
+    return out
+
+
+def _model(name: str) -> onnx.ModelProto:
+    if name == "squeezenet":
+        return zoo.squeezenet()
+    if name not in zoo.MODELS:
+        raise SystemExit(f"transfer.py: unknown model {name!r}: expected squeezenet or one of {', '.join(zoo.MODELS)}")
+    return zoo.MODELS[name]()
+
+
+def _print(out: dict) -> None:
+    print(f"{out['target']}, {out['trials']} trials (xgb, seed {out['seed']}), after {', '.join(out['sources'])} "
+          f"tuned {out['source_trials']} trials each; the informed run started trained on {out['transferred']} records")
+    goal = out["runs"]["without"]["final_ms"]
+    for run, row in out["runs"].items():
+        points = row["curve"]
+        marks = ", ".join(f"{n}: {points[n]:.3f}" for n in sorted(points)[::max(1, len(points) // 8)])
+        print(f"  {run} transfer: final {row['final_ms']} ms; within 5% of {goal} ms after {row['trials_to_5pct']} "
+              f"trials, at it after {row['trials_to_match']}")
+        print(f"    curve (trials: ms): {marks}")
+
+
+if __name__ == "__main__":
+    main()
