@@ -1,32 +1,43 @@
 """One command for a machine with an NVIDIA GPU: everything autosched's CUDA side can be measured
 against, in one run.
 
-    python benchmarks/gpu.py [--json] [--quick] [--trials 300] [--arch sm_90]
+    python benchmarks/gpu.py [--json] [--quick] [--trials 300] [--arch sm_90] [--precision tf32]
+                             [--parts tests,kernels,checks,correlation,models] [--out FILE]
 
-1. the `cuda`-marked tests (`pytest -m cuda`): passed, failed, skipped;
+1. tests: the `cuda`-marked tests (`pytest -m cuda`): passed, failed (by name), skipped;
 2. kernels: the fallback kernel of GEMM 4096³ and of the BERT-base (sequence 128) GEMMs and
    ResNet-18 convolutions, timed by the GPU runner (CUDA events, checked against numpy) against
-   cuBLAS / cuDNN through PyTorch or CuPy (whichever imports; FP32, TF32 off), with the ratio
-   autosched / library (below 1 is faster), the static model's estimate beside the measured time,
-   and the Spearman correlation of estimate and time over sampled configs of the 1024³ MatMul;
-3. models: each zoo model built untuned and after a tune of `--trials` trials (a database in a
-   temporary directory), run through its built library, against onnxruntime's CUDA execution
-   provider (onnxruntime-gpu), with the ratios.
+   cuBLAS / cuDNN through PyTorch or CuPy (whichever imports; FP32 with TF32 off, or TF32 under
+   `--precision tf32`), with the ratio autosched / library (below 1 is faster) and the static
+   model's estimate beside the measured time;
+3. checks: every zoo model built for the GPU and compared with onnxruntime (`autosched check`) at
+   fp32 and at tf32, each in its own process;
+4. correlation: the static model's estimate against the GPU time over sampled configs of the
+   kernels `--correlate` names (default the 1024³ MatMul), Spearman and each config's pair;
+5. models: each zoo model built untuned and after a tune of `--trials` trials (a database in a
+   temporary directory), run through its built library, against a reference: onnxruntime's CUDA
+   execution provider (onnxruntime-gpu); where only onnxruntime's CPU build is installed,
+   torchvision's model in PyTorch on the GPU for ResNet-18 and MobileNetV2, else onnxruntime on
+   the CPU, named in `reference`.
 
 On a machine without a GPU it says so in one line and does only what needs nvcc: it builds every
 kernel of part 2 and reports its registers, occupancy, SASS mix and static estimate (no times).
 `--json` prints one object: `gpu` (the device, or null), `arch`, `tests` (null without a GPU),
 `kernels` (per shape: `flops`, `static_us`, `registers`, `occupancy`, `sass`, and with a GPU
-`autosched_ms`, `library_ms`, `library`, `ratio`), `static_model_spearman` (null without a GPU)
-and `models` (per model: `untuned_ms`, `tuned_ms`, `onnxruntime_ms`, `untuned_ratio`,
-`tuned_ratio`; empty without a GPU). `--quick`: GEMM 1024³ and one convolution, one model
-(the MLP), 16 trials, 8 configs for the correlation.
+`autosched_ms`, `library_ms`, `library`, `ratio`), `checks` (per model/precision: `ok`,
+`max_rel_err`), `static_model` (per kernel: `kernel`, `precision`, `spearman`, `configs` as
+[index in the space, estimate s, GPU s]), `static_model_spearman` (the first kernel's) and `models`
+(per model: `reference`, `reference_ms`, `untuned_ms`, `tuned_ms`, `untuned_ratio`, `tuned_ratio`);
+the parts not run are empty. `--out FILE` writes the object after each part, so that a run cut
+short keeps what it measured. `--quick`: GEMM 1024³ and one convolution, one model (the MLP), 16
+trials, 8 configs for the correlation.
 """
 from __future__ import annotations
 
 import argparse
 import functools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -94,15 +105,16 @@ def _task(path: Path) -> Task:
 
 
 class Library:
-    """cuBLAS and cuDNN through PyTorch, else CuPy (cuBLAS only); FP32 without TF32, as autosched's default."""
+    """cuBLAS and cuDNN through PyTorch, else CuPy (cuBLAS only), in the precision the target asks:
+    FP32 without TF32 (autosched's default), or with TF32 tensor cores under -precision=tf32."""
 
-    def __init__(self) -> None:
+    def __init__(self, tf32: bool = False) -> None:
         self.name, self.torch, self.cupy = None, None, None
         try:
             import torch
             if torch.cuda.is_available():
-                torch.backends.cuda.matmul.allow_tf32 = False
-                torch.backends.cudnn.allow_tf32 = False
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                torch.backends.cudnn.allow_tf32 = tf32
                 self.name, self.torch = f"torch {torch.__version__}", torch
                 return
         except ImportError:
@@ -149,7 +161,7 @@ class Library:
 
 def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
     """Each shape's fallback kernel: built by nvcc, inspected, estimated, and with a GPU timed."""
-    library = Library() if gpu else None
+    library = Library(tf32=target.precision == "tf32") if gpu else None
     out: dict = {}
     runner = None
     if gpu:
@@ -186,30 +198,65 @@ def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
     return out
 
 
-def correlation(target: Target, n: int, tmp: Path) -> float | None:
-    """Spearman correlation of the static estimate and the GPU time over `n` sampled configs of
-    the 1024³ MatMul (configs that build and run)."""
+def correlation(target: Target, kernel: str, n: int, tmp: Path) -> dict:
+    """The static model against the GPU over `n` sampled configs of one kernel (configs that build
+    and run): the Spearman correlation of estimate and time, and each config's pair (its index in
+    the space, the estimate and the GPU time in seconds), so that the model can be studied offline
+    (the estimate is reproducible without a GPU: nvcc and cuobjdump alone)."""
     from autosched.measure.gpu import GpuRunner
-    task = _task(_gemm_model(*GEMMS["gemm_1024"], tmp / "gemm_corr.onnx"))
+    shape = GEMMS.get(kernel) or CONVS[kernel]
+    task = _task((_gemm_model if kernel in GEMMS else _conv_model)(*shape, tmp / f"{kernel}_corr.onnx"))
     space = get_template(task.op, "cuda").space(task, target)
-    inputs = [MeasureInput(task, target, space.get(i)) for i in space.sample(min(n, len(space)), np.random.default_rng(0))]
+    indices = space.sample(min(n, len(space)), np.random.default_rng(0))
+    inputs = [MeasureInput(task, target, space.get(i)) for i in indices]
     with GpuRunner(RunnerOptions(repeat=3, min_repeat_ms=20.0)) as runner:
-        results = measure_with(NvccBuilder(n_parallel=2, cache_dir=tmp / "corr"), runner)(inputs)
-    pairs = []
-    for inp, res in zip(inputs, results):
+        results = measure_with(NvccBuilder(n_parallel=os.cpu_count() or 2, cache_dir=tmp / "corr"), runner)(inputs)
+    configs = []
+    for index, inp, res in zip(indices, inputs, results):
         if res.ok:
             func, geometry = lower_for_gpu(inp, instantiate_from_template)
-            pairs.append((static_estimate(inp, func, geometry, str(tmp / "corr"), 120.0).seconds, res.cost))
-    return float(spearman([p for p, _ in pairs], [c for _, c in pairs])) if len(pairs) > 2 else None
+            static_s = static_estimate(inp, func, geometry, str(tmp / "corr"), 120.0).seconds
+            configs.append([int(index), static_s, res.cost])
+    rho = float(spearman([c[1] for c in configs], [c[2] for c in configs])) if len(configs) > 2 else None
+    return {"kernel": kernel, "precision": target.precision, "spearman": rho, "configs": configs}
 
 
-def cuda_tests() -> dict:
-    """The cuda-marked tests, as `pytest -m cuda` reports them."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests"],
-                          cwd=ROOT, capture_output=True, text=True)
+def cuda_tests(log: Path | None) -> dict:
+    """The cuda-marked tests, as `pytest -m cuda` reports them (the failed ones by name; the whole
+    output written to `log` when given)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rfE", "-p", "no:cacheprovider",
+                           "tests"], cwd=ROOT, capture_output=True, text=True)
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
     counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|error|errors)", proc.stdout)}
     return {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0) + counts.get("errors", 0)
-            + counts.get("error", 0), "skipped": counts.get("skipped", 0), "exit_status": proc.returncode}
+            + counts.get("error", 0), "skipped": counts.get("skipped", 0), "exit_status": proc.returncode,
+            "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)}
+
+
+def checks(arch: str, names: list[str], tmp: Path, timeout_s: float = 600.0) -> dict:
+    """Each zoo model built for the GPU and compared with onnxruntime by `autosched check`, at fp32
+    and at tf32 (tensor cores), each in its own process: a kernel that kills its context takes only
+    its own check down. Per model and precision: `ok`, and the check's worst relative error."""
+    out: dict = {}
+    for name in names:
+        path = tmp / f"{name}.onnx"
+        onnx.save(zoo.MODELS[name](), path)
+        for precision in ("fp32", "tf32"):
+            cmd = [sys.executable, "-m", "autosched.cli", "check", str(path), "--target",
+                   f"cuda -arch={arch} -precision={precision}", "--no-shipped", "--db", str(tmp / "checks.db")]
+            try:
+                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                out[f"{name}/{precision}"] = {"ok": False, "error": f"no answer in {timeout_s:.0f} s"}
+                continue
+            rel = [float(v) for v in re.findall(r"^\S+\s+\S+\s+(\S+)\s+(?:ok|MISMATCH)$", proc.stdout, re.M)]
+            row: dict = {"ok": proc.returncode == 0, "max_rel_err": max(rel) if rel else None}
+            if proc.returncode != 0:
+                lines = (proc.stdout + proc.stderr).strip().splitlines()
+                row["error"] = lines[-1] if lines else f"exit status {proc.returncode}"
+            out[f"{name}/{precision}"] = row
+    return out
 
 
 def _median_ms(run, feeds: dict, runs: int) -> float:
@@ -223,25 +270,45 @@ def _median_ms(run, feeds: dict, runs: int) -> float:
     return float(np.median(times) * 1e3)
 
 
-def models(target: Target, names: list[str], trials: int, tmp: Path, runs: int = 20) -> dict:
-    """Each model untuned and tuned (built libraries, host arrays in and out) against onnxruntime's
-    CUDA execution provider (the same host arrays: copies included on both sides)."""
+def _reference(name: str, path: Path) -> tuple[str, object] | None:
+    """What a model is compared with: onnxruntime's CUDA execution provider (onnxruntime-gpu); where
+    only the CPU build of onnxruntime is installed, torchvision's model of the same layout in PyTorch
+    on the GPU (cuDNN, eager, TF32 off) for the CNNs, else onnxruntime on the CPU, named as such.
+    The callable takes the feeds as host arrays and returns host arrays, as the built model does."""
     import onnxruntime as ort
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        session = ort.InferenceSession(str(path), providers=["CUDAExecutionProvider"])
+        return "onnxruntime CUDA", functools.partial(session.run, None)
+    try:
+        import torch
+        import torchvision
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available() and name in ("resnet18", "mobilenet_v2"):
+        torch.backends.cudnn.allow_tf32 = False
+        net = getattr(torchvision.models, name)().eval().cuda()
 
+        def run(feeds: dict) -> list:
+            with torch.no_grad():
+                return [net(torch.from_numpy(next(iter(feeds.values()))).cuda()).cpu().numpy()]
+        return "torch cuDNN", run
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return f"onnxruntime CPU ({os.cpu_count()} cores)", functools.partial(session.run, None)
+
+
+def models(target: Target, names: list[str], trials: int, tmp: Path, runs: int = 20) -> dict:
+    """Each model untuned and tuned (built libraries, host arrays in and out) against a reference
+    (`_reference`: onnxruntime's CUDA execution provider where installed), copies included on both
+    sides."""
     from autosched.compile.evaluate import sample_inputs
     from autosched.runtime.model import load_model
     out: dict = {}
-    providers = ["CUDAExecutionProvider"]
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        print("gpu: onnxruntime has no CUDA execution provider (pip install onnxruntime-gpu): models skipped",
-              file=sys.stderr)
-        return out
     for name in names:
         path = tmp / f"{name}.onnx"
         onnx.save(zoo.MODELS[name](), path)
         feeds = sample_inputs(optimize(load_onnx(path)), 0)
-        session = ort.InferenceSession(str(path), providers=providers)
-        row = {"onnxruntime_ms": _median_ms(functools.partial(session.run, None), feeds, runs)}
+        reference, run_reference = _reference(name, path)
+        row = {"reference": reference, "reference_ms": _median_ms(run_reference, feeds, runs)}
         db = tmp / f"{name}.db"
         for label, tuned in (("untuned", False), ("tuned", True)):
             if tuned:
@@ -250,32 +317,51 @@ def models(target: Target, names: list[str], trials: int, tmp: Path, runs: int =
             build(path, target, db=db, output=lib, shipped=False)
             model = load_model(lib)
             row[f"{label}_ms"] = _median_ms(model.run, feeds, runs)
-            row[f"{label}_ratio"] = row[f"{label}_ms"] / row["onnxruntime_ms"]
+            row[f"{label}_ratio"] = row[f"{label}_ms"] / row["reference_ms"]
             model.close()
         out[name] = row
     return out
 
 
-def run(quick: bool, trials: int, arch: str | None) -> dict:
+PARTS = ("tests", "kernels", "checks", "correlation", "models")
+
+
+def run(quick: bool, trials: int, arch: str | None, precision: str = "fp32", parts: tuple[str, ...] = PARTS,
+        model_names: list[str] | None = None, out: Path | None = None, correlate: tuple[str, ...] = ("gemm_1024",),
+        configs: int = 64) -> dict:
+    """The parts asked for, in the order of PARTS; with `out`, the result so far is written there
+    after each part, so that a run cut short by a lease's end still leaves what it measured."""
     found = detect_cuda_arch()
     if found is None:
         print("gpu: no NVIDIA GPU here (nvidia-smi finds none): building the kernels with nvcc only, no timings",
               file=sys.stderr)
-    target = Target.parse(f"cuda -arch={arch or found or DEFAULT_CUDA_ARCH}")
+    target = Target.parse(f"cuda -arch={arch or found or DEFAULT_CUDA_ARCH} -precision={precision}")
     gpu = found is not None
     names = list(QUICK_KERNELS) if quick else [n for n in (*GEMMS, *CONVS) if n != "gemm_1024"]
+    model_names = model_names or (["mlp"] if quick else list(MODELS))
+    result: dict = {"gpu": None, "arch": target.gpu_capabilities.arch, "tests": None, "kernels": {}, "checks": {},
+                    "static_model_spearman": None, "static_model": [], "models": {}}
     with tempfile.TemporaryDirectory(prefix="autosched-gpu-") as tmp_dir:
         tmp = Path(tmp_dir)
-        result: dict = {"gpu": None, "arch": target.gpu_capabilities.arch, "tests": None}
         if gpu:
             from autosched.measure.gpu import GpuRunner
             with GpuRunner() as runner:
                 result["gpu"] = runner.device["device"]
-            result["tests"] = cuda_tests()
-        result["kernels"] = kernels(target, names, tmp, gpu)
-        result["static_model_spearman"] = correlation(target, 8 if quick else 64, tmp) if gpu else None
-        result["models"] = models(target, ["mlp"] if quick else list(MODELS), 16 if quick else trials, tmp) \
-            if gpu else {}
+        steps = {"tests": lambda: cuda_tests(out.with_suffix(".tests.log") if out else None),
+                 "kernels": lambda: kernels(target, names, tmp, gpu),
+                 "checks": lambda: checks(target.gpu_capabilities.arch, model_names, tmp),
+                 "correlation": lambda: [correlation(target, k, 8 if quick else configs, tmp) for k in correlate],
+                 "models": lambda: models(target, model_names, 16 if quick else trials, tmp)}
+        for part in PARTS:
+            if part not in parts or (part != "kernels" and not gpu):
+                continue
+            started = time.perf_counter()
+            result["static_model" if part == "correlation" else part] = steps[part]()
+            if part == "correlation":
+                result["static_model_spearman"] = result["static_model"][0]["spearman"]
+            print(f"gpu: {part} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+            if out is not None:
+                out.write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -289,15 +375,29 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="a smoke run: two kernels, the MLP, 16 trials")
     p.add_argument("--trials", type=int, default=300, help="trials per model's tune (default 300)")
     p.add_argument("--arch", help="architecture to build for (default: the GPU's, else sm_80)")
+    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                   help="the target's precision for the kernels, the correlation and the tunes (default fp32)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"which parts, comma-separated (default: {','.join(PARTS)})")
+    p.add_argument("--models", help="zoo models for the checks and model timings, comma-separated (default: all)")
+    p.add_argument("--correlate", default="gemm_1024",
+                   help="kernels whose sampled configs the static model is compared on, comma-separated")
+    p.add_argument("--configs", type=int, default=64, help="sampled configs per kernel for the correlation")
+    p.add_argument("--out", type=Path, help="write the result so far to this JSON file after each part")
     args = p.parse_args(argv)
-    result = run(args.quick, args.trials, args.arch)
+    parts = tuple(args.parts.split(","))
+    if unknown := set(parts) - set(PARTS):
+        p.error(f"--parts: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(PARTS)}")
+    result = run(args.quick, args.trials, args.arch, args.precision, parts,
+                 args.models.split(",") if args.models else None, args.out, tuple(args.correlate.split(",")),
+                 args.configs)
     if args.json:
         print(json.dumps(result))
         return result
     print(f"GPU: {result['gpu'] or 'none (nvcc builds only)'}, {result['arch']}")
     if result["tests"]:
         t = result["tests"]
-        print(f"cuda tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped")
+        print(f"cuda tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped"
+              + (f" ({', '.join(t['failures'])})" if t["failures"] else ""))
     print(f"{'kernel':<16} {'GFLOP':>7} {'static us':>10} {'regs':>5} {'occup.':>6} {'autosched ms':>12} "
           f"{'library ms':>10} {'ratio':>6}")
     for name, r in result["kernels"].items():
@@ -308,11 +408,14 @@ def main(argv: list[str] | None = None) -> dict:
               f"{_cell(r.get('registers'), 5, 'd')} {_cell(r.get('occupancy'), 6, '.0%')} "
               f"{_cell(r.get('autosched_ms'), 12, '.4g')} {_cell(r.get('library_ms'), 10, '.4g')} "
               f"{_cell(r.get('ratio'), 6, '.2f')}")
-    if result["static_model_spearman"] is not None:
-        print(f"static model vs GPU time, Spearman over sampled 1024³ MatMul configs: "
-              f"{result['static_model_spearman']:.2f}")
+    for c in result["static_model"]:
+        print(f"static model vs GPU time ({c['precision']}), Spearman over {len(c['configs'])} sampled configs of "
+              f"{c['kernel']}: {_cell(c['spearman'], 5, '.2f')}")
+    for name, r in result["checks"].items():
+        print(f"check {name:<20} {'ok' if r['ok'] else 'FAILED'}  max rel err {_cell(r.get('max_rel_err'), 9, '.2e')}"
+              + (f"  {r['error']}" if "error" in r else ""))
     for name, r in result["models"].items():
-        print(f"{name:<12} onnxruntime CUDA {r['onnxruntime_ms']:.3f} ms; autosched untuned {r['untuned_ms']:.3f} ms "
+        print(f"{name:<12} {r['reference']} {r['reference_ms']:.3f} ms; autosched untuned {r['untuned_ms']:.3f} ms "
               f"({r['untuned_ratio']:.2f}x), tuned {r['tuned_ms']:.3f} ms ({r['tuned_ratio']:.2f}x)")
     return result
 

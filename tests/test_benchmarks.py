@@ -79,7 +79,8 @@ FIELDS: dict[str, Any] = {
     "transfer": {"sources": None, "source_trials": None, "target": None, "trials": None, "seed": None,
                  "transferred": None,
                  "runs": {"*": {"curve": None, "final_ms": None, "trials_to_5pct": None, "trials_to_match": None}}},
-    "gpu": {"gpu": None, "arch": None, "tests": None, "static_model_spearman": None, "models": None,
+    "gpu": {"gpu": None, "arch": None, "tests": None, "checks": None, "static_model": None, "static_model_spearman": None,
+            "models": None,
             "kernels": {"*": {"shape": None, "flops": None, "static_us": None, "registers": None, "occupancy": None,
                               "sass": {"ffma": None, "ldg128": None, "lds128": None, "local": None}}}},
 }

@@ -2,10 +2,11 @@
 one database per test, and nothing left when it stops (no process, no directory)."""
 import os
 
-import psycopg
 import pytest
-from postgres_server import PostgresServer
-from sqlalchemy.engine import make_url
+
+psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL driver (the [test] extra) is not installed")
+from postgres_server import PostgresServer  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
 
 
 def test_each_test_gets_its_own_empty_database(postgres_server):
