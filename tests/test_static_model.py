@@ -15,6 +15,8 @@ from autosched.database.identity import is_emulated
 from autosched.database.queries import history
 from autosched.lower import lower
 from autosched.measure.emulate import EmulationBuilder
+from autosched.measure.gpu_build import lower_for_gpu
+from autosched.measure.local import instantiate_from_template
 from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput, MeasureResult
 from autosched.measure.static_model import estimate, kernel_traffic
@@ -24,6 +26,7 @@ from autosched.templates import get_template
 from tests.cuda_markers import ARCHS, needs_nvcc
 from tests.fake_cuda import FakeH100Runner
 from tests.gpu_schedules import tiled_matmul
+from tests.task_helpers import matmul_task
 
 SM80 = "cuda -arch=sm_80"
 
@@ -54,6 +57,33 @@ def test_register_tiles_beat_one_output_per_thread(tmp_path, arch):
     assert figures["4x4"].seconds < figures["1x1"].seconds
     assert figures["4x4"].instructions_per_flop < figures["1x1"].instructions_per_flop
     assert 1e-5 < figures["4x4"].seconds < 1e-2  # 2.1 GFLOP on an A100/H100: tens to hundreds of µs
+
+
+def test_blocks_of_a_few_threads_pay_for_whole_warps():
+    # on an H200, sampled configs with blocks of 1-16 threads ran 10-50x slower than a model that
+    # counted only their threads said (benchmarks/gpu.py --parts correlation): a warp issues for 32
+    caps = Target.parse(SM80).gpu_capabilities
+    figures = {}
+    for threads, block in ((2, (8, 4, 8)), (256, (64, 64, 8))):
+        s, args = tiled_matmul(1024, 1024, 1024, block=block, thread=(4, 4), vec=4)
+        func = lower(s, args, "mm")
+        geometry = plan_kernel(func).geometry
+        assert geometry.threads_per_block == threads
+        figures[threads] = estimate(func, geometry, caps).seconds
+    assert figures[2] > 8 * figures[256]
+
+
+def test_tensor_core_work_is_counted_at_the_tensor_rate():
+    target = Target.parse("cuda -arch=sm_90 -precision=tf32")
+    task = matmul_task((4096, 4096), (4096, 4096))
+    inp = MeasureInput(task, target, get_template(task.op, "cuda").fallback(task, target))
+    func, geometry = lower_for_gpu(inp, instantiate_from_template)
+    t = kernel_traffic(func)
+    assert t.flops == 0 and t.mma_flops == 2 * 4096 ** 3  # every product on the tensor cores
+    assert t.mma_lane_ops == t.mma_flops / (2 * 16 * 8 * 8) * 32  # m16n8k8: one instruction a lane
+    figure = estimate(func, geometry, target.gpu_capabilities)
+    # 137 GFLOP at an H100's dense TF32 rate (495 TFLOP/s) take 0.28 ms at least; the H200 ran it in 1.09
+    assert figure.flops == 2 * 4096 ** 3 and 2.7e-4 < figure.seconds < 2e-3
 
 
 def test_emulated_target_has_its_own_fingerprint_and_isa():
