@@ -139,7 +139,7 @@ def _visit(s: Stmt, times: float, t: Traffic, bound: dict[str, int], unrolled: t
         inner = {**bound, s.thread: s.extent} if s.kind is ForKind.THREAD and s.thread != "vthread" else bound
         _visit(s.body, times * s.extent, t, inner, unrolled + ((s,) if s.kind in _UNROLLED else ()))
     elif isinstance(s, WarpMma):  # `times` counts lanes: a warp's 32 issue it together
-        m, n, k = (int(v) for v in re.fullmatch(r"m(\d+)n(\d+)k(\d+)", s.shape).groups())
+        m, n, k = (int(v) for v in re.findall(r"\d+", s.shape))  # "m16n8k8"
         t.mma_flops += times * 2 * m * n * k / 32
         t.mma_lane_ops += times
         for x in (*s.a, *s.b):
