@@ -216,3 +216,18 @@ def test_gpu_template_refuses_a_cpu_target():
     task = TASKS["gemm_dense_bias"]()
     with pytest.raises(TemplateError, match="not a GPU target"):
         get_template("Gemm", "cuda").space(task, Target.parse("llvm"))
+
+
+@pytest.mark.parametrize("a, b, tile, threads", [
+    ((4096, 4096), (4096, 4096), (64, 64), 256),  # 4096 blocks: the textbook tile
+    ((128, 768), (768, 3072), (64, 64), 256),  # BERT's FFN up: 96 blocks already
+    ((128, 3072), (3072, 768), (32, 32), 128),  # BERT's FFN down: 24 blocks of 64 × 64 left 108 of 132 SMs idle
+    ((1, 512), (512, 1000), (1, 64), 16),  # a row: threads_y clamped to 1, no smaller blocks
+])
+def test_the_fp32_matmul_fallback_fills_the_grid(a, b, tile, threads):
+    # on an H200 the FFN-down GEMM's 64 × 64 fallback ran 3.9× slower than FFN-up's of the same
+    # FLOPs (benchmarks/gpu.py --parts kernels): 24 blocks busy 24 multiprocessors
+    task = matmul_task(a, b)
+    config = get_template("MatMul", "cuda").fallback(task, SM80)
+    assert (config["threads_y"] * config["tile_m"], config["threads_x"] * config["tile_n"]) == tile
+    assert config["threads_x"] * config["threads_y"] == threads

@@ -8,7 +8,8 @@ those threads; the GPU code generation refuses (and the emulation reports) anyth
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from autosched.schedule import Schedule, Stage
 from autosched.space import Config, ConfigSpace
@@ -18,6 +19,7 @@ from autosched.templates import TemplateError
 from search_spaces.llvm.common import CpuTemplate as GpuTemplate
 from search_spaces.llvm.common import InvalidConfigError, inline_epilogue, task_tensors
 
+T = TypeVar("T")
 THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
@@ -43,6 +45,22 @@ def config_near(space: ConfigSpace, want: Mapping[str, int | str]) -> Config:
         options = space.knob(name).values
         values[name] = v if v in options else max((o for o in options if o <= v), default=min(options))
     return space.from_values(values)
+
+
+#: blocks a fallback's grid should have: most SMs of an A100 (108) or H100 (132) busy
+FALLBACK_BLOCKS = 96
+
+
+def fill_grid(tiles: Sequence[T], block_of: Callable[[T], tuple[int, int]], m: int, n: int, batch: int) -> T:
+    """The first of `tiles` (largest first) whose blocks (`block_of`: rows × columns) neither
+    overhang the m × n problem by half a block nor leave the grid of `batch` problems under
+    FALLBACK_BLOCKS blocks, else the last: a small or narrow GEMM (BERT's projections at sequence
+    128, a late ResNet layer) gets more, smaller blocks instead of idle multiprocessors."""
+    for tile in tiles:
+        bm, bn = block_of(tile)
+        if bm // 2 < m and bn // 2 < n and batch * -(-m // bm) * -(-n // bn) >= FALLBACK_BLOCKS:
+            return tile
+    return tiles[-1]
 
 
 def local_accumulator(s: Schedule, out: Tensor, anchor_tag: str) -> Stage:

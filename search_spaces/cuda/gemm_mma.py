@@ -33,7 +33,7 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.te import IterVar, Load, Tensor
 from autosched.te.expr import walk
-from search_spaces.cuda.common import config_near, gpu_caps
+from search_spaces.cuda.common import config_near, fill_grid, gpu_caps
 
 WARPS = (1, 2, 4)
 MMA_M = (1, 2, 4)
@@ -46,21 +46,15 @@ FALLBACK = {"warps_m": 2, "warps_n": 4, "mma_m": 4, "mma_n": 4, "tile_k": 32, "s
 MMA_TILE = (16, 8, 8)  # m16n8k8
 
 
-#: blocks a fallback's grid should have: most SMs of an A100 (108) or H100 (132) busy
-FALLBACK_BLOCKS = 96
 #: the fallback's (warps_m, warps_n, mma_m, mma_n), largest first: 128 × 128 block tiles of 8
 #: warps down to 32 × 32 tiles of 4 warps (a warp keeps at least a 16 × 16 register tile)
 FALLBACK_TILES = ((2, 4, 4, 4), (2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2))
 
 
 def mma_fallback(space: ConfigSpace, m: int, n: int, batch: int) -> Config:
-    """FALLBACK with the first tiles of FALLBACK_TILES that neither overhang the m × n problem by
-    half a block nor leave the grid under FALLBACK_BLOCKS blocks (`batch` problems), else the
-    smallest: a small GEMM (a late ResNet layer) gets more, smaller blocks."""
-    for wm, wn, mm, mn in FALLBACK_TILES:
-        bm, bn = wm * mm * MMA_TILE[0], wn * mn * MMA_TILE[1]
-        if bm // 2 < m and bn // 2 < n and batch * -(-m // bm) * -(-n // bn) >= FALLBACK_BLOCKS:
-            break
+    """FALLBACK with the first tiles of FALLBACK_TILES that fill the grid (`fill_grid`)."""
+    wm, wn, mm, mn = fill_grid(FALLBACK_TILES, lambda t: (t[0] * t[2] * MMA_TILE[0], t[1] * t[3] * MMA_TILE[1]),
+                               m, n, batch)
     return config_near(space, {**FALLBACK, "warps_m": wm, "warps_n": wn, "mma_m": mm, "mma_n": mn})
 
 

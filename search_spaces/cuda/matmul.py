@@ -31,6 +31,7 @@ from search_spaces.cuda.common import (
     GpuTemplate,
     config_near,
     cooperative_copy,
+    fill_grid,
     gpu_caps,
     local_accumulator,
     task_tensors,
@@ -44,6 +45,9 @@ THREADS = (1, 2, 4, 8, 16, 32)
 TILES = (1, 2, 4, 8)
 TILE_K = (4, 8, 16, 32)
 VEC = (1, 2, 4)
+#: the fallback's (threads_x, threads_y, tile_n, tile_m), largest blocks first: 64 × 64 tiles of 256
+#: threads, 32 × 64 and 32 × 32 of 128 (4 warps, as the tensor-core fallback's smallest)
+FALLBACK_THREADS = ((16, 16, 4, 4), (16, 8, 4, 4), (16, 8, 2, 4))
 
 
 def _compute(task: Task, tiles: MmaTiles | None = None) -> tuple[list[Tensor], Tensor]:
@@ -97,13 +101,17 @@ class MatmulTemplate(GpuTemplate):
 
     def fallback(self, task: Task, target: Target) -> Config:
         """16 × 16 threads of 4 × 4 outputs (64 × 64 block tiles), k steps of 8, float4 copies:
-        the textbook SGEMM shape, shrunk to what the space allows for a small problem. On tensor
-        cores: 2 × 4 warps of 4 × 4 m16n8k8 tiles (128 × 128 block tiles), k steps of 32 through a
-        3-stage cp.async pipeline, padded shared rows, 16-byte copies."""
+        the textbook SGEMM shape, with smaller blocks where a grid of 64 × 64 ones would leave
+        multiprocessors idle (`fill_grid`), shrunk to what the space allows for a small problem.
+        On tensor cores: 2 × 4 warps of 4 × 4 m16n8k8 tiles (128 × 128 block tiles), k steps of
+        32 through a 3-stage cp.async pipeline, padded shared rows, 16-byte copies."""
+        d = matmul_dims(task)
         if tensor_cores(target):
-            d = matmul_dims(task)
             return mma_fallback(self.space(task, target), d.m, d.n, math.prod(d.batch))
-        return config_near(self.space(task, target), {"threads_x": 16, "threads_y": 16, "tile_n": 4, "tile_m": 4,
+        # fewer rows than a 32 × 32 block's: threads_y is clamped to the rows, and smaller blocks would be fewer threads
+        tx, ty, tn, tm = FALLBACK_THREADS[0] if d.m < 32 else \
+            fill_grid(FALLBACK_THREADS, lambda t: (t[1] * t[3], t[0] * t[2]), d.m, d.n, math.prod(d.batch))
+        return config_near(self.space(task, target), {"threads_x": tx, "threads_y": ty, "tile_n": tn, "tile_m": tm,
                                                        "tile_k": 8, "vec": 4, "unroll_k": 1, "double_buffer": 0})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
