@@ -197,9 +197,7 @@ def timing_entry(fname: str, params: list[str]) -> str:
     args = ", ".join(f"p{k}" for k in range(len(params)))
     sig = ", ".join(params + ["int32_t repeat", "double min_repeat_ms", "int64_t flush_bytes",
                               "const int64_t* warm_bytes", "double stop_above", "double* costs"])
-    rewarm = "".join("          _Pragma(\"omp parallel for reduction(^:seen)\")\n"
-                     f"          for (int64_t i = 0; i < warm_bytes[{k}]; i += 64) seen ^= ((const unsigned char*)p{k})[i];\n"
-                     for k in range(len(params)))
+    pointers = ", ".join(f"(const unsigned char*)p{k}" for k in range(len(params)))
     return f"""static double autosched_now(void) {{
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -219,6 +217,7 @@ int32_t {fname}_time({sig}) {{
     number = elapsed > 0 ? (int64_t)(number * fmin(10.0, 1.2 * min_repeat_ms / (elapsed * 1e3))) + 1 : number * 10;
   }}
   volatile char* flush = flush_bytes > 0 ? (volatile char*)malloc((size_t)flush_bytes) : NULL;
+  const unsigned char* args_[] = {{{pointers}}};
   int32_t done = 0;
   for (; done < repeat; ++done) {{
     if (flush == NULL) {{
@@ -232,8 +231,11 @@ int32_t {fname}_time({sig}) {{
         _Pragma("omp parallel for")
         for (int64_t i = 0; i < flush_bytes; i += 64) flush[i] += 1;
         unsigned char seen = 0;
-        if (warm_bytes != NULL) {{
-{rewarm}        }}
+        for (int a_ = 0; warm_bytes != NULL && a_ < {len(params)}; ++a_) {{
+          const unsigned char* arg_ = args_[a_];
+          _Pragma("omp parallel for reduction(^:seen)")
+          for (int64_t i = 0; i < warm_bytes[a_]; i += 64) seen ^= arg_[i];
+        }}
         autosched_sink = seen;
         double t0 = autosched_now();
         {fname}({args});
