@@ -24,7 +24,7 @@ On a machine without a GPU it says so in one line and does only what needs nvcc:
 kernel of part 2 and reports its registers, occupancy, SASS mix and static estimate (no times).
 `--json` prints one object: `gpu` (the device, or null), `arch`, `tests` (null without a GPU),
 `kernels` (per shape: `flops`, `static_us`, `registers`, `occupancy`, `sass`, and with a GPU
-`autosched_ms`, `library_ms`, `library`, `ratio`), `checks` (per model/precision: `ok`,
+`autosched_ms`, `library_ms`, `library`, `library_timing`, `ratio`), `checks` (per model/precision: `ok`,
 `max_rel_err`), `static_model` (per kernel: `kernel`, `precision`, `spearman`, `configs` as
 [index in the space, estimate s, GPU s]), `static_model_spearman` (the first kernel's) and `models`
 (per model: `reference`, `reference_ms`, `untuned_ms`, `tuned_ms`, `untuned_ratio`, `tuned_ratio`);
@@ -109,7 +109,7 @@ class Library:
     FP32 without TF32 (autosched's default), or with TF32 tensor cores under -precision=tf32."""
 
     def __init__(self, tf32: bool = False) -> None:
-        self.name, self.torch, self.cupy = None, None, None
+        self.name, self.torch, self.cupy, self.timing = None, None, None, None
         try:
             import torch
             if torch.cuda.is_available():
@@ -126,13 +126,39 @@ class Library:
             pass
 
     def _time(self, fn, sync, event, repeat: int = 20) -> float:
+        """Milliseconds a call, by events around `repeat` calls: replayed from one captured CUDA
+        graph where PyTorch can capture them, since eager dispatch costs 10-20 µs a call and
+        would time itself rather than a small kernel; else launched one by one (`self.timing`
+        says which)."""
         for _ in range(3):
             fn()
         sync()
+        run = None
+        if self.torch:
+            t = self.torch
+            try:
+                graph, side = t.cuda.CUDAGraph(), t.cuda.Stream()
+                side.wait_stream(t.cuda.current_stream())
+                with t.cuda.stream(side):
+                    fn()
+                t.cuda.current_stream().wait_stream(side)
+                with t.cuda.graph(graph):
+                    for _ in range(repeat):
+                        fn()
+                graph.replay()
+                sync()
+                run, self.timing = graph.replay, "cuda graph"
+            except Exception as e:  # noqa: BLE001 - any capture failure: time the plain launches
+                print(f"gpu: no CUDA graph capture ({type(e).__name__}: {e}); timing launches one by one",
+                      file=sys.stderr)
+        if run is None:
+            def run() -> None:
+                for _ in range(repeat):
+                    fn()
+            self.timing = "launch loop"
         start, end = event(), event()
         start.record()
-        for _ in range(repeat):
-            fn()
+        run()
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / repeat if self.torch else \
@@ -189,6 +215,7 @@ def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
                 row["autosched_ms"] = res.cost * 1e3 if res.ok else None
                 row["library"] = library.name
                 row["library_ms"] = library.gemm_ms(*shape) if name in GEMMS else library.conv_ms(*shape)
+                row["library_timing"] = library.timing
                 if row["autosched_ms"] and row["library_ms"]:
                     row["ratio"] = row["autosched_ms"] / row["library_ms"]
             out[name] = row
