@@ -46,6 +46,10 @@ class Fuse:
     fused: IterVar
 
 
+#: the inputs a warp-level m16n8k8 mma takes (each accumulating in fp32)
+MMA_PRECISIONS = ("tf32", "fp16", "bf16")
+
+
 @dataclass(frozen=True, eq=False)
 class MmaTile:
     """A reduction's innermost loops (`k`: 8 points of the reduction, `rows`: 2, `cols`: 2) run
@@ -266,6 +270,8 @@ class Stage:
             raise self._err("tensorize needs its k, rows and cols loops innermost, in that order", tile.k)
         if self.axis_kind(tile.k) != REDUCE or REDUCE in (self.axis_kind(tile.rows), self.axis_kind(tile.cols)):
             raise self._err("tensorize needs a reduction k loop and spatial rows and cols loops", tile.k)
+        if tile.precision not in MMA_PRECISIONS:
+            raise self._err(f"no m16n8k8 mma with {tile.precision} inputs; there are {', '.join(MMA_PRECISIONS)}", tile.k)
         self.mma = tile
 
 
@@ -446,4 +452,4 @@ def create_schedule(outputs: Tensor | Sequence[Tensor]) -> Schedule:
     return Schedule([outputs] if isinstance(outputs, Tensor) else list(outputs))
 
 
-__all__ = ["MmaTile", "Schedule", "Stage", "ScheduleError", "Split", "Fuse", "create_schedule", "THREAD_TAGS", "SCOPES"]
+__all__ = ["MMA_PRECISIONS", "MmaTile", "Schedule", "Stage", "ScheduleError", "Split", "Fuse", "create_schedule", "THREAD_TAGS", "SCOPES"]

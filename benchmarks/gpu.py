@@ -11,7 +11,7 @@ against, in one run.
    `--precision tf32`), with the ratio autosched / library (below 1 is faster) and the static
    model's estimate beside the measured time;
 3. checks: every zoo model built for the GPU and compared with onnxruntime (`autosched check`) at
-   fp32 and at tf32, each in its own process;
+   fp32 and on tensor cores at tf32, fp16 and bf16, each in its own process;
 4. correlation: the static model's estimate against the GPU time over sampled configs of the
    kernels `--correlate` names (default the 1024³ MatMul), Spearman and each config's pair;
 5. models: each zoo model built untuned and after a tune of `--trials` trials (a database in a
@@ -263,13 +263,13 @@ def cuda_tests(log: Path | None) -> dict:
 
 def checks(arch: str, names: list[str], tmp: Path, timeout_s: float = 600.0) -> dict:
     """Each zoo model built for the GPU and compared with onnxruntime by `autosched check`, at fp32
-    and at tf32 (tensor cores), each in its own process: a kernel that kills its context takes only
+    and on tensor cores (tf32, fp16, bf16), each in its own process: a kernel that kills its context takes only
     its own check down. Per model and precision: `ok`, and the check's worst relative error."""
     out: dict = {}
     for name in names:
         path = tmp / f"{name}.onnx"
         onnx.save(zoo.MODELS[name](), path)
-        for precision in ("fp32", "tf32"):
+        for precision in ("fp32", "tf32", "fp16", "bf16"):
             cmd = [sys.executable, "-m", "autosched.cli", "check", str(path), "--target",
                    f"cuda -arch={arch} -precision={precision}", "--no-shipped", "--db", str(tmp / "checks.db")]
             try:

@@ -1,4 +1,4 @@
-"""Tensor cores under `-precision=tf32`: the matmul and implicit-GEMM convolution templates as
+"""Tensor cores under `-precision=tf32` (and fp16, bf16): the matmul and implicit-GEMM convolution templates as
 warp-level mma.sync with a cp.async pipeline, checked in the CPU emulation against numpy (the
 emulation runs the mma as a warp collective with the PTX fragment layout and TF32 rounding) and
 read back from the SASS nvcc makes for sm_80 and sm_90 (no GPU is used)."""
@@ -80,8 +80,11 @@ def test_precision_is_a_cuda_target_option():
     assert TF32.on_gpu("NVIDIA H100").fingerprint == "cuda|NVIDIA H100|sm_80|tf32"
     with pytest.raises(TargetError, match="needs tensor cores of sm_80 or newer, not sm_75"):
         Target.parse("cuda -arch=sm_75 -precision=tf32")
-    with pytest.raises(TargetError, match="-precision=bf16 is not supported yet"):
-        Target.parse("cuda -arch=sm_90 -precision=bf16")
+    with pytest.raises(TargetError, match="needs tensor cores of sm_80 or newer, not sm_75"):
+        Target.parse("cuda -arch=sm_75 -precision=fp16")
+    for precision, tolerance in (("fp16", (1e-2, 1e-2)), ("bf16", (5e-2, 5e-2))):
+        target = Target.parse(f"cuda -arch=sm_90 -precision={precision}")
+        assert target.fingerprint == f"cuda|sm_90|{precision}" and target.tolerance == tolerance
     with pytest.raises(TargetError, match="bad value 'tf32x' for -precision"):
         Target.parse("cuda -arch=sm_90 -precision=tf32x")
 
@@ -240,3 +243,75 @@ def test_the_new_schedule_primitives_refuse_misuse():
     shared.double_buffered()
     with pytest.raises(ScheduleError, match="either double buffered or pipelined"):
         shared.pipelined(3)
+
+
+def _round(x: np.ndarray, precision: str) -> np.ndarray:
+    """x rounded as cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32 round it: to nearest even, a half's
+    range and 10 mantissa bits (numpy's float16 does the same), or bfloat16's 7."""
+    x = np.asarray(x, np.float32)
+    if precision == "fp16":
+        return x.astype(np.float16).astype(np.float32)
+    u = x.view(np.uint32)
+    return ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+def test_numpy_rounding_of_the_16_bit_inputs_is_the_ptx_conversion():
+    x = np.array([1 + 2 ** -11, 1 + 3 * 2 ** -11, 65519.0, 65520.0, 2 ** -25, 3 * 2 ** -25, -2.5 * 2 ** -24], np.float32)
+    assert _round(x, "fp16").tolist() == [1.0, 1 + 2 ** -9, 65504.0, np.inf, 0.0, 2 ** -23, -2 ** -23]
+    y = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -9)], np.float32)
+    assert _round(y, "bf16").tolist() == [1.0, 1 + 2 ** -6, -1.0]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("name", ["matmul_relu_odd", "batched_attention", "3x3_stride2_residual"])
+def test_emulated_16_bit_mma_is_the_product_of_the_rounded_inputs(precision, name):
+    """fp16 and bf16 inputs (pairs of k in a register: another fragment layout than tf32's),
+    accumulated in fp32: the emulated answer is the rounded inputs' product within fp32
+    summation, and within the precision's tolerance of the exact one. Fallback and one random config."""
+    target = Target.parse(f"cuda -arch=sm_80 -precision={precision}")
+    task = MATMULS[name]() if name in MATMULS else CONVS[name]()
+    template = get_template(task.op, "cuda")
+    space = template.space(task, target)
+    for config in (template.fallback(task, target), space.get(int(np.random.default_rng(3).integers(len(space))))):
+        inputs, got, want = _emulate(task, config, target)
+        # the anchor's two operands are the mma's inputs; an epilogue's (bias, residual, mask) stay fp32
+        rounded = task.reference([_round(x, precision) if i < 2 else x for i, x in enumerate(inputs)])
+        rtol, atol = target.tolerance
+        for g, w, r in zip(got, want, rounded):
+            scale = max(1.0, float(np.abs(w).max()))
+            assert np.abs(g - r).max() / scale < 1e-5, f"{name} {precision} {config.to_json()}"
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
+
+
+@needs_nvcc
+@needs_sass
+@pytest.mark.parametrize("precision, hmma", [("fp16", "HMMA.1688.F32"), ("bf16", "HMMA.1688.F32.BF16")])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_16_bit_fallbacks_run_on_tensor_cores(tmp_path, arch, precision, hmma):
+    target = Target.parse(f"cuda -arch={arch} -precision={precision}")
+    for task in (matmul_task((4096, 4096), (4096, 4096)), conv_task(*RESNET18_LAYER3, pad=1)):
+        template = get_template(task.op, "cuda")
+        config = template.fallback(task, target)
+        sched, args = template.apply(task, config, target)
+        built = compile_cuda(CudaRenderer().render(lower(sched, args, "kernel")), arch, cache_dir=tmp_path)
+        sass, usage = kernel_sass(built.path, "kernel"), built.usage["kernel"]
+        mmas = config["mma_m"] * config["mma_n"] * config["tile_k"] // 8
+        assert {op: n for op, n in sass.opcodes.items() if op.startswith("HMMA")} == {hmma: mmas}
+        assert sass.count("LDGSTS") > 0
+        assert sass.spills == 0 and usage.spill_stores == 0 and sass.count("FFMA") == 0
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_the_emulated_mma_rounds_as_the_ptx_conversion_at_the_edges(precision):
+    """A · I through the emulated mma is A rounded: ties, a half's largest value and subnormals, as
+    numpy rounds them (no overflow: an infinite a · 0 would make the row NaN)."""
+    target = Target.parse(f"cuda -arch=sm_80 -precision={precision}")
+    task = matmul_task((16, 8), (8, 8))
+    template = get_template("MatMul", "cuda")
+    sched, args = template.apply(task, template.fallback(task, target), target)
+    edges = [1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 65519.0, 2 ** -25, 3 * 2 ** -25,
+             -2.5 * 2 ** -24, 1e-30, 3.0e-39, 0.1, 7.0]
+    a = np.resize(np.array(edges, np.float32), (16, 8)) * np.where(np.arange(128).reshape(16, 8) % 3, 1, -1).astype(np.float32)
+    got = np.full((16, 8), np.nan, np.float32)
+    build_emulated_kernel(sched, args, "edges")(a, np.eye(8, dtype=np.float32), got)
+    np.testing.assert_array_equal(got, _round(a, precision))

@@ -138,9 +138,9 @@ def check_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_build_db_arguments(parser)
     parser.add_argument("--rtol", type=float, default=None,
-                        help="relative tolerance (default: the target's precision's, 1e-3 at fp32, 1e-2 at tf32)")
+                        help="relative tolerance (default: the target's precision's, 1e-3 at fp32, 1e-2 at tf32 and fp16, 5e-2 at bf16)")
     parser.add_argument("--atol", type=float, default=None,
-                        help="absolute tolerance (default: the target's precision's, 1e-4 at fp32, 1e-2 at tf32)")
+                        help="absolute tolerance (default: the target's precision's, 1e-4 at fp32, 1e-2 at tf32 and fp16, 5e-2 at bf16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--emulate", action="store_true",
                         help="with --target cuda: run the CUDA kernels in the CPU emulation (no GPU needed)")

@@ -12,7 +12,8 @@ Asynchronous copies are `cp.async` (LDGSTS): 16 bytes (`.cg`) for a 4-lane vecto
 source and destination are contiguous and 16-byte aligned and whose zero-fill condition is the
 same for all lanes, else 4 bytes (`.ca`) an element; zero-filling copies pass a source size of 0.
 A warp-level mma is `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` with its inputs rounded
-by `cvt.rna.tf32.f32`, as inline PTX (sm_80 and later).
+by `cvt.rna.tf32.f32`, or with .f16/.bf16 inputs packed in pairs by `cvt.rn.f16x2.f32` /
+`cvt.rn.bf16x2.f32` (round to nearest even), as inline PTX (sm_80 and later).
 """
 from __future__ import annotations
 
@@ -49,6 +50,18 @@ static __device__ __forceinline__ void as_mma_m16n8k8_tf32(float& d0, float& d1,
                : "r"(as_tf32(a0)), "r"(as_tf32(a1)), "r"(as_tf32(a2)), "r"(as_tf32(a3)), "r"(as_tf32(b0)),
                  "r"(as_tf32(b1)));
 }""",
+    **{f"as_mma_m16n8k8_{p}": f"""static __device__ __forceinline__ uint32_t as_{p}x2(float lo, float hi) {{
+  uint32_t r;
+  asm("cvt.rn.{ptx}x2.f32 %0, %1, %2;\\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}}
+static __device__ __forceinline__ void as_mma_m16n8k8_{p}(float& d0, float& d1, float& d2, float& d3, float a0,
+                                                          float a1, float a2, float a3, float b0, float b1) {{
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.{ptx}.{ptx}.f32 {{%0, %1, %2, %3}}, {{%4, %5}}, {{%6}}, "
+               "{{%0, %1, %2, %3}};\\n"
+               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+               : "r"(as_{p}x2(a0, a1)), "r"(as_{p}x2(a2, a3)), "r"(as_{p}x2(b0, b1)));
+}}""" for p, ptx in (("fp16", "f16"), ("bf16", "bf16"))},
 }
 
 
@@ -132,7 +145,7 @@ class CudaRenderer(GpuRenderer):
     def _mma(self, s: WarpMma) -> str:
         acc = self._name(s.acc)
         args = [f"{acc}[{self._expr(i)}]" for i in s.c] + [self._expr(x) for x in s.a + s.b]
-        return f"{self._ptx('as_mma_m16n8k8_tf32')}({', '.join(args)});"
+        return f"{self._ptx(f'as_mma_m16n8k8_{s.precision}')}({', '.join(args)});"
 
     def _vector_copy(self, s: For, d: int) -> str | None:
         """One 16-byte cp.async for 4 lanes of contiguous, aligned float32 with one zero-fill

@@ -17,7 +17,8 @@ The emulator's state is static: a module runs one kernel at a time (as the execu
 Asynchronous copies (cp.async) are queued per thread and land in shared memory only when a
 wait retires their group, so a read before the wait sees the old contents (NaN) here as it may on
 a GPU. A warp-level mma is a lockstep point: every lane publishes its fragments (inputs rounded
-to TF32 as `cvt.rna` does: to nearest, ties away from zero, 10 mantissa bits), and after the
+as the PTX conversions round them: TF32 as `cvt.rna` does, to nearest, ties away from zero, 10
+mantissa bits; FP16 and BF16 to nearest even, 10 and 7 bits, FP16 within a half's range), and after the
 block has synchronized each lane computes its accumulator elements from the fragments of the
 lanes that hold them in the PTX ISA's m16n8k8 layout, then synchronizes again before the
 fragments are reused. Synchronizing the whole block, not only the warp, is stricter than a GPU:
@@ -28,6 +29,7 @@ from __future__ import annotations
 from autosched.codegen.cstyle import param_decls
 from autosched.codegen.gpu import GpuRenderer, copy_source
 from autosched.lower.ir import AsyncCopy, Barrier, PrimFunc, Store, WarpMma, walk_stmts
+from autosched.schedule import MMA_PRECISIONS
 from autosched.te.expr import Expr, Load
 
 #: the emulator's runtime, shared by every kernel of a module
@@ -151,27 +153,63 @@ static float emu_tf32(float x) {
   return x;
 }
 
-/* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, as lane `lane` of its warp: rows g, g + 8
-   and columns 2t, 2t + 1 of C (g = lane / 4, t = lane % 4); A's (row, k) is element
-   row / 8 + 2 (k / 4) of lane 4 (row % 8) + k % 4, B's (k, col) element k / 4 of lane 4 col + k % 4. */
-__attribute__((noinline)) static void emu_mma_m16n8k8_tf32(int site, float* d0, float* d1, float* d2, float* d3, float a0, float a1,
-                                 float a2, float a3, float b0, float b1) {
+static float emu_bf16(float x) {  /* cvt.rn.bf16x2.f32: to nearest, ties to even, 7 mantissa bits */
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+static float emu_fp16(float x) {  /* cvt.rn.f16x2.f32: to nearest, ties to even, as a half holds it */
+  uint32_t u, mag;
+  memcpy(&u, &x, 4);
+  mag = u & 0x7fffffffu;
+  if (mag >= 0x7f800000u) return x;  /* infinite, NaN */
+  if (mag >= 0x477ff000u) {          /* 65520 and above round to infinity */
+    u = (u & 0x80000000u) | 0x7f800000u;
+  } else if (mag < 0x38800000u) {    /* below 2^-14: a half's subnormals, steps of 2^-24 */
+    float m;
+    memcpy(&m, &mag, 4);
+    m = rintf(m * 16777216.0f) / 16777216.0f;
+    memcpy(&mag, &m, 4);
+    u = (u & 0x80000000u) | mag;
+  } else {                           /* 10 mantissa bits */
+    u = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
+  }
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* mma.sync.aligned.m16n8k8.row.col.f32.{tf32, f16, bf16} (precision 0, 1, 2), as lane `lane` of
+   its warp: rows g, g + 8 and columns 2t, 2t + 1 of C (g = lane / 4, t = lane % 4). With tf32, A's
+   (row, k) is element row / 8 + 2 (k / 4) of lane 4 (row % 8) + k % 4, B's (k, col) element k / 4
+   of lane 4 col + k % 4; with f16 and bf16 (pairs of k in a register) A's (row, k) is element
+   2 (row / 8) + k % 2 of lane 4 (row % 8) + k / 2, B's (k, col) element k % 2 of lane 4 col + k / 2. */
+__attribute__((noinline)) static void emu_mma_m16n8k8(int site, int precision, float* d0, float* d1, float* d2,
+                                                      float* d3, float a0, float a1, float a2, float a3, float b0,
+                                                      float b1) {
   int64_t me = emu_tid.x + (int64_t)emu_bdim.x * (emu_tid.y + (int64_t)emu_bdim.y * emu_tid.z);
   int64_t warp = me / 32 * 32;
   int lane = (int)(me % 32);
   emu_fragments* f = &emu_frags[me];
   float* d[4] = {d0, d1, d2, d3};
   const float a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
-  for (int e = 0; e < 4; ++e) { f->a[e] = emu_tf32(a[e]); f->c[e] = *d[e]; }
-  for (int e = 0; e < 2; ++e) f->b[e] = emu_tf32(b[e]);
+  float (*round)(float) = precision == 0 ? emu_tf32 : precision == 1 ? emu_fp16 : emu_bf16;
+  for (int e = 0; e < 4; ++e) { f->a[e] = round(a[e]); f->c[e] = *d[e]; }
+  for (int e = 0; e < 2; ++e) f->b[e] = round(b[e]);
   emu_barrier(site);
   int g = lane / 4, t = lane % 4;
   float out[4];
   for (int e = 0; e < 4; ++e) {
     int row = g + 8 * (e / 2), col = 2 * t + e % 2;
     float sum = f->c[e];
-    for (int k = 0; k < 8; ++k)
-      sum += emu_frags[warp + 4 * (row % 8) + k % 4].a[row / 8 + 2 * (k / 4)] * emu_frags[warp + 4 * col + k % 4].b[k / 4];
+    for (int k = 0; k < 8; ++k) {
+      float x = precision == 0 ? emu_frags[warp + 4 * (row % 8) + k % 4].a[row / 8 + 2 * (k / 4)]
+                               : emu_frags[warp + 4 * (row % 8) + k / 2].a[2 * (row / 8) + k % 2];
+      float y = precision == 0 ? emu_frags[warp + 4 * col + k % 4].b[k / 4] : emu_frags[warp + 4 * col + k / 2].b[k % 2];
+      sum += x * y;
+    }
     out[e] = sum;
   }
   emu_barrier(site + 1);
@@ -349,7 +387,8 @@ class EmulationRenderer(GpuRenderer):
     def _mma(self, s: WarpMma) -> str:
         self._sites += 2
         accs = [f"&{self._name(s.acc)}[{self._checked(s.acc, i)}]" for i in s.c]
-        return f"emu_mma_m16n8k8_tf32({', '.join([str(self._sites - 1)] + accs + [self._expr(x) for x in s.a + s.b])});"
+        precision = str(MMA_PRECISIONS.index(s.precision))
+        return f"emu_mma_m16n8k8({', '.join([str(self._sites - 1), precision] + accs + [self._expr(x) for x in s.a + s.b])});"
 
     def _stmt(self, s, d: int) -> str:
         if isinstance(s, Store) and not isinstance(s, AsyncCopy):

@@ -32,6 +32,7 @@ from autosched.lower.ir import (
     WarpMma,
     stmt_children,
 )
+from autosched.schedule import MMA_PRECISIONS
 from autosched.target import GpuCapabilities
 from autosched.te.expr import Call, Const, Expr, Load, Select, free_vars
 
@@ -234,7 +235,7 @@ class GpuRenderer(CStyleRenderer):
         if isinstance(s, AsyncWait):
             return "  " * d + self._async_wait(s.pending) + "\n"
         if isinstance(s, WarpMma):
-            if (s.shape, s.precision) != ("m16n8k8", "tf32"):
+            if s.shape != "m16n8k8" or s.precision not in MMA_PRECISIONS:
                 raise CodegenError(f"no {s.shape} mma with {s.precision} inputs in the GPU back ends")
             return "  " * d + self._mma(s) + "\n"
         return super()._stmt(s, d)
@@ -251,7 +252,8 @@ class GpuRenderer(CStyleRenderer):
         raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
 
     def _mma(self, s: WarpMma) -> str:
-        """One lane's call of the warp-level m16n8k8 TF32 mma: accumulator elements, then A and B."""
+        """One lane's call of the warp-level m16n8k8 mma (TF32, FP16 or BF16 inputs): accumulator
+        elements, then A and B in the precision's fragment order (`lower.tensor_core`)."""
         raise NotImplementedError(f"{type(self).__name__} has no warp-level mma")
 
     def _allocate(self, s: Allocate, d: int) -> str:

@@ -8,7 +8,9 @@ rows < 2, cols < 2, for the output rows lane_row + 8·rows and columns 2·lane_c
 elements of A and B than the lane's own scalar loops read (PTX ISA, "Matrix Fragments for
 mma.m16n8k8" with .tf32): a0..a3 = A at (g, t), (g+8, t), (g, t+4), (g+8, t+4) and b0, b1 = B at
 (t, g), (t+4, g). Those are the scalar loads with k set to t or t+4 and, for B, the column set to
-g, i.e. lane_col → g / 2 and cols → g % 2.
+g, i.e. lane_col → g / 2 and cols → g % 2. With .f16 or .bf16 inputs ("Matrix Fragments for
+mma.m16n8k8" with .f16/.bf16) a lane holds pairs of k instead: a0..a3 = A at (g, 2t), (g, 2t+1),
+(g+8, 2t), (g+8, 2t+1) and b0, b1 = B at (2t, g), (2t+1, g), each pair one 32-bit register.
 """
 from __future__ import annotations
 
@@ -41,10 +43,14 @@ def mma_statement(store: Store, tile: MmaTile, ranges: dict, stage: str) -> Warp
     def at(e: Expr, m: dict) -> Expr:
         return arith.simplify(substitute(e, m), ranges)
 
-    a_frag = tuple(Load(a.source, (at(a.indices[0], {rows: _c(rh), k: t + 4 * kh}),), a.dtype)
-                   for kh in (0, 1) for rh in (0, 1))
-    b_frag = tuple(Load(b.source, (at(b.indices[0], {k: t + 4 * kh, t: g // 2, cols: g % 2}),), b.dtype)
-                   for kh in (0, 1))
+    if tile.precision == "tf32":
+        a_at = [{rows: _c(rh), k: t + 4 * kh} for kh in (0, 1) for rh in (0, 1)]
+        b_k = [t + 4 * kh for kh in (0, 1)]
+    else:  # fp16, bf16: pairs of k in a register
+        a_at = [{rows: _c(rh), k: t * 2 + kk} for rh in (0, 1) for kk in (0, 1)]
+        b_k = [t * 2 + kk for kk in (0, 1)]
+    a_frag = tuple(Load(a.source, (at(a.indices[0], m),), a.dtype) for m in a_at)
+    b_frag = tuple(Load(b.source, (at(b.indices[0], {k: kb, t: g // 2, cols: g % 2}),), b.dtype) for kb in b_k)
     c_frag = tuple(at(store.index, {rows: _c(rh), cols: _c(cl)}) for rh in (0, 1) for cl in (0, 1))
     return WarpMma(tile.shape, tile.precision, a_frag, b_frag, store.buffer, c_frag)
 

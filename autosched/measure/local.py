@@ -230,7 +230,7 @@ class LocalRunner(Runner):
     def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
         o = self.options
         best = self._best.get(inp.task.key)
-        # a target that rounds (cuda -precision=tf32) is checked within what its rounding implies
+        # a target that rounds (cuda -precision=tf32, fp16, bf16) is checked within what its rounding implies
         rtol, atol = (max(mine, implied) for mine, implied in zip((o.rtol, o.atol), inp.target.tolerance))
         threads = o.threads or os.cpu_count() or 1
         req = {"manifest": build.artifact, "data": self._data_file(inp.task), "threads": threads,

@@ -11,7 +11,8 @@ profiling it:
   loops its index does not depend on: nvcc loads such a value once into a register and reuses
   it (the register tile of a matmul reads each shared element once per k step, not once per FMA);
 - tensor-core work: each warp-collective mma (`WarpMma`, m16n8k8 and the like) does 2·m·n·k
-  FLOPs at the architecture's dense TF32 tensor rate, and is one instruction per lane to issue;
+  FLOPs at the architecture's dense tensor rate (FP16 and BF16 inputs twice TF32's), and is one
+  instruction per lane to issue;
 - the instruction mix from the SASS (`autosched.codegen.sass`): instructions issued per
   arithmetic instruction, so address arithmetic, scalar loads and barriers cost issue slots;
 - lanes: a warp issues for 32 lanes, so blocks of fewer threads waste issue slots, FP32 pipes
@@ -57,7 +58,7 @@ class ReferenceDevice:
     fp32_lanes_per_sm: int  # FP32 FMA lanes: 64 on sm_70/75/80, 128 on sm_86 and later
     dram_gb_s: float
     l2_gb_s: float
-    tf32_tflops: float  # dense TF32 tensor-core rate (0: no TF32 tensor cores)
+    tf32_tflops: float  # dense TF32 tensor-core rate (0: no TF32 tensor cores); FP16 and BF16 run at twice it
     shared_bytes_per_clock: int = 128  # per SM: 32 banks of 4 bytes
 
     @property
@@ -97,6 +98,7 @@ class Traffic:
     flops: float = 0.0  # scalar floating-point operations
     mma_flops: float = 0.0  # on tensor cores
     mma_lane_ops: float = 0.0  # mma instructions, counted once per lane that issues them
+    mma_precision: str = "tf32"  # their inputs
     global_load_bytes: float = 0.0
     global_store_bytes: float = 0.0
     shared_bytes: float = 0.0  # loaded and stored
@@ -142,6 +144,7 @@ def _visit(s: Stmt, times: float, t: Traffic, bound: dict[str, int], unrolled: t
         m, n, k = (int(v) for v in re.findall(r"\d+", s.shape))  # "m16n8k8"
         t.mma_flops += times * 2 * m * n * k / 32
         t.mma_lane_ops += times
+        t.mma_precision = s.precision
         for x in (*s.a, *s.b):
             _expr_counts(x, times, t, unrolled)
     elif isinstance(s, Let):
@@ -213,7 +216,8 @@ def estimate(func: PrimFunc, geometry: LaunchGeometry, caps: GpuCapabilities, us
     bounds = {
         "issue": thread_instructions / (caps.warp_size * lanes) / (device.sms * WARP_SCHEDULERS_PER_SM * clock),
         "fp32": t.flops / lanes / device.fp32_flops,
-        "tensor": t.mma_flops / (device.tf32_tflops * 1e12) if t.mma_flops and device.tf32_tflops else 0.0,
+        "tensor": t.mma_flops / (device.tf32_tflops * 1e12 * (1 if t.mma_precision == "tf32" else 2))
+                  if t.mma_flops and device.tf32_tflops else 0.0,
         "shared": t.shared_bytes / lanes / (device.sms * device.shared_bytes_per_clock * clock),
         "l2": l2_bytes / (device.l2_gb_s * 1e9),
         "dram": min(t.global_buffer_bytes, l2_bytes) / (device.dram_gb_s * 1e9),

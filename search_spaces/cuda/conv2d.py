@@ -54,7 +54,7 @@ FALLBACK_DIRECT: dict[str, int | str] = {"threads_w": 8, "threads_h": 4, "thread
 
 
 def _on_tensor_cores(target: Target, d: ConvDims) -> bool:
-    """Under -precision=tf32 every groups = 1 convolution is an implicit GEMM on tensor cores;
+    """On tensor cores (-precision=tf32, fp16, bf16) every groups = 1 convolution is an implicit GEMM on tensor cores;
     grouped and depthwise ones stay direct (fp32: exact, and within any tolerance)."""
     return tensor_cores(target) and d.groups == 1
 
@@ -109,7 +109,7 @@ class Conv2dTemplate(GpuTemplate):
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)
         if _on_tensor_cores(target, d):
-            return _implicit_gemm(task, d, MmaTiles.of(config))
+            return _implicit_gemm(task, d, MmaTiles.of(config, target))
         if config["algorithm"] == IMPLICIT_GEMM:
             return _implicit_gemm(task, d, _gemm_tiles(config, d))
         tt = task_tensors(task)

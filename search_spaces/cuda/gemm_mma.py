@@ -1,5 +1,6 @@
 """The tensor-core GEMM tiling that the matmul and implicit-GEMM convolution templates use under
-`-precision=tf32` (sm_80 and later).
+`-precision=tf32`, `fp16` or `bf16` (sm_80 and later): the operands stay fp32 in memory and are
+rounded to the precision's inputs as each mma reads them, accumulating in fp32.
 
 A block of `warps_m` × `warps_n` warps computes a (warps_m · mma_m · 16) × (warps_n · mma_n · 8)
 tile of the output; each warp mma_m × mma_n m16n8k8 tiles of it with `mma.sync`, its lanes
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 from autosched.ops.mma_gemm import mma_gemm
 from autosched.ops.transform import INJECTIVE_TAG
-from autosched.schedule import MmaTile, Schedule, Stage
+from autosched.schedule import MMA_PRECISIONS, MmaTile, Schedule, Stage
 from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.te import IterVar, Load, Tensor
@@ -59,9 +60,9 @@ def mma_fallback(space: ConfigSpace, m: int, n: int, batch: int) -> Config:
 
 
 def tensor_cores(target: Target) -> bool:
-    """Whether the target's matmuls and convolutions run on tensor cores (-precision=tf32)."""
+    """Whether the target's matmuls and convolutions run on tensor cores (-precision=tf32, fp16, bf16)."""
     gpu_caps(target)
-    return target.precision == "tf32"
+    return target.precision in MMA_PRECISIONS
 
 
 def _fits(options: tuple[int, ...], n: int, unit: int) -> tuple[int, ...]:
@@ -97,11 +98,12 @@ class MmaTiles:
     pad: bool
     vec: int
     raster: int
+    precision: str  # the mma's inputs: tf32, fp16 or bf16
 
     @classmethod
-    def of(cls, config: Config) -> MmaTiles:
+    def of(cls, config: Config, target: Target) -> MmaTiles:
         return cls(config["warps_m"], config["warps_n"], config["mma_m"], config["mma_n"], config["tile_k"],
-                   config["stages"], bool(config["pad"]), config["vec"], config["raster"])
+                   config["stages"], bool(config["pad"]), config["vec"], config["raster"], target.precision)
 
     @property
     def block(self) -> tuple[int, int, int]:
@@ -170,7 +172,7 @@ def schedule_mma(s: Schedule, out: Tensor, acc: Stage, axes: tuple[list[IterVar]
     acc.reorder(*acc_batch, ko, kk, mi_a, cols, lane_row, lane_col, k8, rh_a, pair)
     for axis in (kk, mi_a, cols):
         acc.unroll(axis)
-    acc.tensorize(MmaTile(k8, rh_a, pair, g, t))
+    acc.tensorize(MmaTile(k8, rh_a, pair, g, t, precision=tiles.precision))
     for copy, inner in zip(shared, k_inner):
         _async_copy(s, copy, acc, ko, tiles, inner)
 

@@ -78,7 +78,7 @@ def _mma_matmul(task: Task, a: Tensor, b: Tensor, trans_a: bool, trans_b: bool, 
 
 
 class MatmulTemplate(GpuTemplate):
-    """The shared-memory tiling in fp32; under -precision=tf32 the tensor-core tiling (`gemm_mma`)."""
+    """The shared-memory tiling in fp32; under -precision=tf32, fp16 or bf16 the tensor-core tiling (`gemm_mma`)."""
 
     name = "matmul_tiled_cuda"
     mma_name = "matmul_mma_cuda"
@@ -117,7 +117,7 @@ class MatmulTemplate(GpuTemplate):
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = matmul_dims(task)
         if tensor_cores(target):
-            tiles = MmaTiles.of(config)
+            tiles = MmaTiles.of(config, target)
             args, out = _compute(task, tiles)
             s = create_schedule(out)
             acc = local_accumulator(s, out, MMA_GEMM_TAG)
