@@ -82,9 +82,11 @@ def test_sigterm_during_bench_removes_its_build_directory(small_model, tmp_path)
     assert ours(tmp) == [] and not (tmp_path / "t.db").exists()
 
 
-def test_an_interrupt_swallowed_by_a_finalizer_is_delivered_again():
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_an_interrupt_swallowed_by_a_finalizer_is_delivered_again(sigint):
     """A SIGTERM landing while a __del__ runs raises its KeyboardInterrupt there, where the
-    interpreter only prints "Exception ignored"; the command must still stop."""
+    interpreter only prints "Exception ignored"; the command must still stop, also where SIGINT
+    is ignored (a command a script starts in the background: redelivering it as a SIGINT did nothing)."""
     class SignalledWhileFinalized:
         def __del__(self) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -92,16 +94,20 @@ def test_an_interrupt_swallowed_by_a_finalizer_is_delivered_again():
                 pass
 
     swallowed = []
-    with terminate_as_interrupt() as received:
-        hook = sys.unraisablehook
-        sys.unraisablehook = lambda u: (swallowed.append(u.exc_type), hook(u))
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                obj = SignalledWhileFinalized()
-                del obj
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    pass
-        finally:
-            sys.unraisablehook = hook
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
+    try:
+        with terminate_as_interrupt() as received:
+            hook = sys.unraisablehook
+            sys.unraisablehook = lambda u: (swallowed.append(u.exc_type), hook(u))
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    obj = SignalledWhileFinalized()
+                    del obj
+                    deadline = time.monotonic() + 10
+                    while time.monotonic() < deadline:
+                        pass
+            finally:
+                sys.unraisablehook = hook
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert swallowed == [KeyboardInterrupt] and received == [signal.SIGTERM]

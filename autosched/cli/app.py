@@ -73,9 +73,11 @@ def terminate_as_interrupt() -> Iterator[list[int]]:
 
     An interrupt that lands while a weakref callback or a `__del__` runs is swallowed by the
     interpreter ("Exception ignored in ..."), and the command would run on as if no signal came:
-    the unraisable hook sees it and delivers it again (as SIGINT's KeyboardInterrupt) where
-    the main thread can unwind it."""
+    the unraisable hook sees it and delivers it again, as a SIGTERM to this handler, where the
+    main thread can unwind it (not as SIGINT: a command started in the background by a shell
+    without job control has SIGINT ignored, and a SIGINT would be lost)."""
     received: list[int] = []
+    swallowed: list[BaseException] = []  # an interrupt a finalizer swallowed, to raise again
     owner = os.getpid()
 
     def interrupt(signum: int, _frame: object) -> None:
@@ -83,13 +85,17 @@ def terminate_as_interrupt() -> Iterator[list[int]]:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        if swallowed:
+            swallowed.clear()
+            raise KeyboardInterrupt
         received.append(signum)
         if len(received) == 1:
             raise KeyboardInterrupt
 
     def redeliver(unraisable: Any) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):  # from a thread: raised here, it would be lost again
-            threading.Timer(0.05, _thread.interrupt_main).start()
+            swallowed.append(unraisable.exc_value)
+            threading.Timer(0.05, _thread.interrupt_main, (signal.SIGTERM,)).start()
         else:
             previous_hook(unraisable)
 
