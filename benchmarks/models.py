@@ -17,10 +17,11 @@ import argparse
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from autosched import zoo
-from autosched.compile.evaluate import Latency, compare, latency, onnxruntime_session, sample_inputs
+from autosched.compile.evaluate import compare, latencies, onnxruntime_session, sample_inputs
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
 from autosched.frontend.onnx import load_onnx
@@ -30,14 +31,21 @@ from autosched.target import Target
 from autosched.task import extract_tasks
 
 
-def timed(library: Path, session, feeds: dict, threads: int, runs: int) -> tuple[Latency, bool]:
-    model = load_model(library)
-    model.set_num_threads(threads)
+def timed_together(libraries: Sequence[Path], session, feeds: dict, threads: int,
+                   runs: int) -> tuple[list[float], float, list[bool]]:
+    """Median ms of each built library and of onnxruntime, timed in one alternation (so a tuned
+    and an untuned build see the same drift of a shared machine), and whether each matches
+    onnxruntime."""
+    models = [load_model(lib) for lib in libraries]
     try:
-        ok = all(d.ok for d in compare(model, session, feeds, rtol=1e-3, atol=1e-4))
-        return latency(model, session, feeds, runs=runs), ok
+        for model in models:
+            model.set_num_threads(threads)
+        oks = [all(d.ok for d in compare(model, session, feeds, rtol=1e-3, atol=1e-4)) for model in models]
+        ms, ort_ms = latencies(models, session, feeds, runs=runs)
+        return ms, ort_ms, oks
     finally:
-        model.close()
+        for model in models:
+            model.close()
 
 
 def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database | None) -> dict:
@@ -46,17 +54,16 @@ def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database 
     tasks = extract_tasks(optimize(graph, Target.parse("llvm").layout_lanes))
     session = onnxruntime_session(path, threads)
     feeds = sample_inputs(graph, 0)
-    lat, ok = timed(build_model(graph, workdir / f"{name}.so").library, session, feeds, threads, runs)
-    out = {"autosched_ms": round(lat.autosched_ms, 3), "onnxruntime_ms": round(lat.onnxruntime_ms, 3),
-           "ratio": round(lat.ratio, 3), "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups),
-           "matches_onnxruntime": ok}
-    if db is not None:
+    libraries = [build_model(graph, workdir / f"{name}.so").library]
+    if db is not None:  # the tuned build timed in the same alternation as the untuned one
         schedules = TunedSchedules(db)
-        library = build_model(graph, workdir / f"{name}-tuned.so", schedule_for=schedules).library
-        tuned, tuned_ok = timed(library, session, feeds, threads, runs)
-        out.update({"tuned_ms": round(tuned.autosched_ms, 3), "tuned_ratio": round(tuned.ratio, 3),
-                    "speedup_vs_untuned": round(lat.autosched_ms / tuned.autosched_ms, 3),
-                    "tuned_tasks": len(set(schedules.used)), "matches_onnxruntime": ok and tuned_ok})
+        libraries.append(build_model(graph, workdir / f"{name}-tuned.so", schedule_for=schedules).library)
+    ms, ort_ms, oks = timed_together(libraries, session, feeds, threads, runs)
+    out = {"autosched_ms": round(ms[0], 3), "onnxruntime_ms": round(ort_ms, 3), "ratio": round(ms[0] / ort_ms, 3),
+           "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups), "matches_onnxruntime": all(oks)}
+    if db is not None:
+        out.update({"tuned_ms": round(ms[1], 3), "tuned_ratio": round(ms[1] / ort_ms, 3),
+                    "speedup_vs_untuned": round(ms[0] / ms[1], 3), "tuned_tasks": len(set(schedules.used))})
     return out
 
 

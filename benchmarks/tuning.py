@@ -1,5 +1,6 @@
 """Tuning curves of whole models: tune from an empty database to each checkpoint, then time
-the untuned build, the tuned build and onnxruntime in one run; and the build from the shipped
+the tuned build, the untuned build and onnxruntime in one alternation (a shared machine's drift
+falls on all three alike); and the build from the shipped
 records alone (a first build, no tuning).
 
     python benchmarks/tuning.py [--models mlp,resnet18] [--checkpoints 250,500,1000]
@@ -26,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from models import timed  # noqa: E402  (benchmarks/ is the script's directory)
+from models import timed_together  # noqa: E402  (benchmarks/ is the script's directory)
 
 import autosched
 from autosched import zoo
@@ -70,11 +71,11 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
     untuned_lib = build_model(graph, workdir / f"{name}.so").library
     shipped = TunedSchedules(Database(workdir / f"{name}-empty.db"), shipped_database())
     shipped_lib = build_model(graph, workdir / f"{name}-shipped.so", schedule_for=shipped).library
-    untuned, ok = timed(untuned_lib, session, feeds, threads, runs)
-    from_shipped, shipped_ok = timed(shipped_lib, session, feeds, threads, runs)
-    out["untuned"] = {"ms": round(untuned.autosched_ms, 3), "onnxruntime_ms": round(untuned.onnxruntime_ms, 3),
-                      "ratio": round(untuned.ratio, 3), "ok": ok}
-    out["shipped"] = {"ms": round(from_shipped.autosched_ms, 3), "ratio": round(from_shipped.ratio, 3),
+    (untuned_ms, shipped_ms), ort_ms, (ok, shipped_ok) = timed_together([untuned_lib, shipped_lib], session, feeds,
+                                                                         threads, runs)
+    out["untuned"] = {"ms": round(untuned_ms, 3), "onnxruntime_ms": round(ort_ms, 3), "ratio": round(untuned_ms / ort_ms, 3),
+                      "ok": ok}
+    out["shipped"] = {"ms": round(shipped_ms, 3), "ratio": round(shipped_ms / ort_ms, 3),
                       "tasks_from_shipped": len(shipped.from_fallback), "tasks": len(tasks), "ok": shipped_ok}
     done, wall = 0, 0.0
     with Database(db_path) as db:
@@ -84,8 +85,8 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
             wall += time.perf_counter() - start
             done = trials
             library = build_model(graph, workdir / f"{name}-{trials}.so", schedule_for=TunedSchedules(db)).library
-            tuned, tuned_ok = timed(library, session, feeds, threads, runs)
-            again, again_ok = timed(untuned_lib, session, feeds, threads, runs)
+            (tuned_ms, again_ms), ort_ms, (tuned_ok, again_ok) = timed_together([library, untuned_lib], session, feeds,
+                                                                                 threads, runs)
             records, whole = estimated_ms(db, tasks, target)
             out["checkpoints"].append({
                 "trials": trials, "tune_wall_s": round(wall, 1), "estimated_ms": records, "model_estimate_ms": whole,
@@ -94,9 +95,9 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
                     "first_tuned_ms": round(check.first_tuned_ms, 3), "declined": check.declined,
                     "tested": [{"op": v.op, "wins": v.wins, "with_ms": round(v.with_ms, 3),
                                 "without_ms": round(v.without_ms, 3)} for v in check.tested]},
-                "tuned_ms": round(tuned.autosched_ms, 3), "tuned_ratio": round(tuned.ratio, 3),
-                "untuned_ms": round(again.autosched_ms, 3), "untuned_ratio": round(again.ratio, 3),
-                "onnxruntime_ms": round(tuned.onnxruntime_ms, 3), "ok": tuned_ok and again_ok})
+                "tuned_ms": round(tuned_ms, 3), "tuned_ratio": round(tuned_ms / ort_ms, 3),
+                "untuned_ms": round(again_ms, 3), "untuned_ratio": round(again_ms / ort_ms, 3),
+                "onnxruntime_ms": round(ort_ms, 3), "ok": tuned_ok and again_ok})
     return out
 
 

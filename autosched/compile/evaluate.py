@@ -6,6 +6,7 @@ neither runs beside the other's spinning thread pool, and medians are compared.
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,11 +75,23 @@ def compare(model: Model, session, feeds: dict[str, np.ndarray], rtol: float, at
 def latency(model: Model, session, feeds: dict[str, np.ndarray], runs: int = 30, block: int = 10,
             settle_s: float = 0.15) -> Latency:
     """Median latency of each over `runs` runs, timed in alternating blocks (see `alternate`)."""
-    ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
-    outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
+    [ours], theirs = latencies([model], session, feeds, runs, block, settle_s)
+    return Latency(ours, theirs)
+
+
+def latencies(models: Sequence[Model], session, feeds: dict[str, np.ndarray], runs: int = 30, block: int = 10,
+              settle_s: float = 0.15) -> tuple[list[float], float]:
+    """Median milliseconds of each of `models` and of onnxruntime's `session`, all timed in one
+    alternation (`alternate`): two builds compared on a shared machine see the same drift, which
+    timing them one after the other (a 10-15% swing within minutes on 2 busy cores) does not."""
     names = [o.name for o in session.get_outputs()]
-    ours, theirs = alternate([lambda: model.run_into(ins, outs), lambda: session.run(names, feeds)], runs, block, settle_s)
-    return Latency(1e3 * float(np.median(ours)), 1e3 * float(np.median(theirs)))
+    runners = []
+    for model in models:
+        ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
+        outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
+        runners.append(functools.partial(model.run_into, ins, outs))
+    *ours, theirs = alternate([*runners, lambda: session.run(names, feeds)], runs, block, settle_s)
+    return [1e3 * float(np.median(t)) for t in ours], 1e3 * float(np.median(theirs))
 
 
 def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: int = 10,
