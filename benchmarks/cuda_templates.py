@@ -12,7 +12,7 @@ cheapest Conv of ResNet-18 (once per algorithm: direct, implicit GEMM) and its 1
 Conv (implicit GEMM), and BERT's Softmax and LayerNorm and ResNet-18's MaxPool for the
 pointwise template (once with any row_reduce, once a block a row through shared memory, once
 with warp shuffles); under `-precision=tf32` the tensor-core templates (mma.sync with a cp.async
-pipeline) on the same Gemm and Convs.
+pipeline) on the same Gemm and Convs, and the MatMul's under fp16 and bf16 (rows named so).
 Each row of the table is a template with some knobs pinned; each task gets the fallback config
 and `--configs` - 1 random ones, with those knobs set to the pinned values. Builds start from an empty cache, two nvcc processes at a time (the machine's two cores),
 so configs/s is what a tuning run on this machine would see. No GPU is used or needed; without
@@ -70,7 +70,8 @@ class Case:
 
     @property
     def label(self) -> str:
-        return " ".join([self.template] + [f"{k}={v}" for k, v in self.pinned])
+        precision = [] if self.precision in ("fp32", "tf32") else [self.precision]  # the mma templates are tf32's
+        return " ".join([self.template] + precision + [f"{k}={v}" for k, v in self.pinned])
 
     def target(self, arch: str) -> Target:
         return Target.parse(f"cuda -arch={arch}" + ("" if self.precision == "fp32" else f" -precision={self.precision}"))
@@ -87,6 +88,8 @@ CASES = (
     Case("pointwise_cuda", ROWS, (("row_reduce", "shuffle"),)),
     Case("matmul_mma_cuda", (("mlp", "Gemm", "first"),), precision="tf32"),
     Case("conv2d_mma_cuda", (("resnet18", "Conv", "cheapest"), ("resnet18", "Conv", "1x1")), precision="tf32"),
+    Case("matmul_mma_cuda", (("mlp", "Gemm", "first"),), precision="fp16"),
+    Case("matmul_mma_cuda", (("mlp", "Gemm", "first"),), precision="bf16"),
 )
 
 
