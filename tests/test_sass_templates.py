@@ -102,3 +102,16 @@ def test_sampled_configs_report_registers_and_occupancy(tmp_path, tasks, arch):
         assert s.usage.registers * caps.warp_size <= caps.registers_per_sm and 0 < s.occupancy <= 1
         if s.usage.spill_stores + s.usage.spill_loads:  # what ptxas spilled, the SASS loads and stores locally
             assert s.sass.spills > 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_fp32_matmul_fallback_loads_both_operands_128_bits_wide(tmp_path, arch):
+    """A's tile rows are 8 floats and a thread copies 4: its index (4x + lane) // 8 · K + (4x + lane) % 8
+    is contiguous in the lane once the lane is pulled out of the division (`arith`), so A is one
+    LDG.128 a step like B (it was four scalar LDG)."""
+    from tests.task_helpers import matmul_task
+    target = Target.parse(f"cuda -arch={arch}")
+    task = matmul_task((1024, 1024), (1024, 1024))
+    _, [built] = _build(tmp_path, task, target, [get_template(task.op, "cuda").fallback(task, target)])
+    sass = inspect_build(built.artifact, target.gpu_capabilities).sass
+    assert sass.count("LDG", 128) == sass.count("LDG") == 2

@@ -93,3 +93,36 @@ def test_symbolic_interval_keeps_outer_vars():
     lo, hi = arith.symbolic_interval(outer * 4 + inner + 1, {inner: (0, 3)})
     ext = arith.simplify(hi - lo + 1)
     assert arith.as_int(ext) == 4
+
+
+def test_a_vector_lane_leaves_floordiv_and_floormod_of_a_multiple():
+    """(4x + lane) // 8 is (4x) // 8 and (4x + lane) % 8 is (4x) % 8 + lane for lanes 0..3: so a
+    float4 copy of rows 8 wide, 4 floats a thread, reads contiguous lanes (the CUDA MatMul's A
+    tile was copied with 4 scalar loads), and (4x) % 8 is 0 or 4."""
+    x, lane = Var("x"), Var("lane")
+    ranges = {x: (0, 15), lane: (0, 3)}
+    div, mod = arith.simplify((x * 4 + lane) // 8, ranges), arith.simplify((x * 4 + lane) % 8, ranges)
+    assert div.key() == arith.simplify((x * 4) // 8, ranges).key()
+    assert arith.simplify(mod - lane, ranges).key() == arith.simplify((x * 4) % 8, ranges).key()
+    assert arith.known_divisor((x * 4) % 8) == 4 and arith.int_bound((x * 4) % 8, ranges) == (0, 4)
+    # a lane that reaches the next multiple of 4 is not pulled out
+    wide = {x: (0, 15), lane: (0, 4)}
+    assert lane in {v for v in _vars(arith.simplify((x * 4 + lane) // 8, wide))}
+
+
+def _vars(e):
+    if isinstance(e, Var):
+        yield e
+    elif isinstance(e, BinOp):
+        yield from _vars(e.a)
+        yield from _vars(e.b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.integers(1, 4), st.integers(-3, 3), st.integers(0, 7), st.integers(-9, 9),
+       st.sampled_from(["floordiv", "floormod"]), st.integers(0, 11), st.integers(0, 7))
+def test_pulling_a_small_remainder_out_of_floordiv_and_floormod_preserves_value(g, m, k, y_hi, const, op, x, y):
+    e = BinOp(op, X * (g * k) + Y + Const(const, "int32"), Const(g * m, "int32"))
+    ranges = {X: (0, 11), Y: (0, y_hi)}
+    y = min(y, y_hi)
+    assert _eval(arith.simplify(e, ranges), {X: x, Y: y}) == _eval(e, {X: x, Y: y})

@@ -214,12 +214,12 @@ class CudaRenderer(GpuRenderer):
 
     def _contiguous_base(self, index: Expr, v: Var, lanes: int) -> Expr | None:
         """The index of lane 0 when lanes are consecutive and lane 0 is a multiple of `lanes`."""
-        lin = arith.linear(index)
+        lin = arith.linear(index, {**self._ranges, v: (0, lanes - 1)})
         if var_in_atoms(lin, v) or lin.coeff(v) != 1:
             return None
-        base = arith.simplify(lane_zero(index, v), self._ranges)
+        base = arith.simplify(lane_zero(lin.to_expr(), v), self._ranges)
         aligned = arith.linear(base)
-        if aligned.const % lanes or any(c % lanes for c, _ in aligned.terms.values()):
+        if aligned.const % lanes or any(c * arith.known_divisor(a) % lanes for c, a in aligned.terms.values()):
             return None
         return base
 

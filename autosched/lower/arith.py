@@ -7,6 +7,7 @@ coefficient × atom plus a constant, where atoms are variables or irreducible su
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -156,9 +157,36 @@ def _divmod(op: str, la: Linear, c: int, ranges: Ranges) -> Linear:
         if op == "floordiv":
             return q.plus(Linear({}, k, la.dtype))
         return r.plus(Linear({}, k * c, la.dtype), -1)
+    # r = v + w: every coefficient of v a multiple of g, g dividing c, and 0 <= w < g (the
+    # constant's remainder mod g, and terms of small non-negative range, a vector's lane): then
+    # (v + w) // c = v // c and (v + w) % c = v % c + w, since v % c is a multiple of g below c.
+    # So (4x + lane) // 8 is (4x) // 8 for lanes 0..3, and a vector's lanes differ by the lane alone
+    small = Linear(dtype=la.dtype)
+    small.const = r.const
+    big = Linear(dtype=la.dtype)
+    for key, (coef, atom) in r.terms.items():
+        b = int_bound(BinOp("mul", Const(coef, la.dtype), atom), ranges) if abs(coef) < c else None
+        (small if b is not None and b[0] >= 0 and b[1] < c else big).terms[key] = [coef, atom]
+    if big.terms:
+        g = math.gcd(c, *(coef for coef, _ in big.terms.values()))
+        small.const, big.const = r.const % g, r.const - r.const % g
+        hi = int_bound(small.to_expr(), ranges) if small.terms else (small.const, small.const)
+        if g > 1 and (small.terms or small.const) and hi is not None and hi[1] < g:
+            if op == "floordiv":
+                return q.plus(_divmod(op, big, c, ranges))
+            return _divmod(op, big, c, ranges).plus(small)
     if op == "floordiv":
         return q.plus(Linear.atom(BinOp("floordiv", r.to_expr(), Const(c, la.dtype))))
     return Linear.atom(BinOp("floormod", r.to_expr(), Const(c, la.dtype)))
+
+
+def known_divisor(e: Expr) -> int:
+    """A number every value of `e` is a multiple of (1 where none is known): a floormod by c of
+    an expression whose terms share a divisor with c keeps it ((4x) % 8 is 0 or 4)."""
+    if isinstance(e, BinOp) and e.op == "floormod" and isinstance(e.b, Const):
+        lin = linear(e.a)
+        return math.gcd(int(e.b.value), lin.const, *(coef * known_divisor(a) for coef, a in lin.terms.values()))
+    return 1
 
 
 def int_bound(e: Expr, ranges: Ranges) -> Interval | None:
@@ -175,7 +203,7 @@ def int_bound(e: Expr, ranges: Ranges) -> Interval | None:
     a, b = int_bound(e.a, ranges), int_bound(e.b, ranges)
     if a is None or b is None:
         if e.op == "floormod" and b is not None and b[0] > 0:
-            return (0, b[1] - 1)
+            return (0, b[1] - known_divisor(e))  # a multiple of its divisor, below b
         return None
     if e.op == "add":
         return (a[0] + b[0], a[1] + b[1])
@@ -190,7 +218,7 @@ def int_bound(e: Expr, ranges: Ranges) -> Interval | None:
     if e.op == "floormod" and b[0] > 0:
         if b[0] == b[1] and a[0] // b[0] == a[1] // b[0]:
             return (a[0] % b[0], a[1] % b[0])
-        return (0, b[1] - 1)
+        return (0, b[1] - known_divisor(e))
     if e.op == "min":
         return (min(a[0], b[0]), min(a[1], b[1]))
     if e.op == "max":
