@@ -115,3 +115,17 @@ def test_the_fp32_matmul_fallback_loads_both_operands_128_bits_wide(tmp_path, ar
     _, [built] = _build(tmp_path, task, target, [get_template(task.op, "cuda").fallback(task, target)])
     sass = inspect_build(built.artifact, target.gpu_capabilities).sass
     assert sass.count("LDG", 128) == sass.count("LDG") == 2
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_fp32_matmul_pipeline_is_ldgsts_with_one_barrier_a_step(tmp_path, arch):
+    from tests.task_helpers import matmul_task
+    target = Target.parse(f"cuda -arch={arch}")
+    task = matmul_task((1024, 1024), (1024, 1024))
+    template = get_template(task.op, "cuda")
+    knobs = template.fallback(task, target).to_json()["knobs"]
+    config = template.space(task, target).from_values({**knobs, "double_buffer": 3})
+    _, [built] = _build(tmp_path, task, target, [config])
+    seen = inspect_build(built.artifact, target.gpu_capabilities)
+    assert seen.sass.count("LDGSTS", 128) == seen.sass.count("LDGSTS") == 6  # A and B, 3 stages (prologue 2, loop 1)
+    assert seen.sass.count("LDG") == 0 and seen.sass.count("BAR") == 1 and seen.usage.spill_stores == 0

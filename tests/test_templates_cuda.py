@@ -231,3 +231,25 @@ def test_the_fp32_matmul_fallback_fills_the_grid(a, b, tile, threads):
     config = get_template("MatMul", "cuda").fallback(task, SM80)
     assert (config["threads_y"] * config["tile_m"], config["threads_x"] * config["tile_n"]) == tile
     assert config["threads_x"] * config["threads_y"] == threads
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("task", [matmul_task((37, 29), (29, 51), relu=True), gemm_task((64, 100), (70, 100), (70,), trans_b=1),
+                                  attention_scores_task((2, 3), 17, 8, 19)], ids=["odd_relu", "gemm_trans_b", "batched"])
+def test_the_fp32_matmul_fills_its_tiles_by_a_cp_async_pipeline(task, stages):
+    """double_buffer 2 and 3 on sm_80+: the shared tiles by cp.async, `stages` deep. The emulation holds
+    each copy until the wait that retires it, so a pipeline that reads a tile too early sees NaN."""
+    template = get_template(task.op, "cuda")
+    space = template.space(task, SM80)
+    knobs = template.fallback(task, SM80).to_json()["knobs"]
+    for vec in (1, 4):
+        config = space.from_values({**knobs, "double_buffer": stages, "vec": vec})
+        sched, args = template.apply(task, config, SM80)
+        inputs = task.random_inputs(0)
+        want = task.reference(inputs)
+        got = [np.full(w.shape, np.nan, np.float32) for w in want]
+        build_emulated_kernel(sched, args, "pipelined")(*inputs, *got)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+    assert space.knob("double_buffer").values == (0, 1, 2, 3)
+    assert template.space(task, Target.parse("cuda -arch=sm_75")).knob("double_buffer").values == (0, 1)

@@ -82,14 +82,17 @@ def tile_threads(extent: int, block: int, per_thread: int) -> int:
 
 
 def cooperative_copy(s: Schedule, copy: Tensor, at: Stage, axis, threads: tuple[int, ...], vec: int,
-                     double_buffer: bool = False) -> None:
+                     double_buffer: bool = False, stages: int = 0) -> None:
     """Compute the shared-memory `copy` at `axis` of `at`, its elements spread over the block's
     `threads` (x first) `vec` contiguous elements at a time, then through a serial loop; with
-    `double_buffer`, in two alternating copies."""
+    `double_buffer`, in two alternating copies; with `stages` (2 or more), by a cp.async pipeline
+    of that depth."""
     st = s[copy]
     s.compute_at(st, at, axis)
     if double_buffer:
         st.double_buffered()
+    if stages:
+        st.pipelined(stages)
     fused = st.fuse(*st.op.axes)
     rest, lanes = st.split(fused, vec)
     total = 1

@@ -11,7 +11,9 @@ dimensions are fused onto blockIdx.z. The knobs:
 - `tile_k`: the reduction step staged through shared memory (with the block tile, its size);
 - `vec`: elements per thread per load of the shared copies (float2/float4 where aligned);
 - `unroll_k`: unroll the reduction step's loop (more registers, no loop overhead);
-- `double_buffer`: two alternating copies of each shared tile, one barrier per step instead of two.
+- `double_buffer`: 1 keeps two alternating copies of each shared tile, one barrier per step
+  instead of two; on sm_80 and later 2 or 3 fill the tiles by a cp.async pipeline of that many
+  stages instead (`Stage.pipelined`: the copies of the next steps in flight while this one computes).
 """
 from __future__ import annotations
 
@@ -96,7 +98,7 @@ class MatmulTemplate(GpuTemplate):
             ChoiceKnob("tile_k", up_to(TILE_K, d.k)),
             ChoiceKnob("vec", VEC),
             ChoiceKnob("unroll_k", (1, 0)),
-            ChoiceKnob("double_buffer", (0, 1)),
+            ChoiceKnob("double_buffer", (0, 1, 2, 3) if gpu_caps(target).compute_capability >= (8, 0) else (0, 1)),
         ))
 
     def fallback(self, task: Task, target: Target) -> Config:
@@ -145,11 +147,13 @@ class GemmTiles:
     vec: int
     unroll_k: bool
     double_buffer: bool
+    stages: int = 0  # a cp.async pipeline of that many stages (2 or 3), else 0
 
     @classmethod
     def of(cls, config: Config) -> GemmTiles:
+        buffering = config["double_buffer"]
         return cls(config["threads_x"], config["threads_y"], config["tile_n"], config["tile_m"], config["tile_k"],
-                   config["vec"], bool(config["unroll_k"]), bool(config["double_buffer"]))
+                   config["vec"], bool(config["unroll_k"]), buffering == 1, buffering if buffering >= 2 else 0)
 
 
 def schedule_gemm(s: Schedule, out: Tensor, acc: Stage, axes: tuple[list[IterVar], IterVar, IterVar],
@@ -190,7 +194,7 @@ def schedule_gemm(s: Schedule, out: Tensor, acc: Stage, axes: tuple[list[IterVar
     acc.unroll(cj)
     threads = (tile_threads(n, tx * tn, tn), tile_threads(m, ty * tm, tm))
     for copy in shared:
-        cooperative_copy(s, copy, acc, ko, threads, tiles.vec, tiles.double_buffer)
+        cooperative_copy(s, copy, acc, ko, threads, tiles.vec, tiles.double_buffer, tiles.stages)
 
 
 TEMPLATE = MatmulTemplate()
