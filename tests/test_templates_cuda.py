@@ -253,3 +253,19 @@ def test_the_fp32_matmul_fills_its_tiles_by_a_cp_async_pipeline(task, stages):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
     assert space.knob("double_buffer").values == (0, 1, 2, 3)
     assert template.space(task, Target.parse("cuda -arch=sm_75")).knob("double_buffer").values == (0, 1)
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "implicit_gemm"])
+def test_the_fp32_conv_fills_its_tiles_by_a_cp_async_pipeline(algorithm):
+    task = conv_task((2, 6, 9, 10), (4, 6, 3, 3), stride=2, pad=1, epilogue="residual")
+    template = get_template(task.op, "cuda")
+    space = template.space(task, SM80)
+    knobs = template.fallback(task, SM80).to_json()["knobs"]
+    for stages, vec in ((2, 1), (3, 4)):
+        config = space.from_values({**knobs, "double_buffer": stages, "vec": vec, "algorithm": algorithm})
+        sched, args = template.apply(task, config, SM80)
+        inputs = task.random_inputs(0)
+        [want] = task.reference(inputs)
+        got = np.full(want.shape, np.nan, np.float32)
+        build_emulated_kernel(sched, args, "pipelined")(*inputs, got)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))

@@ -12,7 +12,8 @@ block's threads. Batch and channel blocks share blockIdx.z. The knobs:
 - `tile_w`, `tile_c`: each thread's register tile;
 - `tile_ic`: input channels per shared-memory step;
 - `vec`: elements per thread per shared-copy load; `unroll_window`: unroll the kernel window;
-- `double_buffer`: two alternating copies of each shared tile, one barrier per step instead of two;
+- `double_buffer`: 1 keeps two alternating copies of each shared tile, one barrier per step instead
+  of two; on sm_80 and later 2 or 3 fill them by a cp.async pipeline of that many stages;
 - `algorithm` (groups = 1 only): "direct", or "implicit_gemm" (conv2d_gemm.py), which reads the
   same knobs as a GEMM tiling: `threads_c` × `tile_c` output channels by `threads_w` · `threads_h`
   threads × `tile_w` output pixels a block, K steps of `tile_ic` whole input-channel windows,
@@ -68,7 +69,12 @@ def _gemm_tiles(config: Config, d: ConvDims) -> GemmTiles:
     return GemmTiles(threads_x=config["threads_w"] * config["threads_h"], threads_y=config["threads_c"],
                      tile_n=config["tile_w"], tile_m=config["tile_c"], tile_k=config["tile_ic"] * d.kh * d.kw,
                      vec=config["vec"], unroll_k=bool(config["unroll_window"]),
-                     double_buffer=bool(config["double_buffer"]))
+                     double_buffer=config["double_buffer"] == 1, stages=_stages(config))
+
+
+def _stages(config: Config) -> int:
+    """The cp.async pipeline's depth `double_buffer` asks for (2, 3), else 0."""
+    return config["double_buffer"] if config["double_buffer"] >= 2 else 0
 
 
 class Conv2dTemplate(GpuTemplate):
@@ -89,7 +95,7 @@ class Conv2dTemplate(GpuTemplate):
             ChoiceKnob("tile_ic", up_to(TILE_IC, d.c // d.groups)),
             ChoiceKnob("vec", (1, 2, 4)),
             ChoiceKnob("unroll_window", (1, 0)),
-            ChoiceKnob("double_buffer", (0, 1)),
+            ChoiceKnob("double_buffer", (0, 1, 2, 3) if gpu_caps(target).compute_capability >= (8, 0) else (0, 1)),
             ChoiceKnob("algorithm", _algorithms(d)),
         ))
 
@@ -154,7 +160,7 @@ class Conv2dTemplate(GpuTemplate):
         acc.unroll(aow)
         threads = (tile_threads(d.ow, tw * rw, rw), tile_threads(d.oc, tc * rc, rc) * tile_threads(d.oh, th, 1))
         for copy in shared:
-            cooperative_copy(s, copy, acc, ico, threads, config["vec"], bool(config["double_buffer"]))
+            cooperative_copy(s, copy, acc, ico, threads, config["vec"], config["double_buffer"] == 1, _stages(config))
         return s, args + [out]
 
 
