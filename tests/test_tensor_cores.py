@@ -298,6 +298,7 @@ def test_16_bit_fallbacks_run_on_tensor_cores(tmp_path, arch, precision, hmma):
         mmas = config["mma_m"] * config["mma_n"] * config["tile_k"] // 8
         assert {op: n for op, n in sass.opcodes.items() if op.startswith("HMMA")} == {hmma: mmas}
         assert sass.count("LDGSTS") > 0
+        assert sass.count("LDS", 64) >= mmas // config["mma_n"]  # A's pairs of k (k innermost): one LDS.64 each
         assert sass.spills == 0 and usage.spill_stores == 0 and sass.count("FFMA") == 0
 
 

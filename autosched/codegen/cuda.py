@@ -21,7 +21,7 @@ from autosched.codegen.cstyle import lane_zero, param_decls, var_in_atoms
 from autosched.codegen.gpu import GpuRenderer, LaunchGeometry, copy_source, plan_kernel
 from autosched.lower import arith
 from autosched.lower.ir import Allocate, AsyncCopy, For, ForKind, IfThenElse, PrimFunc, Store, WarpMma
-from autosched.te.expr import Const, Expr, Load, Var, free_vars, substitute, transform, walk
+from autosched.te.expr import BinOp, Const, Expr, Load, Var, free_vars, substitute, transform, walk
 
 _LANES = "xyzw"
 #: this thread's lane in its warp (threads are numbered x fastest, then y, then z)
@@ -144,8 +144,28 @@ class CudaRenderer(GpuRenderer):
 
     def _mma(self, s: WarpMma) -> str:
         acc = self._name(s.acc)
-        args = [f"{acc}[{self._expr(i)}]" for i in s.c] + [self._expr(x) for x in s.a + s.b]
-        return f"{self._ptx(f'as_mma_m16n8k8_{s.precision}')}({', '.join(args)});"
+        operands, pairs = [self._expr(x) for x in s.a + s.b], []
+        if s.precision != "tf32":  # a register's pair of k: one 8-byte shared load where adjacent and aligned
+            for first in range(0, len(operands), 2):
+                base = self._pair_base(*(s.a + s.b)[first:first + 2])
+                if base is not None:
+                    name = f"_p{len(pairs)}"
+                    pairs.append(f"const float2 {name} = *(const float2*)&{base};")
+                    operands[first:first + 2] = [f"{name}.x", f"{name}.y"]
+        call = f"{self._ptx(f'as_mma_m16n8k8_{s.precision}')}({', '.join([f'{acc}[{self._expr(i)}]' for i in s.c] + operands)});"
+        return f"{{ {' '.join(pairs)} {call} }}" if pairs else call
+
+    def _pair_base(self, lo: Expr, hi: Expr) -> str | None:
+        """`&buffer[index]` of `lo` when `hi` is the next element of the same float32 buffer and
+        `lo`'s index is even (the buffers start 16-byte aligned), else None."""
+        if not (isinstance(lo, Load) and isinstance(hi, Load) and lo.source is hi.source and lo.dtype == "float32"):
+            return None
+        step = arith.linear(arith.simplify(BinOp("sub", hi.indices[0], lo.indices[0]), self._ranges))
+        first = arith.linear(arith.simplify(lo.indices[0], self._ranges))
+        if step.terms or step.const != 1 or first.const % 2 or any(
+                c * arith.known_divisor(a) % 2 for c, a in first.terms.values()):
+            return None
+        return f"{self._name(lo.source)}[{self._expr(lo.indices[0])}]"
 
     def _vector_copy(self, s: For, d: int) -> str | None:
         """One 16-byte cp.async for 4 lanes of contiguous, aligned float32 with one zero-fill
