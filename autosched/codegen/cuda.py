@@ -144,7 +144,8 @@ class CudaRenderer(GpuRenderer):
 
     def _mma(self, s: WarpMma) -> str:
         acc = self._name(s.acc)
-        operands, pairs = [self._expr(x) for x in s.a + s.b], []
+        operands = [self._expr(x) for x in s.a + s.b]
+        pairs: list[str] = []
         if s.precision != "tf32":  # a register's pair of k: one 8-byte shared load where adjacent and aligned
             for first in range(0, len(operands), 2):
                 base = self._pair_base(*(s.a + s.b)[first:first + 2])
