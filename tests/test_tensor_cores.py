@@ -250,7 +250,8 @@ def _round(x: np.ndarray, precision: str) -> np.ndarray:
     range and 10 mantissa bits (numpy's float16 does the same), or bfloat16's 7."""
     x = np.asarray(x, np.float32)
     if precision == "fp16":
-        return x.astype(np.float16).astype(np.float32)
+        with np.errstate(over="ignore"):  # beyond a half's range is infinite, as on the GPU
+            return x.astype(np.float16).astype(np.float32)
     u = x.view(np.uint32)
     return ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)).view(np.float32)
 
