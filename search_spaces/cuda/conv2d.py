@@ -43,7 +43,7 @@ from search_spaces.cuda.common import (
 )
 from search_spaces.cuda.conv2d_gemm import IMPLICIT_GEMM_TAG, conv2d_implicit_gemm
 from search_spaces.cuda.gemm_mma import MmaTiles, mma_fallback, mma_knobs, mma_product, schedule_mma, tensor_cores
-from search_spaces.cuda.matmul import GemmTiles, schedule_gemm
+from search_spaces.cuda.matmul import GemmTiles, buffering, schedule_gemm
 from search_spaces.llvm.conv2d import ConvDims, conv_dims
 
 THREADS = (1, 2, 4, 8, 16, 32)
@@ -66,15 +66,11 @@ def _algorithms(d: ConvDims) -> tuple[str, ...]:
 
 def _gemm_tiles(config: Config, d: ConvDims) -> GemmTiles:
     """The GEMM tiling the conv knobs stand for (see the module's docstring)."""
+    double_buffer, stages = buffering(config)
     return GemmTiles(threads_x=config["threads_w"] * config["threads_h"], threads_y=config["threads_c"],
                      tile_n=config["tile_w"], tile_m=config["tile_c"], tile_k=config["tile_ic"] * d.kh * d.kw,
-                     vec=config["vec"], unroll_k=bool(config["unroll_window"]),
-                     double_buffer=config["double_buffer"] == 1, stages=_stages(config))
-
-
-def _stages(config: Config) -> int:
-    """The cp.async pipeline's depth `double_buffer` asks for (2, 3), else 0."""
-    return config["double_buffer"] if config["double_buffer"] >= 2 else 0
+                     vec=config["vec"], unroll_k=bool(config["unroll_window"]), double_buffer=double_buffer,
+                     stages=stages)
 
 
 class Conv2dTemplate(GpuTemplate):
@@ -160,7 +156,7 @@ class Conv2dTemplate(GpuTemplate):
         acc.unroll(aow)
         threads = (tile_threads(d.ow, tw * rw, rw), tile_threads(d.oc, tc * rc, rc) * tile_threads(d.oh, th, 1))
         for copy in shared:
-            cooperative_copy(s, copy, acc, ico, threads, config["vec"], config["double_buffer"] == 1, _stages(config))
+            cooperative_copy(s, copy, acc, ico, threads, config["vec"], *buffering(config))
         return s, args + [out]
 
 

@@ -151,9 +151,15 @@ class GemmTiles:
 
     @classmethod
     def of(cls, config: Config) -> GemmTiles:
-        buffering = config["double_buffer"]
         return cls(config["threads_x"], config["threads_y"], config["tile_n"], config["tile_m"], config["tile_k"],
-                   config["vec"], bool(config["unroll_k"]), buffering == 1, buffering if buffering >= 2 else 0)
+                   config["vec"], bool(config["unroll_k"]), *buffering(config))
+
+
+def buffering(config: Config) -> tuple[bool, int]:
+    """(double buffered, cp.async pipeline depth or 0) from the `double_buffer` knob: 1 is double
+    buffering, 2 and 3 a pipeline of that depth (the MatMul's and Conv's knob alike)."""
+    value = config["double_buffer"]
+    return value == 1, value if value >= 2 else 0
 
 
 def schedule_gemm(s: Schedule, out: Tensor, acc: Stage, axes: tuple[list[IterVar], IterVar, IterVar],
