@@ -6,7 +6,9 @@ The simulated H100 keeps allocations as bytes, loads any cubin, and "runs" a ker
 the outputs the worker's request expects (the task's reference, which `serve` hands it), so what
 is tested is everything around the kernel, not its arithmetic. A kernel whose symbol contains
 `illegal_address` faults as a wild store does on a GPU: the error is sticky, every later call of
-the context fails. A launch lasts a time derived from the cubin's bytes, so configs differ.
+the context fails. A launch lasts a time derived from the cubin's bytes, so configs differ, and a
+memset (the worker's L2 flush) lasts FLUSH_MS. The cuda-bindings double captures a stream into a
+graph as the driver does: captured work is kept, not run, and each replay runs it again.
 
     python -m tests.fake_cuda PARENT_PID     # the GPU worker on the fake H100, through the
                                              # binding FAKE_CUDA_BINDINGS names (default cuda-bindings)
@@ -25,6 +27,8 @@ from autosched.measure.worker import load_data
 
 H100 = "NVIDIA H100 80GB HBM3"
 ILLEGAL_ADDRESS = "CUDA_ERROR_ILLEGAL_ADDRESS"
+L2_BYTES = 50 << 20
+FLUSH_MS = 0.5
 
 
 class Device:
@@ -38,6 +42,20 @@ class Device:
         self.error: str | None = None  # sticky: set by a faulting kernel, failing every later call
         self.expected: list[np.ndarray] = []  # what the running request's kernel must write
         self.clock_ms = 0.0
+        self.launches = 0  # kernels run, captured ones at each replay
+        self.captured: list | None = None  # the work of the graph being captured
+
+    def enqueue(self, work) -> None:
+        """Run `work` now, or keep it in the graph being captured."""
+        self.check()
+        if self.captured is not None:
+            self.captured.append(work)
+        else:
+            work()
+
+    def memset(self, ptr: int, value: int, nbytes: int) -> None:
+        self.write(ptr, bytes([value]) * nbytes)
+        self.clock_ms += FLUSH_MS
 
     def check(self) -> None:
         if self.error is not None:
@@ -64,7 +82,13 @@ class Device:
             return
         for ptr, out in zip(ptrs[len(ptrs) - len(self.expected):], self.expected):
             self.memory[ptr][:out.nbytes] = np.ascontiguousarray(out).tobytes()
-        self.clock_ms += 1e-3 * (1 + int(hashlib.sha256(cubin).hexdigest()[:6], 16) % 1000)
+        self.clock_ms += kernel_ms(cubin)
+        self.launches += 1
+
+
+def kernel_ms(cubin: bytes) -> float:
+    """How long the simulated GPU runs a cubin's kernel."""
+    return 1e-3 * (1 + int(hashlib.sha256(cubin).hexdigest()[:6], 16) % 1000)
 
 
 class DeviceError(Exception):
@@ -84,8 +108,15 @@ class CudaBindingsDouble:
     CUresult = CUresult
 
     class CUdevice_attribute(enum.Enum):
+        CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+    class CUstreamCaptureMode(enum.Enum):
+        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+
+    class CUevent_record_flags(enum.Enum):
+        CU_EVENT_RECORD_EXTERNAL = 1
 
     class CUfunction_attribute(enum.Enum):
         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -93,6 +124,9 @@ class CudaBindingsDouble:
     def __init__(self, device: Device) -> None:
         self.device = device
         self.events: dict[int, float] = {}
+        self.graphs: dict[int, list] = {}
+        self.graph_launches = 0
+        self.next_event = 0
 
     def _call(self, fn, *args):
         try:
@@ -114,8 +148,10 @@ class CudaBindingsDouble:
         return (CUresult.CUDA_SUCCESS, H100.encode().ljust(length, b"\0"))
 
     def cuDeviceGetAttribute(self, attribute, device):
-        major = attribute is self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-        return (CUresult.CUDA_SUCCESS, 9 if major else 0)
+        values = {self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
+                  self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
+                  self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: L2_BYTES}
+        return (CUresult.CUDA_SUCCESS, values[attribute])
 
     def cuDevicePrimaryCtxRetain(self, device):
         return (CUresult.CUDA_SUCCESS, "context")
@@ -158,20 +194,60 @@ class CudaBindingsDouble:
         return self._call(copy)
 
     def cuMemsetD8Async(self, ptr, value, nbytes, stream):
-        return self._call(self.device.write, ptr, bytes([value]) * nbytes)
+        return self._call(self.device.enqueue, lambda: self.device.memset(ptr, value, nbytes))
 
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         module, symbol = func
-        return self._call(self.device.launch, self.device.modules[module], symbol, list(params[0]))
+        cubin, ptrs = self.device.modules[module], list(params[0])
+        return self._call(self.device.enqueue, lambda: self.device.launch(cubin, symbol, ptrs))
 
     def cuStreamSynchronize(self, stream):
         return self._call(self.device.check)
 
     def cuEventCreate(self, flags):
-        return self._call(lambda: len(self.events) + 1 + max(self.events, default=0))
+        def create():
+            self.next_event += 1
+            self.events[self.next_event] = float("nan")  # not recorded yet
+            return self.next_event
+        return self._call(create)
 
     def cuEventRecord(self, event, stream):
+        if self.device.captured is not None:
+            raise AssertionError("a plain event record while capturing joins streams; time with external ones")
         return self._call(lambda: self.events.__setitem__(event, self.device.clock_ms))
+
+    def cuEventRecordWithFlags(self, event, stream, flags):
+        assert flags is self.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL
+        return self._call(self.device.enqueue, lambda: self.events.__setitem__(event, self.device.clock_ms))
+
+    def cuStreamBeginCapture(self, stream, mode):
+        def begin():
+            assert self.device.captured is None, "the stream is already being captured"
+            self.device.captured = []
+        return self._call(begin)
+
+    def cuStreamEndCapture(self, stream):
+        def end():
+            handle = len(self.graphs) + 1
+            self.graphs[handle], self.device.captured = self.device.captured, None
+            return handle
+        return self._call(end)
+
+    def cuGraphInstantiate(self, graph, flags):
+        return self._call(lambda: -graph)
+
+    def cuGraphLaunch(self, graph_exec, stream):
+        def replay():
+            self.graph_launches += 1
+            for work in self.graphs[-graph_exec]:
+                self.device.enqueue(work)
+        return self._call(replay)
+
+    def cuGraphExecDestroy(self, graph_exec):
+        return self._call(self.device.check)
+
+    def cuGraphDestroy(self, graph):
+        return self._call(lambda: self.graphs.pop(graph) and None)
 
     def cuEventSynchronize(self, event):
         return self._call(self.device.check)
@@ -282,6 +358,9 @@ def pycuda_modules(device: Device) -> dict[str, types.ModuleType]:
         def compute_capability(self) -> tuple[int, int]:
             return (9, 0)
 
+        def get_attribute(self, attribute: str) -> int:
+            return {"L2_CACHE_SIZE": L2_BYTES}[attribute]
+
         def retain_primary_context(self) -> Context:
             return Context()
 
@@ -297,14 +376,15 @@ def pycuda_modules(device: Device) -> dict[str, types.ModuleType]:
         dest.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8)
 
     def memset_d8_async(dest: DeviceAllocation, value: int, nbytes: int, stream=None) -> None:
-        guarded("cuMemsetD8Async", device.write, dest.ptr, bytes([value]) * nbytes)
+        guarded("cuMemsetD8Async", device.memset, dest.ptr, value, nbytes)
 
     drv.__dict__.update(
         Error=Error, LogicError=LogicError, LaunchError=LaunchError, RuntimeError=RuntimeError_,
         MemoryError=MemoryError_, init=init, Device=DeviceHandle, Stream=Stream, Event=Event,
         mem_alloc=DeviceAllocation, memcpy_htod=memcpy_htod, memcpy_dtoh=memcpy_dtoh,
         memset_d8_async=memset_d8_async, module_from_buffer=Module,
-        function_attribute=types.SimpleNamespace(MAX_DYNAMIC_SHARED_SIZE_BYTES=8))
+        function_attribute=types.SimpleNamespace(MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
+        device_attribute=types.SimpleNamespace(L2_CACHE_SIZE="L2_CACHE_SIZE"))
     package = types.ModuleType("pycuda")
     package.driver = drv
     return {"pycuda": package, "pycuda.driver": drv}

@@ -4,19 +4,22 @@ these tests run on, so the GPU is what is faked; the runner, its worker process 
 layer are the real ones. Also: pycuda built here but imported without a driver says so once."""
 import importlib.util
 import json
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
+from autosched.measure import gpu_worker
 from autosched.measure.cuda_driver import NoDriver, open_driver
 from autosched.measure.gpu import GpuRunner, GpuUnavailableError
 from autosched.measure.local import RunnerOptions
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput
+from autosched.measure.worker import load_data
 from autosched.space import ChoiceKnob, ConfigSpace
 from autosched.target import Target
 from tests.cuda_markers import no_gpu_here
-from tests.fake_cuda import H100, FakeH100Runner
+from tests.fake_cuda import FLUSH_MS, H100, L2_BYTES, Device, FakeH100Runner, binding_modules, kernel_ms
 
 BINDINGS = ("cuda-bindings", "pycuda")
 
@@ -55,7 +58,9 @@ def test_runner_measures_and_survives_a_sticky_error(tmp_path, monkeypatch, bind
     good, bad = _manifest(tmp_path, "add"), _manifest(tmp_path, "illegal_address")
     inputs = [MeasureInput(AddTask(), target, SPACE.get(i)) for i in (0, 1, 0)]
     with FakeH100Runner(RunnerOptions(repeat=3, min_repeat_ms=1.0)) as runner:
-        assert runner.device == {"device": H100, "compute_capability": "9.0", "bindings": bindings}
+        assert runner.device == {"device": H100, "compute_capability": "9.0", "bindings": bindings,
+                                 "l2_bytes": L2_BYTES,
+                                 "timing": "cuda graph" if bindings == "cuda-bindings" else "launch loop"}
         assert runner.measured_target(target).fingerprint == f"cuda|{H100}|sm_90"
         first, crashed, again = runner.run(inputs, [good, bad, good])
     assert first.ok and len(first.costs) == 3 and all(c > 0 for c in first.costs), first.error_msg
@@ -89,3 +94,50 @@ def test_pycuda_without_a_driver_is_one_clear_message(monkeypatch):
     monkeypatch.setenv("AUTOSCHED_CUDA_BINDINGS", "pycuda")
     with pytest.raises(GpuUnavailableError, match="pycuda is installed but the NVIDIA driver .*--emulate"):
         GpuRunner()
+
+
+def _handle_in_process(tmp_path, monkeypatch, bindings: str, flush_bytes: int, repeat: int = 4):
+    """One request handled by the real worker code in this process, on a fresh simulated H100."""
+    device = Device()
+    for name, module in binding_modules(bindings, device).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    gpu = gpu_worker.Gpu(open_driver(bindings))
+    build = _manifest(tmp_path, "add")
+    inputs = AddTask().random_inputs(0)
+    data = tmp_path / "task.npz"
+    np.savez(data, n_inputs=2, n_outputs=1, in0=inputs[0], in1=inputs[1], out0=AddTask().reference(inputs)[0])
+    device.expected = load_data(str(data))[1]
+    req = {"manifest": build.artifact, "data": str(data), "repeat": repeat, "min_repeat_ms": 1.0,
+           "flush_bytes": flush_bytes, "stop_above": 0.0, "rtol": 1e-5, "atol": 1e-6}
+    return gpu_worker.handle(gpu, req), device, gpu.driver, kernel_ms((tmp_path / "add.cubin").read_bytes())
+
+
+def test_repeats_replay_one_captured_graph(tmp_path, monkeypatch):
+    """cuda-bindings: the timed launches are captured once and each repeat replays the graph, so a
+    repeat's launches run back to back, with no Python between them."""
+    reply, device, driver, ms = _handle_in_process(tmp_path, monkeypatch, "cuda-bindings", flush_bytes=0)
+    assert reply["costs"] == pytest.approx([ms / 1e3] * 4, rel=1e-9)
+    graph_launches = driver.cu.graph_launches
+    assert graph_launches >= 1 + 4  # a warm-up replay that sizes the repeats, then one or more per repeat
+    assert not driver.capturing and not driver.cu.graphs  # the graph is freed with its candidate
+
+
+@pytest.mark.parametrize("bindings", BINDINGS)
+def test_each_launch_follows_a_flush_the_time_excludes(tmp_path, monkeypatch, bindings):
+    """Flushed: every timed launch follows its own L2 flush, and the events around the launch
+    leave the flush's time out (a flush lasts FLUSH_MS on the simulated GPU, far more than the kernel)."""
+    reply, device, driver, ms = _handle_in_process(tmp_path, monkeypatch, bindings, flush_bytes=1 << 10)
+    assert ms < FLUSH_MS
+    assert reply["costs"] == pytest.approx([ms / 1e3] * 4, rel=1e-9)
+    if bindings == "cuda-bindings":
+        assert driver.cu.graph_launches == 4 and not driver.cu.events  # one replay a repeat; no event left behind
+
+
+def test_the_gpu_runner_flushes_twice_the_gpus_l2(monkeypatch):
+    """Not the host's last-level cache: the flush must overwrite the GPU's L2."""
+    with FakeH100Runner(RunnerOptions(caches="flushed")) as runner:
+        assert runner.flush_bytes() == 2 * L2_BYTES
+    with FakeH100Runner(RunnerOptions(caches="flushed", flush_bytes=4096)) as runner:
+        assert runner.flush_bytes() == 4096
+    with FakeH100Runner(RunnerOptions()) as runner:
+        assert runner.flush_bytes() == 0

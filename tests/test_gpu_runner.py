@@ -86,6 +86,12 @@ def test_gpu_runner_times_checked_kernels_and_survives_a_sticky_error(tmp_path):
     assert first.ok and len(first.costs) == 3, first.error_msg
     assert crashed.error_kind is ErrorKind.RUNTIME_ERROR and "CUDA_ERROR" in crashed.error_msg
     assert again.ok, again.error_msg  # a fresh worker, a fresh context
+    assert runner.device["timing"] == ("cuda graph" if runner.device["bindings"] == "cuda-bindings" else "launch loop")
+    # each launch after its own flush of twice the L2, timed between events recorded inside the graph
+    with GpuRunner(RunnerOptions(repeat=3, min_repeat_ms=5.0, caches="flushed")) as runner:
+        assert runner.flush_bytes() == 2 * runner.device["l2_bytes"] > 0
+        (flushed,) = measure_with(builder, runner)(inputs[:1])
+    assert flushed.ok and len(flushed.costs) == 3 and flushed.caches == "flushed", flushed.error_msg
 
 
 REFUSED = (ErrorKind.INSTANTIATION_ERROR, ErrorKind.RESOURCE_LIMIT)  # a config the template or the device rules out
@@ -133,7 +139,8 @@ def test_records_name_the_gpu_model_the_worker_reads_from_the_driver(tmp_path):
     target = Target.parse("cuda -arch=sm_90")
     with FakeH100Runner() as runner:
         measured = runner.measured_target(target)
-        assert runner.device == {"device": H100, "compute_capability": "9.0", "bindings": "cuda-bindings"}
+        assert {k: runner.device[k] for k in ("device", "compute_capability", "bindings")} == {
+            "device": H100, "compute_capability": "9.0", "bindings": "cuda-bindings"}
     assert measured.fingerprint == f"cuda|{H100}|sm_90" and measured.isa == target.isa == "cuda-sm_90"
     assert measured.gpu == H100 and target.gpu is None
     task = gemm_task((64, 256), (128, 256), (128,), trans_b=1)

@@ -1,7 +1,9 @@
 """The CUDA driver calls a GPU measurement makes, through cuda-bindings or pycuda.
 
 The GPU worker loads a cubin, copies arrays, launches a kernel and times it with events: a dozen
-driver calls, which two Python bindings offer. cuda-bindings (NVIDIA's, `pip install
+driver calls, which two Python bindings offer. cuda-bindings can also capture the timed launches
+as a CUDA graph, replayed by one call, so no Python runs between them; pycuda wraps no graph API,
+and there the worker launches from a Python loop (`graphs` says which). cuda-bindings (NVIDIA's, `pip install
 'autosched[cuda]'`) installs as wheels; pycuda (`autosched[pycuda]`, the design's original
 choice) builds from source against the CUDA toolkit (see the README). Whichever is installed
 serves, behind `Driver`: cuda-bindings first, pycuda otherwise, or the one AUTOSCHED_CUDA_BINDINGS
@@ -63,6 +65,9 @@ class Driver(ABC):
     bindings: str
     name: str  # the GPU's model, as cuDeviceGetName says
     capability: tuple[int, int]
+    l2_bytes: int  # the GPU's L2 cache, which a flush before a cold launch must overwrite
+    #: whether the stream can be captured into a CUDA graph (`begin_capture`)
+    graphs: bool = False
 
     @abstractmethod
     def load(self, cubin: bytes, symbol: str, shared_bytes: int) -> tuple[Any, Any]:
@@ -96,17 +101,37 @@ class Driver(ABC):
 
     @abstractmethod
     def event(self) -> Any:
-        """A fresh event, recorded on the stream now."""
+        """A fresh event, recorded on the stream now: while the stream is captured, as a node of
+        the graph, recorded again by each replay."""
 
     @abstractmethod
-    def elapsed_ms(self, start: Any, end: Any) -> float:
-        """Milliseconds between two recorded events, once `end` has completed; both are released."""
+    def elapsed_ms(self, start: Any, end: Any, release: bool = True) -> float:
+        """Milliseconds between two recorded events, once `end` has completed; both are released
+        unless a graph records them again."""
+
+    @abstractmethod
+    def destroy_event(self, event: Any) -> None: ...
+
+    def begin_capture(self) -> None:
+        """From now on, what is enqueued on the stream is captured, not run (only where `graphs`)."""
+        raise NotImplementedError(f"{self.bindings} cannot capture CUDA graphs")
+
+    def end_capture(self) -> Any:
+        """The captured work as an executable graph, for `launch_graph`."""
+        raise NotImplementedError(f"{self.bindings} cannot capture CUDA graphs")
+
+    def launch_graph(self, graph: Any) -> None:
+        raise NotImplementedError(f"{self.bindings} cannot capture CUDA graphs")
+
+    def free_graph(self, graph: Any) -> None:
+        raise NotImplementedError(f"{self.bindings} cannot capture CUDA graphs")
 
 
 class CudaBindingsDriver(Driver):
     """Through NVIDIA's cuda-bindings: each call returns (status, values...)."""
 
     bindings = "cuda-bindings"
+    graphs = True
 
     def __init__(self, driver: Any) -> None:
         self.cu = driver
@@ -121,6 +146,8 @@ class CudaBindingsDriver(Driver):
         attr = driver.CUdevice_attribute
         self.capability = (self.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
                            self.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device))
+        self.l2_bytes = self.call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device)
+        self.capturing = False
         self.context = self.call("cuDevicePrimaryCtxRetain", device)
         self.call("cuCtxSetCurrent", self.context)
         self.stream = self.call("cuStreamCreate", 0)
@@ -168,15 +195,41 @@ class CudaBindingsDriver(Driver):
 
     def event(self) -> Any:
         ev = self.call("cuEventCreate", 0)
-        self.call("cuEventRecord", ev, self.stream)
+        if self.capturing:  # an event record node, not a dependency between captured streams
+            self.call("cuEventRecordWithFlags", ev, self.stream, self.cu.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL)
+        else:
+            self.call("cuEventRecord", ev, self.stream)
         return ev
 
-    def elapsed_ms(self, start: Any, end: Any) -> float:
+    def elapsed_ms(self, start: Any, end: Any, release: bool = True) -> float:
         self.call("cuEventSynchronize", end)
         ms = self.call("cuEventElapsedTime", start, end)
-        for ev in (start, end):
-            self.call("cuEventDestroy", ev)
+        for ev in (start, end) if release else ():
+            self.destroy_event(ev)
         return float(ms)
+
+    def destroy_event(self, event: Any) -> None:
+        self.call("cuEventDestroy", event)
+
+    def begin_capture(self) -> None:
+        self.call("cuStreamBeginCapture", self.stream, self.cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        self.capturing = True
+
+    def end_capture(self) -> Any:
+        self.capturing = False
+        graph = self.call("cuStreamEndCapture", self.stream)
+        try:
+            return graph, self.call("cuGraphInstantiate", graph, 0)
+        except CudaError:
+            self.call("cuGraphDestroy", graph)
+            raise
+
+    def launch_graph(self, graph: Any) -> None:
+        self.call("cuGraphLaunch", graph[1], self.stream)
+
+    def free_graph(self, graph: Any) -> None:
+        self.call("cuGraphExecDestroy", graph[1])
+        self.call("cuGraphDestroy", graph[0])
 
 
 class PyCudaDriver(Driver):
@@ -193,6 +246,7 @@ class PyCudaDriver(Driver):
             raise NoDriver(f"no usable NVIDIA GPU here ({self._error(e, 'cuInit')}); {NO_GPU_HINT}") from None
         self.name = device.name()
         self.capability = tuple(device.compute_capability())
+        self.l2_bytes = device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE)
         self.context = device.retain_primary_context()
         self.context.push()
         self.stream = cuda.Stream()
@@ -250,9 +304,12 @@ class PyCudaDriver(Driver):
         self._do("cuEventRecord", ev.record, self.stream)
         return ev
 
-    def elapsed_ms(self, start: Any, end: Any) -> float:
+    def elapsed_ms(self, start: Any, end: Any, release: bool = True) -> float:
         self._do("cuEventSynchronize", end.synchronize)
         return float(self._do("cuEventElapsedTime", start.time_till, end))
+
+    def destroy_event(self, event: Any) -> None:
+        del event  # pycuda destroys an event when its object goes
 
 
 def _import(bindings: str) -> Any:

@@ -61,6 +61,11 @@ class GpuRunner(LocalRunner):
             self._kill()
         return result
 
+    def flush_bytes(self) -> int:
+        """Twice the GPU's L2 (the worker's cuDeviceGetAttribute), not the host's last-level cache."""
+        o = self.options
+        return 0 if o.caches == "warm" else o.flush_bytes or 2 * int(self.device["l2_bytes"])
+
     def measured_target(self, target: Target) -> Target:
         """The cuda target named after the GPU the worker holds (its cuDeviceGetName)."""
         return target.on_gpu(self.device["device"])

@@ -1,5 +1,13 @@
 """The GPU runner's child process: loads one cubin at a time, checks it, times it with CUDA events.
 
+A repeat is `number` launches back to back. Where the binding can (cuda-bindings), they are
+captured once as a CUDA graph and each repeat replays it with one call, so no Python runs
+between launches: a launch from Python costs a few microseconds, as long as a small kernel, and
+timed that way the GPU waits on the interpreter. With a flush (cold or flushed caches), every
+launch follows a write of twice the GPU's L2 and is timed alone by a pair of events around it,
+recorded inside the graph, so the flush is not in the time; a flush per repeat only left all but
+the first launch warm.
+
 Speaks the CPU worker's protocol (JSON lines; arrays in the parent's .npz files), after a first
 line saying which GPU it holds (and through which binding), or why it holds none. The CUDA
 driver is reached through cuda-bindings or pycuda (`autosched.measure.cuda_driver`), imported
@@ -11,6 +19,7 @@ replies with the error and exits, and the parent starts a fresh one for the next
 from __future__ import annotations
 
 import json
+import math
 import sys
 import traceback
 
@@ -22,6 +31,10 @@ from autosched.measure.worker import compare_outputs, load_data
 
 #: what a reply to a candidate that lost the context ends with: the worker exits after sending it
 RESTARTS = "; the GPU worker restarts"
+#: launches in one captured graph at most (instantiating a graph takes time per node)
+GRAPH_LAUNCHES = 1 << 10
+#: flushed launches per repeat at most: each follows a write of twice the L2
+FLUSHED_LAUNCHES = 32
 
 
 class Gpu:
@@ -34,6 +47,7 @@ class Gpu:
             raise RuntimeError(str(e)) from None
         self.name, self.capability = self.driver.name, self.driver.capability
         self.loaded: tuple = (None, None, None)  # (cubin path, module, function)
+        self.graphs = True  # until a capture fails
 
     def function(self, cubin: str, symbol: str, shared_bytes: int):
         """The kernel of `cubin`, loaded in place of the previous candidate's."""
@@ -53,14 +67,70 @@ class Gpu:
     def launch(self, func, geometry: dict, ptrs: list) -> None:
         self.driver.launch(func, tuple(geometry["grid"]), tuple(geometry["block"]), geometry["shared_bytes"], ptrs)
 
-    def seconds(self, func, geometry: dict, ptrs: list, number: int, flush) -> float:
-        """Seconds per launch over `number` back-to-back launches, timed by CUDA events."""
-        if flush is not None:
-            self.driver.memset_async(flush[0], 1, flush[1])
-        start = self.driver.event()
-        for _ in range(number):
-            self.launch(func, geometry, ptrs)
-        return self.driver.elapsed_ms(start, self.driver.event()) / 1e3 / number
+    def repeats(self, func, geometry: dict, ptrs: list, number: int, flush) -> Repeats:
+        """Timed repeats of `number` launches, each after a flush if `flush` is (pointer, bytes)."""
+        if self.driver.graphs and self.graphs:
+            try:
+                return Repeats(self, func, geometry, ptrs, number, flush, graph=True)
+            except CudaError as e:
+                if e.sticky:
+                    raise
+                self.graphs = False  # this driver captures no graphs: say so once, then launch from Python
+                print(f"autosched GPU worker: capturing a CUDA graph failed ({e}); timing launches from a loop",
+                      file=sys.stderr, flush=True)
+        return Repeats(self, func, geometry, ptrs, number, flush, graph=False)
+
+
+class Repeats:
+    """One candidate's timed repeats; a captured graph is built once and replayed by each."""
+
+    def __init__(self, gpu: Gpu, func, geometry: dict, ptrs: list, number: int, flush, graph: bool):
+        self.gpu, self.func, self.geometry, self.ptrs, self.number, self.flush = gpu, func, geometry, ptrs, number, flush
+        self.graph = None
+        self.pairs: list = []
+        if graph:
+            gpu.driver.begin_capture()
+            try:
+                self.pairs = self._enqueue()
+            finally:
+                self.graph = gpu.driver.end_capture()
+
+    def _enqueue(self) -> list:
+        """The launches (or the graph's replay) on the stream; the events around each flushed one."""
+        d, pairs = self.gpu.driver, []
+        for _ in range(self.number):
+            if self.flush is not None:
+                d.memset_async(self.flush[0], 1, self.flush[1])
+                start = d.event()
+            self.gpu.launch(self.func, self.geometry, self.ptrs)
+            if self.flush is not None:
+                pairs.append((start, d.event()))
+        return pairs
+
+    def _run(self) -> list:
+        if self.graph is None:
+            return self._enqueue()
+        self.gpu.driver.launch_graph(self.graph)
+        return self.pairs
+
+    def seconds(self, replays: int = 1) -> float:
+        """Seconds per launch over one repeat (`replays` runs of the launches, when unflushed)."""
+        d = self.gpu.driver
+        if self.flush is None:
+            start = d.event()
+            for _ in range(replays):
+                self._run()
+            return d.elapsed_ms(start, d.event()) / 1e3 / (self.number * replays)
+        pairs = self._run()
+        return sum(d.elapsed_ms(a, b, release=self.graph is None) for a, b in pairs) / 1e3 / self.number
+
+    def close(self) -> None:
+        d = self.gpu.driver
+        if self.graph is not None:
+            d.free_graph(self.graph)
+            for pair in self.pairs:
+                for ev in pair:
+                    d.destroy_event(ev)
 
 
 def handle(gpu: Gpu, req: dict) -> dict:
@@ -84,16 +154,24 @@ def handle(gpu: Gpu, req: dict) -> dict:
         if req["flush_bytes"] > 0:
             flush = (gpu.driver.alloc(req["flush_bytes"]), req["flush_bytes"])
         number = 1
-        while True:  # calibrate: enough launches for one repeat to last min_repeat_ms
-            t = gpu.seconds(func, geometry, ptrs, number, None) * number
-            if t * 1e3 >= req["min_repeat_ms"] or number >= 1 << 20:
+        while True:  # calibrate from a launch loop: enough launches for one repeat to last min_repeat_ms
+            t = Repeats(gpu, func, geometry, ptrs, number, None, graph=False).seconds() * number
+            if t * 1e3 >= req["min_repeat_ms"] or number >= GRAPH_LAUNCHES:
                 break
-            number = min(1 << 20, max(number * 2, int(number * 1.2 * req["min_repeat_ms"] / max(t * 1e3, 1e-3)) + 1))
-        costs = []
-        for _ in range(int(req["repeat"])):
-            costs.append(gpu.seconds(func, geometry, ptrs, number, flush))
-            if req["stop_above"] > 0 and costs[-1] > req["stop_above"]:
-                break
+            number = min(GRAPH_LAUNCHES, max(number * 2, int(number * 1.2 * req["min_repeat_ms"] / max(t * 1e3, 1e-3)) + 1))
+        repeats = gpu.repeats(func, geometry, ptrs, min(number, FLUSHED_LAUNCHES) if flush else number, flush)
+        try:
+            replays = 1
+            if flush is None:  # launches from Python overstated short kernels: replay until a repeat is long enough
+                t = repeats.seconds() * number
+                replays = max(1, min(1 << 12, int(math.ceil(req["min_repeat_ms"] / max(t * 1e3, 1e-6)))))
+            costs = []
+            for _ in range(int(req["repeat"])):
+                costs.append(repeats.seconds(replays))
+                if req["stop_above"] > 0 and costs[-1] > req["stop_above"]:
+                    break
+        finally:
+            repeats.close()
         return {"costs": costs}
     finally:
         for ptr in ptrs + ([flush[0]] if flush else []):
@@ -112,7 +190,8 @@ def main() -> None:
         sys.stdout.flush()
         return
     sys.stdout.write(json.dumps({"device": gpu.name, "compute_capability": "{}.{}".format(*gpu.capability),
-                                 "bindings": gpu.driver.bindings}) + "\n")
+                                 "bindings": gpu.driver.bindings, "l2_bytes": gpu.driver.l2_bytes,
+                                 "timing": "cuda graph" if gpu.driver.graphs else "launch loop"}) + "\n")
     sys.stdout.flush()
     for line in sys.stdin:
         sticky = False

@@ -186,6 +186,10 @@ class LocalRunner(Runner):
         self.options = replace(self.options, caches=caches)
         return True
 
+    def flush_bytes(self) -> int:
+        """Bytes written before each cold or flushed call: by default twice this machine's last-level cache."""
+        return self.options.flush()
+
     # --- task data ----------------------------------------------------------------------
     def _data_file(self, task) -> str:
         if task.key not in self._data:
@@ -234,7 +238,7 @@ class LocalRunner(Runner):
         rtol, atol = (max(mine, implied) for mine, implied in zip((o.rtol, o.atol), inp.target.tolerance))
         threads = o.threads or os.cpu_count() or 1
         req = {"manifest": build.artifact, "data": self._data_file(inp.task), "threads": threads,
-               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "flush_bytes": o.flush(),
+               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "flush_bytes": self.flush_bytes(),
                "weights": constant_inputs(inp.task) if o.caches == "cold" else None,
                "stop_above": best * o.stop_factor if best and o.stop_factor else 0.0, "rtol": rtol, "atol": atol}
         limit = o.timeout + 3 * o.repeat * o.min_repeat_ms / 1e3
