@@ -7,8 +7,8 @@ against, in one run.
 1. tests: the `cuda`-marked tests (`pytest -m cuda`): passed, failed (by name), skipped;
 2. kernels: the fallback kernel of GEMM 4096³ and of the BERT-base (sequence 128) GEMMs and
    ResNet-18 convolutions, timed by the GPU runner (CUDA events, checked against numpy) against
-   cuBLAS / cuDNN through PyTorch or CuPy (whichever imports; FP32 with TF32 off, or TF32 under
-   `--precision tf32`), with the ratio autosched / library (below 1 is faster) and the static
+   cuBLAS / cuDNN through PyTorch or CuPy (whichever imports; FP32 with TF32 off, TF32 under
+   `--precision tf32`, fp16/bf16 tensors under `--precision fp16/bf16`), with the ratio autosched / library (below 1 is faster) and the static
    model's estimate beside the measured time;
 3. checks: every zoo model built for the GPU and compared with onnxruntime (`autosched check`) at
    fp32 and on tensor cores at tf32, fp16 and bf16, each in its own process;
@@ -24,7 +24,8 @@ On a machine without a GPU it says so in one line and does only what needs nvcc:
 kernel of part 2 and reports its registers, occupancy, SASS mix and static estimate (no times).
 `--json` prints one object: `gpu` (the device, or null), `arch`, `tests` (null without a GPU),
 `kernels` (per shape: `flops`, `static_us`, `registers`, `occupancy`, `sass`, and with a GPU
-`autosched_ms`, `library_ms`, `library`, `library_timing`, `ratio`), `checks` (per model/precision: `ok`,
+`autosched_ms`, `runner_timing`, `pipelined_ms` (fp32 on sm_80+: the fallback with a 3-stage
+cp.async pipeline), `library_ms`, `library`, `library_timing`, `ratio`), `checks` (per model/precision: `ok`,
 `max_rel_err`), `static_model` (per kernel: `kernel`, `precision`, `spearman`, `configs` as
 [index in the space, estimate s, GPU s]), `static_model_spearman` (the first kernel's) and `models`
 (per model: `reference`, `reference_ms`, `untuned_ms`, `tuned_ms`, `untuned_ratio`, `tuned_ratio`);
@@ -106,21 +107,30 @@ def _task(path: Path) -> Task:
 
 class Library:
     """cuBLAS and cuDNN through PyTorch, else CuPy (cuBLAS only), in the precision the target asks:
-    FP32 without TF32 (autosched's default), or with TF32 tensor cores under -precision=tf32."""
+    FP32 without TF32 (autosched's default), with TF32 tensor cores under -precision=tf32, on
+    fp16 or bf16 tensors with fp32 accumulation under -precision=fp16/bf16 (PyTorch only). The
+    library then reads 16-bit operands where autosched's kernels read fp32 ones and round them
+    at the tensor cores: twice the bytes on autosched's side."""
 
-    def __init__(self, tf32: bool = False) -> None:
+    def __init__(self, precision: str = "fp32") -> None:
         self.name, self.torch, self.cupy, self.timing = None, None, None, None
+        self.dtype: object = None
         try:
             import torch
             if torch.cuda.is_available():
-                torch.backends.cuda.matmul.allow_tf32 = tf32
-                torch.backends.cudnn.allow_tf32 = tf32
+                torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+                torch.backends.cudnn.allow_tf32 = precision == "tf32"
+                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+                self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
                 self.name, self.torch = f"torch {torch.__version__}", torch
                 return
         except ImportError:
             pass
         try:
             import cupy
+            if precision not in ("fp32", "tf32"):
+                return  # CuPy's matmul accumulates fp16 in fp16: not the same computation
             self.name, self.cupy = f"cupy {cupy.__version__}", cupy
         except ImportError:
             pass
@@ -167,7 +177,7 @@ class Library:
     def gemm_ms(self, m: int, k: int, n: int) -> float | None:
         if self.torch:
             t = self.torch
-            a, b = t.randn(m, k, device="cuda"), t.randn(k, n, device="cuda")
+            a, b = t.randn(m, k, device="cuda", dtype=self.dtype), t.randn(k, n, device="cuda", dtype=self.dtype)
             return self._time(lambda: a @ b, t.cuda.synchronize, lambda: t.cuda.Event(enable_timing=True))
         if self.cupy:
             cp = self.cupy
@@ -179,7 +189,7 @@ class Library:
         if not self.torch:
             return None  # CuPy has no maintained cuDNN convolution
         t = self.torch
-        x, w = t.randn(1, c, hw, hw, device="cuda"), t.randn(o, c, k, k, device="cuda")
+        x, w = t.randn(1, c, hw, hw, device="cuda", dtype=self.dtype), t.randn(o, c, k, k, device="cuda", dtype=self.dtype)
         conv = t.nn.functional.conv2d
         return self._time(lambda: conv(x, w, stride=stride, padding=k // 2), t.cuda.synchronize,
                           lambda: t.cuda.Event(enable_timing=True))
@@ -187,7 +197,7 @@ class Library:
 
 def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
     """Each shape's fallback kernel: built by nvcc, inspected, estimated, and with a GPU timed."""
-    library = Library(tf32=target.precision == "tf32") if gpu else None
+    library = Library(target.precision) if gpu else None
     out: dict = {}
     runner = None
     if gpu:
@@ -213,6 +223,11 @@ def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
             if runner is not None and library is not None:
                 [res] = runner.run([inp], [built])
                 row["autosched_ms"] = res.cost * 1e3 if res.ok else None
+                row["runner_timing"] = runner.device["timing"]
+                if (piped := _pipelined(inp)) is not None:  # the fallback through a 3-stage cp.async pipeline
+                    [piped_built] = NvccBuilder(n_parallel=1, cache_dir=tmp / "nvcc").build([piped])
+                    [piped_res] = runner.run([piped], [piped_built]) if piped_built.ok else [None]
+                    row["pipelined_ms"] = piped_res.cost * 1e3 if piped_res is not None and piped_res.ok else None
                 row["library"] = library.name
                 row["library_ms"] = library.gemm_ms(*shape) if name in GEMMS else library.conv_ms(*shape)
                 row["library_timing"] = library.timing
@@ -223,6 +238,16 @@ def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
         if runner is not None:
             runner.close()
     return out
+
+
+def _pipelined(inp: MeasureInput) -> MeasureInput | None:
+    """The fp32 fallback with its shared tiles filled by a 3-stage cp.async pipeline (sm_80 and
+    later), where the fallback has none: what the pipeline buys, timed beside it."""
+    space = inp.config.space
+    if "double_buffer" not in {k.name for k in space.knobs} or inp.config["double_buffer"] != 0 \
+            or 3 not in space.knob("double_buffer").values:
+        return None
+    return MeasureInput(inp.task, inp.target, space.from_values({**{k.name: inp.config[k.name] for k in space.knobs}, "double_buffer": 3}))
 
 
 def correlation(target: Target, kernel: str, n: int, tmp: Path) -> dict:
@@ -402,7 +427,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="a smoke run: two kernels, the MLP, 16 trials")
     p.add_argument("--trials", type=int, default=300, help="trials per model's tune (default 300)")
     p.add_argument("--arch", help="architecture to build for (default: the GPU's, else sm_80)")
-    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+    p.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
                    help="the target's precision for the kernels, the correlation and the tunes (default fp32)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"which parts, comma-separated (default: {','.join(PARTS)})")
     p.add_argument("--models", help="zoo models for the checks and model timings, comma-separated (default: all)")
@@ -426,14 +451,15 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"cuda tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped"
               + (f" ({', '.join(t['failures'])})" if t["failures"] else ""))
     print(f"{'kernel':<16} {'GFLOP':>7} {'static us':>10} {'regs':>5} {'occup.':>6} {'autosched ms':>12} "
-          f"{'library ms':>10} {'ratio':>6}")
+          f"{'pipelined':>9} {'library ms':>10} {'ratio':>6}")
     for name, r in result["kernels"].items():
         if "error" in r:
             print(f"{name:<16} {r['flops'] / 1e9:>7.2f}  {r['error']}")
             continue
         print(f"{name:<16} {r['flops'] / 1e9:>7.2f} {_cell(r.get('static_us'), 10, '.4g')} "
               f"{_cell(r.get('registers'), 5, 'd')} {_cell(r.get('occupancy'), 6, '.0%')} "
-              f"{_cell(r.get('autosched_ms'), 12, '.4g')} {_cell(r.get('library_ms'), 10, '.4g')} "
+              f"{_cell(r.get('autosched_ms'), 12, '.4g')} {_cell(r.get('pipelined_ms'), 9, '.4g')} "
+              f"{_cell(r.get('library_ms'), 10, '.4g')} "
               f"{_cell(r.get('ratio'), 6, '.2f')}")
     for c in result["static_model"]:
         print(f"static model vs GPU time ({c['precision']}), Spearman over {len(c['configs'])} sampled configs of "
