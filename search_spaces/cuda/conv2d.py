@@ -35,6 +35,7 @@ from search_spaces.cuda.common import (
     GpuTemplate,
     config_near,
     cooperative_copy,
+    fallback_buffering,
     gpu_caps,
     local_accumulator,
     task_tensors,
@@ -98,15 +99,17 @@ class Conv2dTemplate(GpuTemplate):
     def fallback(self, task: Task, target: Target) -> Config:
         """8 × 4 × 4 threads (columns × rows × channels) of 2 × 4 outputs, 4 input channels a step;
         direct, except 1×1 kernels: those have no window for the direct tiles to share, and as
-        an implicit GEMM they are a plain GEMM (256 threads, 64 channels × 64 pixels a block)."""
+        an implicit GEMM they are a plain GEMM (256 threads, 64 channels × 64 pixels a block).
+        On sm_80 and later the tiles are filled by a 3-stage cp.async pipeline (`fallback_buffering`)."""
         space = self.space(task, target)
         d = conv_dims(task)
         if _on_tensor_cores(target, d):
             return mma_fallback(space, d.oc, d.oh * d.ow, d.n)
+        direct = {**FALLBACK_DIRECT, "double_buffer": fallback_buffering(target)}
         if IMPLICIT_GEMM in space.knob("algorithm").values and d.kh * d.kw == 1:
-            return config_near(space, {**FALLBACK_DIRECT, "algorithm": IMPLICIT_GEMM, "threads_h": 2,
+            return config_near(space, {**direct, "algorithm": IMPLICIT_GEMM, "threads_h": 2,
                                        "threads_c": 16, "tile_w": 4, "tile_ic": 8})
-        return config_near(space, FALLBACK_DIRECT)
+        return config_near(space, direct)
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = conv_dims(task)

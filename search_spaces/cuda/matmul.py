@@ -33,6 +33,7 @@ from search_spaces.cuda.common import (
     GpuTemplate,
     config_near,
     cooperative_copy,
+    fallback_buffering,
     fill_grid,
     gpu_caps,
     local_accumulator,
@@ -104,7 +105,8 @@ class MatmulTemplate(GpuTemplate):
     def fallback(self, task: Task, target: Target) -> Config:
         """16 × 16 threads of 4 × 4 outputs (64 × 64 block tiles), k steps of 8, float4 copies:
         the textbook SGEMM shape, with smaller blocks where a grid of 64 × 64 ones would leave
-        multiprocessors idle (`fill_grid`), shrunk to what the space allows for a small problem.
+        multiprocessors idle (`fill_grid`), shrunk to what the space allows for a small problem;
+        on sm_80 and later the tiles filled by a 3-stage cp.async pipeline (`fallback_buffering`).
         On tensor cores: 2 × 4 warps of 4 × 4 m16n8k8 tiles (128 × 128 block tiles), k steps of
         32 through a 3-stage cp.async pipeline, padded shared rows, 16-byte copies."""
         d = matmul_dims(task)
@@ -114,7 +116,8 @@ class MatmulTemplate(GpuTemplate):
         tx, ty, tn, tm = FALLBACK_THREADS[0] if d.m < 32 else \
             fill_grid(FALLBACK_THREADS, lambda t: (t[1] * t[3], t[0] * t[2]), d.m, d.n, math.prod(d.batch))
         return config_near(self.space(task, target), {"threads_x": tx, "threads_y": ty, "tile_n": tn, "tile_m": tm,
-                                                       "tile_k": 8, "vec": 4, "unroll_k": 1, "double_buffer": 0})
+                                                       "tile_k": 8, "vec": 4, "unroll_k": 1,
+                                                       "double_buffer": fallback_buffering(target)})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = matmul_dims(task)
