@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -286,11 +287,11 @@ def cuda_tests(log: Path | None) -> dict:
             "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)}
 
 
-def checks(arch: str, names: list[str], tmp: Path, timeout_s: float = 600.0) -> dict:
+def checks(arch: str, names: list[str], tmp: Path, out: dict, saved: Callable[[], None], timeout_s: float = 600.0) -> dict:
     """Each zoo model built for the GPU and compared with onnxruntime by `autosched check`, at fp32
     and on tensor cores (tf32, fp16, bf16), each in its own process: a kernel that kills its context takes only
-    its own check down. Per model and precision: `ok`, and the check's worst relative error."""
-    out: dict = {}
+    its own check down. Per model and precision, into `out` (`saved()` after each, so that a
+    run cut short keeps the checks done): `ok`, and the check's worst relative error."""
     for name in names:
         path = tmp / f"{name}.onnx"
         onnx.save(zoo.MODELS[name](), path)
@@ -308,6 +309,7 @@ def checks(arch: str, names: list[str], tmp: Path, timeout_s: float = 600.0) -> 
                 lines = (proc.stdout + proc.stderr).strip().splitlines()
                 row["error"] = lines[-1] if lines else f"exit status {proc.returncode}"
             out[f"{name}/{precision}"] = row
+            saved()
     return out
 
 
@@ -399,9 +401,13 @@ def run(quick: bool, trials: int, arch: str | None, precision: str = "fp32", par
             from autosched.measure.gpu import GpuRunner
             with GpuRunner() as runner:
                 result["gpu"] = runner.device["device"]
+        def save() -> None:
+            if out is not None:
+                out.write_text(json.dumps(result, indent=1))
+
         steps = {"tests": lambda: cuda_tests(out.with_suffix(".tests.log") if out else None),
                  "kernels": lambda: kernels(target, names, tmp, gpu),
-                 "checks": lambda: checks(target.gpu_capabilities.arch, model_names, tmp),
+                 "checks": lambda: checks(target.gpu_capabilities.arch, model_names, tmp, result["checks"], save),
                  "correlation": lambda: [correlation(target, k, 8 if quick else configs, tmp) for k in correlate],
                  "models": lambda: models(target, model_names, 16 if quick else trials, tmp)}
         for part in PARTS:
@@ -412,8 +418,7 @@ def run(quick: bool, trials: int, arch: str | None, precision: str = "fp32", par
             if part == "correlation":
                 result["static_model_spearman"] = result["static_model"][0]["spearman"]
             print(f"gpu: {part} done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-            if out is not None:
-                out.write_text(json.dumps(result, indent=1))
+            save()
     return result
 
 
