@@ -59,8 +59,8 @@ from autosched.templates import get_template  # noqa: E402
 
 @dataclass(frozen=True)
 class Case:
-    """One row of the table: a template's tasks (zoo model, op, "first" or "cheapest" or
-    "1x1" of that op's tasks), with `pinned` knobs set on every sampled config, at the cuda
+    """One row of the table: a template's tasks (zoo model, op, "first", "cheapest", "cheapest
+    window" (kernel larger than 1×1) or "1x1" of that op's tasks), with `pinned` knobs set on every sampled config, at the cuda
     target's `precision`."""
 
     template: str
@@ -80,7 +80,8 @@ class Case:
 ROWS = (("bert_layer", "Softmax", "first"), ("bert_layer", "LayerNormalization", "first"))
 CASES = (
     Case("matmul_tiled_cuda", (("mlp", "Gemm", "first"),)),
-    Case("conv2d_cuda", (("resnet18", "Conv", "cheapest"),), (("algorithm", "direct"),)),
+    # the direct algorithm on a window: a 1×1 convolution's fallback is the implicit GEMM
+    Case("conv2d_cuda", (("resnet18", "Conv", "cheapest window"),), (("algorithm", "direct"),)),
     Case("conv2d_cuda", (("resnet18", "Conv", "cheapest"), ("resnet18", "Conv", "1x1")),
          (("algorithm", "implicit_gemm"),)),
     Case("pointwise_cuda", ROWS + (("resnet18", "MaxPool", "first"),)),
@@ -97,7 +98,9 @@ def _task(models: Path, model: str, op: str, pick: str):
     tasks = [t for t in extract_tasks(optimize(load_onnx(models / f"{model}.onnx"))).tasks if t.op == op]
     if pick == "1x1":
         return next(t for t in tasks if t.shapes[1][2:] == (1, 1))
-    return min(tasks, key=lambda t: t.flops) if pick == "cheapest" else tasks[0]
+    if pick == "cheapest window":
+        tasks = [t for t in tasks if t.shapes[1][2:] != (1, 1)]
+    return min(tasks, key=lambda t: t.flops) if pick.startswith("cheapest") else tasks[0]
 
 
 def _inputs(task, target: Target, n: int, rng: np.random.Generator, pinned: dict) -> list[MeasureInput]:
