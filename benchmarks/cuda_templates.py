@@ -18,7 +18,8 @@ and `--configs` - 1 random ones, with those knobs set to the pinned values. Buil
 so configs/s is what a tuning run on this machine would see. No GPU is used or needed; without
 nvcc, one line says so and the table has the emulation alone. `--json` prints one object: `arch`,
 `configs_per_task`, `nvcc` and per row in `templates` its `tasks`, `configs`, `pass_emulation`,
-`failures` and, with nvcc, `within_limits`, `over_limits`, `nvcc_configs_per_s`, and `sass`
+`failures` and, with nvcc, `within_limits`, `over_limits`, `nvcc_configs_per_s` (every row's
+configs are built in one batch, on both cores: the rate is the batch's), and `sass`
 (the configs within the limits: `registers` and `occupancy` medians, the shares with `local`
 memory (spills), `ldg128`, `lds128`, `shfl`, `hmma`, `ldgsts` instructions; with cuobjdump);
 with nvcc, `static_model` ranks `--static-configs` sampled configs of a 1024³ MatMul: `configs`,
@@ -182,27 +183,38 @@ def run(configs: int, arch: str, seed: int, cheapest_task_only: bool = False, st
         for name in {m for case in CASES for m, _, _ in case.tasks}:
             models.mkdir(exist_ok=True)
             onnx.save(zoo.MODELS[name](), models / f"{name}.onnx")
-        for row, case in enumerate(CASES):
+        rows = []
+        for case in CASES:
             tasks = {spec: _task(models, *spec) for spec in case.tasks}
             if cheapest_task_only:  # emulation time grows with the work: Softmax a block a row takes 30 s
                 tasks = dict([min(tasks.items(), key=lambda spec_task: spec_task[1].flops)])
-            inputs = [i for t in tasks.values() for i in _inputs(t, case.target(arch), configs, rng, dict(case.pinned))]
+            rows.append((case, tasks,
+                         [i for t in tasks.values() for i in _inputs(t, case.target(arch), configs, rng, dict(case.pinned))]))
+        # every row's configs built and emulated in one batch each, so that both cores build even
+        # where a row has a single config (--quick)
+        everything = [i for _, _, inputs in rows for i in inputs]
+        built_all: list = []
+        if nvcc_found:
+            start = time.perf_counter()
+            built_all = NvccBuilder(n_parallel=2, timeout=120, cache_dir=Path(tmp) / "nvcc").build(everything)
+            nvcc_per_s = len(everything) / (time.perf_counter() - start)
+        emulate = EmulationBuilder(n_parallel=2, timeout=120, cache_dir=Path(tmp) / "emu")
+        with LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.0, timeout=300.0, threads=1)) as runner:
+            emulated_all = measure_with(emulate, runner)(everything)
+        offset = 0
+        for case, tasks, inputs in rows:
             n = len(inputs)
             figures = out["templates"][case.label] = {"tasks": [f"{m}:{op}:{pick}" for m, op, pick in tasks],
                                                       "configs": n}
-            built = []
+            built = built_all[offset:offset + n]
+            emulated = emulated_all[offset:offset + n]
+            offset += n
             if nvcc_found:
-                nvcc = NvccBuilder(n_parallel=2, timeout=120, cache_dir=Path(tmp) / f"nvcc-{row}")
-                start = time.perf_counter()
-                built = nvcc.build(inputs)
                 figures.update(within_limits=sum(r.ok for r in built) / n,
                                over_limits=sum(r.error_kind is ErrorKind.RESOURCE_LIMIT for r in built) / n,
-                               nvcc_configs_per_s=n / (time.perf_counter() - start))
+                               nvcc_configs_per_s=nvcc_per_s)
                 if sass:
                     figures["sass"] = _sass_columns(built, target)
-            emulate = EmulationBuilder(n_parallel=2, timeout=120, cache_dir=Path(tmp) / f"emu-{row}")
-            with LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.0, timeout=300.0, threads=1)) as runner:
-                emulated = measure_with(emulate, runner)(inputs)
             kinds: dict[str, int] = {}
             for r in list(built) + list(emulated):
                 if not r.ok:
