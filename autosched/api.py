@@ -148,10 +148,11 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     builds it. `model_check` (CPU targets measured on this machine): the tune ends by timing the
     tuned build against the untuned one in the model, after A/B-testing there the `ab_tasks`
     tuned configs with the largest estimated gains (`autosched.model_check`); configs that lose
-    are kept out of builds. `caches` (CPU targets): the cache state candidates are timed in
-    (`autosched.measure.caches`: warm, cold, flushed, or "auto": cold where the model's weights
-    exceed this machine's last-level cache, else warm). A runner passed in that cannot change
-    how it times keeps its own way under "auto"."""
+    are kept out of builds. `caches` (CPU targets and GPUs, not the emulation): the cache state
+    candidates are timed in (`autosched.measure.caches`: warm, cold, flushed, or "auto": cold
+    where the model's weights exceed the last-level cache of what runs them, this machine's or
+    the GPU's L2, else warm). A runner passed in that cannot change how it times keeps its own
+    way under "auto"."""
     from autosched.task_scheduler import check_arguments, tune_tasks
     check_arguments(trials, tuner, scheduler)
     target = Target.parse(target) if isinstance(target, str) else target
@@ -199,11 +200,12 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
 
 def _time_in(runner: Runner, target: Target, emulated: bool, caches: str, weight_bytes: int) -> str:
     """Set `runner` to time in the cache mode `caches` resolves to for this model; the mode it times in."""
-    if target.kind != "llvm" or emulated:
+    if emulated:
         if caches not in ("auto", "warm"):
-            raise AutoschedError(f"timing in {caches} caches is for CPU targets; {target} kernels are timed warm")
+            raise AutoschedError(f"the CUDA emulation times nothing, so it has no cache modes; {target} "
+                                 f"kernels are estimated as they run warm (timing in {caches} caches needs a GPU)")
         return "warm"
-    mode = model_caches(caches, weight_bytes)
+    mode = model_caches(caches, weight_bytes, runner.cache_bytes())
     if runner.time_in(mode):
         return mode
     if caches != "auto":

@@ -43,6 +43,7 @@ class Device:
         self.expected: list[np.ndarray] = []  # what the running request's kernel must write
         self.clock_ms = 0.0
         self.launches = 0  # kernels run, captured ones at each replay
+        self.copied: list[tuple[int, int]] = []  # (source, bytes) of each device-to-device copy run
         self.captured: list | None = None  # the work of the graph being captured
 
     def enqueue(self, work) -> None:
@@ -56,6 +57,11 @@ class Device:
     def memset(self, ptr: int, value: int, nbytes: int) -> None:
         self.write(ptr, bytes([value]) * nbytes)
         self.clock_ms += FLUSH_MS
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        self.write(dst, self.read(src, nbytes))
+        self.clock_ms += FLUSH_MS / 10
+        self.copied.append((src, nbytes))
 
     def check(self) -> None:
         if self.error is not None:
@@ -195,6 +201,9 @@ class CudaBindingsDouble:
 
     def cuMemsetD8Async(self, ptr, value, nbytes, stream):
         return self._call(self.device.enqueue, lambda: self.device.memset(ptr, value, nbytes))
+
+    def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
+        return self._call(self.device.enqueue, lambda: self.device.copy(dst, src, nbytes))
 
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         module, symbol = func
@@ -375,6 +384,9 @@ def pycuda_modules(device: Device) -> dict[str, types.ModuleType]:
         data = guarded("cuMemcpyDtoH", device.read, src.ptr, dest.nbytes)
         dest.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8)
 
+    def memcpy_dtod_async(dest: DeviceAllocation, src: DeviceAllocation, nbytes: int, stream=None) -> None:
+        guarded("cuMemcpyDtoDAsync", device.copy, dest.ptr, src.ptr, nbytes)
+
     def memset_d8_async(dest: DeviceAllocation, value: int, nbytes: int, stream=None) -> None:
         guarded("cuMemsetD8Async", device.memset, dest.ptr, value, nbytes)
 
@@ -382,7 +394,7 @@ def pycuda_modules(device: Device) -> dict[str, types.ModuleType]:
         Error=Error, LogicError=LogicError, LaunchError=LaunchError, RuntimeError=RuntimeError_,
         MemoryError=MemoryError_, init=init, Device=DeviceHandle, Stream=Stream, Event=Event,
         mem_alloc=DeviceAllocation, memcpy_htod=memcpy_htod, memcpy_dtoh=memcpy_dtoh,
-        memset_d8_async=memset_d8_async, module_from_buffer=Module,
+        memset_d8_async=memset_d8_async, memcpy_dtod_async=memcpy_dtod_async, module_from_buffer=Module,
         function_attribute=types.SimpleNamespace(MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
         device_attribute=types.SimpleNamespace(L2_CACHE_SIZE="L2_CACHE_SIZE"))
     package = types.ModuleType("pycuda")

@@ -96,7 +96,8 @@ def test_pycuda_without_a_driver_is_one_clear_message(monkeypatch):
         GpuRunner()
 
 
-def _handle_in_process(tmp_path, monkeypatch, bindings: str, flush_bytes: int, repeat: int = 4):
+def _handle_in_process(tmp_path, monkeypatch, bindings: str, flush_bytes: int, repeat: int = 4,
+                       weights: list[int] | None = None):
     """One request handled by the real worker code in this process, on a fresh simulated H100."""
     device = Device()
     for name, module in binding_modules(bindings, device).items():
@@ -108,7 +109,7 @@ def _handle_in_process(tmp_path, monkeypatch, bindings: str, flush_bytes: int, r
     np.savez(data, n_inputs=2, n_outputs=1, in0=inputs[0], in1=inputs[1], out0=AddTask().reference(inputs)[0])
     device.expected = load_data(str(data))[1]
     req = {"manifest": build.artifact, "data": str(data), "repeat": repeat, "min_repeat_ms": 1.0,
-           "flush_bytes": flush_bytes, "stop_above": 0.0, "rtol": 1e-5, "atol": 1e-6}
+           "flush_bytes": flush_bytes, "weights": weights, "stop_above": 0.0, "rtol": 1e-5, "atol": 1e-6}
     return gpu_worker.handle(gpu, req), device, gpu.driver, kernel_ms((tmp_path / "add.cubin").read_bytes())
 
 
@@ -131,6 +132,17 @@ def test_each_launch_follows_a_flush_the_time_excludes(tmp_path, monkeypatch, bi
     assert reply["costs"] == pytest.approx([ms / 1e3] * 4, rel=1e-9)
     if bindings == "cuda-bindings":
         assert driver.cu.graph_launches == 4 and not driver.cu.events  # one replay a repeat; no event left behind
+    assert not device.copied  # flushed: nothing read back
+
+
+@pytest.mark.parametrize("bindings", BINDINGS)
+def test_cold_caches_read_the_activations_back_after_each_flush(tmp_path, monkeypatch, bindings):
+    """Cold: after each flush the inputs that are not weights (here input 0; input 1 is the
+    weight) are read back into the L2 by a device copy, outside the timed events."""
+    reply, device, driver, ms = _handle_in_process(tmp_path, monkeypatch, bindings, flush_bytes=1 << 10, weights=[1])
+    assert reply["costs"] == pytest.approx([ms / 1e3] * 4, rel=1e-9)
+    assert device.copied and {n for _, n in device.copied} == {4 * 8 * 4}  # the 4 × 8 float32 activation
+    assert len({src for src, _ in device.copied}) == 1
 
 
 def test_the_gpu_runner_flushes_twice_the_gpus_l2(monkeypatch):

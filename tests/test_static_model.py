@@ -13,16 +13,17 @@ from autosched.codegen.sass import kernel_sass
 from autosched.database import Database, best
 from autosched.database.identity import is_emulated
 from autosched.database.queries import history
+from autosched.errors import AutoschedError
 from autosched.lower import lower
 from autosched.measure.emulate import EmulationBuilder
 from autosched.measure.gpu_build import lower_for_gpu
-from autosched.measure.local import instantiate_from_template
+from autosched.measure.local import RunnerOptions, instantiate_from_template
 from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput, MeasureResult
 from autosched.measure.static_model import Lanes, estimate, kernel_traffic
 from autosched.target import Target
-from autosched.te.expr import Var
 from autosched.task import extract_tasks
+from autosched.te.expr import Var
 from autosched.templates import get_template
 from tests.cuda_markers import ARCHS, needs_nvcc
 from tests.fake_cuda import FakeH100Runner
@@ -188,6 +189,22 @@ def test_an_emulated_tune_records_static_estimates(small_model, tmp_path, capsys
     printed = capsys.readouterr().out
     assert "static estimate" in printed and "from an emulated tune" in printed
     assert "estimated latency of the tuned tasks: 0 ms" in printed  # no estimate is added to measured times
+
+
+@needs_nvcc
+def test_a_gpu_tune_times_in_cold_caches_the_emulation_refuses(small_model, tmp_path, monkeypatch):
+    """A tune on the GPU (the driver test double of an H100) in cold caches: records say so; the
+    emulation, which times nothing, refuses any mode but warm with one message."""
+    monkeypatch.setenv("FAKE_CUDA_BINDINGS", "cuda-bindings")
+    db_path = tmp_path / "cold.db"
+    with FakeH100Runner(RunnerOptions(flush_bytes=1 << 12)) as runner:  # the simulated memset is Python's: kept small
+        assert runner.cache_bytes() == 50 << 20  # "auto" weighs the model's weights against the GPU's L2
+        tune(small_model, "cuda -arch=sm_90", 2, db=db_path, tuner="random", round_trials=2, runner=runner,
+             builder=NvccBuilder(n_parallel=1, cache_dir=tmp_path / "nvcc"), caches="cold")
+    stored = list(Database(db_path).stored())
+    assert stored and {r.result.caches for r in stored if r.result.ok} == {"cold"}, [r.result.error_msg for r in stored]
+    with pytest.raises(AutoschedError, match="the CUDA emulation times nothing"):
+        tune(small_model, "cuda -arch=sm_90", 2, db=db_path, tuner="random", emulate=True, caches="flushed")
 
 
 @needs_nvcc

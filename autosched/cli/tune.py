@@ -38,10 +38,11 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ab-tasks", type=int, default=3, metavar="N",
                         help="tuned configs A/B-tested in the model at the end (default 3)")
     parser.add_argument("--caches", default="warm", choices=CACHE_CHOICES,
-                        help="the cache state CPU kernels are timed in: warm (calls back to back, the default), "
+                        help="the cache state kernels are timed in: warm (calls back to back, the default), "
                              "cold (weights flushed from the caches, inputs read back in, as a model too big for "
                              "the last-level cache runs them), flushed (everything cold) or auto (cold where the "
-                             "model's weights exceed this machine's last-level cache, else warm); records keep it")
+                             "model's weights exceed the last-level cache, this machine's or the GPU's L2, else warm); "
+                             "records keep it")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--quiet", dest="progress", action="store_const", const="quiet", default="auto",
                        help="no progress, only the last line")

@@ -9,7 +9,8 @@ the model runs them. Three modes:
 - ``warm``: many calls back to back, the fastest and least noisy (`tune`'s default);
 - ``cold``: each timed call follows a flush of twice the last-level cache, after which the
   kernel's activations are read back in: weights cold, inputs as warm as the previous kernel
-  leaves them (what ``tune --caches auto`` picks for a model whose weights exceed the cache);
+  leaves them (what ``tune --caches auto`` picks for a model whose weights exceed the cache;
+  on a GPU its L2, flushed and read back by the GPU worker before each launch);
 - ``flushed``: each timed call after the flush alone, everything cold (TVM's
   ``enable_cpu_cache_flush``).
 
@@ -45,11 +46,12 @@ def llc_bytes() -> int:
     return best or 32 << 20
 
 
-def model_caches(mode: str, weight_bytes: int) -> str:
+def model_caches(mode: str, weight_bytes: int, cache_bytes: int | None = None) -> str:
     """The mode to time a model's candidates in: `mode` itself unless it is "auto", which is
-    "cold" where the model's weights exceed this machine's last-level cache, else "warm"."""
+    "cold" where the model's weights exceed the last-level cache of what runs the kernels
+    (`cache_bytes`: a GPU's L2; by default this machine's), else "warm"."""
     if mode not in CACHE_CHOICES:
         raise ValueError(f"unknown cache mode {mode!r}: expected one of {', '.join(CACHE_CHOICES)}")
     if mode != "auto":
         return mode
-    return "cold" if weight_bytes > llc_bytes() else "warm"
+    return "cold" if weight_bytes > (cache_bytes or llc_bytes()) else "warm"

@@ -92,6 +92,10 @@ class Driver(ABC):
     def memset_async(self, ptr: Any, value: int, nbytes: int) -> None: ...
 
     @abstractmethod
+    def copy_async(self, dst: Any, src: Any, nbytes: int) -> None:
+        """Device to device, on the stream (a read of `src` that leaves it in the L2)."""
+
+    @abstractmethod
     def launch(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int,
                ptrs: list) -> None:
         """Enqueue the kernel on the worker's stream, its parameters the device pointers `ptrs`."""
@@ -184,6 +188,9 @@ class CudaBindingsDriver(Driver):
 
     def memset_async(self, ptr: Any, value: int, nbytes: int) -> None:
         self.call("cuMemsetD8Async", ptr, value, nbytes, self.stream)
+
+    def copy_async(self, dst: Any, src: Any, nbytes: int) -> None:
+        self.call("cuMemcpyDtoDAsync", dst, src, nbytes, self.stream)
 
     def launch(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int,
                ptrs: list) -> None:
@@ -290,6 +297,9 @@ class PyCudaDriver(Driver):
 
     def memset_async(self, ptr: Any, value: int, nbytes: int) -> None:
         self._do("cuMemsetD8Async", self.cu.memset_d8_async, ptr, value, nbytes, self.stream)
+
+    def copy_async(self, dst: Any, src: Any, nbytes: int) -> None:
+        self._do("cuMemcpyDtoDAsync", self.cu.memcpy_dtod_async, dst, src, nbytes, self.stream)
 
     def launch(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int,
                ptrs: list) -> None:

@@ -61,6 +61,9 @@ class GpuRunner(LocalRunner):
             self._kill()
         return result
 
+    def cache_bytes(self) -> int | None:
+        return int(self.device["l2_bytes"])
+
     def flush_bytes(self) -> int:
         """Twice the GPU's L2 (the worker's cuDeviceGetAttribute), not the host's last-level cache."""
         o = self.options

@@ -6,7 +6,9 @@ between launches: a launch from Python costs a few microseconds, as long as a sm
 timed that way the GPU waits on the interpreter. With a flush (cold or flushed caches), every
 launch follows a write of twice the GPU's L2 and is timed alone by a pair of events around it,
 recorded inside the graph, so the flush is not in the time; a flush per repeat only left all but
-the first launch warm.
+the first launch warm. In cold caches the kernel's activations (its inputs other than weights)
+are then copied to a scratch buffer, which reads them back into the L2 as the previous kernel
+of a model leaves them, while its weights stay cold.
 
 Speaks the CPU worker's protocol (JSON lines; arrays in the parent's .npz files), after a first
 line saying which GPU it holds (and through which binding), or why it holds none. The CUDA
@@ -27,7 +29,7 @@ import numpy as np
 
 from autosched.measure.cuda_driver import CudaError, Driver, NoDriver, open_driver
 from autosched.measure.lifetime import die_with_parent
-from autosched.measure.worker import compare_outputs, load_data
+from autosched.measure.worker import activations, compare_outputs, load_data
 
 #: what a reply to a candidate that lost the context ends with: the worker exits after sending it
 RESTARTS = "; the GPU worker restarts"
@@ -68,7 +70,8 @@ class Gpu:
         self.driver.launch(func, tuple(geometry["grid"]), tuple(geometry["block"]), geometry["shared_bytes"], ptrs)
 
     def repeats(self, func, geometry: dict, ptrs: list, number: int, flush) -> Repeats:
-        """Timed repeats of `number` launches, each after a flush if `flush` is (pointer, bytes)."""
+        """Timed repeats of `number` launches, each after a flush if `flush` is (pointer, bytes,
+        [(activation pointer, bytes) to read back after it])."""
         if self.driver.graphs and self.graphs:
             try:
                 return Repeats(self, func, geometry, ptrs, number, flush, graph=True)
@@ -100,7 +103,10 @@ class Repeats:
         d, pairs = self.gpu.driver, []
         for _ in range(self.number):
             if self.flush is not None:
-                d.memset_async(self.flush[0], 1, self.flush[1])
+                scratch, nbytes, warm = self.flush
+                d.memset_async(scratch, 1, nbytes)
+                for ptr, size in warm:  # scratch is twice the L2: room for any activation that fits it
+                    d.copy_async(scratch, ptr, min(size, nbytes))
                 start = d.event()
             self.gpu.launch(self.func, self.geometry, self.ptrs)
             if self.flush is not None:
@@ -152,7 +158,8 @@ def handle(gpu: Gpu, req: dict) -> dict:
         if wrong is not None:
             return wrong
         if req["flush_bytes"] > 0:
-            flush = (gpu.driver.alloc(req["flush_bytes"]), req["flush_bytes"])
+            warm = [(ptrs[k], inputs[k].nbytes) for k in activations(len(inputs), req.get("weights"))]
+            flush = (gpu.driver.alloc(req["flush_bytes"]), req["flush_bytes"], warm)
         number = 1
         while True:  # calibrate from a launch loop: enough launches for one repeat to last min_repeat_ms
             t = Repeats(gpu, func, geometry, ptrs, number, None, graph=False).seconds() * number

@@ -38,6 +38,10 @@ class Runner(ABC):
         where this runner cannot, and keeps timing as it did (warm, unless its options say)."""
         return caches == "warm"
 
+    def cache_bytes(self) -> int | None:
+        """The last-level cache of what runs the kernels, which decides "auto" (None: this machine's)."""
+        return None
+
 
 class PipelinedRunner(Runner):
     """A runner that starts timing each candidate as soon as its build is done, so the rest
