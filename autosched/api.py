@@ -88,7 +88,7 @@ def model_tasks(model: PathLike, target: Target | str = "llvm",
     planned for the target, as `build_model` does)."""
     target = Target.parse(target) if isinstance(target, str) else target
     graph, _ = prepare_graph(model, target, shapes, substitutions=substitutions, db=db)
-    return graph, list(extract_tasks(optimize(graph, target.layout_lanes)).tasks)
+    return graph, list(extract_tasks(optimize(graph, target.layout_lanes, target.gpu_blocks)).tasks)
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ def substitute(graph: Graph, target: Target, db: Database | None = None, rules: 
         log.warning("%s; substitutions are off", e)
         return graph, SubstitutionReport(note=f"off ({e})")
     start = prepare(graph)
-    cost = GraphCost(target, db, lambda g: optimize(g, target.layout_lanes))
+    cost = GraphCost(target, db, lambda g: optimize(g, target.layout_lanes, target.gpu_blocks))
     try:
         result = search(start, directed, cost, alpha, budget_s)
     except SearchTimeout as e:

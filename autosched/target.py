@@ -83,6 +83,9 @@ class GpuCapabilities:
         return int(digits[:-1]), int(digits[-1])
 
 
+#: blocks a GPU kernel's grid should have (`Target.gpu_blocks`)
+GPU_BLOCKS = 96
+
 #: compute capability -> opt-in shared memory per block (bytes); the other limits are common
 #: to every architecture since Volta (CUDA C Programming Guide, table of technical specifications)
 log = logging.getLogger("autosched.target")
@@ -390,6 +393,13 @@ class Target:
         blocks convolutions into; None for targets whose templates read plain NCHW (cuda)."""
         caps = self.capabilities
         return caps.lanes(4) if isinstance(caps, CpuCapabilities) else None
+
+    @property
+    def gpu_blocks(self) -> int | None:
+        """Blocks a GPU kernel's grid should have to keep most multiprocessors busy (an A100 has
+        108, an H100 132): what the graph's split-K and the fallbacks' tile sizes aim at; None
+        for CPU targets."""
+        return GPU_BLOCKS if self.kind == "cuda" else None
 
     def on_gpu(self, name: str) -> Target:
         """This cuda target as measured on the GPU called `name` (cuDeviceGetName): two GPU models

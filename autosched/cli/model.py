@@ -29,7 +29,7 @@ def tasks_arguments(parser: argparse.ArgumentParser) -> None:
 def run_tasks(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
     graph, report = prepare_graph(args.model, target, dict(args.shape), substitutions=args.substitutions, db=args.db)
-    tasks = extract_tasks(optimize(graph, target.layout_lanes))
+    tasks = extract_tasks(optimize(graph, target.layout_lanes, target.gpu_blocks))
     print(f"model: {args.model}")
     print(f"target: {target}")
     print(report.summary())
@@ -206,7 +206,7 @@ def run_report(args: argparse.Namespace) -> int:
     tasks, substitutions = None, None
     if args.model:
         graph, report = prepare_graph(args.model, target, dict(args.shape), db=args.db)
-        tasks, substitutions = extract_tasks(optimize(graph, target.layout_lanes)).tasks, report.summary()
+        tasks, substitutions = extract_tasks(optimize(graph, target.layout_lanes, target.gpu_blocks)).tasks, report.summary()
     with open_database(args.db, read_only=True) as db:
         n = write_report(db, args.output, target, args.model, tasks, substitutions)
     print(f"wrote {args.output} ({n} records)")

@@ -88,7 +88,7 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     """
     target = Target.parse(target) if isinstance(target, str) else target
     backend = backend_for(target, emulate)
-    graph = optimize(graph, target.layout_lanes)
+    graph = optimize(graph, target.layout_lanes, target.gpu_blocks)
     groups = fuse(graph)
     taskset = extract_tasks(graph, groups)
     renderer = backend.renderer()

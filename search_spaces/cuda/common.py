@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from autosched.schedule import Schedule, Stage
 from autosched.space import Config, ConfigSpace
-from autosched.target import GpuCapabilities, Target
+from autosched.target import GPU_BLOCKS, GpuCapabilities, Target
 from autosched.te import Tensor
 from autosched.templates import TemplateError
 from search_spaces.llvm.common import CpuTemplate as GpuTemplate
@@ -56,7 +56,7 @@ def fallback_buffering(target: Target) -> int:
 
 
 #: blocks a fallback's grid should have: most SMs of an A100 (108) or H100 (132) busy
-FALLBACK_BLOCKS = 96
+FALLBACK_BLOCKS = GPU_BLOCKS
 
 
 def fill_grid(tiles: Sequence[T], block_of: Callable[[T], tuple[int, int]], m: int, n: int, batch: int) -> T:

@@ -17,6 +17,7 @@ from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
 from autosched.graph.passes.remove_identity import remove_identity
+from autosched.graph.passes.split_k import split_k
 
 __all__ = [
     "Buffer",
@@ -32,10 +33,11 @@ __all__ = [
     "plan_layout",
     "plan_memory",
     "remove_identity",
+    "split_k",
 ]
 
 
-def optimize(graph: Graph, layout_lanes: int | None = None) -> Graph:
+def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | None = None) -> Graph:
     """The standard rewrite pipeline, in an order where each pass feeds the next.
 
     Identity removal first exposes Conv→BN pairs an Identity sat between;
@@ -45,12 +47,16 @@ def optimize(graph: Graph, layout_lanes: int | None = None) -> Graph:
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions and the ops between
     them are then planned into channel blocks: the graph a target's tasks are extracted from
-    and its model is built from.
+    and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
+    products too small to fill the GPU are split along K (`split_k`), and MatMuls read both
+    operands through their views (a GPU kernel stages both through shared memory anyway).
     """
     graph = remove_identity(graph)
     graph = fold_constants(graph)
     graph = fold_batchnorm(graph)
     graph = eliminate_common_subexpressions(graph)
-    graph = fold_views(graph)
+    if gpu_blocks:
+        graph = fold_constants(split_k(graph, gpu_blocks))
+    graph = fold_views(graph, dense_in_place=not gpu_blocks)
     graph = eliminate_dead_code(graph)
     return plan_layout(graph, layout_lanes) if layout_lanes else graph

@@ -18,8 +18,9 @@ _VIEW_OPS = {Op.RESHAPE: "reshape", Op.TRANSPOSE: "transpose"}
 MAX_STEPS = 4
 
 
-def fold_views(graph: Graph) -> Graph:
-    """`graph` with each MatMul reading through its operands' Reshape/Transpose chains."""
+def fold_views(graph: Graph, dense_in_place: bool = True) -> Graph:
+    """`graph` with each MatMul reading through its operands' Reshape/Transpose chains; with
+    `dense_in_place` (CPU targets), a MatMul of a constant B keeps reading its A as it is."""
     producers = graph.producers()
     consumers = graph.consumers()
     outputs = {v.name for v in graph.outputs}
@@ -33,7 +34,7 @@ def fold_views(graph: Graph) -> Graph:
         # a dense layer (constant B) reads its A in place, row by row, with no copy at all; a
         # view would make it pack A (BERT's output projection, 1 thread: 0.59 -> 0.77 ms,
         # against 0.016 ms for the Transpose and Reshape it saves)
-        slots = (1,) if node.inputs[1] in graph.constants else (0, 1)
+        slots = (1,) if dense_in_place and node.inputs[1] in graph.constants else (0, 1)
         for slot in slots:
             name = node.inputs[slot]
             source, steps = name, list(views[slot])
