@@ -24,8 +24,9 @@ On a machine without a GPU it says so in one line and does only what needs nvcc:
 kernel of part 2 and reports its registers, occupancy, SASS mix and static estimate (no times).
 `--json` prints one object: `gpu` (the device, or null), `arch`, `tests` (null without a GPU),
 `kernels` (per shape: `flops`, `static_us`, `registers`, `occupancy`, `sass`, and with a GPU
-`autosched_ms`, `runner_timing`, `pipelined_ms` (fp32 on sm_80+: the fallback with a 3-stage
-cp.async pipeline), `library_ms`, `library`, `library_timing`, `ratio`), `checks` (per model/precision: `ok`,
+`autosched_ms`, `runner_timing`, `pipelined_ms` (fp32 on sm_80+, where the fallback has no
+pipeline: it with a 3-stage cp.async pipeline), `split_ms` (GEMMs that split-K splits: the sum
+of the parts' product and their reduction, as a build runs them), `library_ms`, `library`, `library_timing`, `ratio`), `checks` (per model/precision: `ok`,
 `max_rel_err`), `static_model` (per kernel: `kernel`, `precision`, `spearman`, `configs` as
 [index in the space, estimate s, GPU s]), `static_model_spearman` (the first kernel's) and `models`
 (per model: `reference`, `reference_ms`, `untuned_ms`, `tuned_ms`, `untuned_ratio`, `tuned_ratio`);
@@ -225,6 +226,8 @@ def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
                 [res] = runner.run([inp], [built])
                 row["autosched_ms"] = res.cost * 1e3 if res.ok else None
                 row["runner_timing"] = runner.device["timing"]
+                if name in GEMMS and (split := _split_ms(path, target, runner, tmp)) is not None:
+                    row["split_ms"] = split
                 if (piped := _pipelined(inp)) is not None:  # the fallback through a 3-stage cp.async pipeline
                     [piped_built] = NvccBuilder(n_parallel=1, cache_dir=tmp / "nvcc").build([piped])
                     [piped_res] = runner.run([piped], [piped_built]) if piped_built.ok else [None]
@@ -239,6 +242,18 @@ def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
         if runner is not None:
             runner.close()
     return out
+
+
+def _split_ms(path: Path, target: Target, runner, tmp: Path) -> float | None:
+    """The GEMM as a CUDA build runs it, where split-K splits it (`graph/passes/split_k.py`): the
+    fallback kernels of the batched product of the parts and of their sum, each checked and timed,
+    added up (milliseconds); None where the GEMM is not split or a kernel fails."""
+    tasks = extract_tasks(optimize(load_onnx(path), None, target.gpu_blocks)).tasks
+    if len(tasks) < 2:
+        return None
+    inputs = [MeasureInput(t, target, get_template(t.op, "cuda").fallback(t, target)) for t in tasks]
+    results = runner.run(inputs, NvccBuilder(n_parallel=2, cache_dir=tmp / "nvcc").build(inputs))
+    return sum(r.cost for r in results) * 1e3 if all(r.ok for r in results) else None
 
 
 def _pipelined(inp: MeasureInput) -> MeasureInput | None:
@@ -456,7 +471,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"cuda tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped"
               + (f" ({', '.join(t['failures'])})" if t["failures"] else ""))
     print(f"{'kernel':<16} {'GFLOP':>7} {'static us':>10} {'regs':>5} {'occup.':>6} {'autosched ms':>12} "
-          f"{'pipelined':>9} {'library ms':>10} {'ratio':>6}")
+          f"{'pipelined':>9} {'split':>9} {'library ms':>10} {'ratio':>6}")
     for name, r in result["kernels"].items():
         if "error" in r:
             print(f"{name:<16} {r['flops'] / 1e9:>7.2f}  {r['error']}")
@@ -464,6 +479,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{name:<16} {r['flops'] / 1e9:>7.2f} {_cell(r.get('static_us'), 10, '.4g')} "
               f"{_cell(r.get('registers'), 5, 'd')} {_cell(r.get('occupancy'), 6, '.0%')} "
               f"{_cell(r.get('autosched_ms'), 12, '.4g')} {_cell(r.get('pipelined_ms'), 9, '.4g')} "
+              f"{_cell(r.get('split_ms'), 9, '.4g')} "
               f"{_cell(r.get('library_ms'), 10, '.4g')} "
               f"{_cell(r.get('ratio'), 6, '.2f')}")
     for c in result["static_model"]:
