@@ -12,7 +12,7 @@ Asynchronous copies are `cp.async` (LDGSTS): 16 bytes (`.cg`) for a 4-lane vecto
 source and destination are contiguous and 16-byte aligned and whose zero-fill condition is the
 same for all lanes, else 4 bytes (`.ca`) an element; zero-filling copies pass a source size of 0.
 A warp-level mma is `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` with its inputs rounded
-by `cvt.rna.tf32.f32`, or with .f16/.bf16 inputs packed in pairs by `cvt.rn.f16x2.f32` /
+by `cvt.rna.tf32.f32` (A's four read by one `ldmatrix.x4` where `WarpMma.a_rows` says it may), or with .f16/.bf16 inputs packed in pairs by `cvt.rn.f16x2.f32` /
 `cvt.rn.bf16x2.f32` (round to nearest even), as inline PTX (sm_80 and later).
 """
 from __future__ import annotations
@@ -49,6 +49,13 @@ static __device__ __forceinline__ void as_mma_m16n8k8_tf32(float& d0, float& d1,
                : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
                : "r"(as_tf32(a0)), "r"(as_tf32(a1)), "r"(as_tf32(a2)), "r"(as_tf32(a3)), "r"(as_tf32(b0)),
                  "r"(as_tf32(b1)));
+}""",
+    "as_ldmatrix_x4": """static __device__ __forceinline__ void as_ldmatrix_x4(const float* row, float& r0, float& r1, float& r2,
+                                                      float& r3) {
+  uint32_t a, b, c, d;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"((unsigned)__cvta_generic_to_shared(row)) : "memory");
+  r0 = __uint_as_float(a); r1 = __uint_as_float(b); r2 = __uint_as_float(c); r3 = __uint_as_float(d);
 }""",
     **{f"as_mma_m16n8k8_{p}": f"""static __device__ __forceinline__ uint32_t as_{p}x2(float lo, float hi) {{
   uint32_t r;
@@ -88,6 +95,8 @@ class CudaRenderer(GpuRenderer):
 
     def _function(self, func: PrimFunc, timer: bool = False) -> str:
         plan = self._begin(func)
+        self._hoisted: dict[int, list[str]] = {}  # id of a WarpMma -> the registers its A was loaded into
+        self._ldmatrix_sites = 0
         g = plan.geometry
         params = ", ".join(param_decls(func, [self._name(b) for b in func.params], "__restrict__"))
         lines = [f"/* grid {g.grid}, block {g.block}, {g.shared_bytes} bytes of dynamic shared memory */",
@@ -117,6 +126,17 @@ class CudaRenderer(GpuRenderer):
             vec = self._vector_copy(s, d) or self._vector(s, d)
             if vec is not None:
                 return vec
+        mma = s.body
+        if (s.kind is ForKind.UNROLL and isinstance(mma, WarpMma) and mma.a_rows is not None
+                and isinstance(mma.a[0], Load) and s.var not in free_vars(mma.a_rows)):
+            # the mma tiles along n share A's registers: one ldmatrix before their loop (an asm
+            # volatile in it would run once per tile, since nvcc may not merge volatile asm)
+            names = [f"_a{self._ldmatrix_sites}_{i}" for i in range(4)]
+            self._ldmatrix_sites += 1
+            self._hoisted[id(mma)] = names
+            row = f"&{self._name(mma.a[0].source)}[{self._expr(mma.a_rows)}]"
+            return (f"{'  ' * d}float {', '.join(names)};\n"
+                    f"{'  ' * d}{self._ptx('as_ldmatrix_x4')}({row}, {', '.join(names)});\n" + super()._loop(s, d))
         return super()._loop(s, d)
 
     # --- cp.async and mma.sync ---------------------------------------------------------------
@@ -146,7 +166,13 @@ class CudaRenderer(GpuRenderer):
         acc = self._name(s.acc)
         operands = [self._expr(x) for x in s.a + s.b]
         pairs: list[str] = []
-        if s.precision != "tf32":  # a register's pair of k: one 8-byte shared load where adjacent and aligned
+        if id(s) in self._hoisted:
+            operands[:4] = self._hoisted[id(s)]
+        elif s.a_rows is not None and isinstance(s.a[0], Load):  # A's four registers by one ldmatrix.x4
+            row = f"&{self._name(s.a[0].source)}[{self._expr(s.a_rows)}]"
+            pairs.append(f"float _a0, _a1, _a2, _a3; {self._ptx('as_ldmatrix_x4')}({row}, _a0, _a1, _a2, _a3);")
+            operands[:4] = ["_a0", "_a1", "_a2", "_a3"]
+        elif s.precision != "tf32":  # a register's pair of k: one 8-byte shared load where adjacent and aligned
             for first in range(0, len(operands), 2):
                 base = self._pair_base(*(s.a + s.b)[first:first + 2])
                 if base is not None:

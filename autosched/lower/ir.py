@@ -118,13 +118,17 @@ class WarpMma(Stmt):
     """One warp-collective tensor-core multiply-accumulate (PTX `mma.sync`), as one lane sees it:
     the lane's fragments of A (`a`: Loads), B (`b`) and of the accumulator C (`c`: indices into
     the local buffer `acc`), laid out as the PTX ISA lays out `shape` (e.g. m16n8k8), its inputs
-    rounded to `precision` ("tf32"). All 32 lanes of a warp must reach it together."""
+    rounded to `precision` ("tf32"). All 32 lanes of a warp must reach it together. `a_rows`,
+    where A's fragments are four 8 × 4 tiles of 16-byte, 16-byte-aligned rows in shared memory:
+    the index of the row this lane hands `ldmatrix.x4`, which then gives every lane its four
+    A registers in one instruction (`tensor_core.mma_statement`)."""
     shape: str
     precision: str
     a: tuple
     b: tuple
     acc: Buffer
     c: tuple
+    a_rows: Expr | None = None
 
 
 @dataclass(eq=False)

@@ -523,7 +523,7 @@ def _subst_stmt(s: Stmt, m: dict) -> Stmt:
         return type(s)(s.buffer, ex(s.index), ex(s.value))
     if isinstance(s, WarpMma):
         return WarpMma(s.shape, s.precision, tuple(ex(x) for x in s.a), tuple(ex(x) for x in s.b), s.acc,
-                       tuple(ex(x) for x in s.c))
+                       tuple(ex(x) for x in s.c), None if s.a_rows is None else ex(s.a_rows))
     if isinstance(s, IfThenElse):
         return IfThenElse(ex(s.cond), _subst_stmt(s.then, m), s.orelse and _subst_stmt(s.orelse, m))
     if isinstance(s, Let):
