@@ -21,7 +21,7 @@ nvcc, one line says so and the table has the emulation alone. `--json` prints on
 `failures` and, with nvcc, `within_limits`, `over_limits`, `nvcc_configs_per_s` (every row's
 configs are built in one batch, on both cores: the rate is the batch's), and `sass`
 (the configs within the limits: `registers` and `occupancy` medians, the shares with `local`
-memory (spills), `ldg128`, `lds128`, `shfl`, `hmma`, `ldgsts` instructions; with cuobjdump);
+memory (spills), `ldg128`, `lds128`, `ldsm`, `shfl`, `hmma`, `ldgsts` instructions; with cuobjdump);
 with nvcc, `static_model` ranks `--static-configs` sampled configs of a 1024³ MatMul: `configs`,
 `built`, the estimate's `best_us`, `median_us`, `worst_us`, the `fallback_us` and its `fallback_rank`,
 and the `top` five (knobs, estimate, bound). `--quick` is a smoke run: the fallback config of
@@ -113,7 +113,7 @@ def _inputs(task, target: Target, n: int, rng: np.random.Generator, pinned: dict
     return [MeasureInput(task, target, c) for c in sorted(configs, key=lambda c: c.index)]
 
 
-SASS_OPS = ("local", "ldg128", "lds128", "shfl", "hmma", "ldgsts")
+SASS_OPS = ("local", "ldg128", "lds128", "ldsm", "shfl", "hmma", "ldgsts")
 
 
 def _sass_columns(built: list, target: Target) -> dict:

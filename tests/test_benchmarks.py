@@ -64,7 +64,7 @@ FIELDS: dict[str, Any] = {
         "tasks": None, "configs": None, "pass_emulation": None, "failures": None, "within_limits": None,
         "over_limits": None, "nvcc_configs_per_s": None,
         "sass": {"registers": None, "occupancy": None, "local": None, "ldg128": None, "lds128": None,
-                 "shfl": None, "hmma": None, "ldgsts": None}}},
+                 "ldsm": None, "shfl": None, "hmma": None, "ldgsts": None}}},
         "static_model": {"configs": None, "built": None, "best_us": None, "median_us": None, "worst_us": None,
                          "fallback_us": None, "fallback_rank": None, "top": [{"config": None, "estimate_us": None}]}},
     "substitutions": {"threads": None, "runs": None, "rules": {"source": None, "max_ops": None, "counts": None,

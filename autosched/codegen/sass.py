@@ -129,7 +129,7 @@ class SassProfile:
         """The figures a reader of a kernel looks for first, by name."""
         return {"instructions": self.total, "ffma": self.count("FFMA"), "hmma": self.count("HMMA"),
                 "ldgsts": self.count("LDGSTS"), "ldg128": self.count("LDG", 128), "lds128": self.count("LDS", 128),
-                "ldg": self.count("LDG"), "lds": self.count("LDS"), "sts": self.count("STS"),
+                "ldg": self.count("LDG"), "lds": self.count("LDS"), "ldsm": self.count("LDSM"), "sts": self.count("STS"),
                 "shfl": self.count("SHFL"), "bar": self.count("BAR"), "local": self.spills}
 
 
