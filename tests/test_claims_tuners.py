@@ -44,6 +44,9 @@ def three_tuners(small_model, other_model, db_url, trials):
     return [start_tune(model, db_url, trials, uuid.uuid4().hex) for model in (small_model, small_model, other_model)]
 
 
+# 16 s each; on PostgreSQL a long case: the default suite's tuners sharing a server are
+# test_claims.py's and the kill -9 and resume below
+@pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True)
 def test_three_tuners_on_one_database_measure_no_config_twice(small_model, other_model, db_url):
     finish(three_tuners(small_model, other_model, db_url, 12))
     check_all_kept(db_url, 12)
