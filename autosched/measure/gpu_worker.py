@@ -95,11 +95,13 @@ class Repeats:
             gpu.driver.begin_capture()
             try:
                 self.pairs = self._enqueue()
-            finally:
-                self.graph = gpu.driver.end_capture()
+            except CudaError:
+                gpu.driver.free_graph(gpu.driver.end_capture())  # leave capture mode, keep no half graph
+                raise
+            self.graph = gpu.driver.end_capture()
 
     def _enqueue(self) -> list:
-        """The launches (or the graph's replay) on the stream; the events around each flushed one."""
+        """The launches on the stream (into the graph while capturing); the events around each flushed one."""
         d, pairs = self.gpu.driver, []
         for _ in range(self.number):
             if self.flush is not None:
