@@ -68,26 +68,29 @@ def open_database(db: DatabaseLike, read_only: bool = False) -> Iterator[Databas
 
 
 def prepare_graph(model: PathLike, target: Target | str = "llvm", shapes: Mapping[str, Sequence[int]] | None = None,
-                  *, substitutions: bool = True, db: DatabaseLike = None) -> tuple[Graph, SubstitutionReport]:
+                  *, substitutions: bool = True, db: DatabaseLike = None,
+                  shipped: bool | PathLike = True) -> tuple[Graph, SubstitutionReport]:
     """The model imported and, with `substitutions`, rewritten by the verified graph substitutions
     wherever that lowers the sum of its kernels' times on `target` (from `db` where it has them,
-    else estimated), with what the optimizer did."""
+    else from the shipped records as `build` reads them, see `shipped`, else estimated), with
+    what the optimizer did."""
     target = Target.parse(target) if isinstance(target, str) else target
     graph = load_onnx(model, dict(shapes or {}))
     if not substitutions:
         return graph, SubstitutionReport(note="off (--no-substitutions)")
+    fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
     with open_database(db, read_only=True) as database:
-        return substitute(graph, target, database)
+        return substitute(graph, target, database, fallback=fallback)
 
 
 def model_tasks(model: PathLike, target: Target | str = "llvm",
                 shapes: Mapping[str, Sequence[int]] | None = None, *, substitutions: bool = True,
-                db: DatabaseLike = None) -> tuple[Graph, list[Task]]:
+                db: DatabaseLike = None, shipped: bool | PathLike = True) -> tuple[Graph, list[Task]]:
     """The model imported (and rewritten by the substitutions, see `prepare_graph`), and the
     deduplicated tasks its build for `target` runs (the graph is optimized and its layout
     planned for the target, as `build_model` does)."""
     target = Target.parse(target) if isinstance(target, str) else target
-    graph, _ = prepare_graph(model, target, shapes, substitutions=substitutions, db=db)
+    graph, _ = prepare_graph(model, target, shapes, substitutions=substitutions, db=db, shipped=shipped)
     return graph, list(extract_tasks(optimize(graph, target.layout_lanes, target.gpu_blocks)).tasks)
 
 
@@ -253,7 +256,7 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
     into (see `prepare_graph`)."""
     target = Target.parse(target) if isinstance(target, str) else target
     output = Path(model).with_suffix(".so") if output is None else output
-    graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=db)
+    graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=db, shipped=shipped)
     fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
     with open_database(db, read_only=True) as database:
         schedules = TunedSchedules(database, fallback)

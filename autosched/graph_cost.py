@@ -1,7 +1,8 @@
 """What a graph costs on a target, for the substitution search: the sum of its tasks' kernel times.
 
 A task's time is the tuning database's best record for it on this machine (or another CPU of
-the same ISA) where one exists: the time the built model will really spend in it. Otherwise
+the same ISA) where one exists, else the shipped records' (as `build` falls back to them): the
+time the built model will really spend in it. Otherwise
 it is a roofline estimate from its FLOPs and the bytes it reads and writes, plus a fixed
 launch cost per kernel (so merging kernels that read one input pays off and an extra copy does
 not come free), scaled to the records (`GraphCost.scale`). Task costs are cached by task key; the tasks are those the build would run
@@ -19,6 +20,7 @@ from autosched.database import Database
 from autosched.database.queries import best
 from autosched.graph.ir import Graph
 from autosched.graph.passes.substitute import graph_digest
+from autosched.graph.views import operand_views, view_shape
 from autosched.target import CpuCapabilities, Target
 from autosched.task import Task, extract_tasks
 
@@ -41,8 +43,9 @@ class GraphCost:
     digest, so calling again after more tasks were seen re-scores it with the final scale.
     `measured` and `estimated` count the tasks costed each way."""
 
-    def __init__(self, target: Target, db: Database | None, finish: Callable[[Graph], Graph]) -> None:
-        self.target, self.db, self.finish = target, db, finish
+    def __init__(self, target: Target, db: Database | None, finish: Callable[[Graph], Graph],
+                 fallback: Database | None = None) -> None:
+        self.target, self.db, self.finish, self.fallback = target, db, finish, fallback
         self.records: dict[str, float] = {}  # task key -> best record
         self.rooflines: dict[str, float] = {}  # task key -> estimate
         self.parts: dict[str, tuple[float, float, float]] = {}  # graph digest -> (records, other rooflines, rooflines)
@@ -91,6 +94,8 @@ class GraphCost:
             return
         self.rooflines[task.key] = roofline(task, self.target)
         found = best(self.db, task, self.target) if self.db is not None else None
+        if found is None and self.fallback is not None:  # the shipped records, as a build reads them
+            found = best(self.fallback, task, self.target)
         if found is not None:
             self.records[task.key] = found.cost
 
@@ -104,6 +109,10 @@ def roofline(task: Task, target: Target) -> float:
         bandwidth = BANDWIDTH
     else:
         peak, bandwidth = GPU_FLOPS, GPU_BANDWIDTH
-    nbytes = sum(v.nbytes for v in task.input_values)
+    # an operand seen through a view is read only where the view looks (a Split's part of a
+    # merged projection), not whole
+    views = operand_views(task.attrs, len(task.input_values)) if task.op == "MatMul" else ((),) * len(task.input_values)
+    nbytes = sum(math.prod(view_shape(v.shape, view)) * np.dtype(v.dtype).itemsize
+                 for v, view in zip(task.input_values, views))
     nbytes += sum(math.prod(s) * np.dtype(d).itemsize for s, d in zip(task.out_shapes, task.out_dtypes))
     return LAUNCH_S + max(task.flops / peak, nbytes / bandwidth)

@@ -84,7 +84,7 @@ def _rules(path: Path) -> tuple[Rule, ...]:
             cited = ", ".join(sorted(set(rule.proof) - known)) or "nothing"
             raise UnprovedRuleError(f"{path}: rule {rule.name} is not proved from the operator properties (its "
                                     f"proof cites {cited}); run 'autosched substitutions verify'")
-    return tuple(d for d in directions(rules) if not _reorders(d))
+    return tuple(d for d in directions(rules) if not _reorders(d) and not _wraps(d))
 
 
 def _reorders(rule: Rule) -> bool:
@@ -96,6 +96,14 @@ def _reorders(rule: Rule) -> bool:
     return ops(rule.src) == ops(rule.dst)
 
 
+def _wraps(rule: Rule) -> bool:
+    """Whether the rule's result contains what it matched (`x => split0(concat(x, y))`, the
+    reverse of a rule that drops junk): such a rewrite only adds operators around a value the
+    graph already computes, and the search spends its graph budget on them (BERT: 64 of 100
+    graphs before the Q, K and V projections could all merge)."""
+    return any(s in set(subterms(d)) for s, d in zip(rule.src, rule.dst))
+
+
 def prepare(graph: Graph) -> Graph:
     """The graph the search starts from: the standard pipeline's clean-up passes, so rules see
     convolutions with their BatchNorms folded and weights as constants."""
@@ -104,17 +112,19 @@ def prepare(graph: Graph) -> Graph:
 
 
 def substitute(graph: Graph, target: Target, db: Database | None = None, rules: Path = SHIPPED,
-               budget_s: float = BUDGET_S, alpha: float = ALPHA) -> tuple[Graph, SubstitutionReport]:
+               budget_s: float = BUDGET_S, alpha: float = ALPHA,
+               fallback: Database | None = None) -> tuple[Graph, SubstitutionReport]:
     """`graph` rewritten by the rules where that lowers its cost on `target` (task costs from
-    `db` where it has them), and what was done; the graph unchanged (with a warning) when the
-    rules cannot be used or the search runs out of time."""
+    `db` where it has them, else from `fallback`, the shipped records a build falls back to), and
+    what was done; the graph unchanged (with a warning) when the rules cannot be used or the
+    search runs out of time."""
     try:
         directed = _rules(Path(rules))
     except AutoschedError as e:
         log.warning("%s; substitutions are off", e)
         return graph, SubstitutionReport(note=f"off ({e})")
     start = prepare(graph)
-    cost = GraphCost(target, db, lambda g: optimize(g, target.layout_lanes, target.gpu_blocks))
+    cost = GraphCost(target, db, lambda g: optimize(g, target.layout_lanes, target.gpu_blocks), fallback)
     try:
         result = search(start, directed, cost, alpha, budget_s)
     except SearchTimeout as e:

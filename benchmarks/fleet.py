@@ -102,7 +102,7 @@ def on_cluster(devices: int, target: Target, options: Sequence[RunnerOptions],
     from autosched.measure.ray import RayBuilder, RayOptions, RayRunner
     cores = os.cpu_count() or 1
     node = {"num_cpus": cores, "resources": {device_resource(target): 1, toolchain_resource(target): cores}}
-    cluster = Cluster(initialize_head=True, head_node_args=node)
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})  # 5 s it would take
     try:
         for _ in range(devices - 1):  # a node each: one node's CPU devices would time one at a time (nodelock.py)
             cluster.add_node(**node)
@@ -134,8 +134,9 @@ def builds_beside_timings(target: Target, inputs: Sequence[MeasureInput], exclus
     with tempfile.TemporaryDirectory() as cache:
         os.environ["XDG_CACHE_HOME"] = cache  # the node's processes keep the environment it started with
         try:
-            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cores, "resources": {
-                device_resource(target): 1, toolchain_resource(target): cores}})
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cores, "include_dashboard": False,
+                                                                    "resources": {device_resource(target): 1,
+                                                                                  toolchain_resource(target): cores}})
         finally:
             del os.environ["XDG_CACHE_HOME"]
         try:

@@ -59,14 +59,16 @@ def rules_figures(max_ops: int | None) -> dict:
 def bench_model(path: Path, workdir: Path, threads: int, runs: int, trials: int) -> dict:
     target = Target.parse("llvm")
     off, _ = prepare_graph(path, target, substitutions=False)
-    on, report = prepare_graph(path, target, db=Database(workdir / f"{path.stem}-empty.db"))  # as a first build
+    # as a first build without the shipped records (the builds here use none)
+    on, report = prepare_graph(path, target, db=Database(workdir / f"{path.stem}-empty.db"), shipped=False)
     libraries = {"untuned_off": build_model(off, workdir / f"{path.stem}-off.so", target).library,
                  "untuned_on": build_model(on, workdir / f"{path.stem}-on.so", target).library}
     if trials:
         for setting in ("off", "on"):
             db = Database(workdir / f"{path.stem}-tuned-{setting}.db")
             tune(path, target, trials, db=db, substitutions=setting == "on", model_check=False)
-            graph = off if setting == "off" else prepare_graph(path, target, db=db)[0]  # as `autosched build` does
+            # as `autosched build --no-shipped` does
+            graph = off if setting == "off" else prepare_graph(path, target, db=db, shipped=False)[0]
             libraries[f"tuned_{setting}"] = build_model(graph, workdir / f"{path.stem}-tuned-{setting}.so", target,
                                                         TunedSchedules(db)).library
     feeds = sample_inputs(off, 0)

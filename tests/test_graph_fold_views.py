@@ -137,3 +137,74 @@ def test_folded_matmul_compiles_to_the_unfolded_results(seq, heads, dim, perm, v
     kernel(*[feeds[name] for name in folded.nodes[0].inputs], got)
     assert n == want.shape[-1]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _merged_attention(seq=6, heads=2, dim=4):
+    """Attention after graph substitutions merged its projections: one [1, seq, 3·width] tensor
+    split into Q and K (a part of a part) and V, each then split into heads."""
+    b = GraphBuilder()
+    width = heads * dim
+    qk = b.node(Op.SPLIT, [b.input("qkv", (1, seq, 3 * width))], outputs=2, axis=2, split=(2 * width, width))
+    v = f"{qk.rsplit(':', 1)[0]}:1"
+    q = b.node(Op.SPLIT, [qk], outputs=2, axis=2, split=(width, width))
+    k = f"{q.rsplit(':', 1)[0]}:1"
+
+    def heads_of(x, perm):
+        return b.node(Op.TRANSPOSE, [b.node(Op.RESHAPE, [x], shape=(1, seq, heads, dim))], perm=perm)
+
+    scores = b.node(Op.MATMUL, [heads_of(q, (0, 2, 1, 3)), heads_of(k, (0, 2, 3, 1))])
+    b.output(scores)
+    b.output(b.node(Op.MATMUL, [b.node(Op.SOFTMAX, [scores], axis=-1), heads_of(v, (0, 2, 1, 3))]))
+    return b.build()
+
+
+def test_split_parts_fold_into_their_matmuls_as_slices():
+    """Each part of a merged projection is read where the merged MatMul wrote it: the Splits go,
+    a part of a part is one slice of the source, and the results are unchanged."""
+    graph = _merged_attention()
+    folded = fold_views(graph)
+    assert ops(folded) == [Op.MATMUL, Op.SOFTMAX, Op.MATMUL]
+    q_view, k_view = operand_views(folded.nodes[0].attrs)
+    assert q_view[0] == ("slice", (2, 0, 8)) and k_view[0] == ("slice", (2, 8, 16))
+    assert operand_views(folded.nodes[2].attrs)[1][0] == ("slice", (2, 16, 24))
+    assert folded.nodes[0].inputs == ("qkv", "qkv") and folded.nodes[2].inputs[1] == "qkv"
+    same_results(graph, folded)
+
+
+def test_a_split_with_another_reader_stays():
+    b = GraphBuilder()
+    first = b.node(Op.SPLIT, [b.input("x", (4, 6))], outputs=2, axis=1, split=(2, 4))
+    b.output(b.node(Op.MATMUL, [first, b.input("y", (2, 3))]))
+    b.output(b.node(Op.RELU, [f"{first.rsplit(':', 1)[0]}:1"]))
+    graph = b.build()
+    folded = fold_views(graph)
+    assert Op.SPLIT in ops(folded)
+    same_results(graph, folded)
+
+
+def test_slice_views_keep_rows_and_refuse_what_does_not_fit():
+    view = (("slice", (2, 8, 16)), ("reshape", (1, 6, 2, 4)), ("transpose", (0, 2, 1, 3)))
+    assert view_shape((1, 6, 24), view) == (1, 2, 6, 4)
+    assert keeps_rows((1, 6, 24), view)
+    with pytest.raises(ValueError, match="slice"):
+        view_shape((1, 6, 24), (("slice", (2, 16, 32)),))
+
+
+@pytest.mark.parametrize("seq, heads, dim", [(6, 2, 4), (5, 3, 8), (1, 1, 16)])
+def test_sliced_matmuls_compile_to_the_unfolded_results(seq, heads, dim, cpu_target):
+    """Both attention products of a merged projection, built with the default schedule for each
+    ISA, against numpy on the graph with its Splits, Reshapes and Transposes."""
+    graph = _merged_attention(seq, heads, dim)
+    folded = fold_views(graph)
+    feeds = random_inputs(graph.inputs, 1)
+    want = run_graph(graph, feeds, all_values=True)
+    for node in (folded.nodes[0], folded.nodes[2]):
+        b = GraphBuilder()
+        operands = [b.input(f"in{i}", folded.values[name].shape) for i, name in enumerate(node.inputs)]
+        b.output(b.node(Op.MATMUL, operands, **node.attrs))
+        (task,) = extract_tasks(b.build()).tasks
+        sched, args = default_kernel(task, cpu_target)
+        kernel = build_kernel(sched, args, "k", cpu_target)
+        got = np.zeros(folded.values[node.outputs[0]].shape, np.float32)
+        kernel(*[want[name] for name in node.inputs], got)
+        np.testing.assert_allclose(got, want[node.outputs[0]], rtol=1e-4, atol=1e-5)

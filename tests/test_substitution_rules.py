@@ -51,7 +51,8 @@ def _has(rules, src, dst, shapes):
 
 
 def test_the_showcase_merges_ship(shipped):
-    """Parallel matrix products of one input merged into one GEMM; a 1x1 beside a 3x3
+    """Parallel matrix products of one input merged into one GEMM, also as biased dense layers on
+    batches of rows; a 1x1 beside a 3x3
     convolution of one input merged through an enlarged, concatenated kernel, with a split
     (Inception) or, where the outputs are concatenated after their activations, without one
     (SqueezeNet's fire module)."""
@@ -64,6 +65,11 @@ def test_the_showcase_merges_ship(shipped):
                  "split1_1[E](convb(a,concat0(b,enlarge(d)),concat0(c,e)))"], conv_shapes)
     assert _has(shipped.rules, ["concat1(relu(convb(a,b,c)),relu(convb(a,d,e)))"],
                 ["relu(convb(a,concat0(b,enlarge(d)),concat0(c,e)))"], conv_shapes)
+    # dense layers with their biases on [batch, tokens, features] (attention's Q, K and V projections)
+    assert _has(shipped.rules, ["addb(matmul3(a,b),c)", "addb(matmul3(a,d),e)"],
+                ["split0_2[D](addb(matmul3(a,concat1(b,d)),concat0(c,e)))",
+                 "split1_2[D](addb(matmul3(a,concat1(b,d)),concat0(c,e)))"],
+                {"a": "A,B,C", "b": "C,D", "c": "D", "d": "C,E", "e": "E"})
 
 
 def test_the_prover_refuses_a_wrong_rule_and_names_the_properties_of_a_right_one():
@@ -106,6 +112,15 @@ def test_enumeration_groups_equal_terms_and_finds_the_gemm_merge():
     assert "add(y,x) => add(x,y)" in texts
     assert ("matmul(x,a) ; matmul(x,c) => split0_1[N](matmul(x,concat1(a,c))) ; "
             "split1_1[N](matmul(x,concat1(a,c)))") in texts
+
+
+def test_the_dense_domain_merges_biased_projections_at_one_operator_each():
+    """A bias on a dense layer is its epilogue and two weights concatenated fold at build time,
+    so the Q/K/V merge is found among terms of one operator."""
+    dense = next(d for d in DOMAINS if d.name == "dense")
+    texts = {c.text() for c in Enumeration(dense, max_ops=1).candidates()}
+    assert ("addb(matmul3(x,a),d) ; addb(matmul3(x,b),e) => split0_2[N](addb(matmul3(x,concat1(a,b)),concat0(d,e))) ; "
+            "split1_2[N](addb(matmul3(x,concat1(a,b)),concat0(d,e)))") in texts
 
 
 def test_generate_counts_each_step():

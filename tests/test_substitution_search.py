@@ -13,15 +13,20 @@ import pytest
 from graph_helpers import same_results
 from onnx import TensorProto, helper, numpy_helper
 
+from autosched import zoo
 from autosched.cli import main
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
+from autosched.graph.passes import optimize
 from autosched.graph.passes.substitute import search
 from autosched.graph.substitutions.apply import Matcher, apply, directions
 from autosched.graph.substitutions.rules import SHIPPED, Rule, load_rules
-from autosched.graph.substitutions.terms import parse_shape, parse_term
-from autosched.substitution import prepare, substitute
+from autosched.graph.substitutions.terms import parse_shape, parse_term, subterms
+from autosched.graph.views import operand_views
+from autosched.graph_cost import roofline
+from autosched.substitution import _rules, prepare, substitute
 from autosched.target import Target
+from autosched.task import extract_tasks
 
 LLVM = Target.parse("llvm")
 
@@ -119,6 +124,24 @@ def test_parallel_projections_of_one_input_merge_into_one_gemm():
     same_results(graph, result.graph)
 
 
+def test_bert_projections_merge_into_one_matmul_whose_parts_are_read_in_place(tmp_path, capsys):
+    """The zoo's BERT layer, small: the search merges its three biased Q, K and V projections
+    (the dense rule twice) into one MatMul on concatenated weights and biases; the build reads
+    each part where that MatMul wrote it (no Split kernel: the parts are slices in the attention
+    MatMuls' operand views), and `check` matches onnxruntime."""
+    path = tmp_path / "bert.onnx"
+    path.write_bytes(zoo.bert_layer(seq=16, hidden=64, heads=4).SerializeToString())
+    graph, report = substitute(_load(path), LLVM)
+    assert len(report.applied) == 2 and all(r.startswith("dense-") for r in report.applied), report.summary()
+    tasks = extract_tasks(optimize(graph, LLVM.layout_lanes, LLVM.gpu_blocks)).tasks
+    assert ((1, 16, 64), (64, 192)) in [t.shapes for t in tasks if t.op == "MatMul"]
+    assert "Split" not in [t.op for t in tasks]
+    slices = [step for t in tasks for view in operand_views(t.attrs) for step in view if step[0] == "slice"]
+    assert sorted(arg for _, arg in slices) == [(2, 0, 64), (2, 64, 128), (2, 128, 192)]
+    assert main(["check", str(path), "--db", str(tmp_path / "tuning.db"), "--no-shipped"]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out
+
+
 def test_a_rule_applies_only_where_the_shapes_unify():
     """`matmul(a,b), matmul(a,c)` with b and c of the same shape [B,C] does not match projections of
     different widths, and a split must cut where the rule's symbolic size says."""
@@ -183,7 +206,8 @@ def test_check_passes_against_onnxruntime_with_substitutions(fire_path, tmp_path
 
 def test_a_task_costs_its_best_record_in_the_database_else_its_roofline(fire_path, tmp_path):
     """The cost the search compares: a real SQLite database's best record for a task where it
-    has one, the estimate (scaled to the records) for the others, each task costed once."""
+    has one, else the shipped records', the estimate (scaled to the records) for the others,
+    each task costed once."""
     from db_helpers import HERE, measured
 
     from autosched.database import Database
@@ -205,6 +229,15 @@ def test_a_task_costs_its_best_record_in_the_database_else_its_roofline(fire_pat
     assert cost(graph) == total
     assert (cost.measured, cost.estimated) == (1, len(tasks) - 1)
     assert all(0 < roofline(t, HERE) < 1e-3 for t in tasks)
+    # the shipped records, as a build falls back to them: used where the database has none
+    shipped = Database("sqlite://")
+    shipped.commit(measured(tasks[0], HERE, [1e-3]))
+    shipped.commit(measured(tasks[1], HERE, [2e-3]))
+    with_shipped = GraphCost(HERE, db, lambda g: optimize(g, HERE.layout_lanes), shipped)
+    assert with_shipped(graph) == pytest.approx(
+        5e-3 + 2e-3 + (7e-3 / (roofline(tasks[0], HERE) + roofline(tasks[1], HERE)))
+        * sum(roofline(t, HERE) for t in tasks[2:]))
+    assert (with_shipped.measured, with_shipped.estimated) == (2, len(tasks) - 2)
     db.close()
 
 
@@ -254,3 +287,28 @@ def test_a_rewrite_is_not_kept_for_trading_a_task_measured_slow_for_an_unmeasure
         db.commit(measured(tasks[1], LLVM, [2e-3]))
         same, report = substitute(graph, LLVM, db)
     assert same is graph and not report.applied and report.measured == 2
+
+
+def test_the_search_leaves_out_rewrites_that_only_wrap_what_they_matched():
+    """`x => split0(concat(x, y))`, the reverse of a rule that drops junk, adds operators around a
+    value the graph has: searched, such rewrites used most of BERT's graph budget."""
+    shipped = load_rules(SHIPPED).rules
+    dropping = [r for r in shipped if r.reversible and any(d in set(subterms(s)) for s, d in zip(r.src, r.dst))]
+    assert dropping
+    names = {r.name for r in _rules(SHIPPED)}
+    assert all(r.name in names and f"{r.name}~" not in names for r in dropping)
+
+
+def test_a_roofline_counts_the_bytes_a_view_reads():
+    """A part of a merged projection costs what the part holds, not the whole merged tensor."""
+    def task(width, split):
+        b = GraphBuilder()
+        x = b.input("x", (1, 64, width))
+        if split:
+            x = b.node(Op.SPLIT, [x], outputs=2, axis=2, split=(256, width - 256))
+        b.output(b.node(Op.MATMUL, [b.input("y", (1, 256, 64)), x]))
+        return extract_tasks(optimize(b.build(), LLVM.layout_lanes)).tasks[0]
+
+    whole, part = task(256, False), task(768, True)
+    assert part.shapes[1] == (1, 64, 768) and operand_views(part.attrs)[1]
+    assert roofline(part, LLVM) == roofline(whole, LLVM)

@@ -8,8 +8,11 @@ operand load, which the matmul's schedule folds into the copy it makes anyway (i
 `autosched.graph.passes.fold_views` moves them there; every stage that reads MatMul's shapes or
 evaluates it goes through this module.
 
-A view is a tuple of steps, applied in order: ("reshape", shape) or ("transpose", perm). The
-attribute `operand_views` holds one view per input; an absent attribute means no views.
+A view is a tuple of steps, applied in order: ("reshape", shape), ("transpose", perm) or
+("slice", (axis, start, stop)), one output of a Split: when graph substitutions merge parallel
+projections into one MatMul and split its result (BERT's Q, K and V), each part is read where
+the merged MatMul wrote it, with no copy. The attribute `operand_views` holds one view per
+input; an absent attribute means no views.
 """
 from __future__ import annotations
 
@@ -42,6 +45,11 @@ def view_shape(shape: Sequence[int], view: View) -> tuple[int, ...]:
             if sorted(arg) != list(range(len(shape))):
                 raise ValueError(f"view: {list(arg)} is not a permutation of rank {len(shape)}")
             shape = tuple(shape[p] for p in arg)
+        elif kind == "slice":
+            axis, start, stop = arg
+            if not (0 <= axis < len(shape) and 0 <= start < stop <= shape[axis]):
+                raise ValueError(f"view: cannot slice [{start}:{stop}] of axis {axis} of {list(shape)}")
+            shape = (*shape[:axis], stop - start, *shape[axis + 1:])
         else:
             raise ValueError(f"view: unknown step {kind!r}")
     return shape
@@ -57,6 +65,8 @@ def keeps_rows(shape: Sequence[int], view: View) -> bool:
         if kind == "transpose":
             if arg[-1] != len(shape) - 1:
                 return False
+        elif kind == "slice":  # rows stay contiguous runs, only shorter (a slice of the innermost axis)
+            pass
         elif shape[-1] % arg[-1]:  # a reshape may only split the innermost axis (or keep it)
             return False
         shape = view_shape(shape, ((kind, arg),))
@@ -66,15 +76,23 @@ def keeps_rows(shape: Sequence[int], view: View) -> bool:
 def view_array(x: np.ndarray, view: View) -> np.ndarray:
     """The numpy meaning of a view (the reference evaluator's)."""
     for kind, arg in view:
-        x = x.reshape(arg) if kind == "reshape" else np.transpose(x, arg)
+        if kind == "slice":
+            axis, start, stop = arg
+            x = x[(slice(None),) * axis + (slice(start, stop),)]
+        else:
+            x = x.reshape(arg) if kind == "reshape" else np.transpose(x, arg)
     return x
 
 
 def view_tensor(t, view: View):
     """The view as tensor-expression stages (injective copies a schedule inlines into its reader)."""
-    from autosched.ops.transform import reshape, transpose
+    from autosched.ops.transform import reshape, strided_slice, transpose
     for k, (kind, arg) in enumerate(view):
-        t = reshape(t, arg, name=f"{t.name}_view{k}") if kind == "reshape" else transpose(t, arg, name=f"{t.name}_view{k}")
+        name = f"{t.name}_view{k}"
+        if kind == "slice":
+            t = strided_slice(t, arg[1:2], arg[2:3], arg[:1], name=name)
+        else:
+            t = reshape(t, arg, name=name) if kind == "reshape" else transpose(t, arg, name=name)
     return t
 
 

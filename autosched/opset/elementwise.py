@@ -212,9 +212,11 @@ def _import_dropout(imp: Importer, node: OnnxNode) -> None:
 
 #: `scale(x, s)`: every element of x times the scalar s (a Mul whose second operand is 0-d)
 SCALE = AlgebraOp("scale", Op.MUL, (None, 0), lambda a, n: tuple(a[0]), lambda a: [], no_attrs)
+#: `addb(x, b)`: a bias vector added along the last axis of a rank-3 x (a dense layer's bias)
+ADD_BIAS = AlgebraOp("addb", Op.ADD, (3, 1), lambda a, n: tuple(a[0]), lambda a: [(a[0][2], a[1][0])], no_attrs)
 
 RECORDS: tuple[OpDef, ...] = (
-    replace(_binary(Op.ADD, lambda a, at: a[0] + a[1], np.add), algebra=(elementwise_binary("add", Op.ADD),)),
+    replace(_binary(Op.ADD, lambda a, at: a[0] + a[1], np.add), algebra=(elementwise_binary("add", Op.ADD), ADD_BIAS)),
     _binary(Op.SUB, lambda a, at: a[0] - a[1], np.subtract),
     replace(_binary(Op.MUL, lambda a, at: a[0] * a[1], np.multiply), algebra=(elementwise_binary("mul", Op.MUL), SCALE)),
     _binary(Op.DIV, lambda a, at: a[0] / a[1] if a[0].dtype.startswith("float") else _trunc_div(a[0], a[1]), _div),

@@ -112,9 +112,13 @@ def _import_gemm(imp: Importer, node: OnnxNode) -> None:
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.MATMUL, OpKind.ANCHOR, _matmul_shape, _matmul_reference, _matmul_compute,
           on_output(mm_ops.schedule_matmul), {"MatMul": direct(Op.MATMUL)},
-          # 2-D products without operand views (views are folded in after substitutions)
+          # products without operand views (views are folded in after substitutions): 2-D, and
+          # a batch of rows by one matrix (a dense layer on [batch, tokens, features], BERT's
+          # projections)
           algebra=(AlgebraOp("matmul", Op.MATMUL, (2, 2), lambda a, n: (a[0][0], a[1][1]),
-                             lambda a: [(a[0][1], a[1][0])], no_attrs),)),
+                             lambda a: [(a[0][1], a[1][0])], no_attrs),
+                   AlgebraOp("matmul3", Op.MATMUL, (3, 2), lambda a, n: (a[0][0], a[0][1], a[1][1]),
+                             lambda a: [(a[0][2], a[1][0])], no_attrs))),
     OpDef(Op.GEMM, OpKind.ANCHOR, _gemm_shape, _gemm_reference, _gemm_compute,
           on_output(mm_ops.schedule_matmul), {"Gemm": Converter(_import_gemm)}),
 )

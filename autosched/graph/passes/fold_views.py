@@ -1,4 +1,4 @@
-"""Fold Reshape and Transpose chains into the MatMul that reads them (`autosched.graph.views`).
+"""Fold Reshape, Transpose and Split chains into the MatMul that reads them (`autosched.graph.views`).
 
 A chain is folded when each of its nodes has that MatMul as its only reader and its output is
 no graph output: then the copy exists only to feed the MatMul, which can read the chain's
@@ -13,9 +13,23 @@ from autosched.graph.passes.dce import eliminate_dead_code
 from autosched.graph.passes.rewrite import rebuild
 from autosched.graph.views import VIEWS_ATTR, operand_views
 
-_VIEW_OPS = {Op.RESHAPE: "reshape", Op.TRANSPOSE: "transpose"}
-#: the longest chain folded: attention's are Reshape then Transpose, or the reverse
+_VIEW_OPS = {Op.RESHAPE: "reshape", Op.TRANSPOSE: "transpose", Op.SPLIT: "slice"}
+#: the longest chain folded: attention's are Reshape then Transpose, or the reverse, after up to
+#: two Splits of merged projections (Q and K split from V, then from each other)
 MAX_STEPS = 4
+
+
+def _step(producer: Node, value: str) -> tuple[str, tuple[int, ...]]:
+    """The view step that `producer` (a view op) applies to give `value`."""
+    kind = _VIEW_OPS[producer.op]
+    if kind == "reshape":
+        return kind, tuple(int(v) for v in producer.attrs["shape"])
+    if kind == "transpose":
+        return kind, tuple(int(v) for v in producer.attrs["perm"])
+    sizes = [int(n) for n in producer.attrs["split"]]
+    k = producer.outputs.index(value)
+    start = sum(sizes[:k])
+    return kind, (int(producer.attrs["axis"]), start, start + sizes[k])
 
 
 def fold_views(graph: Graph, dense_in_place: bool = True) -> Graph:
@@ -42,9 +56,13 @@ def fold_views(graph: Graph, dense_in_place: bool = True) -> Graph:
                 producer = producers.get(source)
                 if producer is None or producer.op not in _VIEW_OPS or len(consumers.get(source, [])) != 1:
                     break
-                kind = _VIEW_OPS[producer.op]
-                arg = producer.attrs["shape"] if kind == "reshape" else producer.attrs["perm"]
-                steps.insert(0, (kind, tuple(int(v) for v in arg)))
+                step = _step(producer, source)
+                if step[0] == "slice" and steps and steps[0][0] == "slice" and steps[0][1][0] == step[1][0]:
+                    # a part of a part: one slice of the source
+                    axis, start, _ = step[1]
+                    steps[0] = ("slice", (axis, start + steps[0][1][1], start + steps[0][1][2]))
+                else:
+                    steps.insert(0, step)
                 source = producer.inputs[0]
             if source != name and source not in graph.constants:
                 inputs[slot], views[slot] = source, tuple(steps)

@@ -36,6 +36,7 @@ from autosched.graph.substitutions.terms import (
     Var,
     apply_shape,
     parse_shape,
+    parse_term,
     shape_of,
     size,
     substitute,
@@ -53,9 +54,11 @@ class Domain:
     """Variables (with symbolic shapes), the symbols enumerated over them, and the concrete
     sizes of the dimension symbols that fingerprints are computed at. `kernels` are variables
     whose enlarged form costs no operator: in a model it is a constant folded at build time,
-    so `convb(x, concat0(w, enlarge(u)), concat0(b, c))` counts as three operators. Likewise an
-    activation in `activations` applied to an anchor in `anchors` costs no operator: it runs as
-    the anchor's epilogue, as TASO's convolution carries its activation."""
+    so `convb(x, concat0(w, enlarge(u)), concat0(b, c))` counts as three operators; so do the
+    terms in `folded`, expressions of variables only (two weight matrices concatenated). Likewise
+    an activation in `activations` applied to an anchor in `anchors` costs no operator: it runs
+    as the anchor's epilogue, as TASO's convolution carries its activation; and so does a symbol
+    in `biases` applied to an anchor and a variable (a dense layer's bias, added in its epilogue)."""
 
     name: str
     variables: tuple[tuple[str, str], ...]
@@ -64,6 +67,8 @@ class Domain:
     kernels: tuple[str, ...] = ()
     anchors: tuple[str, ...] = ("conv", "convb", "matmul")
     activations: tuple[str, ...] = ("relu",)
+    folded: tuple[str, ...] = ()
+    biases: tuple[str, ...] = ()
 
     @property
     def shapes(self) -> dict[str, SymShape]:
@@ -79,6 +84,11 @@ DOMAINS: tuple[Domain, ...] = (
            (("B", 1), ("C", 2), ("H", 4), ("W", 5), ("F", 3), ("G", 2)),
            # convolutions with a bias only: BatchNorm folding gives every model's convolution one
            ("add", "relu", "convb", "enlarge", "maxpool", "concat0", "concat1", *SPLITS), kernels=("u",)),
+    # dense layers on [batch, tokens, features] reading one input (attention's Q, K and V projections)
+    Domain("dense", (("x", "B,M,K"), ("a", "K,N"), ("b", "K,P"), ("d", "N"), ("e", "P")),
+           (("B", 2), ("M", 3), ("K", 4), ("N", 5), ("P", 6)),
+           ("matmul3", "concat2", "split0_2", "split1_2"), anchors=("matmul3",),
+           folded=("concat1(a,b)", "concat0(d,e)"), biases=("addb",)),
 )
 
 
@@ -144,6 +154,13 @@ class Enumeration:
         levels: list[list[Entry]] = [[Entry(Var(v), s, env[v]) for v, s in shapes.items()]]
         levels[0] += [e for e in (self.make("enlarge", (levels[0][list(shapes).index(k)],)) for k in domain.kernels)
                       if e is not None]
+        named = {v: levels[0][i] for i, v in enumerate(shapes)}
+        for text in domain.folded:
+            term = parse_term(text)
+            assert isinstance(term, App), text
+            made = self.make(term.op, tuple(named[str(a)] for a in term.args))
+            if made is not None:
+                levels[0].append(made)
         for first in levels[0]:
             self.classes[first.key] = [first]
         for k in range(1, max_ops + 1):
@@ -152,8 +169,11 @@ class Enumeration:
                 entry = self.make(name, args)
                 if entry is None:
                     continue
-                fused = [self.make(act, (entry,)) for act in domain.activations if name in domain.anchors]
-                for made in (entry, *fused):
+                heads: list[Entry | None] = [entry]
+                if name in domain.anchors:
+                    heads += [self.make(bias, (entry, v)) for bias in domain.biases for v in levels[0]]
+                    heads += [self.make(act, (h,)) for h in list(heads) if h is not None for act in domain.activations]
+                for made in heads:
                     if made is None:
                         continue
                     members = self.classes.setdefault(made.key, [])

@@ -97,6 +97,16 @@ PROPERTIES: tuple[Property, ...] = (
     _p("matmul-concat-rows", "x:M,K; y:N,K; a:K,P", "matmul(concat0(x,y),a)", "concat0(matmul(x,a),matmul(y,a))"),
     _p("matmul-concat-inner", "x:M,K; y:M,L; a:K,N; b:L,N", "matmul(concat1(x,y),concat0(a,b))",
        "add(matmul(x,a),matmul(y,b))"),
+    # dense layers on batches of rows ([batch, tokens, features] by a matrix, plus a bias vector)
+    _p("matmul3-concat-columns", "x:B,M,K; a:K,N; b:K,P", "matmul3(x,concat1(a,b))",
+       "concat2(matmul3(x,a),matmul3(x,b))"),
+    _p("addb-concat2", "y:B,M,N; z:B,M,P; d:N; e:P", "addb(concat2(y,z),concat0(d,e))",
+       "concat2(addb(y,d),addb(z,e))"),
+    _p("relu-concat2", "x:B,M,N; y:B,M,P", "relu(concat2(x,y))", "concat2(relu(x),relu(y))"),
+    _p("split0-concat2", "x:B,M,N; y:B,M,P", "split0_2[N](concat2(x,y))", "x"),
+    _p("split1-concat2", "x:B,M,N; y:B,M,P", "split1_2[N](concat2(x,y))", "y"),
+    _p("concat2-split", "x:B,M,N+P", "concat2(split0_2[N](x),split1_2[N](x))", "x"),
+    _p("concat2-associative", "x:B,M,N; y:B,M,P; z:B,M,Q", "concat2(concat2(x,y),z)", "concat2(x,concat2(y,z))"),
     # convolution: bilinear, and concatenations of inputs and kernels
     _p("conv-distributes-input", CONV, "conv(add(x,y),w)", "add(conv(x,w),conv(y,w))"),
     _p("conv-distributes-kernel", CONV, "conv(x,add(w,v))", "add(conv(x,w),conv(x,v))"),
