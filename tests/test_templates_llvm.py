@@ -101,6 +101,12 @@ def _accepted(template, task, config, target):
 
 
 @pytest.mark.parametrize("name", PRIMARY)
+def test_random_configs_are_correct(name, measure):
+    _check_random_configs(name, 8, measure)
+
+
+@pytest.mark.slow  # 40 s in all; the eight of each above stay in the default suite
+@pytest.mark.parametrize("name", PRIMARY)
 def test_twenty_random_configs_are_correct(name, measure):
     _check_random_configs(name, 20, measure)
 
