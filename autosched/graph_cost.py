@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autosched.database import Database
-from autosched.database.queries import best
+from autosched.database.queries import best, space_of
 from autosched.graph.ir import Graph
 from autosched.graph.passes.substitute import graph_digest
 from autosched.graph.views import operand_views, view_shape
@@ -49,6 +49,8 @@ class GraphCost:
         self.records: dict[str, float] = {}  # task key -> best record
         self.rooflines: dict[str, float] = {}  # task key -> estimate
         self.parts: dict[str, tuple[float, float, float]] = {}  # graph digest -> (records, other rooflines, rooflines)
+        self.tunable: dict[str, bool] = {}  # task key -> whether a template tunes it here
+        self.unmeasured: dict[str, int] = {}  # graph digest -> tunable tasks without a record
 
     @property
     def measured(self) -> int:
@@ -73,11 +75,18 @@ class GraphCost:
         unmeasured one."""
         return self._parts(graph)[2]
 
+    def measured_all(self, graph: Graph) -> bool:
+        """Whether every tunable task of the graph has a record: then only the copies and other
+        kernels no tuner times are estimated, alike in every graph."""
+        self._parts(graph)
+        return not self.unmeasured[graph_digest(graph)]
+
     def _parts(self, graph: Graph) -> tuple[float, float, float]:
         digest = graph_digest(graph)
         if digest not in self.parts:
             tasks = extract_tasks(self.finish(graph))
             recorded = estimated = total = 0.0
+            unmeasured = 0
             for i in tasks.group_tasks:
                 task = tasks.tasks[i]
                 self._cost(task)
@@ -86,13 +95,16 @@ class GraphCost:
                     recorded += self.records[task.key]
                 else:
                     estimated += self.rooflines[task.key]
+                    unmeasured += self.tunable[task.key]
             self.parts[digest] = (recorded, estimated, total)
+            self.unmeasured[digest] = unmeasured
         return self.parts[digest]
 
     def _cost(self, task: Task) -> None:
         if task.key in self.rooflines:
             return
         self.rooflines[task.key] = roofline(task, self.target)
+        self.tunable[task.key] = space_of(task, self.target) is not None
         found = best(self.db, task, self.target) if self.db is not None else None
         if found is None and self.fallback is not None:  # the shipped records, as a build reads them
             found = best(self.fallback, task, self.target)

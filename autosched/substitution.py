@@ -28,6 +28,7 @@ from autosched.graph.passes import (
     remove_identity,
 )
 from autosched.graph.passes.substitute import SearchTimeout, search
+from autosched.graph.substitutions import pet
 from autosched.graph.substitutions.apply import directions
 from autosched.graph.substitutions.properties import PROPERTIES
 from autosched.graph.substitutions.rules import SHIPPED, Rule, load_rules
@@ -59,13 +60,15 @@ class SubstitutionReport:
     measured: int = 0  # task costs from the tuning database
     estimated: int = 0  # task costs from the roofline estimate
     note: str | None = None  # why nothing was searched ("off", or the warning)
+    corrected: int = 0  # graphs costed that PET's corrected transformations gave
 
     def summary(self) -> str:
         if self.note:
             return f"substitutions: {self.note}"
         graphs = f"{self.graphs} graph{'s' if self.graphs != 1 else ''}"
+        pet = f", {self.corrected} of them PET transformations corrected and verified" if self.corrected else ""
         searched = (f"{graphs} costed in {self.seconds:.1f} s ({self.measured} task costs from the "
-                    f"database, {self.estimated} estimated)")
+                    f"database, {self.estimated} estimated{pet})")
         if not self.applied:
             return f"substitutions: none lowers the estimated cost; {searched}"
         counts = Counter(self.applied)
@@ -113,11 +116,12 @@ def prepare(graph: Graph) -> Graph:
 
 def substitute(graph: Graph, target: Target, db: Database | None = None, rules: Path = SHIPPED,
                budget_s: float = BUDGET_S, alpha: float = ALPHA,
-               fallback: Database | None = None) -> tuple[Graph, SubstitutionReport]:
+               fallback: Database | None = None, partial: bool = True) -> tuple[Graph, SubstitutionReport]:
     """`graph` rewritten by the rules where that lowers its cost on `target` (task costs from
     `db` where it has them, else from `fallback`, the shipped records a build falls back to), and
     what was done; the graph unchanged (with a warning) when the rules cannot be used or the
-    search runs out of time."""
+    search runs out of time. With `partial`, the search also costs PET's corrected partially
+    equivalent transformations of the graph's convolutions (`graph/substitutions/pet.py`)."""
     try:
         directed = _rules(Path(rules))
     except AutoschedError as e:
@@ -126,18 +130,24 @@ def substitute(graph: Graph, target: Target, db: Database | None = None, rules: 
     start = prepare(graph)
     cost = GraphCost(target, db, lambda g: optimize(g, target.layout_lanes, target.gpu_blocks), fallback)
     try:
-        result = search(start, directed, cost, alpha, budget_s)
+        result = search(start, directed, cost, alpha, budget_s, extra=pet.rewrites if partial else None)
     except SearchTimeout as e:
         log.warning("%s; the model is built without substitutions", e)
         return graph, SubstitutionReport(note=f"off ({e})")
     # the estimates are scaled by every record the search met: each graph is judged again with that,
-    # and kept only if it is also cheaper by rooflines alone (records and estimates never mix there)
+    # and kept only if it is also cheaper by rooflines alone (records and estimates never mix there),
+    # or if both it and the input have a record for every tunable task (then the records decide, the
+    # untunable copies estimated alike: how PET's transformations pay, a kernel of another shape
+    # being faster than its roofline says)
     before, plain = cost(start), cost.roofline(start)
     chosen, after = start, before
     applied: tuple[str, ...] = ()
     for candidate, path in result.explored:
         c = cost(candidate)
-        if c < after and cost.roofline(candidate) < plain:
+        measured = cost.measured_all(candidate) and cost.measured_all(start)
+        if c < after and (measured or cost.roofline(candidate) < plain):
             chosen, applied, after = candidate, path, c
-    report = SubstitutionReport(applied, before, after, result.graphs, result.seconds, cost.measured, cost.estimated)
+    corrected = sum(1 for _, path in result.explored if len(path) == 1 and path[0].startswith(pet.PREFIX))
+    report = SubstitutionReport(applied, before, after, result.graphs, result.seconds, cost.measured, cost.estimated,
+                                corrected=corrected)
     return (chosen if applied else graph), report

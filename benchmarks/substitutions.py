@@ -17,14 +17,18 @@ N trials twice into fresh databases, once per setting (`tune --no-model-check`, 
 is the database's best configs as they are), and the two tuned builds join the same run.
 `--json` prints one object: `rules` (`source`, `counts`, `seconds`) and per model in `models`:
 `rewrites`, `kernels_before`, `kernels_after`, `estimated_ms_before`, `estimated_ms_after`,
-`search_s`, `matches_onnxruntime`, `untuned` (`off_ms`, `on_ms`, `onnxruntime_ms`, `on_vs_off`)
-and `tuned` (the same with `trials`; null without `--trials`).
-`--quick` is a smoke run: rules of one operator generated, a 32×32 SqueezeNet, 3 runs, 2 trials.
+`search_s`, `pet` (PET on the costliest convolution a transformation cuts: `costed`, `conv`,
+`transformation`, `regions`, `corrected`, `checks`, `correction_share`, `estimated_ms_without`,
+`estimated_ms_with`; null without convolutions), `matches_onnxruntime`, `untuned` (`off_ms`,
+`on_ms`, `onnxruntime_ms`, `on_vs_off`) and `tuned` (the same with `trials`; null without `--trials`).
+`--quick` is a smoke run: rules of one operator generated, a 56×56 SqueezeNet, 3 runs, 2 trials.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -37,11 +41,14 @@ from autosched.api import prepare_graph, tune
 from autosched.compile.evaluate import alternate, compare, onnxruntime_session, sample_inputs
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
-from autosched.graph.ir import Graph
+from autosched.graph.ir import Graph, Op
 from autosched.graph.passes import optimize
+from autosched.graph.substitutions import pet
 from autosched.graph.substitutions.generate import generate
 from autosched.graph.substitutions.rules import SHIPPED
+from autosched.graph_cost import GraphCost
 from autosched.runtime import load_model
+from autosched.substitution import prepare
 from autosched.target import Target
 from autosched.task import extract_tasks
 
@@ -95,8 +102,31 @@ def bench_model(path: Path, workdir: Path, threads: int, runs: int, trials: int)
                 "onnxruntime_ms": round(ms["onnxruntime"], 3), "on_vs_off": round(ms[f"{kind}_on"] / ms[f"{kind}_off"], 3)}
     return {"rewrites": list(report.applied), "kernels_before": _calls(off, target), "kernels_after": _calls(on, target),
             "estimated_ms_before": round(report.cost_before * 1e3, 4), "estimated_ms_after": round(report.cost_after * 1e3, 4),
-            "search_s": round(report.seconds, 2), "matches_onnxruntime": ok, "untuned": row("untuned"),
+            "search_s": round(report.seconds, 2), "pet": pet_figures(off, target, report.corrected),
+            "matches_onnxruntime": ok, "untuned": row("untuned"),
             "tuned": {**row("tuned"), "trials": trials} if trials else None}
+
+
+def pet_figures(graph: Graph, target: Target, costed: int) -> dict | None:
+    """PET on the model's costliest convolution whose transformation needs a correction (else
+    the costliest one a transformation cuts): its regions, the output intervals corrected, the
+    positions checked, the correction's share of the model's FLOPs, and the estimated model
+    time with and without it (task costs as a first build sees them); `costed`: the corrected
+    transformations the search costed. None: no convolution is cut."""
+    graph = prepare(graph)
+    finish = functools.partial(optimize, layout_lanes=target.layout_lanes, gpu_blocks=target.gpu_blocks)
+    flops = extract_tasks(finish(graph)).total_flops
+    convs = sorted((n for n in graph.nodes if n.op is Op.CONV), key=lambda n: -graph.values[n.outputs[0]].size
+                   * math.prod(graph.values[n.inputs[1]].shape[1:]))
+    found = [f for f in (pet.correct(graph, node, t) for node in convs for t in pet.TRANSFORMS) if f is not None]
+    if not found:
+        return None
+    fixed = min(found, key=lambda f: not f.wrong)  # the first (costliest) with a correction, if any
+    cost = GraphCost(target, None, finish)
+    return {"costed": costed, "conv": fixed.conv, "transformation": fixed.name, "regions": fixed.regions,
+            "corrected": [list(w) for w in fixed.wrong], "checks": fixed.checks,
+            "correction_share": round(fixed.correction_flops / flops, 5),
+            "estimated_ms_without": round(cost(graph) * 1e3, 4), "estimated_ms_with": round(cost(fixed.graph) * 1e3, 4)}
 
 
 def _calls(graph: Graph, target: Target) -> int:
@@ -123,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name in names:
             path = workdir / f"{name}.onnx"
             if name == "squeezenet":
-                onnx.save(zoo.squeezenet(size=32, classes=10) if args.quick else zoo.squeezenet(), path)
+                onnx.save(zoo.squeezenet(size=56, classes=10) if args.quick else zoo.squeezenet(), path)
             elif name in zoo.MODELS:
                 onnx.save(zoo.MODELS[name](), path)
             else:
@@ -148,6 +178,12 @@ def _print(out: dict) -> None:
         print(f"{name}: {len(m['rewrites'])} rewrites ({rewrites}); kernels {m['kernels_before']} -> "
               f"{m['kernels_after']}; estimated {m['estimated_ms_before']:.3f} -> {m['estimated_ms_after']:.3f} ms "
               f"(search {m['search_s']} s); matches onnxruntime: {m['matches_onnxruntime']}")
+        if m["pet"]:
+            e = m["pet"]
+            print(f"  PET: {e['costed']} corrected transformations costed; on {e['conv']}, {e['transformation']}: "
+                  f"{e['regions']} regions, outputs {e['corrected']} corrected ({e['checks']} positions checked), "
+                  f"correction {100 * e['correction_share']:.2f}% of the FLOPs, estimated {e['estimated_ms_without']:.3f} "
+                  f"-> {e['estimated_ms_with']:.3f} ms")
         for kind in ("untuned", "tuned"):
             t = m[kind]
             if t is None:

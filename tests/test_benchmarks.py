@@ -71,7 +71,7 @@ FIELDS: dict[str, Any] = {
                                                                 "seconds": None},
                       "models": {"*": {"rewrites": None, "kernels_before": None, "kernels_after": None,
                                        "estimated_ms_before": None, "estimated_ms_after": None, "search_s": None,
-                                       "matches_onnxruntime": None,
+                                       "pet": None, "matches_onnxruntime": None,
                                        "untuned": {"off_ms": None, "on_ms": None, "onnxruntime_ms": None,
                                                    "on_vs_off": None},
                                        "tuned": {"off_ms": None, "on_ms": None, "onnxruntime_ms": None,
@@ -168,6 +168,7 @@ def test_benchmark_quick_run(name, tmp_path, request):
         assert all(model["matches_onnxruntime"] for model in out["models"].values())
         fire = out["models"]["squeezenet"]
         assert fire["rewrites"] and fire["kernels_after"] < fire["kernels_before"]
+        assert fire["pet"]["costed"] > 0 and fire["pet"]["corrected"] and 0 < fire["pet"]["correction_share"] < 0.05
     if name == "cuda_templates":  # each row's fallback config: valid by definition
         assert all(row["pass_emulation"] == 1.0 for row in out["templates"].values())
         assert all(row["within_limits"] == 1.0 for row in out["templates"].values()) or not out["nvcc"]

@@ -16,7 +16,7 @@ import hashlib
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from autosched.errors import AutoschedError
@@ -54,9 +54,11 @@ def graph_digest(graph: Graph) -> str:
 
 
 def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], alpha: float = 1.05,
-           budget_s: float = 30.0, max_graphs: int = 100) -> SearchResult:
+           budget_s: float = 30.0, max_graphs: int = 100,
+           extra: Callable[[Graph], Iterable[tuple[str, Graph]]] | None = None) -> SearchResult:
     """The cheapest graph the rules reach from `graph`, among the first `max_graphs` distinct
-    graphs found; SearchTimeout past `budget_s` seconds."""
+    graphs found; SearchTimeout past `budget_s` seconds. `extra` gives further rewrites of the
+    input graph, named (PET's corrected transformations), costed before its rule matches."""
     start = time.perf_counter()
     base = cost(graph)
     best, best_cost = graph, base
@@ -72,22 +74,26 @@ def search(graph: Graph, rules: Sequence[Rule], cost: Callable[[Graph], float], 
         matcher = Matcher(current)
         found = [m for r in rules for m in matcher.matches(r)]
         found.sort(key=lambda m: growth(current, m))  # stable: rule order within a class
-        for match in found:
-            rule = match.rule
+        rewrites: Iterable[tuple[str, Graph, float]] = ((m.rule.name, apply(current, m), alpha) for m in found)
+        if current is graph and extra is not None:
+            # few, and costed first (the rules' matches can fill the budget); explored further only
+            # if cheaper than the best, since each brings a copy of the graph's rule matches
+            rewrites = itertools.chain(((name, g, 0.0) for name, g in extra(graph)), rewrites)
+        for name, rewritten, slack in rewrites:
             if time.perf_counter() - start > budget_s:
                 raise SearchTimeout(f"the substitution search ran past its budget of {budget_s:g} s "
                                     f"({len(seen)} graphs costed)")
-            rewritten = apply(current, match)
             digest = graph_digest(rewritten)
             if digest in seen:
                 continue
             seen.add(digest)
-            explored.append((rewritten, (*path, rule.name)))
+            explored.append((rewritten, (*path, name)))
             c = cost(rewritten)
-            if c < best_cost:
-                best, best_cost, best_path = rewritten, c, (*path, rule.name)
-            if c < alpha * best_cost:
-                heapq.heappush(queue, (c, next(order), rewritten, (*path, rule.name)))
+            improved = c < best_cost
+            if improved:
+                best, best_cost, best_path = rewritten, c, (*path, name)
+            if improved or c < slack * best_cost:  # slack: alpha for rules, 0 for `extra`
+                heapq.heappush(queue, (c, next(order), rewritten, (*path, name)))
             if len(seen) >= max_graphs:
                 break
     return SearchResult(best, best_path, base, best_cost, len(seen), time.perf_counter() - start, tuple(explored))
