@@ -21,6 +21,7 @@ from autosched.graph.reference import random_inputs, run_graph
 from autosched.graph.substitutions import pet
 from autosched.runtime import load_model
 from autosched.substitution import substitute
+from autosched.target import Target
 from autosched.task import extract_tasks
 
 RNG = np.random.default_rng(0)
@@ -109,6 +110,21 @@ def test_a_corrected_program_builds_and_runs_exactly(tmp_path, cpu_target):
     graph = conv_model(h=16, w=16, c=8, f=8)
     fixed = pet.correct(graph, _conv(graph), pet.SpatialSplit(2, 4))
     files = build_model(fixed.graph, tmp_path / "pet.so", cpu_target)
+    feeds = random_inputs(graph.inputs, 2)
+    model = load_model(files.library)
+    try:
+        got = model.run(feeds)[graph.outputs[0].name]
+    finally:
+        model.close()
+    np.testing.assert_allclose(got, run_graph(graph, feeds)[graph.outputs[0].name], rtol=1e-4, atol=1e-4)
+
+
+def test_a_corrected_program_builds_for_cuda_and_runs_exactly_in_the_emulation(tmp_path):
+    """The CUDA build's kernels (strips, batched corrections, copies) run in the CPU emulation of
+    the CUDA execution model: there is no GPU here to run them on."""
+    graph = conv_model(h=16, w=16, c=8, f=8)
+    fixed = pet.correct(graph, _conv(graph), pet.SpatialSplit(2, 4))
+    files = build_model(fixed.graph, tmp_path / "pet.so", Target.parse("cuda -arch=sm_80"), emulate=True)
     feeds = random_inputs(graph.inputs, 2)
     model = load_model(files.library)
     try:
