@@ -163,12 +163,17 @@ def partial(graph: Graph, node: Node, t: SpatialSplit) -> Graph:
 
 
 def _partial(graph: Graph, node: Node, t: SpatialSplit, emit: _Emitter, output: str) -> None:
+    emit(Op.CONCAT, _strip_outputs(graph, node, t, emit), axis=t.axis, name=output)
+
+
+def _strip_outputs(graph: Graph, node: Node, t: SpatialSplit, emit: _Emitter) -> tuple[str, ...]:
+    """The strips convolved as one batch; the output of each strip, in order along the cut axis."""
     x = node.inputs[0]
     n = graph.values[x].shape[0]
     strips = emit(Op.SPLIT, [x], t.parts, axis=t.axis, split=(graph.values[x].shape[t.axis] // t.parts,) * t.parts)
     (batched,) = emit(Op.CONCAT, strips, axis=0)
     (y,) = emit(Op.CONV, [batched, *node.inputs[1:]], **node.attrs)
-    emit(Op.CONCAT, emit(Op.SPLIT, [y], t.parts, axis=0, split=(n,) * t.parts), axis=t.axis, name=output)
+    return emit(Op.SPLIT, [y], t.parts, axis=0, split=(n,) * t.parts)
 
 
 @dataclass(frozen=True)
@@ -221,10 +226,7 @@ def _corrected(graph: Graph, node: Node, t: SpatialSplit, g: Geometry, wrong: Se
     if not wrong:
         _partial(graph, node, t, emit, y)
         return 0
-    partial_out = fresh_name(f"{y}/partial", emit.taken)
-    emit.taken.add(partial_out)
-    _partial(graph, node, t, emit, partial_out)
-    emit.values.append(emit.known[partial_out])
+    strip_outputs = _strip_outputs(graph, node, t, emit)
     x, a = node.inputs[0], t.axis - 2
     pieces = []  # (interval, input slice start, end, pad begin, pad end)
     for lo, hi in wrong:
@@ -244,14 +246,19 @@ def _corrected(graph: Graph, node: Node, t: SpatialSplit, g: Geometry, wrong: Se
         (fixed,) = emit(Op.CONV, [stacked, *node.inputs[1:]], **{**node.attrs, "pads": tuple(pads)})
         parts = [fixed] if len(group) == 1 else emit(Op.SPLIT, [fixed], len(group), axis=0, split=(n,) * len(group))
         fixes.update({interval: part for (interval, *_), part in zip(group, parts)})
-    assembled, at = [], 0
-    for lo, hi in wrong:
-        if lo > at:
-            assembled.append(emit.slice(partial_out, t.axis, at, lo))
-        assembled.append(fixes[(lo, hi)])
-        at = hi
-    if at < g.out:
-        assembled.append(emit.slice(partial_out, t.axis, at, g.out))
+    # the output: each strip's right rows (whole strips as they are) and the corrections, in order
+    strip_out = g.out // t.parts
+    bounds = sorted({0, g.out, *range(strip_out, g.out, strip_out), *(b for w in wrong for b in w)})
+    assembled = []
+    starts = {first: fix for (first, _), fix in fixes.items()}
+    for lo, hi in zip(bounds, bounds[1:]):
+        if lo in starts:  # a correction, which may span a cut
+            assembled.append(starts[lo])
+        elif not any(first <= lo < end for first, end in wrong):
+            q = lo // strip_out
+            whole = (lo, hi) == (q * strip_out, (q + 1) * strip_out)
+            part = strip_outputs[q]
+            assembled.append(part if whole else emit.slice(part, t.axis, lo - q * strip_out, hi - q * strip_out))
     emit(Op.CONCAT, assembled, axis=t.axis, name=y)
     out_shape = graph.values[y].shape
     w = graph.values[node.inputs[1]].shape
