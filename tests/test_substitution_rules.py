@@ -70,6 +70,10 @@ def test_the_showcase_merges_ship(shipped):
                 ["split0_2[D](addb(matmul3(a,concat1(b,d)),concat0(c,e)))",
                  "split1_2[D](addb(matmul3(a,concat1(b,d)),concat0(c,e)))"],
                 {"a": "A,B,C", "b": "C,D", "c": "D", "d": "C,E", "e": "E"})
+    # linear layers as exported (Gemm, weights [out, in], a bias)
+    assert _has(shipped.rules, ["gemmt(a,b,c)", "gemmt(a,d,e)"],
+                ["split0_1[C](gemmt(a,concat0(b,d),concat0(c,e)))", "split1_1[C](gemmt(a,concat0(b,d),concat0(c,e)))"],
+                {"a": "A,B", "b": "C,B", "c": "C", "d": "D,B", "e": "D"})
 
 
 def test_the_prover_refuses_a_wrong_rule_and_names_the_properties_of_a_right_one():

@@ -124,6 +124,31 @@ def test_parallel_projections_of_one_input_merge_into_one_gemm():
     same_results(graph, result.graph)
 
 
+def _linear_qkv(m=32, k=48):
+    """Q, K and V as exporters write linear layers: Gemm with a [out, in] weight and a bias."""
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("linear_qkv")
+    x = b.input("x", (m, k))
+    q, kk, v = (b.node(Op.GEMM, [x, b.constant(f"w{i}", (rng.standard_normal((k, k)) * 0.1).astype(np.float32)),
+                                 b.constant(f"b{i}", (rng.standard_normal(k) * 0.1).astype(np.float32))],
+                       alpha=1.0, beta=1.0, transA=0, transB=1) for i in range(3))
+    scores = b.node(Op.MATMUL, [q, b.node(Op.TRANSPOSE, [kk], perm=(1, 0))])
+    b.output(b.node(Op.MATMUL, [b.node(Op.SOFTMAX, [scores], axis=-1), v]))
+    return b.build()
+
+
+def test_exported_linear_projections_merge_into_one_gemm_read_in_place():
+    """The linear domain's rule twice: one Gemm on stacked weights and concatenated biases, its
+    parts read by the attention MatMuls as slices (no Split kernel), the same results."""
+    graph = _linear_qkv()
+    rewritten, report = substitute(graph, LLVM)
+    assert len(report.applied) == 2 and all(r.startswith("linear-") for r in report.applied), report.summary()
+    tasks = extract_tasks(optimize(rewritten, LLVM.layout_lanes)).tasks
+    assert [t.shapes for t in tasks if t.op == "Gemm"] == [((32, 48), (144, 48), (144,))]
+    assert "Split" not in [t.op for t in tasks]
+    same_results(graph, rewritten)
+
+
 def test_bert_projections_merge_into_one_matmul_whose_parts_are_read_in_place(tmp_path, capsys):
     """The zoo's BERT layer, small: the search merges its three biased Q, K and V projections
     (the dense rule twice) into one MatMul on concatenated weights and biases; the build reads

@@ -120,5 +120,9 @@ RECORDS: tuple[OpDef, ...] = (
                    AlgebraOp("matmul3", Op.MATMUL, (3, 2), lambda a, n: (a[0][0], a[0][1], a[1][1]),
                              lambda a: [(a[0][2], a[1][0])], no_attrs))),
     OpDef(Op.GEMM, OpKind.ANCHOR, _gemm_shape, _gemm_reference, _gemm_compute,
-          on_output(mm_ops.schedule_matmul), {"Gemm": Converter(_import_gemm)}),
+          on_output(mm_ops.schedule_matmul), {"Gemm": Converter(_import_gemm)},
+          # a linear layer as PyTorch exports it: x [M, K] by a weight [N, K], plus a bias [N]
+          algebra=(AlgebraOp("gemmt", Op.GEMM, (2, 2, 1), lambda a, n: (a[0][0], a[1][0]),
+                             lambda a: [(a[0][1], a[1][1]), (a[2][0], a[1][0])],
+                             lambda shapes, n: {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 1}),)),
 )

@@ -89,6 +89,11 @@ DOMAINS: tuple[Domain, ...] = (
            (("B", 2), ("M", 3), ("K", 4), ("N", 5), ("P", 6)),
            ("matmul3", "concat2", "split0_2", "split1_2"), anchors=("matmul3",),
            folded=("concat1(a,b)", "concat0(d,e)"), biases=("addb",)),
+    # linear layers as exported (Gemm, weights [N, K], a bias) reading one input
+    Domain("linear", (("x", "M,K"), ("w", "N,K"), ("v", "P,K"), ("b", "N"), ("c", "P")),
+           (("M", 2), ("K", 3), ("N", 4), ("P", 5)),
+           ("gemmt", "concat1", "split0_1", "split1_1"), anchors=("gemmt",),
+           folded=("concat0(w,v)", "concat0(b,c)")),
 )
 
 

@@ -97,6 +97,11 @@ PROPERTIES: tuple[Property, ...] = (
     _p("matmul-concat-rows", "x:M,K; y:N,K; a:K,P", "matmul(concat0(x,y),a)", "concat0(matmul(x,a),matmul(y,a))"),
     _p("matmul-concat-inner", "x:M,K; y:M,L; a:K,N; b:L,N", "matmul(concat1(x,y),concat0(a,b))",
        "add(matmul(x,a),matmul(y,b))"),
+    # linear layers (weights [N, K], a bias [N]): stacked weights give concatenated columns
+    _p("gemmt-concat-weights", "x:M,K; w:N,K; v:P,K; b:N; c:P", "gemmt(x,concat0(w,v),concat0(b,c))",
+       "concat1(gemmt(x,w,b),gemmt(x,v,c))"),
+    _p("gemmt-concat-rows", "x:M,K; y:L,K; w:N,K; b:N", "gemmt(concat0(x,y),w,b)",
+       "concat0(gemmt(x,w,b),gemmt(y,w,b))"),
     # dense layers on batches of rows ([batch, tokens, features] by a matrix, plus a bias vector)
     _p("matmul3-concat-columns", "x:B,M,K; a:K,N; b:K,P", "matmul3(x,concat1(a,b))",
        "concat2(matmul3(x,a),matmul3(x,b))"),
