@@ -167,12 +167,16 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
         if backend.emulated:  # costs are static estimates: records apart from every GPU timing
             target = target.as_emulated()
         with open_database(db) as database:
-            graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
-            weight_bytes = sum(a.nbytes for a in graph.constants.values())
-            timed_in = _time_in(runner, target, backend.emulated, caches, weight_bytes)
-            since = latest_record(database)
-            found, own, transferred = resumable(tasks, target, database)
-            context = context_factors(database, tasks, target) if model_check else {}
+            try:
+                graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
+                weight_bytes = sum(a.nbytes for a in graph.constants.values())
+                timed_in = _time_in(runner, target, backend.emulated, caches, weight_bytes)
+                since = latest_record(database)
+                found, own, transferred = resumable(tasks, target, database)
+                context = context_factors(database, tasks, target) if model_check else {}
+            except KeyboardInterrupt:  # before anything was measured (the graph search can take seconds)
+                session = database.start_session(str(model), target, trials)
+                raise TuneInterrupted(database.end_session(session, "interrupted"), database.location) from None
             plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred,
                             timed_in, weight_bytes)
             for callback in callbacks:

@@ -81,3 +81,21 @@ def test_python_api_tunes_then_builds_each_task_from_its_best_record(small_model
                                    "WHERE w.key = ? AND r.cost IS NOT NULL ORDER BY r.cost LIMIT 1", (key,)).fetchone()
             assert used.record == fastest[0]
             assert best(database, next(p.task for p in out.summary.progress if p.task.key == key), target) == used
+
+
+def test_an_interrupt_before_anything_is_measured_says_so_and_records_the_session(small_model, tmp_path,
+                                                                                monkeypatch):
+    """Ctrl-C while the tune still prepares the graph (substitution search, task extraction): the
+    same line as later interrupts (nothing kept yet) and an interrupted session, no traceback."""
+    from autosched import api
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "model_tasks", interrupted)
+    db = tmp_path / "t.db"
+    with pytest.raises(api.TuneInterrupted) as exc:
+        api.tune(small_model, "llvm", 8, db=db, model_check=False)
+    assert exc.value.kept == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status, trials_done FROM sessions").fetchall() == [("interrupted", 0)]
