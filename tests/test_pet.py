@@ -106,10 +106,12 @@ def run_graph_int(x, w, b, stride, pad):
     return out
 
 
-def test_a_corrected_program_builds_and_runs_exactly(tmp_path, cpu_target):
+def _build_and_compare(tmp_path, target, emulate=False):
+    """A ResNet-like convolution in four strips, corrected, built for `target` and run against the
+    reference of the original."""
     graph = conv_model(h=16, w=16, c=8, f=8)
     fixed = pet.correct(graph, _conv(graph), pet.SpatialSplit(2, 4))
-    files = build_model(fixed.graph, tmp_path / "pet.so", cpu_target)
+    files = build_model(fixed.graph, tmp_path / "pet.so", target, emulate=emulate)
     feeds = random_inputs(graph.inputs, 2)
     model = load_model(files.library)
     try:
@@ -117,21 +119,16 @@ def test_a_corrected_program_builds_and_runs_exactly(tmp_path, cpu_target):
     finally:
         model.close()
     np.testing.assert_allclose(got, run_graph(graph, feeds)[graph.outputs[0].name], rtol=1e-4, atol=1e-4)
+
+
+def test_a_corrected_program_builds_and_runs_exactly(tmp_path, cpu_target):
+    _build_and_compare(tmp_path, cpu_target)
 
 
 def test_a_corrected_program_builds_for_cuda_and_runs_exactly_in_the_emulation(tmp_path):
     """The CUDA build's kernels (strips, batched corrections, copies) run in the CPU emulation of
     the CUDA execution model: there is no GPU here to run them on."""
-    graph = conv_model(h=16, w=16, c=8, f=8)
-    fixed = pet.correct(graph, _conv(graph), pet.SpatialSplit(2, 4))
-    files = build_model(fixed.graph, tmp_path / "pet.so", Target.parse("cuda -arch=sm_80"), emulate=True)
-    feeds = random_inputs(graph.inputs, 2)
-    model = load_model(files.library)
-    try:
-        got = model.run(feeds)[graph.outputs[0].name]
-    finally:
-        model.close()
-    np.testing.assert_allclose(got, run_graph(graph, feeds)[graph.outputs[0].name], rtol=1e-4, atol=1e-4)
+    _build_and_compare(tmp_path, Target.parse("cuda -arch=sm_80"), emulate=True)
 
 
 def test_the_search_keeps_a_transformation_only_where_the_records_say_it_pays(tmp_path):
