@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,8 +28,10 @@ from autosched.database import (
     TunedSchedules,
     history,
     latest_record,
+    pretraining,
     shipped_database,
     tasks_digest,
+    training_database,
 )
 from autosched.database.model_times import context_factors
 from autosched.errors import AutoschedError, TuneInterrupted
@@ -78,7 +80,7 @@ def prepare_graph(model: PathLike, target: Target | str = "llvm", shapes: Mappin
     graph = load_onnx(model, dict(shapes or {}))
     if not substitutions:
         return graph, SubstitutionReport(note="off (--no-substitutions)")
-    fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
+    fallback = _shipped(shipped, shipped_database)
     with open_database(db, read_only=True) as database:
         return substitute(graph, target, database, fallback=fallback)
 
@@ -106,9 +108,10 @@ class TunePlan:
     database: str
     history: Mapping[str, Sequence]  # task key → records (other keys: transfer)
     resumed: int
-    transferred: int
+    transferred: int  # records of other workloads in the database the cost models start trained on
     caches: str = "warm"  # the cache mode candidates are timed in (`autosched.measure.caches`)
     weight_bytes: int = 0  # the model's weights, which decide it under "auto"
+    pretrained: int = 0  # records of the shipped training logs they start trained on besides
 
 
 @dataclass(frozen=True)
@@ -121,14 +124,19 @@ class TuneOutcome:
     claims: ClaimStats  # configs it claimed, and those other tuners held or had measured
     database_s: float   # spent in the database: claims, others' records, commits
     model_check: ModelCheck | None  # the tuned build against the untuned one in the model (None: not checked)
+    pretrained: int = 0  # records of the shipped training logs its cost models started trained on
 
 
-def resumable(tasks: Sequence[Task], target: Target, db: Database) -> tuple[dict, int, int]:
-    """The history `tune_tasks` resumes from, with its own and its transferred record counts."""
+def resumable(tasks: Sequence[Task], target: Target, db: Database,
+              training: Database | None = None) -> tuple[dict, int, int, int]:
+    """The history `tune_tasks` resumes from, with its own record count, those transferred from
+    other workloads of `db` and those of the `training` logs (`autosched.database.pretraining`)."""
     found = history(db, tasks, target)
     keys = {t.key for t in tasks}
     own = sum(len(recs) for key, recs in found.items() if key in keys)
-    return found, own, sum(map(len, found.values())) - own
+    transferred = sum(map(len, found.values())) - own
+    extra = pretraining(training, tasks, target, found) if training is not None else {}
+    return {**found, **extra}, own, transferred, sum(map(len, extra.values()))
 
 
 def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, db: DatabaseLike = None,
@@ -136,7 +144,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
          shapes: Mapping[str, Sequence[int]] | None = None,
          builder: Builder | None = None, runner: Runner | None = None, emulate: bool = False,
          callbacks: Sequence[Callback] = (), substitutions: bool = True, model_check: bool = True,
-         ab_tasks: int = 3, caches: str = "warm") -> TuneOutcome:
+         ab_tasks: int = 3, caches: str = "warm", shipped: bool | PathLike = True) -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
     path or URL; None: `AUTOSCHED_DB` or the per-user file). Candidates are built and timed by
     the target's back end on this machine (gcc and the CPU worker; nvcc and the GPU worker for
@@ -155,7 +163,11 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     candidates are timed in (`autosched.measure.caches`: warm, cold, flushed, or "auto": cold
     where the model's weights exceed the last-level cache of what runs them, this machine's or
     the GPU's L2, else warm). A runner passed in that cannot change how it times keeps its own
-    way under "auto"."""
+    way under "auto". `shipped` (True: the package's `tuning_logs/`, a directory, or False for
+    none): its records stand in for tasks the database has none for when graphs are costed and
+    the model checked, as in `build`, and its training logs warm-start the cost models with other
+    workloads' measurements of the same ISA class where the database has fewer than
+    `autosched.database.queries.TRANSFER_LIMIT` per template."""
     from autosched.task_scheduler import check_arguments, tune_tasks
     check_arguments(trials, tuner, scheduler)
     target = Target.parse(target) if isinstance(target, str) else target
@@ -168,17 +180,19 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
             target = target.as_emulated()
         with open_database(db) as database:
             try:
-                graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database)
+                graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=database,
+                                           shipped=shipped)
                 weight_bytes = sum(a.nbytes for a in graph.constants.values())
                 timed_in = _time_in(runner, target, backend.emulated, caches, weight_bytes)
                 since = latest_record(database)
-                found, own, transferred = resumable(tasks, target, database)
+                training = _shipped(shipped, training_database)
+                found, own, transferred, pretrained = resumable(tasks, target, database, training)
                 context = context_factors(database, tasks, target) if model_check else {}
             except KeyboardInterrupt:  # before anything was measured (the graph search can take seconds)
                 session = database.start_session(str(model), target, trials)
                 raise TuneInterrupted(database.end_session(session, "interrupted"), database.location) from None
             plan = TunePlan(str(model), target, tuple(tasks), trials, database.location, found, own, transferred,
-                            timed_in, weight_bytes)
+                            timed_in, weight_bytes, pretrained)
             for callback in callbacks:
                 if hasattr(callback, "start"):
                     callback.start(plan)
@@ -189,7 +203,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                 with SharedTuning(database, session, since) as peers:
                     summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
                                          [writer, *callbacks], seed, found, scheduler, peers, context)
-                checked = (_check_in_model(model, graph, tasks, target, database, ab_tasks, runner, session)
+                checked = (_check_in_model(model, graph, tasks, target, database, ab_tasks, runner, session, shipped)
                            if model_check else None)
                 status = "done"
             except KeyboardInterrupt:
@@ -202,7 +216,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                 if status != "interrupted":
                     database.end_session(session, status)
             return TuneOutcome(database.location, session, own, transferred, summary, peers.stats,
-                               peers.stats.seconds + writer.seconds, checked)
+                               peers.stats.seconds + writer.seconds, checked, pretrained)
 
 
 def _time_in(runner: Runner, target: Target, emulated: bool, caches: str, weight_bytes: int) -> str:
@@ -221,12 +235,21 @@ def _time_in(runner: Runner, target: Target, emulated: bool, caches: str, weight
     return "warm"
 
 
+def _shipped(shipped: bool | PathLike, load: Callable[[PathLike | None], Database | None]) -> Database | None:
+    """What `load` reads from the shipped directory `shipped` names (True: the package's own,
+    False: none)."""
+    if shipped is False:
+        return None
+    return load(None if shipped is True else shipped)
+
+
 def _check_in_model(model: PathLike, graph: Graph, tasks: list[Task], target: Target, database: Database,
-                    ab_tasks: int, runner: Runner, session: int) -> ModelCheck | None:
+                    ab_tasks: int, runner: Runner, session: int, shipped: bool | PathLike) -> ModelCheck | None:
     """The model check after a tune; one that cannot build or run the model is a warning, never a
     failed tune: every record is committed by then."""
+    fallback = _shipped(shipped, shipped_database)
     try:
-        return check_in_model(graph, tasks, target, database, shipped_database(), ab_tasks,
+        return check_in_model(graph, tasks, target, database, fallback, ab_tasks,
                               threads=getattr(getattr(runner, "options", None), "threads", None), session=session)
     except AutoschedError as e:
         log.warning("%s: the model check after tuning could not run, the records are kept: %s", model, e)
@@ -261,7 +284,7 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
     target = Target.parse(target) if isinstance(target, str) else target
     output = Path(model).with_suffix(".so") if output is None else output
     graph, tasks = model_tasks(model, target, shapes, substitutions=substitutions, db=db, shipped=shipped)
-    fallback = shipped_database(None if shipped is True else shipped) if shipped is not False else None
+    fallback = _shipped(shipped, shipped_database)
     with open_database(db, read_only=True) as database:
         schedules = TunedSchedules(database, fallback)
         try:

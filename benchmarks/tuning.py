@@ -1,9 +1,10 @@
 """Tuning curves of whole models: tune from an empty database to each checkpoint, then time
 the tuned build, the untuned build and onnxruntime in one alternation (a shared machine's drift
-falls on all three alike); and the build from the shipped
-records alone (a first build, no tuning).
+falls on all three alike); and the build from the shipped records alone (a first build, no
+tuning). Every build is `autosched build`'s, of the graph the substitutions choose with the
+records at hand, so a rewritten graph's tuned tasks are the ones built.
 
-    python benchmarks/tuning.py [--models mlp,resnet18] [--checkpoints 250,500,1000]
+    python benchmarks/tuning.py [--models mlp,resnet18] [--checkpoints 250,500,1000] [--shipped]
                                 [--scheduler costliest] [--threads 2] [--runs 20] [--db-dir DIR] [--json] [--quick]
 
 Per checkpoint: the tuning wall time so far (the model check `tune` ends with included), the
@@ -12,8 +13,11 @@ minimizes), the latency model's estimate of the build (records, other kernels in
 executor: `autosched.database.model_times`), what the tune's model check timed, and the
 measured ratios to onnxruntime. Each model gets its own database file in --db-dir (kept, so the figures can be
 re-examined with `autosched report`); an existing file is refused, since the curve must start
-from nothing. Comparing `--scheduler costliest` and `--scheduler gradient` at equal trials is
-issue 9's scheduler comparison. `--json` prints one object: `threads`, `runs`, `scheduler` and per
+from nothing. By default nothing shipped is used (`tune --no-shipped`): the curve starts from
+nothing and the tuned build's untuned tasks run their defaults; `--shipped` tunes and builds as
+a user's first tune does, cost models trained on the shipped training logs and tasks without
+records built from the shipped records. Comparing `--scheduler costliest` and `--scheduler gradient` at equal trials is
+issue 9's scheduler comparison. `--json` prints one object: `threads`, `runs`, `scheduler`, `shipped` and per
 model `untuned` and `shipped` (`ms`, `ratio`, ...) and `checkpoints` (per checkpoint `trials`,
 `tune_wall_s`, `estimated_ms`, `model_estimate_ms`, `check`, `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
 `onnxruntime_ms`, `ok`). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
@@ -31,63 +35,59 @@ from models import timed_together  # noqa: E402  (benchmarks/ is the script's di
 
 import autosched
 from autosched import zoo
+from autosched.api import build, model_tasks
 from autosched.compile.evaluate import onnxruntime_session, sample_inputs
-from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules, best, shipped_database
 from autosched.database.model_times import estimate
 from autosched.frontend.onnx import load_onnx
-from autosched.graph.passes import optimize
 from autosched.target import Target
-from autosched.task import extract_tasks
 from autosched.task_scheduler import tunable
 
 
-def estimated_ms(db: Database, tasks, target: Target) -> tuple[float | None, float]:
+def estimated_ms(db: Database, tasks, target: Target, fallback: Database | None) -> tuple[float | None, float]:
     """(Σ weight × best over the model's tunable tasks, or None while one has no valid record;
-    the latency model's estimate of the build: records + other kernels in the model + executor)."""
+    the latency model's estimate of the build, whose tasks without records fall back to
+    `fallback`'s: records + other kernels in the model + executor)."""
+    schedules = TunedSchedules(db, fallback)
+    whole = round(estimate(db, tasks, target, {t.key: schedules.choose(t, target) for t in tasks}).total_ms, 3)
     total = 0.0
     for task in tunable(tasks, target)[0]:
         found = best(db, task, target)
         if found is None:
-            return None, _whole(db, tasks, target)
+            return None, whole
         total += task.weight * found.cost
-    return round(total * 1e3, 3), _whole(db, tasks, target)
-
-
-def _whole(db: Database, tasks, target: Target) -> float:
-    schedules = TunedSchedules(db)
-    return round(estimate(db, tasks, target, {t.key: schedules.choose(t, target) for t in tasks}).total_ms, 3)
+    return round(total * 1e3, 3), whole
 
 
 def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], scheduler: str,
-          threads: int, runs: int) -> dict:
+          threads: int, runs: int, shipped: bool) -> dict:
     path = workdir / f"{name}.onnx"
     target = Target.parse("llvm")
-    graph = load_onnx(path)
-    tasks = extract_tasks(optimize(graph, target.layout_lanes)).tasks
     session = onnxruntime_session(path, threads)
-    feeds = sample_inputs(graph, 0)
+    feeds = sample_inputs(load_onnx(path), 0)
     out: dict = {"checkpoints": []}
-    untuned_lib = build_model(graph, workdir / f"{name}.so").library
-    shipped = TunedSchedules(Database(workdir / f"{name}-empty.db"), shipped_database())
-    shipped_lib = build_model(graph, workdir / f"{name}-shipped.so", schedule_for=shipped).library
-    (untuned_ms, shipped_ms), ort_ms, (ok, shipped_ok) = timed_together([untuned_lib, shipped_lib], session, feeds,
-                                                                         threads, runs)
+    # every build is `autosched build`'s: the graph the substitutions choose with the records at hand
+    empty = Database("sqlite://")
+    untuned = build(path, target, db=empty, output=workdir / f"{name}.so", shipped=False)
+    first = build(path, target, db=empty, output=workdir / f"{name}-shipped.so")  # a first build: shipped records
+    (untuned_ms, shipped_ms), ort_ms, (ok, shipped_ok) = timed_together(
+        [untuned.files.library, first.files.library], session, feeds, threads, runs)
     out["untuned"] = {"ms": round(untuned_ms, 3), "onnxruntime_ms": round(ort_ms, 3), "ratio": round(untuned_ms / ort_ms, 3),
                       "ok": ok}
     out["shipped"] = {"ms": round(shipped_ms, 3), "ratio": round(shipped_ms / ort_ms, 3),
-                      "tasks_from_shipped": len(shipped.from_fallback), "tasks": len(tasks), "ok": shipped_ok}
+                      "tasks_from_shipped": len(first.shipped), "tasks": first.tasks, "ok": shipped_ok}
     done, wall = 0, 0.0
     with Database(db_path) as db:
         for trials in checkpoints:
             start = time.perf_counter()
-            check = autosched.tune(path, target, trials - done, db=db, scheduler=scheduler).model_check
+            check = autosched.tune(path, target, trials - done, db=db, scheduler=scheduler, shipped=shipped).model_check
             wall += time.perf_counter() - start
             done = trials
-            library = build_model(graph, workdir / f"{name}-{trials}.so", schedule_for=TunedSchedules(db)).library
-            (tuned_ms, again_ms), ort_ms, (tuned_ok, again_ok) = timed_together([library, untuned_lib], session, feeds,
-                                                                                 threads, runs)
-            records, whole = estimated_ms(db, tasks, target)
+            library = build(path, target, db=db, output=workdir / f"{name}-{trials}.so", shipped=shipped).files.library
+            (tuned_ms, again_ms), ort_ms, (tuned_ok, again_ok) = timed_together(
+                [library, untuned.files.library], session, feeds, threads, runs)
+            _, tasks = model_tasks(path, target, db=db, shipped=shipped)
+            records, whole = estimated_ms(db, tasks, target, shipped_database() if shipped else None)
             out["checkpoints"].append({
                 "trials": trials, "tune_wall_s": round(wall, 1), "estimated_ms": records, "model_estimate_ms": whole,
                 "check": None if check is None else {
@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--db-dir", type=Path, default=Path("tuning-curves"), help="one database per model, kept")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--shipped", action="store_true",
+                   help="tune and build with what ships with autosched, as a user's first tune does: cost models "
+                        "start trained on the shipped training logs, and tasks without records build from the "
+                        "shipped records (default: neither, a curve from nothing)")
     p.add_argument("--quick", action="store_true", help="smoke run: the MLP, checkpoints 4 and 8, 3 runs")
     args = p.parse_args(argv)
     checkpoints = sorted(int(c) for c in (args.checkpoints or ("4,8" if args.quick else "250,500,1000")).split(","))
@@ -120,12 +124,13 @@ def main(argv: list[str] | None = None) -> dict:
     taken = [str(d) for d in dbs.values() if d.exists()]
     if taken:
         raise SystemExit(f"error: {taken[0]} exists; a tuning curve starts from an empty database")
-    results = {"threads": args.threads, "runs": runs, "scheduler": args.scheduler, "models": {}}
+    results = {"threads": args.threads, "runs": runs, "scheduler": args.scheduler, "shipped": args.shipped,
+               "models": {}}
     with tempfile.TemporaryDirectory(prefix="autosched-curve-") as tmp:
         zoo.save_zoo(Path(tmp))
         for name in names:
             results["models"][name] = r = curve(name, Path(tmp), dbs[name], checkpoints, args.scheduler,
-                                                args.threads, runs)
+                                                args.threads, runs, args.shipped)
             if not args.json:
                 _print(name, r)
     if args.json:

@@ -33,7 +33,7 @@ FIELDS: dict[str, Any] = {
                          "untuned_ms": None}],
               "totals": {"library_ms": None, "untuned_ms": None, "tuned_ms": None},
               "share_by_op": {"untuned_ms": None, "tuned_ms": None}},
-    "tuning": {"threads": None, "runs": None, "scheduler": None, "models": {"*": {
+    "tuning": {"threads": None, "runs": None, "scheduler": None, "shipped": None, "models": {"*": {
         "untuned": {"ms": None, "onnxruntime_ms": None, "ratio": None, "ok": None},
         "shipped": {"ms": None, "ratio": None, "tasks_from_shipped": None, "tasks": None, "ok": None},
         "checkpoints": [{"trials": None, "tune_wall_s": None, "estimated_ms": None, "model_estimate_ms": None,
@@ -77,8 +77,8 @@ FIELDS: dict[str, Any] = {
                                        "tuned": {"off_ms": None, "on_ms": None, "onnxruntime_ms": None,
                                                  "on_vs_off": None, "trials": None}}}},
     "transfer": {"sources": None, "source_trials": None, "target": None, "trials": None, "seed": None,
-                 "transferred": None,
-                 "runs": {"*": {"curve": None, "final_ms": None, "trials_to_5pct": None, "trials_to_match": None}}},
+                 "runs": {"*": {"started_on": None, "curve": None, "final_ms": None, "trials_to_5pct": None,
+                                "trials_to_match": None}}},
     "gpu": {"gpu": None, "arch": None, "tests": None, "checks": None, "static_model": None, "static_model_spearman": None,
             "models": None,
             "kernels": {"*": {"shape": None, "flops": None, "static_us": None, "registers": None, "occupancy": None,
@@ -162,8 +162,10 @@ def test_benchmark_quick_run(name, tmp_path, request):
     assert missing(out, FIELDS[name]) == []
     if name == "models":
         assert all(model["matches_onnxruntime"] for model in out.values())
-    if name == "transfer":  # the informed run did start trained on the source's records
-        assert out["transferred"] > 0 and set(out["runs"]) == {"with", "without"}
+    if name == "transfer":  # the informed runs did start trained on the source's records, the shipped sample of them
+        runs = out["runs"]
+        assert set(runs) == {"none", "database", "shipped"} and runs["none"]["started_on"] == 0
+        assert 0 < runs["shipped"]["started_on"] < runs["database"]["started_on"]
     if name == "substitutions":  # the fire modules' expand convolutions merge: fewer kernels, the same outputs
         assert all(model["matches_onnxruntime"] for model in out["models"].values())
         fire = out["models"]["squeezenet"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import gzip
 import json
 import os
 import sys
@@ -47,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         elif name == "export":
             p.add_argument("-o", "--output", default="-", metavar="FILE.jsonl", help="default: standard output")
             p.add_argument("--isa", help="only records of this ISA class, e.g. x86_64-avx2")
+            p.add_argument("--sample", type=_positive, metavar="N",
+                           help="at most N records per task and machine, spread over their ranking (a training "
+                                "log for cost models); an output ending in .gz is compressed")
         elif name == "stats":
             p.add_argument("--json", action="store_true", help="print one JSON object")
         elif name == "best":
@@ -77,14 +81,21 @@ def _import(db, args) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of records, not {text!r}")
+    return int(text)
+
+
 def _export(db, args) -> int:
     if args.output == "-":
-        n = export_jsonl(db, sys.stdout, args.isa)
+        n = export_jsonl(db, sys.stdout, args.isa, args.sample)
         print(f"wrote {n} records to standard output", file=sys.stderr)
         return 0
+    opener = gzip.open if args.output.endswith(".gz") else open
     try:
-        with open(args.output, "w", encoding="utf-8") as f:
-            n = export_jsonl(db, f, args.isa)
+        with opener(args.output, "wt", encoding="utf-8") as f:
+            n = export_jsonl(db, f, args.isa, args.sample)
     except OSError as e:
         raise AutoschedError(f"{args.output}: cannot write the export: {e.strerror}") from None
     print(f"wrote {n} records to {args.output}", file=sys.stderr)

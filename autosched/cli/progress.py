@@ -199,7 +199,7 @@ class JsonLinesProgress(_Display):
     def start(self, plan) -> None:
         super().start(plan)
         self.emit("start", model=plan.model, target=str(plan.target), trials=plan.trials, database=plan.database,
-                  resumed=plan.resumed, transferred=plan.transferred)
+                  resumed=plan.resumed, transferred=plan.transferred, pretrained=plan.pretrained)
 
     def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         t = self.tally.add(inputs, results)
@@ -221,8 +221,10 @@ def _announce(plan, say) -> None:
     say(f"database: {plan.database}")
     if plan.resumed:
         say(f"resuming from {plan.resumed} records of {sum(1 for k in plan.history if k in keys)} tasks")
-    if plan.transferred:
-        say(f"cost models start trained on {plan.transferred} records of other workloads")
+    sources = [f"{plan.transferred} records of other workloads in the database" if plan.transferred else "",
+               f"{plan.pretrained} records of the shipped training logs" if plan.pretrained else ""]
+    if plan.transferred or plan.pretrained:
+        say(f"cost models start trained on {' and '.join(filter(None, sources))}")
     if plan.caches != "warm":
         size = plan.weight_bytes
         weights = f"{size / 2**20:.1f} MiB" if size >= 1 << 20 else f"{size / 1024:.0f} KiB"

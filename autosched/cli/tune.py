@@ -20,6 +20,10 @@ from autosched.target import Target
 def tune_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_db_argument(parser)
+    parser.add_argument("--no-shipped", action="store_true",
+                        help="ignore what ships with autosched: its records (standing in for tasks the database has "
+                             "none for when the graph is chosen and the model checked) and its training logs (which "
+                             "the cost models otherwise start trained on)")
     parser.add_argument("--trials", type=int, required=True, help="measurements over all tasks")
     parser.add_argument("--tuner", default="xgb", help="random, grid, ga or xgb (default)")
     parser.add_argument("--round", type=int, default=16, help="trials per task per round (default 16)")
@@ -65,7 +69,7 @@ def run_tune(args: argparse.Namespace) -> int:
         out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
                    seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
                    emulate=args.emulate, callbacks=[display], substitutions=args.substitutions, caches=args.caches,
-                   model_check=args.model_check, ab_tasks=args.ab_tasks)
+                   model_check=args.model_check, ab_tasks=args.ab_tasks, shipped=not args.no_shipped)
     summary = out.summary
     if isinstance(display, JsonLinesProgress):  # --progress json-lines
         display.emit("summary", session=out.session, **display.tally.snapshot(),

@@ -3,8 +3,10 @@
 its file and line, before anything is stored."""
 from __future__ import annotations
 
+import gzip
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,12 +29,13 @@ class LogError(AutoschedError):
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[StoredRecord]:
-    """Every record of one file, in order. Lines from before the database (no hardware
-    fingerprint) are taken as measured on this host, as the logs of `tune --log` were, unless
-    they name another ISA."""
+    """Every record of one file (`.jsonl`, or gzip-compressed `.jsonl.gz`), in order. Lines from
+    before the database (no hardware fingerprint) are taken as measured on this host, as the logs
+    of `tune --log` were, unless they name another ISA."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+        data = Path(path).read_bytes()
+        lines = (gzip.decompress(data) if str(path).endswith(".gz") else data).decode("utf-8").splitlines()
+    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as e:
         raise LogError(f"{path}: cannot read the tuning records: {getattr(e, 'strerror', None) or e}") from None
     hosts: dict[str, TargetInfo] = {}
     for number, line in enumerate(lines, 1):
@@ -75,12 +78,33 @@ def import_jsonl(db: Database, path: str | os.PathLike[str]) -> tuple[int, int]:
     return len(stored), db.insert(stored)
 
 
-def export_jsonl(db: Database, out: TextIO, isa: str | None = None) -> int:
-    """Write every record (of one ISA class, if given) as one JSON line; returns how many."""
-    n = 0
-    for s in db.stored():
-        if isa is not None and s.target.isa != isa:
-            continue
+def export_jsonl(db: Database, out: TextIO, isa: str | None = None, sample: int | None = None) -> int:
+    """Write every record (of one ISA class, if given) as one JSON line; returns how many.
+    `sample`: at most that many records per task and machine, spread evenly over their ranking
+    (see `spread`)."""
+    chosen = [s for s in db.stored() if isa is None or s.target.isa == isa]
+    if sample is not None:
+        chosen = spread(chosen, sample)
+    for s in chosen:
         out.write(json.dumps(s.to_json(), sort_keys=True) + "\n")
-        n += 1
-    return n
+    return len(chosen)
+
+
+def spread(stored: list[StoredRecord], per_task: int) -> list[StoredRecord]:
+    """At most `per_task` records of each (task, space, machine), at evenly spaced ranks from
+    the fastest to the slowest and failed: what teaches a cost model a whole ranking (the best
+    records alone cannot), in a file small enough to ship. Order is kept."""
+    if per_task < 1:
+        raise ValueError(f"a sample needs at least one record per task, not {per_task}")
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, s in enumerate(stored):
+        groups.setdefault((s.key, s.space, s.target.fingerprint), []).append(i)
+    keep: set[int] = set()
+    for members in groups.values():
+        ranked = sorted(members, key=lambda i: stored[i].result.cost if stored[i].result.ok else math.inf)
+        if len(ranked) <= per_task:
+            keep.update(ranked)
+        else:
+            step = (len(ranked) - 1) / max(per_task - 1, 1)
+            keep.update(ranked[round(k * step)] for k in range(per_task))
+    return [s for i, s in enumerate(stored) if i in keep]

@@ -101,7 +101,27 @@ def history(db: Database, tasks: Sequence[Task], target: Target) -> dict[str, li
         for row, config in _usable(db, task_rows, task, spaces[key]):
             out.setdefault(key, []).append((MeasureInput(task, target, config), result_of(row)))
     for template in {s.template for s in spaces.values()}:
-        _transfer(db, template, target, set(by_key), out)
+        _transfer(db, template, target, set(by_key), out, TRANSFER_LIMIT)
+    return out
+
+
+def pretraining(training: Database, tasks: Sequence[Task], target: Target,
+                found: dict[str, list[Record]]) -> dict[str, list[Record]]:
+    """Records of `training` (the shipped training logs) that a tune's cost models also start
+    trained on, beside `found` (`history` of the user's database): per template of `tasks`, those
+    of the same ISA class on workloads that neither the tune nor `found` has, up to
+    `TRANSFER_LIMIT` transferred records in all. The user's own machine comes first."""
+    spaces = {t.key: s for t in tasks if (s := space_of(t, target)) is not None}
+    transferred: dict[str, int] = {}
+    for key, recs in found.items():
+        if key not in spaces and recs:
+            template = recs[0][0].config.space.template
+            transferred[template] = transferred.get(template, 0) + len(recs)
+    out: dict[str, list[Record]] = {}
+    for template in sorted({s.template for s in spaces.values()}):
+        room = TRANSFER_LIMIT - transferred.get(template, 0)
+        if room > 0:
+            _transfer(training, template, target, set(spaces) | set(found), out, room)
     return out
 
 
@@ -126,9 +146,10 @@ def recorded_since(db: Database, task: TaskLike, space: ConfigSpace, target: Tar
     return out, max((row["id"] for row in rows), default=after)
 
 
-def _transfer(db: Database, template: str, target: Target, exclude: set[str], out: dict[str, list[Record]]) -> None:
+def _transfer(db: Database, template: str, target: Target, exclude: set[str], out: dict[str, list[Record]],
+              limit: int) -> None:
     rows = _rows(db, workloads.c.template == template, workloads.c.key.not_in(exclude), targets.c.isa == isa_of(target),
-                 not_(_OLD_EMULATION_TIMES), limit=TRANSFER_LIMIT, order=records.c.id.desc())
+                 not_(_OLD_EMULATION_TIMES), limit=limit, order=records.c.id.desc())
     spaces: dict[tuple[str, str], ConfigSpace | None] = {}
     for row in reversed(rows):
         if (row["key"], row["space"]) not in spaces:
