@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -264,6 +264,7 @@ class BuildOutcome:
     other_isa: Mapping[str, set[str]]  # task key → ISAs that have its only records (not applied)
     shipped: frozenset[str]  # tasks whose record came from the shipped records
     declined: Mapping[str, Best]  # task key → its best record, built on the default instead (see TunedSchedules)
+    superseded: Mapping[str, Best] = field(default_factory=dict)  # → its best record, built with an in-model winner
 
     @property
     def tuned(self) -> int:
@@ -292,4 +293,4 @@ def build(model: PathLike, target: Target | str = "llvm", *, db: DatabaseLike = 
         except OSError as e:
             raise AutoschedError(f"{output}: cannot write the built model: {e.strerror or e}") from None
     return BuildOutcome(files, len(tasks), dict(schedules.used), dict(schedules.other_isa),
-                        frozenset(schedules.from_fallback), dict(schedules.declined))
+                        frozenset(schedules.from_fallback), dict(schedules.declined), dict(schedules.superseded))

@@ -5,6 +5,7 @@ import pytest
 from db_helpers import HERE, execute
 
 from autosched import tune
+from autosched.api import model_tasks
 from autosched.cli import main
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
@@ -30,7 +31,8 @@ def mlp_model(tmp_path_factory):
     return path
 
 
-def test_isolated_wins_within_noise_are_built_only_once_the_model_says_they_win(tmp_path, tasks):
+def test_isolated_wins_within_noise_are_built_only_once_the_model_says_they_win_and_losers_give_way_to_winners(
+        tmp_path, tasks):
     """Records of a fixed (not this host's) target: no timing, only what a build picks."""
     task = tasks[0]
     template = get_template(task.op, HERE.kind)
@@ -57,7 +59,13 @@ def test_isolated_wins_within_noise_are_built_only_once_the_model_says_they_win(
     assert execute(tmp_path / "t.db", "SELECT count(*) FROM verdicts") == [(2,)]
     schedules = TunedSchedules(db)
     schedules(task, HERE)
-    assert schedules.declined[task.key].config.index == clear.index  # lost in the model: never built
+    # lost in the model: never built; the fastest config the model judged a win is, not the default
+    assert schedules.superseded[task.key].config.index == clear.index and task.key not in schedules.declined
+    assert schedules.used[task.key].config.index == close.index
+    record_verdict(db, task, HERE, close, Verdict(False, 1.1, 1.0, None))
+    schedules = TunedSchedules(db)
+    schedules(task, HERE)
+    assert schedules.declined[task.key].config.index == clear.index and task.key not in schedules.used  # no winner left
     assert verdict_of(db, task, Target.parse("llvm"), clear) is None  # verdicts are per machine
 
 
@@ -86,6 +94,29 @@ def test_a_config_whose_isolated_time_lies_is_caught_in_the_model_and_kept_out_o
     after = TunedSchedules(db)
     build_model(graph, tmp_path / "after.so", target, after)
     assert task.key in after.declined and task.key not in after.used
+
+
+def test_build_and_db_best_say_which_tasks_give_way_to_a_config_that_won_in_the_model(mlp_model, tmp_path, capsys):
+    """ResNet-18's 1000-trial build ran 25% slower than its 500-trial one: the new best config of
+    one convolution lost its A/B test by 3% and the task went back to its default (3× slower
+    alone), although the 500-trial best had won there. A build now takes that winner."""
+    target = Target.parse("llvm")
+    _, tasks = model_tasks(mlp_model, target, substitutions=False)
+    task = max(tasks, key=lambda t: t.flops)
+    template = get_template(task.op, target.kind)
+    default = template.fallback(task, target)
+    won, lost = [c for c in map(template.space(task, target).get, range(3)) if c.index != default.index][:2]
+    db = Database(tmp_path / "t.db")
+    db.commit([_record(task, target, default, 3e-3), _record(task, target, won, 1.2e-3),
+               _record(task, target, lost, 1e-3, t0=2000.0)])
+    record_verdict(db, task, target, won, Verdict(True, 20.0, 25.0, None))
+    record_verdict(db, task, target, lost, Verdict(False, 20.6, 20.0, None))
+    db.close()
+    argv = ["--db", str(tmp_path / "t.db"), "--no-substitutions"]
+    assert main(["build", str(mlp_model), "-o", str(tmp_path / "m.so"), "--no-shipped", *argv]) == 0
+    assert "1 with the fastest config the model judged a win" in capsys.readouterr().out
+    assert main(["db", "best", str(mlp_model), *argv]) == 0
+    assert "(built with record 2, 1.2 ms, the fastest config the model judged a win" in capsys.readouterr().out
 
 
 def test_tune_ends_with_the_model_check_and_the_cli_reports_it(small_model, tmp_path, capsys):

@@ -138,6 +138,9 @@ def _best(db, args) -> int:
             where += f"  (timed in {found.caches} caches)"
         if task.key in schedules.declined:
             where += "  (built on its default: it lost in the model or won alone by too little)"
+        elif (chosen := built[task.key]) is not None and task.key in schedules.superseded:
+            where += (f"  (built with record {chosen.record}, {chosen.cost * 1e3:.4g} ms, the fastest config the model "
+                      f"judged a win: this one lost there or won alone by too little)")
         print(f"{task.op:<10} {task.weight:>6} {found.cost * 1e3:>9.4g} {task.flops / found.cost / 1e9:>8.1f} "
               f"{found.record:>7}  {shapes}{where}{seen}")
     print(f"estimated latency of the tuned tasks: {total * 1e3:.4g} ms"

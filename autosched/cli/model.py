@@ -83,6 +83,8 @@ def run_build(args: argparse.Namespace) -> int:
     shipped += f" ({static} chosen by the static model of an emulated tune, not timed on a GPU)" if static else ""
     shipped += (f"; {len(out.declined)} on their default schedule, their best configs having lost in the model or "
                 "won alone by too little to tell" if out.declined else "")
+    shipped += (f"; {len(out.superseded)} with the fastest config the model judged a win, their best having lost "
+                "there or won alone by too little" if out.superseded else "")
     print(f"wrote {files.library}, {files.manifest.name} and {files.weights.name}, "
           f"{out.tuned} of {out.tasks} tasks with tuned schedules{shipped}")
     return 0

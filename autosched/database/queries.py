@@ -191,17 +191,19 @@ class Best:
         return is_emulated(self.fingerprint)
 
 
-def best(db: Database, task: Task, target: Target) -> Best | None:
+def best(db: Database, task: Task, target: Target, among: frozenset[str] | None = None) -> Best | None:
     """The fastest valid record of `task` on this machine, else on another device of the same ISA
     (`Best.fingerprint` says which), else, for a cuda target, the best static estimate of an
     emulated tune (`Best.static_estimate`), else None. Emulation run times of older versions
     (stored under `cuda|sm_XX`) are never read. Times of different cache modes are not
     comparable (a cold timing is slower by the weights' loads): the fastest is taken among the
-    records of the mode the task's newest record was timed in, how it was last tuned."""
+    records of the mode the task's newest record was timed in, how it was last tuned.
+    `among`: only records of these configs (as `config_text` writes them)."""
     space = space_of(task, target)
     if space is None:
         return None
-    common = (workloads.c.key == task.key, records.c.cost.is_not(None), not_(_OLD_EMULATION_TIMES))
+    common = (workloads.c.key == task.key, records.c.cost.is_not(None), not_(_OLD_EMULATION_TIMES),
+              *(() if among is None else (records.c.config.in_(among),)))
     tiers = [(targets.c.fingerprint == target.fingerprint,),
              (targets.c.isa == isa_of(target), targets.c.fingerprint != target.fingerprint)]
     if target.kind == "cuda" and not target.emulated:

@@ -1,7 +1,8 @@
 """A build's `schedule_for` over the database: each task's best valid config, else the best of a
 fallback database (the shipped records), else the default schedule. A best config is built only
 if the model did not judge it a loss and, where it was never judged, it beats the default by
-more than in-model noise (`autosched.database.verdicts`)."""
+more than in-model noise (`autosched.database.verdicts`); otherwise the fastest config the model
+judged a win is built, else the default."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +10,7 @@ import logging
 from autosched.compile.model import default_kernel
 from autosched.database.queries import Best, best, config_cost, other_isas
 from autosched.database.store import Database
-from autosched.database.verdicts import IN_MODEL_NOISE, verdict_of
+from autosched.database.verdicts import IN_MODEL_NOISE, verdict_of, winners
 from autosched.schedule import Schedule
 from autosched.target import Target
 from autosched.task import Task
@@ -42,7 +43,9 @@ class TunedSchedules:
     """Called by `build_model` once per task; `used` maps each task that got a tuned config to
     the record it came from, `other_isa` each task whose only records are for other ISAs to
     those ISAs (for the caller to say so once), `declined` each task built on its default
-    because its best config lost in the model or won alone by too little, to that record.
+    because its best config lost in the model or won alone by too little (and no other config of
+    it won in the model), to that record; `superseded` each task built instead with the fastest
+    of its configs the model judged a win, to the best record it replaced.
     `default_for` names tasks to build on their default whatever the database holds (the
     model's A/B tests)."""
 
@@ -50,6 +53,7 @@ class TunedSchedules:
         self.db, self.fallback, self.default_for = db, fallback, default_for
         self.used: dict[str, Best] = {}
         self.declined: dict[str, Best] = {}
+        self.superseded: dict[str, Best] = {}  # tasks built with a config the model judged a win, not their best
         self.from_fallback: set[str] = set()  # tasks whose record came from `fallback`
         self.other_isa: dict[str, set[str]] = {}
         self.static: set[str] = set()  # tasks built from a static estimate (no GPU timing of them)
@@ -88,8 +92,14 @@ class TunedSchedules:
                         "tune here for schedules fitted to this one", self.db.location,
                         "GPU" if target.kind == "cuda" else "CPU", difference(found.fingerprint, target.fingerprint))
         if not self._trusted(task, target, found, get_template(task.op, target.kind).fallback(task, target)):
-            self.declined[task.key] = found
-            return None
+            # the fastest config the model did judge a win (an earlier tune's best, typically) beats
+            # falling back to a default that lost to it in the model
+            winner = best(self.db, task, target, among=winners(self.db, task, target))
+            if winner is None:
+                self.declined[task.key] = found
+                return None
+            self.superseded[task.key] = found
+            found = winner
         self.used[task.key] = found
         return found
 

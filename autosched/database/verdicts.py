@@ -5,7 +5,7 @@ same kernel runs after others that evicted its weights and with the executor's t
 it, and a config that wins alone can lose there. A build trusts a tuned config over the
 task's default only where the model said it wins, or, not yet judged, where its isolated win
 is larger than in-model noise (`IN_MODEL_NOISE`); a config the model judged a loss is never
-built. Verdicts are machine-specific (keyed by the target's fingerprint) and keyed by what a
+built, and the task then builds the fastest of its configs the model judged wins, if any. Verdicts are machine-specific (keyed by the target's fingerprint) and keyed by what a
 build looks up (task, config), so they judge shipped records' configs too.
 """
 from __future__ import annotations
@@ -48,6 +48,14 @@ def verdict_of(db: Database, task: Task, target: Target, config: Config) -> Verd
     with db.reading() as conn:
         row = conn.execute(query).mappings().first()
     return None if row is None else Verdict(bool(row["wins"]), row["with_ms"], row["without_ms"], row["session_id"])
+
+
+def winners(db: Database, task: Task, target: Target) -> frozenset[str]:
+    """The configs (as the records key them) the model judged wins for `task` on this machine."""
+    query = select(verdicts.c.config).where(verdicts.c.task == task_digest(task.key),
+                                            verdicts.c.fingerprint == target.fingerprint, verdicts.c.wins != 0)
+    with db.reading() as conn:
+        return frozenset(conn.execute(query).scalars())
 
 
 def record_verdict(db: Database, task: Task, target: Target, config: Config, verdict: Verdict) -> None:
