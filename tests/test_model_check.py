@@ -13,7 +13,7 @@ from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, record_verdict,
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult
-from autosched.model_check import check_in_model
+from autosched.model_check import check_in_model, judge
 from autosched.target import Target
 from autosched.task import extract_tasks
 from autosched.templates import get_template
@@ -119,11 +119,18 @@ def test_build_and_db_best_say_which_tasks_give_way_to_a_config_that_won_in_the_
     assert "(built with record 2, 1.2 ms, the fastest config the model judged a win" in capsys.readouterr().out
 
 
+def test_an_ab_test_judges_only_beyond_in_model_noise():
+    assert judge(20.0, 25.0) is True and judge(26.0, 20.0) is False
+    # within 5% either way: no verdict (the config keeps being judged by its isolated time)
+    assert judge(20.6, 20.0) is None and judge(19.5, 20.0) is None
+
+
 def test_tune_ends_with_the_model_check_and_the_cli_reports_it(small_model, tmp_path, capsys):
     out = tune(small_model, "llvm", 6, db=tmp_path / "a.db", tuner="random", round_trials=3, ab_tasks=1)
     check = out.model_check
     assert check is not None and check.untuned_ms > 0 and check.tuned_ms > 0 and len(check.tested) <= 1
-    assert execute(tmp_path / "a.db", "SELECT count(*) FROM verdicts") == [(len(check.tested) + check.declined,)]
+    judged = sum(v.wins is not None for v in check.tested)  # a test within noise gives no verdict
+    assert execute(tmp_path / "a.db", "SELECT count(*) FROM verdicts") == [(judged + check.declined,)]
     assert tune(small_model, "llvm", 2, db=tmp_path / "b.db", tuner="random", model_check=False).model_check is None
 
     assert main(["tune", str(small_model), "--trials", "4", "--round", "2", "--tuner", "random",

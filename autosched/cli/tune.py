@@ -97,7 +97,8 @@ def run_tune(args: argparse.Namespace) -> int:
 def _print_check(check: ModelCheck) -> None:
     """The in-model A/B tests, one line each, then the tuned build against the untuned one."""
     for v in check.tested:
-        print(f"in the model: {v.op:<12} tuned config {'kept' if v.wins else 'declined'}: {v.with_ms:.3f} ms with it, "
+        said = {True: "kept", False: "declined", None: "within noise, not judged"}[v.wins]
+        print(f"in the model: {v.op:<12} tuned config {said}: {v.with_ms:.3f} ms with it, "
               f"{v.without_ms:.3f} ms on its default (records estimated {v.estimated_gain_ms:+.3f} ms)")
     declined = f", {check.declined} untested tuned configs declined" if check.declined else ""
     print(f"in the model ({check.threads} threads, medians of {check.runs} runs): tuned {check.tuned_ms:.3f} ms, "
