@@ -111,7 +111,7 @@ class TunePlan:
     transferred: int  # records of other workloads in the database the cost models start trained on
     caches: str = "warm"  # the cache mode candidates are timed in (`autosched.measure.caches`)
     weight_bytes: int = 0  # the model's weights, which decide it under "auto"
-    pretrained: int = 0  # records of the shipped training logs they start trained on besides
+    pretrained: int = 0  # records of the shipped training logs they also start trained on
 
 
 @dataclass(frozen=True)
