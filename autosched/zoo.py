@@ -1,4 +1,5 @@
-"""Benchmark models built in code: ResNet-18, MobileNetV2, a BERT-base layer, an MLP.
+"""Benchmark models built in code: ResNet-18, MobileNetV2, a BERT-base layer, an MLP, and
+beside them SqueezeNet and a ViT-style block.
 
 Tests and benchmarks need real architectures without downloads, so each
 model is written out with onnx.helper in the shape PyTorch exports it
@@ -201,6 +202,77 @@ def gelu(b: _Builder, x: str, name: str) -> str:
     return b.node("Mul", [product, b.constant(f"{name}.half", np.array(0.5, np.float32))], f"{name}/Mul_1")
 
 
+def layer_norm_written_out(b: _Builder, x: str, name: str, hidden: int) -> str:
+    """LayerNorm as exporters write it below opset 17: two means, a Pow by 2, Sqrt, Div, γ, β."""
+    mean = b.node("ReduceMean", [x], f"{name}/ReduceMean", axes=[-1], keepdims=1)
+    centred = b.node("Sub", [x, mean], f"{name}/Sub")
+    square = b.node("Pow", [centred, b.constant(f"{name}.two", np.array(2.0, np.float32))], f"{name}/Pow")
+    var = b.node("ReduceMean", [square], f"{name}/ReduceMean_1", axes=[-1], keepdims=1)
+    std = b.node("Sqrt", [b.node("Add", [var, b.constant(f"{name}.eps", np.array(1e-6, np.float32))], f"{name}/Add")],
+                 f"{name}/Sqrt")
+    y = b.node("Div", [centred, std], f"{name}/Div")
+    scale = b.constant(f"{name}.weight", (1.0 + b.rng.standard_normal(hidden) * 0.05).astype(np.float32))
+    y = b.node("Mul", [y, scale], f"{name}/Mul")
+    return b.node("Add", [y, b.constant(f"{name}.bias", (b.rng.standard_normal(hidden) * 0.05).astype(np.float32))],
+                  f"{name}/Add_1")
+
+
+def gelu_tanh(b: _Builder, x: str, name: str) -> str:
+    """GELU's tanh approximation, ½x(1 + tanh(√(2/π)(x + 0.044715x³))), with x³ as Pow(x, 3)."""
+    cube = b.node("Pow", [x, b.constant(f"{name}.three", np.array(3.0, np.float32))], f"{name}/Pow")
+    inner = b.node("Add", [x, b.node("Mul", [cube, b.constant(f"{name}.c", np.array(0.044715, np.float32))],
+                                     f"{name}/Mul")], f"{name}/Add")
+    k = b.constant(f"{name}.k", np.array(math.sqrt(2.0 / math.pi), np.float32))
+    t = b.node("Tanh", [b.node("Mul", [inner, k], f"{name}/Mul_1")], f"{name}/Tanh")
+    one = b.node("Add", [t, b.constant(f"{name}.one", np.array(1.0, np.float32))], f"{name}/Add_1")
+    half = b.node("Mul", [x, b.constant(f"{name}.half", np.array(0.5, np.float32))], f"{name}/Mul_2")
+    return b.node("Mul", [half, one], f"{name}/Mul_3")
+
+
+def vit_block(seed: int = 0, side: int = 14, patch: int = 16, hidden: int = 384, heads: int = 6,
+              depth: int = 1) -> onnx.ModelProto:
+    """A ViT-S/16-style encoder (batch 1, `side`² patches plus a class token, pre-LayerNorm) in the
+    form a converted JAX/Flax checkpoint takes: LayerNorm written out, tanh GELU (Flax's default),
+    a fused QKV projection split per head, 197 tokens that no vector width divides.
+
+    Each of those once cost far more than its arithmetic (libm's tanhf, powf, nine kernels per
+    LayerNorm, softmax rows in scalar code); this model keeps them covered."""
+    b = _Builder(seed)
+    head, tokens = hidden // heads, side * side + 1
+    weight = b.normal("patch_embed.weight", (hidden, 3, patch, patch), math.sqrt(2.0 / (3 * patch * patch)))
+    x = b.node("Conv", ["pixel_values", weight, b.normal("patch_embed.bias", (hidden,), 0.02)], "patch_embed/Conv",
+               kernel_shape=[patch, patch], strides=[patch, patch])
+    x = b.node("Reshape", [x, b.constant("patch_embed.shape", np.array([1, hidden, side * side], np.int64))],
+               "patch_embed/Reshape")
+    x = b.node("Transpose", [x], "patch_embed/Transpose", perm=[0, 2, 1])
+    x = b.node("Concat", [b.normal("cls_token", (1, 1, hidden), 0.02), x], "cls/Concat", axis=1)
+    x = b.node("Add", [x, b.normal("pos_embed", (1, tokens, hidden), 0.02)], "pos_embed/Add")
+    split_heads = b.constant("qkv_shape", np.array([1, tokens, 3, heads, head], np.int64))
+    merged = b.constant("merged_shape", np.array([1, tokens, hidden], np.int64))
+    for i in range(depth):
+        p = f"blocks.{i}"
+        qkv = b.dense(layer_norm_written_out(b, x, f"{p}.norm1", hidden), f"{p}.attn.qkv", hidden, 3 * hidden, 0.02)
+        qkv = b.node("Transpose", [b.node("Reshape", [qkv, split_heads], f"{p}.attn/Reshape")], f"{p}.attn/Transpose",
+                     perm=[2, 0, 3, 1, 4])
+        b.node("Split", [qkv], f"{p}.attn/Split", outputs=3, axis=0)
+        q, k, v = (b.node("Squeeze", [f"{p}.attn/Split:{j}", b.constant(f"{p}.attn.axis{j}", np.array([0], np.int64))],
+                          f"{p}.attn/Squeeze_{j}") for j in range(3))
+        scores = b.node("MatMul", [q, b.node("Transpose", [k], f"{p}.attn/Transpose_k", perm=[0, 1, 3, 2])],
+                        f"{p}.attn/MatMul")
+        scores = b.node("Mul", [scores, b.constant(f"{p}.attn.scale", np.array(head ** -0.5, np.float32))],
+                        f"{p}.attn/Mul")
+        context = b.node("MatMul", [b.node("Softmax", [scores], f"{p}.attn/Softmax", axis=-1), v], f"{p}.attn/MatMul_1")
+        context = b.node("Transpose", [context], f"{p}.attn/Transpose_1", perm=[0, 2, 1, 3])
+        context = b.node("Reshape", [context, merged], f"{p}.attn/Reshape_1")
+        x = b.node("Add", [x, b.dense(context, f"{p}.attn.proj", hidden, hidden, 0.02)], f"{p}/Add")
+        inner = gelu_tanh(b, b.dense(layer_norm_written_out(b, x, f"{p}.norm2", hidden), f"{p}.mlp.fc1", hidden,
+                                     4 * hidden, 0.02), f"{p}.mlp.act")
+        x = b.node("Add", [x, b.dense(inner, f"{p}.mlp.fc2", 4 * hidden, hidden, 0.02)], f"{p}/Add_1")
+    x = layer_norm_written_out(b, x, "norm", hidden)
+    return b.model("vit_block", [_tensor("pixel_values", (1, 3, side * patch, side * patch))],
+                   [_tensor(x, (1, tokens, hidden))])
+
+
 def mlp(seed: int = 0, batch: int = 64, sizes: Sequence[int] = (784, 1024, 1024, 10)) -> onnx.ModelProto:
     """A 784-1024-1024-10 perceptron with ReLU, batch 64."""
     b = _Builder(seed)
@@ -251,14 +323,26 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
 }
 
 
-def save_zoo(directory: str | os.PathLike[str]) -> list[Path]:
-    """Write every zoo model as DIRECTORY/NAME.onnx; returns the paths."""
+#: Models beside the zoo, written only when named: benchmarks' --models, the tests that use them
+OTHERS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "squeezenet": squeezenet,
+    "vit_block": vit_block,
+}
+
+
+def save_zoo(directory: str | os.PathLike[str], names: Sequence[str] | None = None) -> list[Path]:
+    """Write the zoo models (or the named ones, from the zoo or `OTHERS`) as DIRECTORY/NAME.onnx;
+    returns the paths."""
+    builders = {**MODELS, **OTHERS}
+    unknown = [n for n in names or () if n not in builders]
+    if unknown:
+        raise ValueError(f"unknown model {unknown[0]!r}: expected one of {', '.join(builders)}")
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, build in MODELS.items():
+    for name in names or MODELS:
         path = root / f"{name}.onnx"
-        onnx.save(build(), path)
+        onnx.save(builders[name](), path)
         paths.append(path)
     return paths
 

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--models", help="comma-separated zoo model names (default: all of them)")
+    p.add_argument("--models", help="comma-separated model names: the zoo's, squeezenet or vit_block (default: the zoo)")
     p.add_argument("--db", type=Path, metavar="PATH", help="tuning database: also build with its best schedules")
     p.add_argument("--quick", action="store_true", help="smoke run: the MLP (or --models), 3 runs")
     args = p.parse_args(argv)
@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     db = Database(args.db) if args.db else None
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
-        zoo.save_zoo(Path(tmp))
+        try:
+            zoo.save_zoo(Path(tmp), names)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
         for name in names:
             results[name] = bench_model(name, Path(tmp), args.threads, runs, db)
     if args.json:

@@ -125,11 +125,10 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _model(name: str) -> onnx.ModelProto:
-    if name == "squeezenet":
-        return zoo.squeezenet()
-    if name not in zoo.MODELS:
-        raise SystemExit(f"transfer.py: unknown model {name!r}: expected squeezenet or one of {', '.join(zoo.MODELS)}")
-    return zoo.MODELS[name]()
+    builders = {**zoo.MODELS, **zoo.OTHERS}
+    if name not in builders:
+        raise SystemExit(f"transfer.py: unknown model {name!r}: expected one of {', '.join(builders)}")
+    return builders[name]()
 
 
 def _print(out: dict) -> None:

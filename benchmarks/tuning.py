@@ -103,7 +103,7 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", help="comma-separated zoo model names (default: all of them)")
+    p.add_argument("--models", help="comma-separated model names: the zoo's, squeezenet or vit_block (default: the zoo)")
     p.add_argument("--checkpoints", help="cumulative trial counts to stop and time at (default: 250,500,1000)")
     p.add_argument("--scheduler", default="gradient", choices=["costliest", "gradient"])
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -127,7 +127,10 @@ def main(argv: list[str] | None = None) -> dict:
     results = {"threads": args.threads, "runs": runs, "scheduler": args.scheduler, "shipped": args.shipped,
                "models": {}}
     with tempfile.TemporaryDirectory(prefix="autosched-curve-") as tmp:
-        zoo.save_zoo(Path(tmp))
+        try:
+            zoo.save_zoo(Path(tmp), names)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
         for name in names:
             results["models"][name] = r = curve(name, Path(tmp), dbs[name], checkpoints, args.scheduler,
                                                 args.threads, runs, args.shipped)

@@ -37,6 +37,18 @@ def test_zoo_model_matches_onnxruntime(zoo_dir, tmp_path, name, target):
     assert diffs and all(d.ok for d in diffs), diffs
 
 
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_vit_block_matches_onnxruntime(tmp_path, target):
+    """Tanh GELU (vector tanh), folded LayerNorms and softmax over 197 tokens, built for real."""
+    path = tmp_path / "vit_block.onnx"
+    onnx.save(zoo.vit_block(), path)
+    graph = load_onnx(path)
+    model = load_model(build_model(graph, tmp_path / "vit_block.so", target).library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
 def test_a_model_built_for_an_isa_this_cpu_lacks_is_refused(zoo_dir, tmp_path):
     """Loading AVX-512 code on an AVX2 CPU would die of SIGILL: the manifest names the ISA and
     loading refuses it with the flags that are missing."""

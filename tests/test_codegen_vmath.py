@@ -1,4 +1,4 @@
-"""The vector exp/erf/sigmoid of the C back end against float64 math, on each ISA the host runs."""
+"""The vector exp/erf/sigmoid/tanh of the C back end against float64 math, on each ISA the host runs."""
 import math
 
 import numpy as np
@@ -12,9 +12,9 @@ from autosched.ops.util import vectorize_innermost
 from autosched.schedule import create_schedule
 
 N = 1 << 16
-RANGES = {"exp": (-110.0, 95.0), "erf": (-6.0, 6.0), "sigmoid": (-110.0, 110.0)}
+RANGES = {"exp": (-110.0, 95.0), "erf": (-6.0, 6.0), "sigmoid": (-110.0, 110.0), "tanh": (-30.0, 30.0)}
 #: bounds the docstring of autosched.codegen.vmath states, with a margin of one ulp
-MAX_ULP = {"exp": 2.0, "erf": 7.0, "sigmoid": 4.0}
+MAX_ULP = {"exp": 2.0, "erf": 7.0, "sigmoid": 4.0, "tanh": 3.0}
 SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 88.7, -87.0], np.float32)
 
 
@@ -25,6 +25,8 @@ def _reference(fn: str, x: np.ndarray) -> np.ndarray:
             return np.exp(x64)
         if fn == "sigmoid":
             return 1.0 / (1.0 + np.exp(-x64))
+        if fn == "tanh":
+            return np.tanh(x64)
         return np.array([math.erf(v) if not np.isnan(v) else np.nan for v in x64])
 
 
@@ -58,7 +60,7 @@ def test_vector_math_is_vector_code(isa):
     """The helper is written in the ISA's vector type: no libm call lane by lane."""
     target, _, lanes = ISAS[isa]
     x = te.placeholder((64,), name="x")
-    y = te.compute((64,), lambda i: te.erf(x[i]) + te.exp(x[i]), name="y")
+    y = te.compute((64,), lambda i: te.erf(x[i]) + te.exp(x[i]) + te.tanh(x[i]), name="y")
     code = source(_schedule(y, lanes), [x, y], "k", target)
-    assert f"verf_f32x{lanes}(" in code and f"vexp_f32x{lanes}(" in code
-    assert "erff(" not in code and "expf(" not in code
+    assert all(f"v{fn}_f32x{lanes}(" in code for fn in ("erf", "exp", "tanh"))
+    assert "erff(" not in code and "expf(" not in code and "tanhf(" not in code

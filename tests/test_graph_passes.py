@@ -10,7 +10,9 @@ from autosched.graph.passes import (
     eliminate_dead_code,
     fold_batchnorm,
     fold_constants,
+    fold_layer_norm,
     optimize,
+    reduce_pow,
     remove_identity,
 )
 
@@ -162,3 +164,64 @@ def test_optimize_runs_all_passes_and_keeps_results():
     optimized = optimize(g)
     assert ops(optimized) == [Op.CONV, Op.RELU]
     same_results(g, optimized)
+
+
+def test_reduce_pow_rewrites_small_constant_exponents_only():
+    b = GraphBuilder()
+    x = b.input("x", (2, 5))
+    square = b.node(Op.POW, [x, b.constant("two", np.float32(2.0))], name="square")
+    cube = b.node(Op.POW, [x, b.constant("three", np.array([3.0], np.float32))], name="cube")
+    root = b.node(Op.POW, [b.node(Op.MUL, [x, x]), b.constant("half", np.float32(0.5))], name="root")
+    other = b.node(Op.POW, [x, b.constant("odd", np.float32(1.7))], name="other")
+    per_column = b.node(Op.POW, [x, b.constant("exponents", np.full(5, 2.0, np.float32))], name="per_column")
+    b.output(square, cube, root, other, per_column)
+    g = b.build()
+    reduced = reduce_pow(g)
+    assert ops(reduced) == [Op.MUL, Op.MUL, Op.MUL, Op.MUL, Op.SQRT, Op.POW, Op.POW]
+    same_results(g, reduced)
+
+
+def _layer_norm_written_out(b, x, axes=(1,), scale=None, bias=None, eps=1e-6):
+    mean = b.node(Op.REDUCE_MEAN, [x], axes=axes, keepdims=1)
+    centred = b.node(Op.SUB, [x, mean])
+    var = b.node(Op.REDUCE_MEAN, [b.node(Op.POW, [centred, b.constant(f"two{len(b.constants)}", np.float32(2.0))])],
+                 axes=axes, keepdims=1)
+    y = b.node(Op.DIV, [centred, b.node(Op.SQRT, [b.node(Op.ADD, [var, b.constant(f"eps{len(b.constants)}", np.float32(eps))])])])
+    if scale is not None:
+        y = b.node(Op.MUL, [y, b.constant(f"scale{len(b.constants)}", scale)])
+    if bias is not None:
+        y = b.node(Op.ADD, [b.constant(f"bias{len(b.constants)}", bias), y])
+    return y
+
+
+def test_fold_layer_norm_merges_the_written_out_form():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 8))
+    y = _layer_norm_written_out(b, x, axes=(2,), scale=_f32(8), bias=_f32(8), eps=1e-5)
+    z = _layer_norm_written_out(b, b.node(Op.RELU, [y]), axes=(1, 2))  # two axes, no γ or β
+    b.output(z)
+    g = b.build()
+    folded = fold_layer_norm(reduce_pow(g))
+    assert ops(folded) == [Op.LAYER_NORM, Op.RELU, Op.LAYER_NORM]
+    first, _, second = folded.nodes
+    assert first.attrs == {"axis": 2, "epsilon": float(np.float32(1e-5))} and len(first.inputs) == 3
+    assert second.attrs["axis"] == 1 and len(second.inputs) == 2
+    np.testing.assert_array_equal(folded.constants[second.inputs[1]], np.ones((3, 8), np.float32))
+    same_results(g, folded)
+
+
+def test_fold_layer_norm_leaves_what_is_not_a_layer_norm():
+    b = GraphBuilder()
+    x = b.input("x", (4, 8))
+    leading = _layer_norm_written_out(b, x, axes=(0,))  # statistics over a leading axis
+    per_row = _layer_norm_written_out(b, x, scale=_f32(4, 1))  # a per-row "γ" stays a Mul
+    mean = b.node(Op.REDUCE_MEAN, [x], axes=(1,), keepdims=1)
+    centred = b.node(Op.SUB, [x, mean])
+    var = b.node(Op.REDUCE_MEAN, [b.node(Op.MUL, [centred, centred])], axes=(1,), keepdims=1)
+    shared = b.node(Op.DIV, [centred, b.node(Op.SQRT, [b.node(Op.ADD, [var, b.constant("e", np.float32(1e-5))])])])
+    b.output(leading, per_row, shared, centred)  # the centred values are read outside the pattern
+    g = b.build()
+    folded = fold_layer_norm(reduce_pow(g))
+    assert ops(folded).count(Op.LAYER_NORM) == 1 and Op.MUL in ops(folded)
+    assert ops(folded).count(Op.REDUCE_MEAN) == 4
+    same_results(g, folded)

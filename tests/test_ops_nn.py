@@ -155,7 +155,8 @@ def _random_row_configs(n: int, seed: int) -> list[tuple[tuple[int, ...], int]]:
     return out
 
 
-@pytest.mark.parametrize("shape, lanes", _random_row_configs(20, 12))
+@pytest.mark.parametrize("shape, lanes", _random_row_configs(20, 12) + [((3, 197), 8), ((2, 13), 8), ((4, 11), 4),
+                                                                       ((1, 2, 9), 16), ((5, 17), 16)])
 def test_softmax_rows_random(shape, lanes, cpu_target):
     """The row form (vector partial reductions) at any vector width the shape allows."""
     x = te.placeholder(shape, name="x")
@@ -175,6 +176,18 @@ def test_softmax_rows_reduce_in_vectors(isa):
     code = source(ops.schedule_softmax(y, lanes), [x, y], "k", target)
     assert code.count("#pragma omp parallel") == 1
     assert f"max_f32x{lanes}(" in code and f"vexp_f32x{lanes}(" in code
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_softmax_rows_of_odd_length_stay_vector_code(isa):
+    """197 tokens (a ViT's): the last chunk overlaps the one before it instead of running in scalar
+    code, so the only scalar exp left is the output's edge tile."""
+    target, _, lanes = ISAS[isa]
+    x = te.placeholder((6, 197, 197), name="x")
+    y = ops.softmax(x, -1, lanes=lanes)
+    assert y.op.attrs["width"] == lanes
+    code = source(ops.schedule_softmax(y, lanes), [x, y], "k", target)
+    assert code.count("expf(") == 1 and f"vexp_f32x{lanes}(" in code
 
 
 def test_softmax_with_masked_entries(cpu_target):

@@ -84,3 +84,27 @@ def test_module_entry_saves_every_model(tmp_path):
     written = sorted(Path(line).name for line in result.stdout.split())
     assert written == sorted(f"{name}.onnx" for name in zoo.MODELS)
     assert load_onnx(tmp_path / "mlp.onnx").inputs[0].shape == (64, 784)
+
+
+def test_vit_block_matches_onnxruntime_and_its_written_out_parts_fold():
+    """The ViT-style block: LayerNorms written out become three LayerNormalization nodes, x³ and
+    x² multiplications, and the reference agrees with onnxruntime before and after."""
+    proto = zoo.vit_block()
+    onnx.checker.check_model(proto, full_check=True)
+    graph = import_model(proto, source="vit_block")
+    inputs = random_inputs(graph.inputs, seed=1)
+    want = _onnxruntime(proto, inputs)
+    optimized = optimize(graph)
+    for candidate in (graph, optimized):
+        got = run_graph(candidate, inputs)
+        for output in want:
+            np.testing.assert_allclose(got[output], want[output], rtol=1e-3, atol=1e-4)
+    optimized_ops = [node.op for node in optimized.nodes]
+    assert optimized_ops.count(Op.LAYER_NORM) == 3
+    assert not {Op.POW, Op.REDUCE_MEAN, Op.SQRT} & set(optimized_ops)
+
+
+def test_save_zoo_writes_named_models_and_refuses_unknown_ones(tmp_path):
+    assert [p.name for p in zoo.save_zoo(tmp_path, ["vit_block", "mlp"])] == ["vit_block.onnx", "mlp.onnx"]
+    with pytest.raises(ValueError, match="unknown model 'vgg'.*squeezenet"):
+        zoo.save_zoo(tmp_path, ["vgg"])

@@ -215,6 +215,8 @@ class CRenderer(CStyleRenderer):
         if v not in free_vars(e):
             return (self._expr(e), False)
         vt = self._vtype(e.dtype, lanes)
+        if e is v:  # the lane index itself (a mask comparing it: a chunk's lanes already counted)
+            return ("((" + vt + "){" + ", ".join(str(k) for k in range(lanes)) + "})", True)
         if isinstance(e, Load):
             idx = arith.linear(e.indices[0])
             if var_in_atoms(idx, v):

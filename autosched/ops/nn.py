@@ -192,7 +192,7 @@ def softmax(x: Tensor, axis: int = -1, lanes: int | None = None) -> Tensor:
     axis = normalize_axis(axis, x.ndim)
     if lanes is not None and axis == x.ndim - 1 and x.ndim > 1:
         width = vector_width(x.shape[axis], lanes)
-        if width >= 2 and x.shape[axis] % width == 0:
+        if width >= 2:
             return _softmax_rows(x, width)
     k1, k2 = te.reduce_axis(x.shape[axis], "k"), te.reduce_axis(x.shape[axis], "k")
     shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
@@ -219,14 +219,26 @@ def _softmax_rows(x: Tensor, width: int) -> Tensor:
     the row's chunks, then combined in scalar. The max is needed twice (by the sum and by the
     quotient) and each stage may have one reader to be computed inside it, so it is computed
     twice, and so is exp: both are a pass over a row already in L1, cheaper than a temporary.
-    The sum's association differs from a sequential sum by rounding only.
+    The sum's association differs from a sequential sum by rounding only. A row that `width`
+    does not divide (197 tokens of a ViT) ends in a chunk shifted back to end at the row's end:
+    the max reads its overlap twice, which changes nothing, and the sum masks the lanes it has
+    already counted, so every chunk runs as vectors (a guarded partial chunk would run in scalar
+    code with scalar exp, doubling the kernel's time).
     """
     rows, n = x.shape[:-1], x.shape[-1]
 
     def chunked(fn, reducer, name: str) -> Tensor:
-        k = te.reduce_axis(n // width, "k")
-        return te.compute(rows + (width,), lambda *i: reducer(fn(i[:-1], k * width + i[-1]), k), name=name,
-                          tag=SOFTMAX_TAG)
+        k = te.reduce_axis(-(-n // width), "k")
+
+        def lane(*i):
+            if n % width == 0:
+                return fn(i[:-1], k * width + i[-1])
+            j = te.min(k * width, n - width) + i[-1]
+            if reducer is te.max_reduce:
+                return fn(i[:-1], j)
+            return te.select(j >= k * width, fn(i[:-1], j), te.const(0.0, x.dtype))
+
+        return te.compute(rows + (width,), lambda *i: reducer(lane(*i), k), name=name, tag=SOFTMAX_TAG)
 
     def combined(part: Tensor, reducer, name: str) -> Tensor:
         lane = te.reduce_axis(width, "lane")

@@ -12,10 +12,12 @@ from autosched.graph.passes.cse import eliminate_common_subexpressions
 from autosched.graph.passes.dce import eliminate_dead_code
 from autosched.graph.passes.fold_batchnorm import fold_batchnorm
 from autosched.graph.passes.fold_constants import fold_constants
+from autosched.graph.passes.fold_layer_norm import fold_layer_norm
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
+from autosched.graph.passes.reduce_pow import reduce_pow
 from autosched.graph.passes.remove_identity import remove_identity
 from autosched.graph.passes.split_k import split_k
 
@@ -27,11 +29,13 @@ __all__ = [
     "eliminate_dead_code",
     "fold_batchnorm",
     "fold_constants",
+    "fold_layer_norm",
     "fold_views",
     "fuse",
     "optimize",
     "plan_layout",
     "plan_memory",
+    "reduce_pow",
     "remove_identity",
     "split_k",
 ]
@@ -42,7 +46,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
 
     Identity removal first exposes Conv→BN pairs an Identity sat between;
     constant folding before BN folding turns computed BN parameters into
-    constants; CSE after folding sees the final constants; DCE last drops
+    constants, and before the LayerNorm fold the exponents, ε, γ and β; CSE after folding sees the final constants; DCE last drops
     whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions and the ops between
@@ -53,6 +57,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     """
     graph = remove_identity(graph)
     graph = fold_constants(graph)
+    graph = fold_layer_norm(reduce_pow(graph))
     graph = fold_batchnorm(graph)
     graph = eliminate_common_subexpressions(graph)
     if gpu_blocks:
