@@ -6,12 +6,14 @@ from graph_helpers import ops, same_results
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.passes import (
+    collapse_views,
     eliminate_common_subexpressions,
     eliminate_dead_code,
     fold_batchnorm,
     fold_constants,
     fold_layer_norm,
     optimize,
+    patch_conv,
     reduce_pow,
     remove_identity,
 )
@@ -225,3 +227,57 @@ def test_fold_layer_norm_leaves_what_is_not_a_layer_norm():
     assert ops(folded).count(Op.LAYER_NORM) == 1 and Op.MUL in ops(folded)
     assert ops(folded).count(Op.REDUCE_MEAN) == 4
     same_results(g, folded)
+
+
+def _conv(b, x, cin, cout, kernel, stride, pads=(0, 0, 0, 0), group=1, bias=True):
+    inputs = [x, b.constant(f"w{len(b.constants)}", _f32(cout, cin // group, kernel, kernel))]
+    if bias:
+        inputs.append(b.constant(f"b{len(b.constants)}", _f32(cout)))
+    return b.node(Op.CONV, inputs, strides=(stride, stride), pads=pads, dilations=(1, 1), group=group)
+
+
+def test_patch_conv_turns_a_tiling_convolution_into_a_matmul():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 16, 12))
+    b.output(_conv(b, x, 3, 8, 4, 4), _conv(b, x, 3, 8, 2, 2, bias=False))
+    g = b.build()
+    rewritten = patch_conv(g)
+    view_in, view_out = [Op.RESHAPE, Op.TRANSPOSE, Op.RESHAPE], [Op.RESHAPE, Op.TRANSPOSE]
+    assert ops(rewritten) == [*view_in, Op.MATMUL, Op.ADD, *view_out, *view_in, Op.MATMUL, *view_out]
+    matmul = rewritten.nodes[3]
+    assert rewritten.values[matmul.outputs[0]].shape == (2 * 4 * 3, 8)
+    same_results(g, rewritten)
+
+
+def test_patch_conv_leaves_overlapping_padded_grouped_and_pointwise_convolutions():
+    b = GraphBuilder()
+    x = b.input("x", (1, 4, 16, 16))
+    b.output(_conv(b, x, 4, 8, 4, 2), _conv(b, x, 4, 8, 4, 4, pads=(1, 1, 1, 1)), _conv(b, x, 4, 8, 4, 4, group=2),
+             _conv(b, x, 4, 8, 1, 1), _conv(b, x, 4, 8, 3, 3))  # the last: 3 does not divide 16
+    g = b.build()
+    assert patch_conv(g) is g
+
+
+def test_collapse_views_replaces_an_order_keeping_chain_by_one_reshape():
+    b = GraphBuilder()
+    x = b.input("x", (6, 4))
+    y = b.node(Op.RESHAPE, [b.node(Op.RELU, [x])], shape=(1, 2, 3, 4))
+    y = b.node(Op.TRANSPOSE, [y], perm=(0, 3, 1, 2))
+    y = b.node(Op.RESHAPE, [y], shape=(1, 4, 6))
+    y = b.node(Op.TRANSPOSE, [y], perm=(0, 2, 1))  # back to the flat order: a Reshape
+    moved = b.node(Op.TRANSPOSE, [b.node(Op.RESHAPE, [x], shape=(2, 12))], perm=(1, 0))  # really moves elements
+    b.output(b.node(Op.RELU, [y]), moved)
+    g = b.build()
+    collapsed = collapse_views(g)
+    assert ops(collapsed) == [Op.RELU, Op.RESHAPE, Op.RESHAPE, Op.TRANSPOSE, Op.RELU]
+    assert collapsed.nodes[1].attrs["shape"] == (1, 6, 4)
+    same_results(g, collapsed)
+
+
+def test_collapse_views_keeps_a_chain_whose_middle_is_read_elsewhere():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    middle = b.node(Op.TRANSPOSE, [x], perm=(1, 0))
+    b.output(b.node(Op.TRANSPOSE, [middle], perm=(1, 0)), middle)
+    g = b.build()
+    assert collapse_views(g) is g

@@ -8,6 +8,7 @@ kernels and buffers.
 from __future__ import annotations
 
 from autosched.graph.ir import Graph
+from autosched.graph.passes.collapse_views import collapse_views
 from autosched.graph.passes.cse import eliminate_common_subexpressions
 from autosched.graph.passes.dce import eliminate_dead_code
 from autosched.graph.passes.fold_batchnorm import fold_batchnorm
@@ -17,6 +18,7 @@ from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
+from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
 from autosched.graph.passes.remove_identity import remove_identity
 from autosched.graph.passes.split_k import split_k
@@ -25,6 +27,7 @@ __all__ = [
     "Buffer",
     "FusedGroup",
     "MemoryPlan",
+    "collapse_views",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
     "fold_batchnorm",
@@ -33,6 +36,7 @@ __all__ = [
     "fold_views",
     "fuse",
     "optimize",
+    "patch_conv",
     "plan_layout",
     "plan_memory",
     "reduce_pow",
@@ -46,7 +50,9 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
 
     Identity removal first exposes Conv→BN pairs an Identity sat between;
     constant folding before BN folding turns computed BN parameters into
-    constants, and before the LayerNorm fold the exponents, ε, γ and β; CSE after folding sees the final constants; DCE last drops
+    constants, and before the LayerNorm fold the exponents, ε, γ and β; a patch embedding
+    becomes a MatMul after BN folding has scaled its filters; CSE after folding sees the final
+    constants; view chains that move nothing collapse before views fold; DCE last drops
     whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions and the ops between
@@ -58,8 +64,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = remove_identity(graph)
     graph = fold_constants(graph)
     graph = fold_layer_norm(reduce_pow(graph))
-    graph = fold_batchnorm(graph)
-    graph = eliminate_common_subexpressions(graph)
+    graph = patch_conv(fold_batchnorm(graph))
+    graph = collapse_views(eliminate_common_subexpressions(graph))
     if gpu_blocks:
         graph = fold_constants(split_k(graph, gpu_blocks))
     graph = fold_views(graph, dense_in_place=not gpu_blocks)

@@ -1,0 +1,60 @@
+"""Collapse a chain of Reshapes and Transposes that leaves every element where it was.
+
+Rewrites and exporters leave chains such as NHWC → NCHW → [N, C, H·W] → [N, H·W, C] (a patch
+embedding turned MatMul, read back as tokens): each Transpose is a copy, and together they
+move nothing. A chain whose composition keeps the flat order of the elements is a Reshape.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from autosched.graph.ir import Graph, Node, Op
+from autosched.graph.passes.rewrite import rebuild
+
+_VIEWS = (Op.RESHAPE, Op.TRANSPOSE)
+#: chains over more elements than this are left alone (the check builds an index array)
+MAX_ELEMENTS = 1 << 24
+
+
+def collapse_views(graph: Graph) -> Graph:
+    """`graph` with each Reshape/Transpose chain that preserves element order replaced by one Reshape."""
+    consumers = graph.consumers()
+    producers = graph.producers()
+    outputs = {v.name for v in graph.outputs}
+
+    def next_view(node: Node) -> Node | None:
+        readers = consumers.get(node.outputs[0], [])
+        if node.outputs[0] in outputs or len(readers) != 1 or readers[0].op not in _VIEWS:
+            return None
+        return readers[0]
+
+    replaced: dict[int, Node] = {}
+    removed: set[int] = set()
+    for node in graph.nodes:
+        before = producers.get(node.inputs[0])
+        if node.op not in _VIEWS or (before is not None and before.op in _VIEWS and next_view(before) is node):
+            continue  # not a chain's first node
+        chain = [node]
+        while (following := next_view(chain[-1])) is not None:
+            chain.append(following)
+        for end in range(len(chain), 1, -1):
+            if _keeps_order(graph, chain[:end]):
+                last = chain[end - 1]
+                shape = graph.values[last.outputs[0]].shape
+                replaced[id(node)] = Node(f"{last.name}/collapsed", Op.RESHAPE, node.inputs[:1], last.outputs,
+                                          {"shape": shape})
+                removed.update(id(n) for n in chain[1:end])
+                break
+    if not replaced:
+        return graph
+    return rebuild(graph, [replaced.get(id(n), n) for n in graph.nodes if id(n) not in removed])
+
+
+def _keeps_order(graph: Graph, chain: list[Node]) -> bool:
+    source = graph.values[chain[0].inputs[0]]
+    if source.size > MAX_ELEMENTS:
+        return False
+    index = np.arange(source.size).reshape(source.shape)
+    for node in chain:
+        index = index.reshape(node.attrs["shape"]) if node.op is Op.RESHAPE else index.transpose(node.attrs["perm"])
+    return bool(np.array_equal(index.ravel(), np.arange(source.size)))
