@@ -14,22 +14,15 @@ import math
 
 import numpy as np
 
-from autosched.graph.ir import Graph, Node, Op, Value
-from autosched.graph.passes.rewrite import fresh_name, rebuild
+from autosched.graph.ir import Graph, Node, Op
+from autosched.graph.passes.rewrite import NewValues, rebuild
 
 
 def patch_conv(graph: Graph) -> Graph:
     """`graph` with every patch-embedding Conv (`_patches` says which) rewritten as a MatMul."""
     nodes: list[Node] = []
-    values: list[Value] = []
     constants = dict(graph.constants)
-    taken = set(graph.values)
-
-    def value(base: str, shape: tuple[int, ...], dtype: str) -> str:
-        name = fresh_name(base, taken)
-        taken.add(name)
-        values.append(Value(name, shape, dtype))
-        return name
+    value = NewValues(graph)
 
     for node in graph.nodes:
         kernel = _patches(graph, node)
@@ -60,7 +53,7 @@ def patch_conv(graph: Graph) -> Graph:
             Node(f"{node.name}/patch_pixels", Op.RESHAPE, (product,), (pixels,), {"shape": (n, rows, cols, filters)}),
             Node(f"{node.name}/patch_channels", Op.TRANSPOSE, (pixels,), node.outputs, {"perm": (0, 3, 1, 2)}),
         ]
-    return rebuild(graph, nodes, constants, values) if values else graph
+    return rebuild(graph, nodes, constants, value.values) if value.values else graph
 
 
 def _patches(graph: Graph, node: Node) -> tuple[int, int] | None:

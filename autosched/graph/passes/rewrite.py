@@ -43,3 +43,18 @@ def fresh_name(base: str, taken: Mapping[str, object] | set[str]) -> str:
     while f"{base}_{i}" in taken:
         i += 1
     return f"{base}_{i}"
+
+
+class NewValues:
+    """The values a rewrite adds to `graph`, each under a fresh name."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.taken = set(graph.values)
+        self.values: list[Value] = []
+
+    def __call__(self, base: str, shape: tuple[int, ...], dtype: str) -> str:
+        """A new value named after `base`; returns its name."""
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        self.values.append(Value(name, shape, dtype))
+        return name

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
-from autosched.graph.ir import Graph, Node, Op, Value
-from autosched.graph.passes.rewrite import fresh_name, rebuild
+from autosched.graph.ir import Graph, Node, Op
+from autosched.graph.passes.rewrite import NewValues, rebuild
 
 #: the output tile a fallback block computes, per side
 TILE = 64
@@ -48,14 +48,7 @@ def split_k(graph: Graph, blocks: int) -> Graph:
     """`graph` with each MatMul of a 2-D right operand that `parts` splits rewritten as a batched
     product of the parts and their sum."""
     nodes: list[Node] = []
-    values: list[Value] = []
-    taken = set(graph.values)
-
-    def value(base: str, shape: tuple[int, ...], dtype: str) -> str:
-        name = fresh_name(base, taken)
-        taken.add(name)
-        values.append(Value(name, shape, dtype))
-        return name
+    value = NewValues(graph)
 
     for node in graph.nodes:
         x, w = (graph.values[name] for name in node.inputs[:2]) if node.op is Op.MATMUL else (None, None)
@@ -83,4 +76,4 @@ def split_k(graph: Graph, blocks: int) -> Graph:
             Node(f"{node.name}/split_k", Op.MATMUL, (moved, weights), (partial,)),
             Node(f"{node.name}/split_k_sum", Op.REDUCE_SUM, (partial,), (out.name,), {"axes": (0,), "keepdims": 0}),
         ]
-    return rebuild(graph, nodes, new_values=values) if values else graph
+    return rebuild(graph, nodes, new_values=value.values) if value.values else graph
