@@ -216,14 +216,14 @@ def _softmax_rows(x: Tensor, width: int) -> Tensor:
     Why: the four-stage form reduces in scalar order (gcc may not reassociate a float sum) and
     writes a full-size temporary of exponentials. Here each reduction runs in two steps, an
     rfactor written out: `width` partial maxima (sums) per row, accumulated as one vector over
-    the row's chunks, then combined in scalar. The max is needed twice (by the sum and by the
-    quotient) and each stage may have one reader to be computed inside it, so it is computed
-    twice, and so is exp: both are a pass over a row already in L1, cheaper than a temporary.
+    the row's chunks, then combined in scalar. The row's exponentials go to a row-sized
+    temporary in L1 that the sum and the quotients both read: exp, the costliest part, runs
+    once per element, and the quotients are products with the sum's reciprocal.
     The sum's association differs from a sequential sum by rounding only. A row that `width`
     does not divide (197 tokens of a ViT) ends in a chunk shifted back to end at the row's end:
     the max reads its overlap twice, which changes nothing, and the sum masks the lanes it has
     already counted, so every chunk runs as vectors (a guarded partial chunk would run in scalar
-    code with scalar exp, doubling the kernel's time).
+    code, doubling the kernel's time).
     """
     rows, n = x.shape[:-1], x.shape[-1]
 
@@ -244,14 +244,12 @@ def _softmax_rows(x: Tensor, width: int) -> Tensor:
         lane = te.reduce_axis(width, "lane")
         return te.compute(rows, lambda *r: reducer(part[tuple(r) + (lane,)], lane), name=name, tag=SOFTMAX_TAG)
 
-    def row_max(suffix: str) -> Tensor:
-        part = chunked(lambda r, j: x[tuple(r) + (j,)], te.max_reduce, f"softmax_lane_max{suffix}")
-        return combined(part, te.max_reduce, f"softmax_max{suffix}")
-
-    mx_sum, mx_out = row_max("_for_sum"), row_max("")
-    part = chunked(lambda r, j: te.exp(x[tuple(r) + (j,)] - mx_sum[r]), te.sum, "softmax_lane_sum")
-    total = combined(part, te.sum, "softmax_sum")
-    return te.compute(x.shape, lambda *i: te.exp(x[i] - mx_out[i[:-1]]) / total[i[:-1]], name="softmax",
+    mx = combined(chunked(lambda r, j: x[tuple(r) + (j,)], te.max_reduce, "softmax_lane_max"), te.max_reduce,
+                  "softmax_max")
+    e = te.compute(x.shape, lambda *i: te.exp(x[i] - mx[i[:-1]]), name="softmax_exp", tag=SOFTMAX_TAG)
+    total = combined(chunked(lambda r, j: e[tuple(r) + (j,)], te.sum, "softmax_lane_sum"), te.sum, "softmax_sum")
+    one = te.const(1.0, x.dtype)
+    return te.compute(x.shape, lambda *i: e[i] * (one / total[i[:-1]]), name="softmax",
                       tag=SOFTMAX_TAG, attrs={"axis": x.ndim - 1, "width": width})
 
 
@@ -271,8 +269,10 @@ def schedule_softmax(out: Tensor, vector_lanes: int) -> Schedule:
 
 
 def _schedule_softmax_rows(out: Tensor) -> Schedule:
-    """Rows fused into one parallel loop; every reduction computed inside its reader, the
-    partial (per-lane) ones with their chunk loop outside the vector of lanes."""
+    """Rows fused into one parallel loop; every other stage computed inside it, the partial
+    (per-lane) reductions with their chunk loop outside the vector of lanes, the exponentials
+    as vectors. Readers attach first, so the exponentials can live in the row loop that both
+    of their readers run in."""
     s = create_schedule(out)
     o = s[out]
     width = out.compute_op.attrs["width"]
@@ -281,19 +281,23 @@ def _schedule_softmax_rows(out: Tensor) -> Schedule:
     o.vectorize(lanes)
     tile = o.fuse(*axes[:-1])
     o.parallel(tile)
-    for st in s.stages:
+    for st in reversed(s.stages):
         if st is o:
             continue
         st.set_scope("local")
-        (reader,) = s.readers(st)
+        readers = s.readers(st)
         spatial = list(st.op.axes)
-        if reader is o:
+        if o in readers:
             s.compute_at(st, o, tile)
         else:  # before the reader's reduction loops, inside its (single-row) spatial ones
+            (reader,) = readers
             s.compute_at(st, reader, reader.op.axes[len(out.shape) - 2])
-        if len(spatial) == len(out.shape):  # a partial: rows, then the chunks, then the lanes
+        if len(spatial) == len(out.shape) and st.op.reduce_axes:  # a partial: rows, chunks, lanes
             st.reorder(*spatial[:-1], *st.op.reduce_axes, spatial[-1])
             st.vectorize(spatial[-1])
+        elif len(spatial) == len(out.shape):  # the row's exponentials
+            _, exp_lanes = st.split(spatial[-1], width)
+            st.vectorize(exp_lanes)
     return s
 
 
