@@ -29,13 +29,16 @@ class ScheduleError(AutoschedError, ValueError):
 @dataclass(frozen=True, eq=False)
 class Split:
     """parent = outer * factor + inner; `factor` or `nparts` is fixed, the other derived at lowering.
-    The inner loop runs min(factor, parent's extent) iterations, or with `whole` always `factor`."""
+    The inner loop runs min(factor, parent's extent) iterations, or with `whole` always `factor`.
+    With `shift`, a last tile that would overhang starts earlier instead: parent =
+    min(outer * factor, extent - factor) + inner, recomputing a few points, unguarded."""
     parent: IterVar
     outer: IterVar
     inner: IterVar
     factor: int | None
     nparts: int | None
     whole: bool = False
+    shift: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,15 +147,23 @@ class Stage:
 
     # --- loop structure --------------------------------------------------------------------
     def split(self, iv: IterVar, factor: int | None = None, nparts: int | None = None,
-              whole: bool = False) -> tuple[IterVar, IterVar]:
+              whole: bool = False, shift: bool = False) -> tuple[IterVar, IterVar]:
         """outer, inner with parent = outer · factor + inner. An inner loop longer than what the
         parent has left runs only that, unless `whole` (factor= only): then it keeps `factor`
-        iterations, the surplus guarded, so a loop bound to a warp's lanes keeps all 32."""
+        iterations, the surplus guarded, so a loop bound to a warp's lanes keeps all 32.
+
+        With `shift` (factor= only), a factor that does not divide the axis gives no guarded
+        last tile: that tile moves back to end at the axis's end (Halide's ShiftInwards), so a
+        vector loop stays vector code where a guard would make the C back end run its last tile
+        in scalar. The points it shares with the tile before are computed twice, which only a
+        stage without reductions can afford (each point is written whole, twice the same)."""
         k = self._leaf(iv)
         if (factor is None) == (nparts is None):
             raise self._err("split takes exactly one of factor= or nparts=", iv)
-        if whole and factor is None:
-            raise self._err("a whole split takes factor=", iv)
+        if (whole or shift) and factor is None:
+            raise self._err(f"a {'whole' if whole else 'shifted'} split takes factor=", iv)
+        if shift and (whole or self.op.reduce_axes):
+            raise self._err("a shifted split recomputes points: only a stage without reductions, and not whole", iv)
         n = int(factor if factor is not None else cast(int, nparts))  # exactly one is given (checked above)
         if n < 1:
             raise self._err(f"split {'factor' if factor is not None else 'nparts'} must be >= 1, got {n}", iv)
@@ -160,7 +171,7 @@ class Stage:
         outer = IterVar(Var(iv.name + ".o"), -(-iv.extent // f), iv.kind)
         inner = IterVar(Var(iv.name + ".i"), f, iv.kind)
         self.relations.append(Split(iv, outer, inner, int(factor) if factor is not None else None,
-                                    int(nparts) if nparts is not None else None, whole))
+                                    int(nparts) if nparts is not None else None, whole, shift))
         self.leaf_axes[k:k + 1] = [outer, inner]
         return outer, inner
 

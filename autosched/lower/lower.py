@@ -40,6 +40,7 @@ from autosched.te.expr import (
     Load,
     Reduce,
     Var,
+    binop,
     free_vars,
     substitute,
     transform,
@@ -172,8 +173,12 @@ class _Lowerer:
         guards: list[Expr] = []
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
-                value[id(rel.parent)] = value[id(rel.outer)] * ext[id(rel.inner)] + value[id(rel.inner)]
-                if ext[id(rel.parent)] % ext[id(rel.inner)]:
+                start = value[id(rel.outer)] * ext[id(rel.inner)]
+                overhang = ext[id(rel.parent)] % ext[id(rel.inner)]
+                if overhang and rel.shift:  # the last tile moved back inside the axis
+                    start = binop("min", start, ext[id(rel.parent)] - ext[id(rel.inner)])
+                value[id(rel.parent)] = start + value[id(rel.inner)]
+                if overhang and not rel.shift:
                     guards.append(value[id(rel.parent)] < ext[id(rel.parent)])
             else:
                 fv, k = value[id(rel.fused)], ext[id(rel.inner)]

@@ -222,8 +222,9 @@ def _softmax_rows(x: Tensor, width: int) -> Tensor:
     The sum's association differs from a sequential sum by rounding only. A row that `width`
     does not divide (197 tokens of a ViT) ends in a chunk shifted back to end at the row's end:
     the max reads its overlap twice, which changes nothing, and the sum masks the lanes it has
-    already counted, so every chunk runs as vectors (a guarded partial chunk would run in scalar
-    code, doubling the kernel's time).
+    already counted; the exponentials and quotients shift their last vector back the same way
+    (`Stage.split(shift=True)`). So every chunk runs as vectors (a guarded partial chunk would
+    run in scalar code, with scalar exp, doubling the kernel's time).
     """
     rows, n = x.shape[:-1], x.shape[-1]
 
@@ -277,7 +278,7 @@ def _schedule_softmax_rows(out: Tensor) -> Schedule:
     o = s[out]
     width = out.compute_op.attrs["width"]
     axes = list(o.op.axes)
-    _, lanes = o.split(axes[-1], width)
+    _, lanes = o.split(axes[-1], width, shift=True)
     o.vectorize(lanes)
     tile = o.fuse(*axes[:-1])
     o.parallel(tile)
@@ -296,7 +297,7 @@ def _schedule_softmax_rows(out: Tensor) -> Schedule:
             st.reorder(*spatial[:-1], *st.op.reduce_axes, spatial[-1])
             st.vectorize(spatial[-1])
         elif len(spatial) == len(out.shape):  # the row's exponentials
-            _, exp_lanes = st.split(spatial[-1], width)
+            _, exp_lanes = st.split(spatial[-1], width, shift=True)
             st.vectorize(exp_lanes)
     return s
 
