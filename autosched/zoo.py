@@ -1,5 +1,5 @@
 """Benchmark models built in code: ResNet-18, MobileNetV2, a BERT-base layer, an MLP, and
-beside them SqueezeNet and a ViT-style block.
+beside them SqueezeNet, ResNeXt-style bottlenecks and a ViT-style block.
 
 Tests and benchmarks need real architectures without downloads, so each
 model is written out with onnx.helper in the shape PyTorch exports it
@@ -284,6 +284,25 @@ def mlp(seed: int = 0, batch: int = 64, sizes: Sequence[int] = (784, 1024, 1024,
     return b.model("mlp", [_tensor("input", (batch, sizes[0]))], [_tensor(x, (batch, sizes[-1]))])
 
 
+def resnext_block(seed: int = 0, size: int = 56) -> onnx.ModelProto:
+    """ResNeXt-50 (32×4d)'s first two stages cut short: two bottlenecks of width 128 (32 groups of
+    4 channels) at size², then two of width 256 (groups of 8) at half that, on 64 input channels."""
+    b = _Builder(seed)
+
+    def bottleneck(x: str, name: str, cin: int, width: int, cout: int, stride: int) -> str:
+        y = b.node("Relu", [b.conv_bn(x, f"{name}.conv1", cin, width, 1)], f"{name}/Relu")
+        y = b.node("Relu", [b.conv_bn(y, f"{name}.conv2", width, width, 3, stride=stride, group=32)], f"{name}/Relu_1")
+        y = b.conv_bn(y, f"{name}.conv3", width, cout, 1, gamma=(0.2, 0.4))
+        shortcut = x if cin == cout and stride == 1 else b.conv_bn(x, f"{name}.downsample", cin, cout, 1, stride=stride)
+        return b.node("Relu", [b.node("Add", [y, shortcut], f"{name}/Add")], f"{name}/Relu_2")
+
+    x = "input"
+    for name, cin, width, cout, stride in (("layer1.0", 64, 128, 256, 1), ("layer1.1", 256, 128, 256, 1),
+                                           ("layer2.0", 256, 256, 512, 2), ("layer2.1", 512, 256, 512, 1)):
+        x = bottleneck(x, name, cin, width, cout, stride)
+    return b.model("resnext_block", [_tensor("input", (1, 64, size, size))], [_tensor(x, (1, 512, size // 2, size // 2))])
+
+
 def squeezenet(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx.ModelProto:
     """SqueezeNet 1.1 for 1×3×size×size images, torchvision layout: fire modules whose 1×1 and
     3×3 expand convolutions read the same input (parallel branches for graph substitutions)."""
@@ -325,6 +344,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
 
 #: Models beside the zoo, written only when named: benchmarks' --models, the tests that use them
 OTHERS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "resnext_block": resnext_block,
     "squeezenet": squeezenet,
     "vit_block": vit_block,
 }

@@ -38,12 +38,15 @@ def test_zoo_model_matches_onnxruntime(zoo_dir, tmp_path, name, target):
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
-def test_vit_block_matches_onnxruntime(tmp_path, target):
-    """Tanh GELU (vector tanh), folded LayerNorms and softmax over 197 tokens, built for real."""
-    path = tmp_path / "vit_block.onnx"
-    onnx.save(zoo.vit_block(), path)
+@pytest.mark.parametrize("name, make", [("vit_block", zoo.vit_block), ("resnext_block", lambda: zoo.resnext_block(size=16))])
+def test_models_beside_the_zoo_match_onnxruntime(tmp_path, target, name, make):
+    """The ViT-style block (vector tanh, folded LayerNorms, the patch embedding as a MatMul,
+    softmax over 197 tokens) and ResNeXt-style bottlenecks (grouped convolutions in blocks of
+    whole groups, 4 channels wide and 8), built for real."""
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(make(), path)
     graph = load_onnx(path)
-    model = load_model(build_model(graph, tmp_path / "vit_block.so", target).library)
+    model = load_model(build_model(graph, tmp_path / f"{name}.so", target).library)
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs

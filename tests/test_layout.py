@@ -110,3 +110,40 @@ def test_compiled_planned_model_matches_the_reference(target, tmp_path):
         assert {"ConvNCHWc", "MaxPool", "AveragePool", "Concat", "LayoutTransform"} <= ops
     finally:
         model.close()
+
+
+def _resnext(size=8):
+    """Two grouped bottlenecks: 32 groups of 4 channels (width 128), then of 8 (width 256)."""
+    b = GraphBuilder("resnext")
+    x = b.input("x", (1, 64, size, size))
+    for name, width, cout, stride in (("a", 128, 128, 1), ("b", 256, 256, 2)):
+        y = b.node(Op.RELU, [_conv(b, x, width, k=1, name=f"{name}1")])
+        y = b.node(Op.RELU, [_conv(b, y, width, stride=stride, group=32, name=f"{name}2")])
+        x = b.node(Op.RELU, [_conv(b, y, cout, k=1, name=f"{name}3")])
+    b.output(x)
+    return b.build()
+
+
+@pytest.mark.parametrize("lanes, blocks, transforms", [(8, [8, 4, 8, 8, 8, 8], 2), (16, [16, 4, 16, 16, 8, 16], 3)])
+def test_grouped_convolutions_stay_in_blocks_of_whole_groups(lanes, blocks, transforms):
+    """Each group must be whole blocks: groups of 4 run in blocks of 4, groups of 8 in blocks of
+    8 (16 on AVX-512 would cut them). The ReLU after each keeps its block and the next 1×1
+    convolution reads it as it is, so the only conversions are into a narrower block and the
+    output's."""
+    graph = optimize(_resnext())
+    planned = plan_layout(graph, lanes)
+    convs = [n for n in planned.nodes if n.op is Op.CONV_NCHWC]
+    assert [n.attrs["out_block"] for n in convs] == blocks
+    assert not any(n.op is Op.CONV for n in planned.nodes)
+    assert sum(n.op is Op.LAYOUT_TRANSFORM for n in planned.nodes) == transforms
+    feeds = random_inputs(graph.inputs, 0)
+    want, got = run_graph(graph, feeds), run_graph(planned, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def test_groups_that_cut_through_every_block_stay_plain():
+    b = GraphBuilder()
+    x = b.input("x", (1, 12, 6, 6))
+    b.output(_conv(b, x, 12, group=4, name="g"))  # groups of 3 channels: no block of 4 or more holds them
+    assert not any(n.op is Op.CONV_NCHWC for n in plan_layout(b.build(), 8).nodes)

@@ -59,6 +59,10 @@ TASKS = {
     "blocked_depthwise_stride2": (lambda: blocked_conv_task((1, 16, 11, 10), (16, 1, 3, 3), 8, 8, stride=2, pad=1,
                                                             depthwise=True, bias=True),
                                   "conv2d_nchwc_layout_llvm_depthwise"),
+    "blocked_grouped_residual": (lambda: blocked_conv_task((1, 32, 7, 9), (32, 8, 3, 3), 8, 8, pad=1, groups=4,
+                                                           bias=True, residual=True), "conv2d_nchwc_layout_llvm"),
+    "blocked_grouped_two_blocks_stride2": (lambda: blocked_conv_task((1, 64, 9, 8), (32, 16, 3, 3), 8, 8, stride=2,
+                                                                     pad=1, groups=4), "conv2d_nchwc_layout_llvm"),
     "blocked_depthwise_residual": (lambda: blocked_conv_task((1, 32, 7, 9), (32, 1, 3, 3), 16, 16, pad=1,
                                                              depthwise=True, residual=True),
                                    "conv2d_nchwc_layout_llvm_depthwise"),
@@ -67,7 +71,7 @@ TASKS = {
 DIRECT = direct_values()
 # one task per template variant draws 20 configs in the fast suite; every task does under -m slow
 PRIMARY = ("matmul_relu", "conv3x3_bias_relu", "depthwise_bias", "blocked_conv3x3_residual",
-           "blocked_depthwise_stride2")
+           "blocked_depthwise_stride2", "blocked_grouped_two_blocks_stride2")
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +216,7 @@ def test_fallback_configs_are_in_the_space_and_correct(measure, target):
     """Untuned builds use the conv and matmul templates' fallback configs: each must be a point
     of the task's space, fit the target's registers (accumulators, the weight or B vectors and
     the broadcast input) and compute the right answer for every shape its variant sees;
-    depthwise and grouped convolutions keep the op library's schedule (None)."""
+    depthwise and grouped convolutions in NCHW keep the op library's schedule (None)."""
     inputs = []
     lanes = target.capabilities.lanes(4)
     for name, (make, variant) in TASKS.items():
@@ -231,9 +235,9 @@ def test_fallback_configs_are_in_the_space_and_correct(measure, target):
             rows = config["tile_ow"][1]
         assert vectors * rows + vectors + 1 <= target.capabilities.vector_registers, name
         inputs.append(MeasureInput(task, target, config))
-    assert len(inputs) == 14
+    assert len(inputs) == 16
     results = measure(inputs)
-    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 14, [r.error_msg for r in results]
+    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 16, [r.error_msg for r in results]
 
 
 @pytest.mark.parametrize("make", [TASKS["dense_bias"][0], lambda: matmul_task((64, 96), (96, 80))],

@@ -1,4 +1,4 @@
-"""2-D convolution computed in the blocked NCHW[x]c layout, for groups == 1.
+"""2-D convolution computed in the blocked NCHW[x]c layout: dense, depthwise, or grouped by whole blocks.
 
 The output channels are cut into blocks of `oc_bn` and the block is the innermost axis of the
 result (N, OC/oc_bn, OH, OW, oc_bn): a vector of output channels is then contiguous in the
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autosched import te
-from autosched.graph.layout import blocked_shape, plain_shape
+from autosched.graph.layout import blocked_groups, blocked_shape, plain_shape
 from autosched.ops.conv import conv_geometry
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue, bias_add
 from autosched.ops.transform import PAD_TAG
@@ -47,24 +47,25 @@ def pack_data(x: Tensor, ic_bn: int) -> Tensor:
 
 
 def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                   dilation: int | Sequence[int] = 1, *, in_block: int, out_block: int, depthwise: bool = False,
+                   dilation: int | Sequence[int] = 1, *, in_block: int, out_block: int, groups: int = 1,
                    name: str = "conv2d") -> Tensor:
     """The convolution's blocked stage (tag "conv2d_nchwc"): [N, OC/out_block, OH, OW, out_block].
 
     x is NCHW[in_block]c, or plain NCHW with `in_block` 0 (each element broadcast as it is).
     A depthwise convolution (one filter per channel) reads x in blocks of `out_block` and
-    multiplies a vector of channels by a vector of their filters' taps.
+    multiplies a vector of channels by a vector of their filters' taps. A grouped one whose
+    groups are whole blocks (ResNeXt's 32 groups of 8 or more channels on 8-float vectors) is a
+    dense one whose reduction runs over its own group's input blocks only.
     """
     n, c = x.shape[0], x.shape[1] * (in_block or 1)
     oc, icg, kh_, kw_ = w.shape
     if out_block < 1 or oc % out_block:
         raise ValueError(f"{name}: output channel block {out_block} does not divide {oc} channels")
-    if depthwise and (icg != 1 or oc != c or in_block != out_block):
-        raise ValueError(f"{name}: a depthwise convolution needs one filter per channel and equal blocks in and "
-                         f"out; got weights {list(w.shape)} for {c} channels, blocks {in_block} and {out_block}")
-    if not depthwise and icg != c:
-        raise ValueError(f"{name}: {c} input channels but weights {list(w.shape)} (grouped convolutions other "
-                         "than depthwise are not blocked)")
+    kind = blocked_groups(c, oc, groups, in_block, out_block)
+    if kind is None or icg * groups != c:
+        raise ValueError(f"{name}: {groups} groups of weights {list(w.shape)} on {c} channels do not run in blocks "
+                         f"of {in_block} in and {out_block} out (a group is one channel, or whole blocks)")
+    depthwise = kind == "depthwise"
     (sh, sw), (dh, dw), pads, (oh_, ow_), xp = conv_geometry(x, w, stride, padding, dilation, name)
     kh, kw = te.reduce_axis(kh_, "kh"), te.reduce_axis(kw_, "kw")
     if depthwise:
@@ -79,16 +80,25 @@ def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, paddin
 
         def body(b, o, y, z, ob):
             return te.sum(xp[b, icr, y * sh + kh * dh, z * sw + kw * dw] * wp[o, icr, kh, kw, ob], [icr, kh, kw])
-    else:
+    elif kind == "dense":
         wp = pack_weights(w, out_block, in_block)
         icc, icb = te.reduce_axis(c // in_block, "icc"), te.reduce_axis(in_block, "icb")
 
         def body(b, o, y, z, ob):
             return te.sum(xp[b, icc, y * sh + kh * dh, z * sw + kw * dw, icb] * wp[o, icc, kh, kw, icb, ob],
                           [icc, kh, kw, icb])
+    else:
+        wp = pack_weights(w, out_block, in_block)
+        icc, icb = te.reduce_axis(icg // in_block, "icc"), te.reduce_axis(in_block, "icb")
+        blocks_out, blocks_in = oc // groups // out_block, icg // in_block  # per group
+
+        def body(b, o, y, z, ob):
+            first = o // blocks_out * blocks_in  # the group's first input block
+            return te.sum(xp[b, first + icc, y * sh + kh * dh, z * sw + kw * dw, icb] * wp[o, icc, kh, kw, icb, ob],
+                          [icc, kh, kw, icb])
 
     attrs = {"stride": (sh, sw), "padding": pads, "dilation": (dh, dw), "oc_bn": out_block,
-             "ic_bn": in_block or None, "depthwise": depthwise}
+             "ic_bn": in_block or None, "depthwise": depthwise, "groups": groups}
     return te.compute((n, oc // out_block, oh_, ow_, out_block), body, name=f"{name}_nchwc",
                       tag=CONV2D_NCHWC_TAG, attrs=attrs)
 

@@ -35,10 +35,9 @@ def _conv_compute(args: ComputeArgs) -> list[Tensor]:
     at = args.attrs
     p = at.get("pads", (0, 0, 0, 0))
     x, w = args.inputs[0], args.inputs[1]
-    depthwise = at.get("group", 1) != 1
     y = conv_blocked.conv2d_blocked(x, w, at.get("strides", (1, 1)), (p[0], p[1], p[2], p[3]),
                                     at.get("dilations", (1, 1)), in_block=at["in_block"],
-                                    out_block=at["out_block"], depthwise=depthwise)
+                                    out_block=at["out_block"], groups=at.get("group", 1))
     pre = (conv_blocked.blocked_bias(args.inputs[2], at["out_block"]),) if len(args.inputs) > 2 else ()
     return [apply_epilogue(y, pre + args.epilogues)]
 

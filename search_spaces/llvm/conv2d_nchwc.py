@@ -4,7 +4,8 @@ The task's layout is fixed by the graph (input in blocks of `in_block`, or plain
 blocks of `out_block`), so no knob packs or unpacks activations: what is tuned is the register
 tile and the loops around it.
 
-- dense (groups == 1): each register tile is tile_oc blocks of output channels × tile_oh rows
+- dense (groups == 1, or groups of whole blocks, whose reduction runs over their own input
+  blocks only): each register tile is tile_oc blocks of output channels × tile_oh rows
   × tile_ow columns, one vector per (block, pixel); each reduction step broadcasts one input
   element against tile_oc vectors of weights. Knobs: the tile, the reduction order (input
   channel blocks, window, channels within a block), kw unrolled or not, the order of the tile
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autosched.graph.layout import plain_shape
+from autosched.graph.layout import blocked_groups, plain_shape
 from autosched.ops import conv_nchwc
 from autosched.ops.epilogue import apply_epilogue
 from autosched.schedule import Schedule, Stage, create_schedule
@@ -56,6 +57,7 @@ class BlockedConvDims:
     ow: int
     in_block: int
     out_block: int
+    groups: int  # 1, the channels (depthwise), or groups of whole blocks (`blocked_groups`)
     depthwise: bool
     stride: tuple[int, int]
     pads: tuple[int, int, int, int]
@@ -70,7 +72,9 @@ def blocked_conv_dims(task: Task) -> BlockedConvDims:
     c = plain_shape(task.shapes[0], in_block)[1]
     oc, _, kh, kw = task.shapes[1]
     _, _, oh, ow, _ = task.out_shapes[0]
-    return BlockedConvDims(c, oc, kh, kw, oh, ow, in_block, out_block, attrs.get("group", 1) != 1,
+    groups = attrs.get("group", 1)
+    return BlockedConvDims(c, oc, kh, kw, oh, ow, in_block, out_block, groups,
+                           blocked_groups(c, oc, groups, in_block, out_block) == "depthwise",
                            tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("pads", (0, 0, 0, 0))),
                            tuple(attrs.get("dilations", (1, 1))))
 
@@ -141,7 +145,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         tt = task_tensors(task)
         x, w = tt.anchor[0], tt.anchor[1]
         y = conv_nchwc.conv2d_blocked(x, w, d.stride, d.pads, d.dilation, in_block=d.in_block,
-                                      out_block=d.out_block, depthwise=d.depthwise)
+                                      out_block=d.out_block, groups=d.groups)
         pre = (conv_nchwc.blocked_bias(tt.anchor[2], d.out_block),) if len(tt.anchor) > 2 else ()
         out = apply_epilogue(y, pre + tuple(tt.epilogue))
         s = create_schedule(out)
@@ -177,7 +181,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
 
 def _winograd(d: BlockedConvDims) -> bool:
     """Winograd needs the input in blocks too (`conv2d_winograd_nchwc`)."""
-    return not d.depthwise and bool(d.in_block) and winograd.eligible((d.kh, d.kw), d.stride, d.dilation, 1)
+    return bool(d.in_block) and winograd.eligible((d.kh, d.kw), d.stride, d.dilation, d.groups)
 
 
 def _tile_blocked_output(s: Schedule, out: Tensor, acc: Stage, config: Config, tile_oc: int) -> None:

@@ -23,9 +23,12 @@ from typing import Any
 import numpy as np
 
 from autosched.graph.ir import Graph, Node, Op, Value
-from autosched.graph.layout import blocked_shape, to_blocked
+from autosched.graph.layout import blocked_groups, blocked_shape, to_blocked
 from autosched.opset.record import OpKind
 from autosched.opset.registry import kind_of
+
+#: the narrowest block a grouped convolution is blocked in (a vector of 4 floats: SSE's, NEON's)
+MIN_GROUP_BLOCK = 4
 
 
 def channel_block(channels: int, lanes: int) -> int:
@@ -35,8 +38,9 @@ def channel_block(channels: int, lanes: int) -> int:
 
 
 def plan_layout(graph: Graph, lanes: int) -> Graph:
-    """`graph` with its 2-D convolutions (dense and depthwise, float32) and the ops between
-    them in blocks of `lanes` (or `lanes/2`) channels."""
+    """`graph` with its 2-D convolutions (dense, depthwise, and grouped by whole blocks; float32)
+    and the ops between them in blocks of `lanes` (or `lanes/2`; a grouped one down to
+    `MIN_GROUP_BLOCK`) channels."""
     return _Planner(graph, lanes).run()
 
 
@@ -119,12 +123,17 @@ class _Planner:
             return False
         c, oc, group = x.shape[1], w.shape[0], node.attrs.get("group", 1)
         out_block = channel_block(oc, self.lanes)
+        if group > 1 and blocked_groups(c, oc, group, out_block, out_block) != "depthwise":
+            # groups of whole blocks, in narrower vectors if need be (ResNeXt's groups of 4
+            # channels in blocks of 4 on AVX2), rather than plain NCHW between two conversions
+            out_block = next((b for b in (self.lanes, self.lanes // 2, self.lanes // 4)
+                              if b >= MIN_GROUP_BLOCK and blocked_groups(c, oc, group, b, b)), 0)
         if not out_block:
             return False
         if group == 1:
             in_block = self._block_of(x.name)  # blocked input read as it is; a plain one too
             source = self.blocked[x.name][0] if in_block else self._plain(x.name)
-        elif group == c == oc and w.shape[1] == 1:  # depthwise: channel blocks stay aligned in and out
+        elif blocked_groups(c, oc, group, out_block, out_block):  # channel blocks stay aligned in and out
             in_block = out_block
             source = self._in_block(x.name, in_block)
         else:
@@ -142,7 +151,9 @@ class _Planner:
         out = self.values[node.outputs[0]]
         if len(out.shape) != 4 or not any(n in self.blocked for n in node.inputs):
             return False
-        block = channel_block(out.shape[1], self.lanes)
+        # the block an operand already has (a grouped convolution's narrow one), else the usual
+        block = next((self.blocked[n][1] for n in node.inputs if n in self.blocked
+                      and out.shape[1] % self.blocked[n][1] == 0), channel_block(out.shape[1], self.lanes))
         if not block:
             return False
         inputs = []
