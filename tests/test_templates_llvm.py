@@ -21,6 +21,7 @@ from task_helpers import (
 )
 
 from autosched.backend import renderer_for
+from autosched.compile.kernel import source
 from autosched.lower import lower
 from autosched.measure import ErrorKind, MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
@@ -296,3 +297,20 @@ def test_matmul_candidates_are_timed_with_their_weights_packed_ahead(tmp_path):
     results = measure_with(LocalBuilder(n_parallel=1, cache_dir=tmp_path), LocalRunner(RunnerOptions(repeat=1)))(
         [MeasureInput(dense, TARGET, config)])
     assert results[0].error_kind is ErrorKind.NO_ERROR, results[0].error_msg
+
+
+@pytest.mark.parametrize("tile_ow, blocks_innermost", [((8, 7), True), ((14, 4), False)])
+def test_register_tiles_that_would_spill_put_the_output_blocks_innermost(tile_ow, blocks_innermost):
+    """A 2 x 7 tile with its output blocks outermost needs 14 accumulators and 7 live broadcasts
+    on AVX2's 16 registers, and spilled; with the blocks innermost each broadcast dies at once.
+    A 2 x 4 tile fits either way and keeps the blocks outermost (faster for ResNet-18's)."""
+    task = blocked_conv_task((1, 32, 6, 56), (32, 32, 1, 1), 8, 8)
+    template = get_template(task.op, "llvm")
+    space = template.space(task, AVX2)
+    fallback = template.fallback(task, AVX2)
+    config = space.from_values({**{k.name: fallback[k.name] for k in space.knobs}, "tile_oc": 2, "tile_ow": tile_ow,
+                                "outer_order": ("oh", "ow", "oc")})
+    code = source(*template.apply(task, config, AVX2), "k", AVX2)
+    reduction = code[code.index("for (int32_t icb"):]
+    pixels, blocks = (reduction.index(f"for (int32_t {v} = 0") for v in ("z", "o"))
+    assert (pixels < blocks) == blocks_innermost
