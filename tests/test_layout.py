@@ -147,3 +147,11 @@ def test_groups_that_cut_through_every_block_stay_plain():
     x = b.input("x", (1, 12, 6, 6))
     b.output(_conv(b, x, 12, group=4, name="g"))  # groups of 3 channels: no block of 4 or more holds them
     assert not any(n.op is Op.CONV_NCHWC for n in plan_layout(b.build(), 8).nodes)
+
+
+def test_a_depthwise_convolution_keeps_the_usual_blocks_or_none():
+    """The narrow blocks are for groups of several channels: a depthwise convolution on 12
+    channels (no block of 8 or 16 divides them) stays plain, as it did."""
+    b = GraphBuilder()
+    b.output(_conv(b, b.input("x", (1, 12, 6, 6)), 12, group=12, name="dw"))
+    assert not any(n.op is Op.CONV_NCHWC for n in plan_layout(b.build(), 16).nodes)

@@ -123,7 +123,7 @@ class _Planner:
             return False
         c, oc, group = x.shape[1], w.shape[0], node.attrs.get("group", 1)
         out_block = channel_block(oc, self.lanes)
-        if group > 1 and blocked_groups(c, oc, group, out_block, out_block) != "depthwise":
+        if group > 1 and c // group > 1:
             # groups of whole blocks, in narrower vectors if need be (ResNeXt's groups of 4
             # channels in blocks of 4 on AVX2), rather than plain NCHW between two conversions
             out_block = next((b for b in (self.lanes, self.lanes // 2, self.lanes // 4)
