@@ -14,13 +14,25 @@ ROOT = Path(__file__).resolve().parent.parent
 def start_tune(model, db, trials, mark, *extra):
     """`autosched tune` in its own process group (as a shell runs it), its processes marked; without
     the model check (these tests are about claims, signals and the database, not the model)."""
-    env = {**os.environ, "AUTOSCHED_TEST_MARK": mark, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "AUTOSCHED_TEST_MARK": mark, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "autosched.cli", "tune", str(model), "--db", str(db),
                              "--trials", str(trials), "--round", "4", "--tuner", "random", "--no-model-check", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True, preexec_fn=_as_in_a_terminal)
     STARTED.append(proc)
     return proc
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """`proc.communicate(timeout)` for a tuner `start_tune` started; one that hangs is aborted, and
+    the failure shows where each of its threads was (faulthandler's dump on SIGABRT)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate()
+        raise AssertionError(f"the tuner did not exit within {timeout:.0f} s; its threads were at:\n{err}\n"
+                             f"its output:\n{out}") from None
 
 
 #: tuners the running test started: a test that fails before they exit must not leave them running

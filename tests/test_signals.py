@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from process_helpers import ROOT, marked, records, start_tune, wait_for
+from process_helpers import ROOT, finish, marked, records, start_tune, wait_for
 
 from autosched.cli.app import terminate_as_interrupt
 
@@ -30,7 +30,7 @@ def test_sigterm_is_handled_like_ctrl_c_and_leaves_no_temporary_directory(small_
     wait_for(lambda: records(db) >= 2 and len(marked(mark)) > 1 or proc.poll() is not None)
     assert ours(tmp)  # the measuring worker's data directory at least
     proc.send_signal(signal.SIGTERM)  # `kill PID`: the tuner alone, not its process group
-    _, err = proc.communicate(timeout=120)
+    _, err = finish(proc, 120)
     assert proc.returncode == 128 + signal.SIGTERM, err
     [line] = err.splitlines()
     kept = records(db)

@@ -6,7 +6,7 @@ import sqlite3
 import uuid
 
 import pytest
-from process_helpers import marked, records, start_tune, wait_for
+from process_helpers import finish, marked, records, start_tune, wait_for
 
 import autosched
 from autosched.database import Database, best
@@ -25,7 +25,7 @@ def test_ctrl_c_keeps_what_was_measured_says_how_to_resume_and_leaves_no_process
     proc = start_tune(small_model, db, 400, mark)
     wait_for(lambda: records(db) >= after and len(marked(mark)) > 1 or proc.poll() is not None)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
-    out, err = proc.communicate(timeout=120)
+    out, err = finish(proc, 120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     [line] = err.splitlines()
@@ -49,7 +49,7 @@ def test_kill_9_leaves_no_process_and_a_resumed_tune_loses_nothing_and_repeats_n
     wait_for(lambda: not marked(mark))  # every child died with its tuner
     kept = measured(db)
     again = start_tune(small_model, db, 8, uuid.uuid4().hex)
-    out, err = again.communicate(timeout=300)
+    out, err = finish(again, 300)
     assert again.returncode == 0, err
     assert f"resuming from {len(kept)} records" in out
     after = measured(db)
