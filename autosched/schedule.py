@@ -77,6 +77,15 @@ class MmaTile:
         return (self.k, self.rows, self.cols)
 
 
+@dataclass(frozen=True, eq=False)
+class PrefetchAhead:
+    """See `Stage.prefetch`."""
+    tensor: Tensor
+    at: IterVar
+    axis: IterVar
+    shift: int
+
+
 class Attach(enum.Enum):
     """Where a stage is computed, other than at a loop of another stage (`ComputeAt`)."""
 
@@ -106,6 +115,7 @@ class Stage:
     pipeline_stages: int = 0  # copies of a shared tile filled ahead by asynchronous copies (see `pipelined`)
     storage_pad: int = 0  # elements added to the innermost dimension of the stage's buffer (see `pad_storage`)
     mma: MmaTile | None = None  # the innermost loops as a tensor-core instruction (see `tensorize`)
+    prefetches: list = field(default_factory=list)  # PrefetchAhead, in order (see `prefetch`)
 
     def __post_init__(self):
         self.leaf_axes = list(self.op.axes) + list(self.op.reduce_axes)
@@ -273,6 +283,17 @@ class Stage:
         if elements < 0:
             raise self._err(f"padding cannot be negative, got {elements}")
         self.storage_pad = elements
+
+    def prefetch(self, tensor: Tensor, at: IterVar, axis: IterVar, shift: int) -> None:
+        """At the start of each iteration of the leaf loop `at`, ask the caches for the lines of
+        `tensor` that the loops inside `at` read, as they would read them `shift` points further
+        along this stage's axis `axis`: the next tile's input, on its way while this tile
+        computes. For an input read from many places at once (a 1x1 convolution's channel
+        blocks, each its own plane), too many streams for the hardware prefetchers to follow."""
+        self._leaf(at)
+        if not any(axis is a for a in self.op.axes):
+            raise self._err("prefetches shift a spatial axis of the computation", axis)
+        self.prefetches.append(PrefetchAhead(tensor, at, axis, shift))
 
     def tensorize(self, tile: MmaTile) -> None:
         """Run the innermost loops `tile.loops` (the last three leaves, in that order) as one

@@ -64,6 +64,9 @@ TASKS = {
                                                            bias=True, residual=True), "conv2d_nchwc_layout_llvm"),
     "blocked_grouped_two_blocks_stride2": (lambda: blocked_conv_task((1, 64, 9, 8), (32, 16, 3, 3), 8, 8, stride=2,
                                                                      pad=1, groups=4), "conv2d_nchwc_layout_llvm"),
+    # 32 input blocks of 1 MiB in all: tiles of one row prefetch the next tile's pixels
+    "blocked_conv1x1_prefetched": (lambda: blocked_conv_task((1, 256, 32, 32), (16, 256, 1, 1), 8, 8, bias=True),
+                                   "conv2d_nchwc_layout_llvm"),
     "blocked_depthwise_residual": (lambda: blocked_conv_task((1, 32, 7, 9), (32, 1, 3, 3), 16, 16, pad=1,
                                                              depthwise=True, residual=True),
                                    "conv2d_nchwc_layout_llvm_depthwise"),
@@ -236,9 +239,9 @@ def test_fallback_configs_are_in_the_space_and_correct(measure, target):
             rows = config["tile_ow"][1]
         assert vectors * rows + vectors + 1 <= target.capabilities.vector_registers, name
         inputs.append(MeasureInput(task, target, config))
-    assert len(inputs) == 16
+    assert len(inputs) == 17
     results = measure(inputs)
-    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 16, [r.error_msg for r in results]
+    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 17, [r.error_msg for r in results]
 
 
 @pytest.mark.parametrize("make", [TASKS["dense_bias"][0], lambda: matmul_task((64, 96), (96, 80))],

@@ -27,7 +27,19 @@ from autosched.codegen.cstyle import (
 )
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
-from autosched.lower.ir import Allocate, Barrier, For, ForKind, IfThenElse, PrimFunc, Seq, Stmt, Store, walk_stmts
+from autosched.lower.ir import (
+    Allocate,
+    Barrier,
+    For,
+    ForKind,
+    IfThenElse,
+    Prefetch,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    walk_stmts,
+)
 from autosched.te.expr import (
     INT_DTYPES,
     BinOp,
@@ -100,6 +112,11 @@ class CRenderer(CStyleRenderer):
                 raise CodegenError(f"{func.name}: barriers need GPU threads; the C back end has none")
 
     # --- statements -------------------------------------------------------------------------------
+    def _stmt(self, s: Stmt, d: int) -> str:
+        if isinstance(s, Prefetch):  # for reading, into every cache level (gcc's defaults)
+            return f"{'  ' * d}__builtin_prefetch(&{self._name(s.buffer)}[{self._expr(s.index)}]);\n"
+        return super()._stmt(s, d)
+
     def _allocate(self, s: Allocate, d: int) -> str:
         pad, b = "  " * d, s.buffer
         t, name = C_TYPES[b.dtype], self._name(b)

@@ -95,6 +95,15 @@ class Barrier(Stmt):
 
 
 @dataclass(eq=False, repr=False)
+class Prefetch(Stmt):
+    """A hint that `buffer[index]` will be read soon: its cache line is fetched now, without
+    waiting for it. It never faults, so `index` may point past the buffer (the tile after the
+    last one); a back end without prefetches may drop it."""
+    buffer: Buffer
+    index: Expr
+
+
+@dataclass(eq=False, repr=False)
 class AsyncCopy(Store):
     """A store from global into shared memory that completes asynchronously (CUDA `cp.async`):
     the value is a global Load, or `Select(cond, Load, 0)` (zero-filled where `cond` is false);

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import cast
 
+import numpy as np
+
 from autosched.lower import arith
 from autosched.lower.ir import (
     Allocate,
@@ -24,6 +26,7 @@ from autosched.lower.ir import (
     ForKind,
     IfThenElse,
     Let,
+    Prefetch,
     PrimFunc,
     Seq,
     Stmt,
@@ -54,6 +57,12 @@ Lets = dict[int, list[tuple[Var, Expr]]]
 #: id of a leaf loop -> what encloses it: the buffers allocated around it and the statements run
 #: before it (a pipeline's prologue)
 Around = dict[int, tuple[list[Buffer], Stmt]]
+
+
+#: bytes of a cache line, on every CPU a target names
+CACHE_LINE_BYTES = 64
+#: prefetches one loop iteration may issue (`Stage.prefetch`): more are a wrong loop, not a hint
+MAX_PREFETCH_LINES = 16
 
 
 def lower(sched: Schedule, args: Sequence[Tensor], name: str = "kernel") -> PrimFunc:
@@ -143,6 +152,8 @@ class _Lowerer:
         guards += region_guards
         body_te = self._expand_inline(substitute(_body_source(st.op), absolute))
         pre, around = self._attached_stages(st, body_te, lets)
+        for at, fetches in self._prefetches(st, absolute, lets).items():
+            pre[at] = seq(fetches, pre.get(at))
         idx = self._offset(st, self._flat([value[id(a)] for a in st.op.axes], list(self.buffers[id(st)].shape)))
         store = self._store(st, idx, body_te)
         guards = self._live_guards(st, store, guards, lets)
@@ -225,6 +236,40 @@ class _Lowerer:
                 plain = [n for a, n in zip(stages, nests) if not a.pipeline_stages]
                 pre[id(iv)] = seq(*plain, self._pipeline(st, iv, piped, around) if piped else None)
         return pre, around
+
+    def _prefetches(self, st: Stage, absolute: dict, lets: Lets) -> dict[int, Stmt]:
+        """id of a leaf loop -> the prefetches each iteration of it starts with (`Stage.prefetch`):
+        one per cache line of what the loops inside it read, at the shifted point. Where the
+        loops inside start on the line is not known, so the last element gets a prefetch too."""
+        out: dict[int, Stmt] = {}
+        leaves = st.leaf_axes
+        for p in st.prefetches:
+            k = next(i for i, iv in enumerate(leaves) if iv is p.at)
+            inner = {v: self.ranges[v] for iv in leaves[k + 1:]
+                     for v in [iv.var] + [x for x, _ in lets.get(id(iv), [])]}
+            body = self._expand_inline(substitute(_body_source(st.op), {**absolute, p.axis.var:
+                                                                        absolute[p.axis.var] + p.shift}))
+            reads = {id(x): x for x in walk(body) if isinstance(x, Load) and x.source is p.tensor}
+            if not reads:
+                raise ScheduleError(f"stage {st.name}: a prefetch of {p.tensor.name}, which it does not read")
+            fetches: dict[str, Stmt] = {}
+            for load in reads.values():
+                flat = cast(Load, self._resolve(load))
+                index = flat.indices[0]
+                base = arith.simplify(substitute(index, {v: Const(0, v.dtype) for v in inner}), self.ranges)
+                offsets = _line_offsets(arith.linear(arith.simplify(index - base, self.ranges)), inner,
+                                        CACHE_LINE_BYTES // np.dtype(flat.dtype).itemsize)
+                if offsets is None:
+                    raise ScheduleError(f"stage {st.name}: the loops inside {p.at.name} read {p.tensor.name} "
+                                        "where a prefetch cannot follow (not a sum of their steps)")
+                if len(offsets) > MAX_PREFETCH_LINES:
+                    raise ScheduleError(f"stage {st.name}: the loops inside {p.at.name} read {len(offsets)} cache "
+                                        f"lines of {p.tensor.name}; a prefetch takes at most {MAX_PREFETCH_LINES}")
+                for q in offsets:
+                    at = arith.simplify(base + q, self.ranges)
+                    fetches.setdefault(repr(at), Prefetch(flat.source, at))
+            out[id(p.at)] = seq(out.get(id(p.at)), *fetches.values())
+        return out
 
     def _pipeline(self, st: Stage, iv: IterVar, piped: list, around: Around) -> Stmt:
         """The copies of `piped` (stage, Allocate of its nest) run `stages` - 1 iterations of loop
@@ -456,6 +501,32 @@ class _Lowerer:
         return arith.simplify(flat, self.ranges)
 
 
+def _line_offsets(offset: arith.Linear, inner: dict, per_line: int) -> list[int] | None:
+    """Offsets from the base that touch every cache line of `per_line` elements the loops
+    `inner` (var -> range) read, wherever the base falls on a line; None unless the offset is a
+    sum of non-negative steps of those loops. Steps that continue a contiguous run lengthen it;
+    a larger step starts runs of its own, and runs less than a line apart merge: each merged
+    run gets a prefetch per line and one at its end."""
+    steps = []
+    for coeff, atom in offset.terms.values():
+        if not isinstance(atom, Var) or atom not in inner or coeff < 0:
+            return None
+        steps.append((coeff, inner[atom][1]))
+    run, starts = 0, [offset.const]
+    for coeff, hi in sorted(steps, key=lambda t: t[0]):
+        if coeff <= run + 1:
+            run += coeff * hi
+        else:
+            starts = [s + coeff * k for s in starts for k in range(hi + 1)]
+    merged: list[list[int]] = []
+    for start in sorted(set(starts)):
+        if merged and start - merged[-1][1] < per_line:
+            merged[-1][1] = start + run
+        else:
+            merged.append([start, start + run])
+    return sorted({q for lo, hi in merged for q in [*range(lo, hi + 1, per_line), hi]})
+
+
 def _body_source(op: ComputeOp) -> Expr:
     return op.body.source if isinstance(op.body, Reduce) else op.body
 
@@ -526,6 +597,8 @@ def _subst_stmt(s: Stmt, m: dict) -> Stmt:
         return For(s.var, s.extent, s.kind, _subst_stmt(s.body, m), s.thread, s.pragmas)
     if isinstance(s, Store):  # an AsyncCopy stays one
         return type(s)(s.buffer, ex(s.index), ex(s.value))
+    if isinstance(s, Prefetch):
+        return Prefetch(s.buffer, ex(s.index))
     if isinstance(s, WarpMma):
         return WarpMma(s.shape, s.precision, tuple(ex(x) for x in s.a), tuple(ex(x) for x in s.b), s.acc,
                        tuple(ex(x) for x in s.c), None if s.a_rows is None else ex(s.a_rows))

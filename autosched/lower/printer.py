@@ -10,6 +10,7 @@ from autosched.lower.ir import (
     ForKind,
     IfThenElse,
     Let,
+    Prefetch,
     Seq,
     Stmt,
     Store,
@@ -40,6 +41,8 @@ def stmt_str(s: Stmt, depth: int = 0) -> str:
         return "".join(stmt_str(x, depth) for x in s.stmts)
     if isinstance(s, Barrier):
         return f"{pad}barrier({s.scope})\n"
+    if isinstance(s, Prefetch):
+        return f"{pad}prefetch {s.buffer.name}[{expr_str(s.index)}]\n"
     if isinstance(s, AsyncWait):
         return f"{pad}async_wait(pending={s.pending})\n"
     if isinstance(s, WarpMma):
