@@ -140,6 +140,22 @@ def test_cli_check_and_bench(zoo_dir, capsys):
     assert "ratio" in capsys.readouterr().out
 
 
+def test_bench_shows_the_slowest_kernels_beside_onnxruntimes_nodes(zoo_dir, tmp_path, monkeypatch, capsys):
+    """The MLP's three Gemm kernels against onnxruntime's nodes; onnxruntime's profile goes to
+    the command's temporary directory and leaves with it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", str(zoo_dir / "mlp.onnx"), "--runs", "3", "--threads", "1", "--kernels", "2"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("slowest kernels")[1].splitlines()[2:]
+    assert len(table) == 3 and all("|" in row for row in table)
+    ours = [float(row.split("|")[0].split()[-1]) for row in table]
+    assert ours[0] >= ours[1] > 0 and table[2].lstrip().startswith("all 3 kernels")
+    assert ours[2] >= ours[0] + ours[1]
+    assert list(tmp_path.iterdir()) == []
+    assert main(["bench", str(zoo_dir / "mlp.onnx"), "--kernels", "-1"]) == 2
+    assert "--kernels takes how many" in capsys.readouterr().err
+
+
 def test_check_fails_beyond_tolerance(zoo_dir, capsys):
     assert main(["check", str(zoo_dir / "mlp.onnx"), "--rtol", "0", "--atol", "0"]) == 1
     assert "MISMATCH" in capsys.readouterr().out

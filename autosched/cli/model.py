@@ -11,7 +11,7 @@ import numpy as np
 from autosched.api import build, open_database, prepare_graph
 from autosched.cli.args import add_build_db_arguments, add_db_argument, add_model_arguments, parse_shape
 from autosched.cli.report import write_report
-from autosched.compile.evaluate import compare, latency, onnxruntime_session, sample_inputs
+from autosched.compile.evaluate import KernelTime, compare, kernel_times, latency, onnxruntime_session, sample_inputs
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
@@ -180,18 +180,45 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     add_build_db_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="threads for both (default: all cores)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs of each, alternating")
+    parser.add_argument("--kernels", type=int, default=0, metavar="N",
+                        help="then time each kernel of the build and each node of onnxruntime, alternated, "
+                             "and show the N slowest of each beside each other (0: none, the default)")
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.kernels < 0:
+        raise AutoschedError(f"--kernels takes how many kernels to show (0 or more), not {args.kernels}")
     with temp_dir("bench") as tmp:
         graph, model, session = _built(args, tmp)
-        lat = latency(model, session, sample_inputs(graph, 0), runs=args.runs)
+        feeds = sample_inputs(graph, 0)
+        lat = latency(model, session, feeds, runs=args.runs)
+        threads = args.threads or os.cpu_count() or 1
+        kernels = (kernel_times(model, Path(args.model), threads, feeds, args.runs, Path(tmp))
+                   if args.kernels else None)
         model.close()
     print(f"model: {args.model}  threads: {args.threads or os.cpu_count()}  runs: {args.runs}")
     print(f"autosched   {lat.autosched_ms:9.3f} ms (median)")
     print(f"onnxruntime {lat.onnxruntime_ms:9.3f} ms (median)")
     print(f"ratio       {lat.ratio:9.3f} (autosched / onnxruntime; below 1 is faster)")
+    if kernels is not None:
+        _show_kernels(*kernels, args.kernels)
     return 0
+
+
+def _show_kernels(ours: list[KernelTime], theirs: list[KernelTime], n: int) -> None:
+    """Each side's `n` slowest kernels, ranked, and each side's sum (onnxruntime's names its
+    optimized graph's nodes: they do not match ours one to one)."""
+    print("\nslowest kernels (median ms over the runs, the two alternated run by run):")
+    width = 44
+    print(f"  {'autosched':<{width}} {'ms':>7}   | {'onnxruntime':<{width}} {'ms':>7}")
+    for k in range(min(n, max(len(ours), len(theirs)))):
+        left = f"{ours[k].op} {ours[k].name}"[:width] if k < len(ours) else ""
+        right = f"{theirs[k].op} {theirs[k].name}"[:width] if k < len(theirs) else ""
+        a = f"{ours[k].ms:7.3f}" if k < len(ours) else " " * 7
+        b = f"{theirs[k].ms:7.3f}" if k < len(theirs) else ""
+        print(f"  {left:<{width}} {a}   | {right:<{width}} {b}")
+    print(f"  {f'all {len(ours)} kernels':<{width}} {sum(r.ms for r in ours):7.3f}   | "
+          f"{f'all {len(theirs)} nodes':<{width}} {sum(r.ms for r in theirs):7.3f}")
 
 
 def report_arguments(parser: argparse.ArgumentParser) -> None:

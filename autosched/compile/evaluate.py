@@ -7,6 +7,7 @@ neither runs beside the other's spinning thread pool, and medians are compared.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,16 @@ class Latency:
         return self.autosched_ms / self.onnxruntime_ms
 
 
-def onnxruntime_session(model_path: Path, threads: int):
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel of a build, or one node of onnxruntime's optimized graph, and its median time."""
+    op: str
+    name: str
+    ms: float
+
+
+def onnxruntime_session(model_path: Path, threads: int, profile_prefix: Path | None = None):
+    """A CPU session on `threads` threads; with `profile_prefix`, profiling into files that start so."""
     try:
         import onnxruntime as ort
     except ImportError as e:
@@ -47,6 +57,9 @@ def onnxruntime_session(model_path: Path, threads: int):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    if profile_prefix is not None:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = str(profile_prefix)
     try:
         return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
@@ -92,6 +105,33 @@ def latencies(models: Sequence[Model], session, feeds: dict[str, np.ndarray], ru
         runners.append(functools.partial(model.run_into, ins, outs))
     *ours, theirs = alternate([*runners, lambda: session.run(names, feeds)], runs, block, settle_s)
     return [1e3 * float(np.median(t)) for t in ours], 1e3 * float(np.median(theirs))
+
+
+def kernel_times(model: Model, model_path: Path, threads: int, feeds: dict[str, np.ndarray], runs: int,
+                 workdir: Path) -> tuple[list[KernelTime], list[KernelTime]]:
+    """Each kernel call of `model` and each node onnxruntime runs, median milliseconds over `runs`
+    runs, the two alternated run by run (each kernel timed inside its model, in the state the
+    model leaves its inputs); both ranked, slowest first. onnxruntime's nodes are those of its
+    optimized graph (fused and renamed: a Conv with its BatchNormalization is named after the
+    latter), so the two lists are not matched name by name. Its profile goes to `workdir`."""
+    session = onnxruntime_session(model_path, threads, workdir / "onnxruntime")
+    names = [o.name for o in session.get_outputs()]
+    ours: dict[tuple[str, str], list[float]] = {}
+    for _ in range(runs):
+        session.run(names, feeds)
+        for call in model.profile(feeds, runs=1):
+            ours.setdefault((call.op, call.group), []).append(call.seconds)
+    with open(session.end_profiling()) as f:
+        events = json.load(f)
+    theirs: dict[tuple[str, str], list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            theirs.setdefault((e["args"].get("op_name", "?"), e["name"][:-len("_kernel_time")]), []).append(e["dur"] / 1e6)
+
+    def ranked(times: dict[tuple[str, str], list[float]]) -> list[KernelTime]:
+        rows = [KernelTime(op, name, 1e3 * float(np.median(t))) for (op, name), t in times.items()]
+        return sorted(rows, key=lambda r: -r.ms)
+    return ranked(ours), ranked(theirs)
 
 
 def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: int = 10,
