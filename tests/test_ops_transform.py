@@ -1,4 +1,6 @@
-"""Copy kernels against numpy: pad, transpose, reshape, concat, strided slice."""
+"""Copy kernels against numpy: pad, transpose, reshape, concat, strided slice, layout transforms."""
+import re
+
 import numpy as np
 import pytest
 from isa import ISAS
@@ -6,6 +8,8 @@ from ops_helpers import rand, run
 
 from autosched import ops, te
 from autosched.compile.kernel import source
+from autosched.graph.layout import convert
+from autosched.ops import conv_nchwc
 
 
 @pytest.mark.parametrize("shape, widths, value", [
@@ -121,3 +125,35 @@ def test_concat_on_an_outer_axis_picks_whole_vectors(isa):
     y = ops.concat(xs, axis=1)
     code = source(ops.schedule_injective(y, lanes), xs + [y], "cat")
     assert f"? (*(f32x{lanes}*)&x0[" in code and "sel_" not in code
+
+
+@pytest.mark.parametrize("shape, src, dst", [
+    ((1, 64, 7, 9), 0, 16),
+    ((1, 8, 7, 9, 8), 8, 4),
+    ((1, 4, 5, 3, 4), 4, 8),
+    ((2, 8, 7, 9, 8), 8, 0),
+    ((1, 3, 4, 5, 16), 16, 8),
+])
+def test_layout_transform_matches_the_graph_conversion(shape, src, dst, cpu_target):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape)
+    got = run(conv_nchwc.layout_transform(x, src, dst), [x], [data], conv_nchwc.schedule_layout_transform,
+              cpu_target)
+    np.testing.assert_array_equal(got, convert(data, src, dst))
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_layout_transform_rows_step_by_constants(isa):
+    """Blocks of 8 to blocks of 4 channels: the loop along a row indexes both tensors by constant
+    strides, the division and modulo that pick the source block are the row's, outside it."""
+    lanes = ISAS[isa][2]
+    x = te.placeholder((1, 8, 7, 9, 8), name="x")
+    y = conv_nchwc.layout_transform(x, 8, 4)
+    code = source(conv_nchwc.schedule_layout_transform(y, lanes), [x, y], "lt")
+    assert code.count("#pragma omp parallel for") == 1
+    row = re.search(r"for \(int32_t (\w+) = 0; \1 < 9; \+\+\1\) \{\n(.*?)\n\s*\}", code, re.S)
+    assert row, code
+    var, body = row.groups()
+    assert "*(f32x4*)&layout_transform[" in body and f"({var} * 4)" in body and f"({var} * 8)" in body
+    divided = re.findall(r"([\w.]+|\([^()]*\))\s*[/%]", body)
+    assert divided and not any(var in d for d in divided), body

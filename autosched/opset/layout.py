@@ -11,7 +11,6 @@ import numpy as np
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.layout import blocked_shape, convert, plain_shape, to_blocked, to_plain
 from autosched.ops import conv_nchwc as conv_blocked
-from autosched.ops import transform
 from autosched.ops.epilogue import apply_epilogue
 from autosched.opset.conv import conv_reference, conv_shape
 from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, on_output
@@ -59,5 +58,5 @@ RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.CONV_NCHWC, OpKind.ANCHOR, _conv_shape, _conv_reference, _conv_compute,
           on_output(conv_blocked.schedule_conv2d_blocked)),
     OpDef(Op.LAYOUT_TRANSFORM, OpKind.INJECTIVE, _transform_shape, _transform_reference, _transform_compute,
-          on_output(transform.schedule_injective)),
+          on_output(conv_blocked.schedule_layout_transform)),
 )
