@@ -70,7 +70,7 @@ def test_isolated_wins_within_noise_are_built_only_once_the_model_says_they_win_
 
 
 def test_a_config_whose_isolated_time_lies_is_caught_in_the_model_and_kept_out_of_builds(mlp_model, tmp_path):
-    """A 1×8 register tile recorded 100× faster than the default: what a build used to trust.
+    """A 1×(one vector) register tile recorded 100× faster than the default: what a build used to trust.
     Timed in the model, it loses to the default by several times (far above a shared
     machine's noise), gets a verdict, and builds leave it out."""
     target = Target.parse("llvm")
@@ -79,7 +79,7 @@ def test_a_config_whose_isolated_time_lies_is_caught_in_the_model_and_kept_out_o
     task = max(tasks, key=lambda t: t.flops)
     template = get_template(task.op, target.kind)
     slow, default = template.space(task, target).get(0), template.fallback(task, target)
-    assert (slow["mr"], slow["nr"]) == (1, 8) and slow.index != default.index
+    assert (slow["mr"], slow["nr"]) == (1, target.capabilities.lanes(4)) and slow.index != default.index
     db = Database(tmp_path / "t.db")
     db.commit([_record(task, target, default, 1e-4), _record(task, target, slow, 1e-6)])
     before = TunedSchedules(db)

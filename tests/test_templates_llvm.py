@@ -67,6 +67,12 @@ TASKS = {
     # 32 input blocks of 1 MiB in all: tiles of one row prefetch the next tile's pixels
     "blocked_conv1x1_prefetched": (lambda: blocked_conv_task((1, 256, 32, 32), (16, 256, 1, 1), 8, 8, bias=True),
                                    "conv2d_nchwc_layout_llvm"),
+    # 13 columns: tiles of 2 to 8 columns leave a remainder, the last tile shifted back; 5
+    # blocks of 8 channels, narrow on AVX-512, tile several blocks
+    "blocked_conv1x1_13_wide": (lambda: blocked_conv_task((1, 32, 13, 13), (40, 32, 1, 1), 8, 8, bias=True),
+                                "conv2d_nchwc_layout_llvm"),
+    "blocked_conv3x3_13_wide": (lambda: blocked_conv_task((1, 16, 13, 13), (40, 16, 3, 3), 16, 8, pad=1,
+                                                          residual=True), "conv2d_nchwc_layout_llvm"),
     "blocked_depthwise_residual": (lambda: blocked_conv_task((1, 32, 7, 9), (32, 1, 3, 3), 16, 16, pad=1,
                                                              depthwise=True, residual=True),
                                    "conv2d_nchwc_layout_llvm_depthwise"),
@@ -239,9 +245,9 @@ def test_fallback_configs_are_in_the_space_and_correct(measure, target):
             rows = config["tile_ow"][1]
         assert vectors * rows + vectors + 1 <= target.capabilities.vector_registers, name
         inputs.append(MeasureInput(task, target, config))
-    assert len(inputs) == 17
+    assert len(inputs) == 19
     results = measure(inputs)
-    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 17, [r.error_msg for r in results]
+    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 19, [r.error_msg for r in results]
 
 
 @pytest.mark.parametrize("make", [TASKS["dense_bias"][0], lambda: matmul_task((64, 96), (96, 80))],
@@ -317,3 +323,24 @@ def test_register_tiles_that_would_spill_put_the_output_blocks_innermost(tile_ow
     reduction = code[code.index("for (int32_t icb"):]
     pixels, blocks = (reduction.index(f"for (int32_t {v} = 0") for v in ("z", "o"))
     assert (pixels < blocks) == blocks_innermost
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_rows_without_a_small_divisor_tile_with_a_shifted_last_tile(isa):
+    """SqueezeNet's classifier: 1000 channels in 125 blocks of 8, 13 x 13 pixels. With exact
+    divisors only, its tiles were 1 or 13 columns, and the fallback took 1 (11 GFLOP/s on a
+    Xeon); now the last column tile moves back to end at the row's end (a `min` in its start),
+    and on AVX-512 the 8-channel blocks, half a vector each, tile 5 at a time."""
+    target, _, lanes = ISAS[isa]
+    task = blocked_conv_task((1, 512, 13, 13), (1000, 512, 1, 1), 16, 8, bias=True)
+    template = get_template(task.op, "llvm")
+    space = template.space(task, target)
+    widths = {k.name: k for k in space.knobs}["tile_ow"].values
+    assert (3, 5) in widths and (13, 1) in widths
+    fallback = template.fallback(task, target)
+    assert fallback["tile_ow"] == (3, 5) and fallback["tile_oc"] == (5 if lanes == 16 else 1)
+    code = source(*template.apply(task, fallback, target), "k", target)
+    assert "min(" in code
+    # widths with a divisor of 4 to 8 columns keep exact tiles, and the spaces of their records
+    wide = blocked_conv_task((1, 64, 56, 56), (64, 64, 1, 1), 16, 16)
+    assert all(o * i == 56 for o, i in {k.name: k for k in template.space(wide, target).knobs}["tile_ow"].values)

@@ -27,10 +27,10 @@ from autosched.ops import conv_nchwc
 from autosched.ops.transform import PAD_TAG
 from autosched.ops.util import vector_width
 from autosched.schedule import Schedule, Stage, create_schedule
-from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob, SplitKnob
+from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob, SplitKnob, SplitPolicy
 from autosched.target import Target
 from autosched.task import Task
-from autosched.te import Tensor
+from autosched.te import IterVar, Tensor
 from autosched.templates import TemplateError
 from search_spaces.llvm import conv2d_winograd as winograd
 from search_spaces.llvm.common import (
@@ -108,12 +108,39 @@ def conv_knobs(d: ConvOutput) -> list[Knob]:
     the padding is computed, the outer loop order and how many outer loops run in parallel."""
     padded = any(d.pads)
     return [
-        SplitKnob("tile_ow", d.ow, 2, max_innermost=MAX_TILE_OW),
+        SplitKnob("tile_ow", d.ow, 2, SplitPolicy.ANY if shifted_columns(d.ow) else SplitPolicy.FACTORS,
+                  max_innermost=MAX_TILE_OW),
         ChoiceKnob("tile_oh", tuple(v for v in TILE_OH if d.oh % v == 0)),
         ChoiceKnob("pad", ("root", "inline") if padded else ("none",)),
         ReorderKnob("outer_order", OUTER_ORDERS),
         ChoiceKnob("parallel_depth", (1, 2, 3, 4)),
     ]
+
+
+def shifted_columns(ow: int) -> bool:
+    """Whether the column tiles of an output `ow` wide may leave a remainder, the last tile
+    shifted back to end at the row's end (`Stage.split(shift=True)`, the columns it shares with
+    the tile before computed twice). Only for widths whose divisors give no register tile of 4
+    to `MAX_FALLBACK_COLUMNS` columns: SqueezeNet's 13x13 layers could only tile 1 or 13 columns,
+    and its 1x1 512->1000 classifier ran at 11 GFLOP/s (Xeon, 2 threads) with 1 x 1 tiles. Other
+    widths keep exact divisors, and with them the space of their shipped records."""
+    return ow > MAX_FALLBACK_COLUMNS and max(divisors(ow, MAX_FALLBACK_COLUMNS)) < 4
+
+
+def split_columns(stage: Stage, ow: IterVar, columns: int) -> tuple[IterVar, IterVar]:
+    """The column tiles of `conv_knobs`' tile_ow: shifted where they do not divide the row."""
+    return stage.split(ow, columns, shift=ow.extent % columns != 0)
+
+
+def fallback_columns(knob: Knob, target: Target, tile_oc: int = 2) -> tuple[int, int]:
+    """The fallback's tile_ow: as many columns as leave registers for the weight vectors (two,
+    or `tile_oc` where more) and the broadcast input, up to `MAX_FALLBACK_COLUMNS`, in as few
+    tiles as the row allows, and of those the narrowest (shifted tiles then recompute the
+    fewest columns; exact divisors have one width per tile count)."""
+    vectors = max(2, tile_oc)
+    columns = min(MAX_FALLBACK_COLUMNS, (cpu_capabilities(target).vector_registers - 1 - vectors) // vectors)
+    widths = [w for w in knob.values if w[1] <= columns]
+    return min(widths, key=lambda w: (w[0], w[1]))
 
 
 def place_pad(s: Schedule, config: Config) -> None:
@@ -135,7 +162,7 @@ def _tile_output(s: Schedule, out: Tensor, acc: Stage, config: Config, oc_tile: 
     n, oc, oh, ow = o.op.axes
     oco, oci = o.split(oc, oc_tile)
     oho, ohi = o.split(oh, config["tile_oh"])
-    owo, owi = o.split(ow, config["tile_ow"][1])
+    owo, owi = split_columns(o, ow, config["tile_ow"][1])
     tiles = {"oc": oco, "oh": oho, "ow": owo}
     outer = [n] + [tiles[a] for a in config["outer_order"]]
     o.reorder(*outer, oci, ohi, owi)
@@ -217,16 +244,13 @@ class _Blocked:
         convolution does. On ResNet-18's convolutions (AVX-512, 2 threads) this took the
         kernels from 92 ms to 25 ms in all; 608 tuning trials reached 20 ms."""
         knobs = {k.name: k for k in space.knobs}
-        columns = min(MAX_FALLBACK_COLUMNS, (cpu_capabilities(target).vector_registers - 3) // 2)
-        widths = [w for w in knobs["tile_ow"].values if w[1] <= columns]
-        exact = [w for w in widths if w[0] * w[1] == d.ow] or widths
         values = {
             "oc_bn": max([b for b in knobs["oc_bn"].values if b <= 2 * lanes] or knobs["oc_bn"].values[:1]),
             "layout": "nchw" if d.kh == d.kw == 1 else "nchwc",
             "ic_bn": max([b for b in knobs["ic_bn"].values if b <= lanes] or knobs["ic_bn"].values[:1]),
             "reduce_order": REDUCE_ORDERS[0],
             "unroll_kw": False,
-            "tile_ow": max(exact, key=lambda w: w[1]),
+            "tile_ow": fallback_columns(knobs["tile_ow"], target),
             "tile_oh": 1,
             "pad": "inline" if "inline" in knobs["pad"].values else knobs["pad"].values[0],
             "outer_order": OUTER_ORDERS[0],
