@@ -9,7 +9,7 @@ import pytest
 
 from autosched import zoo
 from autosched.cli import main
-from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
+from autosched.compile.evaluate import compare, kernel_times, onnxruntime_session, sample_inputs
 from autosched.compile.model import build_model, group_arguments
 from autosched.frontend.onnx import import_model, load_onnx
 from autosched.graph.passes import fuse, optimize
@@ -154,6 +154,21 @@ def test_bench_shows_the_slowest_kernels_beside_onnxruntimes_nodes(zoo_dir, tmp_
     assert list(tmp_path.iterdir()) == []
     assert main(["bench", str(zoo_dir / "mlp.onnx"), "--kernels", "-1"]) == 2
     assert "--kernels takes how many" in capsys.readouterr().err
+
+
+def test_kernel_times_keep_only_the_runs_after_the_other_runtime_settled(zoo_dir, tmp_path):
+    """Blocks of 2 timed runs, each after untimed ones while the other runtime's threads spin
+    down: of both sides' profiles only the 5 timed runs count, each MLP kernel once per run."""
+    files = build_model(load_onnx(zoo_dir / "mlp.onnx"), tmp_path / "mlp.so")
+    model = load_model(files.library)
+    feeds = {"input": np.ones((64, 784), np.float32)}
+    ours, theirs = kernel_times(model, zoo_dir / "mlp.onnx", 1, feeds, 5, tmp_path, block=2, settle_s=0.05)
+    model.close()
+    assert len(ours) == 3 and {k.calls for k in ours} == {5}
+    assert theirs and {k.calls for k in theirs} == {5}
+    [profile] = tmp_path.glob("onnxruntime*.json")
+    runs = [e for e in json.loads(profile.read_text()) if e.get("name") == "model_run"]
+    assert len(runs) > 5  # the untimed ones among them
 
 
 def test_check_fails_beyond_tolerance(zoo_dir, capsys):

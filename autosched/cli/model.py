@@ -208,7 +208,7 @@ def run_bench(args: argparse.Namespace) -> int:
 def _show_kernels(ours: list[KernelTime], theirs: list[KernelTime], n: int) -> None:
     """Each side's `n` slowest kernels, ranked, and each side's sum (onnxruntime's names its
     optimized graph's nodes: they do not match ours one to one)."""
-    print("\nslowest kernels (median ms over the runs, the two alternated run by run):")
+    print("\nslowest kernels (median ms over the runs, the two alternated in settled blocks):")
     width = 44
     print(f"  {'autosched':<{width}} {'ms':>7}   | {'onnxruntime':<{width}} {'ms':>7}")
     for k in range(min(n, max(len(ours), len(theirs)))):
