@@ -1,7 +1,7 @@
 """Whole-model latency of autosched's builds against onnxruntime, for the zoo models.
 
     python benchmarks/models.py [--json] [--quick] [--threads 2] [--runs 30] [--models mlp,bert_layer]
-                                [--db tuning.db]
+                                [--db tuning.db] [--baseline ../autosched-old]
 
 Each model is built with default schedules (and, with --db, once more with the database's best
 schedules), checked against onnxruntime, then timed in alternating blocks with it (same inputs, same
@@ -9,6 +9,10 @@ thread count); medians are compared. The tuned build is timed in the same run, s
 to onnxruntime and its speedup over the untuned build come from one machine state. Per model,
 `--json` gives `autosched_ms`, `onnxruntime_ms`, `ratio`, `tasks`, `kernel_calls` and
 `matches_onnxruntime` (with --db also `tuned_ms`, `tuned_ratio`, `speedup_vs_untuned`, `tuned_tasks`);
+With `--baseline DIR` (another checkout of autosched, e.g. a `git worktree` of an older commit)
+that checkout's untuned build is timed in the same alternation too (`baseline_ms`,
+`baseline_ratio`, `speedup_vs_baseline`): a change to the defaults is judged against the code
+before it in one machine state, not against a figure from another hour of a shared host.
 `--quick` is a smoke run (the MLP alone unless --models says otherwise, 3 runs).
 """
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,7 +54,23 @@ def timed_together(libraries: Sequence[Path], session, feeds: dict, threads: int
             model.close()
 
 
-def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database | None) -> dict:
+def baseline_build(checkout: Path, model: Path, out: Path) -> Path:
+    """`model` built untuned by the autosched of another checkout, in its own process: its CLI's
+    build from an empty database, without shipped records or substitutions, as `build_model` here."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "autosched.cli", "build", str(model), "--target", "llvm", "-o", str(out),
+           "--no-shipped", "--no-substitutions", "--db", str(out.parent / "empty.db")]
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    env.pop("AUTOSCHED_DB", None)
+    done = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"error: the baseline checkout {checkout} could not build {model.name}: "
+                         f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+    return out
+
+
+def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database | None,
+                baseline: Path | None = None) -> dict:
     path = workdir / f"{name}.onnx"
     graph = load_onnx(path)
     tasks = extract_tasks(optimize(graph, Target.parse("llvm").layout_lanes))
@@ -58,12 +80,17 @@ def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database 
     if db is not None:  # the tuned build timed in the same alternation as the untuned one
         schedules = TunedSchedules(db)
         libraries.append(build_model(graph, workdir / f"{name}-tuned.so", schedule_for=schedules).library)
+    if baseline is not None:
+        libraries.append(baseline_build(baseline, path, workdir / "baseline" / f"{name}.so"))
     ms, ort_ms, oks = timed_together(libraries, session, feeds, threads, runs)
     out = {"autosched_ms": round(ms[0], 3), "onnxruntime_ms": round(ort_ms, 3), "ratio": round(ms[0] / ort_ms, 3),
            "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups), "matches_onnxruntime": all(oks)}
     if db is not None:
         out.update({"tuned_ms": round(ms[1], 3), "tuned_ratio": round(ms[1] / ort_ms, 3),
                     "speedup_vs_untuned": round(ms[0] / ms[1], 3), "tuned_tasks": len(set(schedules.used))})
+    if baseline is not None:
+        out.update({"baseline_ms": round(ms[-1], 3), "baseline_ratio": round(ms[-1] / ort_ms, 3),
+                    "speedup_vs_baseline": round(ms[-1] / ms[0], 3)})
     return out
 
 
@@ -74,19 +101,23 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--models", help="comma-separated model names: the zoo's, or resnext_block, squeezenet, vit_block (default: the zoo)")
     p.add_argument("--db", type=Path, metavar="PATH", help="tuning database: also build with its best schedules")
+    p.add_argument("--baseline", type=Path, metavar="DIR",
+                   help="another checkout of autosched: its untuned build timed in the same alternation")
     p.add_argument("--quick", action="store_true", help="smoke run: the MLP (or --models), 3 runs")
     args = p.parse_args(argv)
     names = (args.models or ("mlp" if args.quick else ",".join(zoo.MODELS))).split(",")
     runs = 3 if args.quick else args.runs
     results = {}
     db = Database(args.db) if args.db else None
+    if args.baseline is not None and not (args.baseline / "autosched" / "cli").is_dir():
+        raise SystemExit(f"error: --baseline {args.baseline} is not a checkout of autosched (no autosched/cli)")
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         try:
             zoo.save_zoo(Path(tmp), names)
         except ValueError as e:
             raise SystemExit(f"error: {e}") from None
         for name in names:
-            results[name] = bench_model(name, Path(tmp), args.threads, runs, db)
+            results[name] = bench_model(name, Path(tmp), args.threads, runs, db, args.baseline)
     if args.json:
         print(json.dumps(results))
     else:
@@ -98,6 +129,9 @@ def main(argv: list[str] | None = None) -> dict:
             if "tuned_ms" in r:
                 print(f"{'  tuned':14} {r['tuned_ms']:13.3f} {'':15} {r['tuned_ratio']:7.3f} {r['tuned_tasks']:6d} "
                       f"{'':6}  {r['speedup_vs_untuned']:.2f}x faster than untuned")
+            if "baseline_ms" in r:
+                print(f"{'  baseline':14} {r['baseline_ms']:13.3f} {'':15} {r['baseline_ratio']:7.3f} {'':6} "
+                      f"{'':6}  untuned {r['speedup_vs_baseline']:.2f}x faster than the baseline's")
     return results
 
 
