@@ -200,9 +200,13 @@ def _fallback_tile_oc(values: tuple[int, ...], per_vector: int) -> int:
     count the blocks divide into: SqueezeNet's classifier, 1000 channels in 125 blocks of 8
     on AVX-512, ran 1 block x 7 columns at 68 GFLOP/s (Xeon, 2 threads), 5 blocks x 5 columns
     at 113 (`autosched bench --kernels`). MobileNetV2's 24-channel layers (3 blocks of 8) ran
-    the same with 3 blocks as with 1."""
+    the same with 3 blocks as with 1. A tie goes to the larger count: each broadcast input then
+    meets more weight vectors, and the classifier padded to 63 blocks of 16 (`pad_channels`)
+    ran its 1 block x 7 columns at 135 GFLOP/s, 3 blocks at 208 (tuned best, 96 trials); 1 or
+    3 blocks of MobileNetV2's 144- and 24-channel layers (AVX-512 and AVX2) measured the same
+    in the model."""
     want = 2 * per_vector
-    return min(values, key=lambda v: (abs(v - want), v))
+    return min(values, key=lambda v: (abs(v - want), -v))
 
 
 def _spills(tile_oc: int, config: Config, target: Target) -> bool:

@@ -17,6 +17,7 @@ from autosched.graph.passes.fold_layer_norm import fold_layer_norm
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.layout import plan_layout
+from autosched.graph.passes.pad_channels import pad_channels
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
 from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
@@ -36,6 +37,7 @@ __all__ = [
     "fold_views",
     "fuse",
     "optimize",
+    "pad_channels",
     "patch_conv",
     "plan_layout",
     "plan_memory",
@@ -55,8 +57,9 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     constants; view chains that move nothing collapse before views fold; DCE last drops
     whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
-    (a CPU target's float32 vector, `Target.layout_lanes`), convolutions and the ops between
-    them are then planned into channel blocks: the graph a target's tasks are extracted from
+    (a CPU target's float32 vector, `Target.layout_lanes`), convolutions a few channels short of
+    whole vectors are padded to them, and convolutions and the ops between them are then
+    planned into channel blocks: the graph a target's tasks are extracted from
     and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
     products too small to fill the GPU are split along K (`split_k`), and MatMuls read both
     operands through their views (a GPU kernel stages both through shared memory anyway).
@@ -70,4 +73,4 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
         graph = fold_constants(split_k(graph, gpu_blocks))
     graph = fold_views(graph, dense_in_place=not gpu_blocks)
     graph = eliminate_dead_code(graph)
-    return plan_layout(graph, layout_lanes) if layout_lanes else graph
+    return plan_layout(pad_channels(graph, layout_lanes), layout_lanes) if layout_lanes else graph
