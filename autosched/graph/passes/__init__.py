@@ -17,8 +17,8 @@ from autosched.graph.passes.fold_layer_norm import fold_layer_norm
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.layout import plan_layout
-from autosched.graph.passes.pad_channels import pad_channels
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
+from autosched.graph.passes.pad_channels import pad_channels
 from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
 from autosched.graph.passes.remove_identity import remove_identity

@@ -45,7 +45,7 @@ def pad_channels(graph: Graph, lanes: int) -> Graph:
             if chain[-1].outputs[0] in outputs or len(readers) != 1 or not _channel_wise(graph, readers[0], oc):
                 break
             chain.append(readers[0])
-        source = None
+        source = ""  # the padded value the member after it reads
         for k, member in enumerate(chain):
             out = graph.values[member.outputs[0]]
             wide = value(f"{out.name}_pad{padded}", (out.shape[0], padded, *out.shape[2:]), out.dtype)
