@@ -5,7 +5,8 @@ tuning). Every build is `autosched build`'s, of the graph the substitutions choo
 records at hand, so a rewritten graph's tuned tasks are the ones built.
 
     python benchmarks/tuning.py [--models mlp,resnet18] [--checkpoints 250,500,1000] [--shipped]
-                                [--scheduler costliest] [--threads 2] [--runs 20] [--db-dir DIR] [--json] [--quick]
+                                [--scheduler costliest] [--caches cold] [--threads 2] [--runs 20] [--db-dir DIR]
+                                [--json] [--quick]
 
 Per checkpoint: the tuning wall time so far (the model check `tune` ends with included), the
 estimated model latency (Σ weight × each task's best measured time, what the task scheduler
@@ -17,7 +18,9 @@ from nothing. By default nothing shipped is used (`tune --no-shipped`): the curv
 nothing and the tuned build's untuned tasks run their defaults; `--shipped` tunes and builds as
 a user's first tune does, cost models trained on the shipped training logs and tasks without
 records built from the shipped records. Comparing `--scheduler costliest` and `--scheduler gradient` at equal trials is
-issue 9's scheduler comparison. `--json` prints one object: `threads`, `runs`, `scheduler`, `shipped` and per
+issue 9's scheduler comparison; `--caches` (warm, cold, flushed or auto) is the cache state
+`tune` times candidates in, so curves of two modes compare which ranks configs as the model
+runs them on this host. `--json` prints one object: `threads`, `runs`, `scheduler`, `caches`, `shipped` and per
 model `untuned` and `shipped` (`ms`, `ratio`, ...) and `checkpoints` (per checkpoint `trials`,
 `tune_wall_s`, `estimated_ms`, `model_estimate_ms`, `check`, `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
 `onnxruntime_ms`, `ok`). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
@@ -40,6 +43,7 @@ from autosched.compile.evaluate import onnxruntime_session, sample_inputs
 from autosched.database import Database, TunedSchedules, best, shipped_database
 from autosched.database.model_times import estimate
 from autosched.frontend.onnx import load_onnx
+from autosched.measure.caches import CACHE_CHOICES
 from autosched.target import Target
 from autosched.task_scheduler import tunable
 
@@ -60,7 +64,7 @@ def estimated_ms(db: Database, tasks, target: Target, fallback: Database | None)
 
 
 def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], scheduler: str,
-          threads: int, runs: int, shipped: bool) -> dict:
+          threads: int, runs: int, shipped: bool, caches: str = "warm") -> dict:
     path = workdir / f"{name}.onnx"
     target = Target.parse("llvm")
     session = onnxruntime_session(path, threads)
@@ -80,7 +84,8 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
     with Database(db_path) as db:
         for trials in checkpoints:
             start = time.perf_counter()
-            check = autosched.tune(path, target, trials - done, db=db, scheduler=scheduler, shipped=shipped).model_check
+            check = autosched.tune(path, target, trials - done, db=db, scheduler=scheduler, shipped=shipped,
+                                  caches=caches).model_check
             wall += time.perf_counter() - start
             done = trials
             library = build(path, target, db=db, output=workdir / f"{name}-{trials}.so", shipped=shipped).files.library
@@ -106,6 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--models", help="comma-separated model names: the zoo's, or resnext_block, squeezenet, vit_block (default: the zoo)")
     p.add_argument("--checkpoints", help="cumulative trial counts to stop and time at (default: 250,500,1000)")
     p.add_argument("--scheduler", default="gradient", choices=["costliest", "gradient"])
+    p.add_argument("--caches", default="warm", choices=CACHE_CHOICES,
+                   help="the cache state candidates are timed in (tune --caches)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--db-dir", type=Path, default=Path("tuning-curves"), help="one database per model, kept")
@@ -120,11 +127,13 @@ def main(argv: list[str] | None = None) -> dict:
     names = (args.models or ("mlp" if args.quick else ",".join(zoo.MODELS))).split(",")
     runs = 3 if args.quick else args.runs
     args.db_dir.mkdir(parents=True, exist_ok=True)
-    dbs = {n: args.db_dir / f"{n}-{args.scheduler}.db" for n in names}
+    mode = "" if args.caches == "warm" else f"-{args.caches}"
+    dbs = {n: args.db_dir / f"{n}-{args.scheduler}{mode}.db" for n in names}
     taken = [str(d) for d in dbs.values() if d.exists()]
     if taken:
         raise SystemExit(f"error: {taken[0]} exists; a tuning curve starts from an empty database")
-    results = {"threads": args.threads, "runs": runs, "scheduler": args.scheduler, "shipped": args.shipped,
+    results = {"threads": args.threads, "runs": runs, "scheduler": args.scheduler, "caches": args.caches,
+               "shipped": args.shipped,
                "models": {}}
     with tempfile.TemporaryDirectory(prefix="autosched-curve-") as tmp:
         try:
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"error: {e}") from None
         for name in names:
             results["models"][name] = r = curve(name, Path(tmp), dbs[name], checkpoints, args.scheduler,
-                                                args.threads, runs, args.shipped)
+                                                args.threads, runs, args.shipped, args.caches)
             if not args.json:
                 _print(name, r)
     if args.json:

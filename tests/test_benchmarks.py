@@ -34,7 +34,7 @@ FIELDS: dict[str, Any] = {
                          "untuned_ms": None}],
               "totals": {"library_ms": None, "untuned_ms": None, "tuned_ms": None},
               "share_by_op": {"untuned_ms": None, "tuned_ms": None}},
-    "tuning": {"threads": None, "runs": None, "scheduler": None, "shipped": None, "models": {"*": {
+    "tuning": {"threads": None, "runs": None, "scheduler": None, "caches": None, "shipped": None, "models": {"*": {
         "untuned": {"ms": None, "onnxruntime_ms": None, "ratio": None, "ok": None},
         "shipped": {"ms": None, "ratio": None, "tasks_from_shipped": None, "tasks": None, "ok": None},
         "checkpoints": [{"trials": None, "tune_wall_s": None, "estimated_ms": None, "model_estimate_ms": None,

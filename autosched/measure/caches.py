@@ -18,8 +18,11 @@ Why warm stays the default: on the AVX2 host this was measured on (Zen 3, 2 core
 shared with other tenants), `benchmarks/in_model.py` (3 costliest tasks, 8 configs each) found
 no mode that ranks configs closer to their in-model order. ResNet-18 (45 MiB of weights): mean
 Spearman warm 0.897 and 0.881, cold 0.865 and 0.801, flushed 0.825 and 0.889 in two quiet runs;
-MobileNetV2 (14 MiB): warm 0.746, cold 0.643, flushed 0.818. Other hosts may differ: the modes
-are there to measure it.
+MobileNetV2 (14 MiB): warm 0.746, cold 0.643, flushed 0.818. On a 2-vCPU share of an AVX-512
+Xeon (sysfs: a 300 MiB L3) ResNet-18's three costliest tasks ranked at warm 0.55/0.83/0.55, cold
+0.50/0.93/0.91, flushed 0.93/0.52/0.69, yet a ResNet-18 tune in cold caches bought no more in
+the model than a warm one (tuned / untuned 0.98 at 250 and 500 trials, against 0.87 and 0.98).
+Other hosts may differ: the modes are there to measure it.
 
 Records keep the mode they were timed in (`MeasureResult.caches`), since times of different
 modes are not comparable.
