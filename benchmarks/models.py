@@ -8,7 +8,7 @@ schedules), checked against onnxruntime, then timed in alternating blocks with i
 thread count); medians are compared. The tuned build is timed in the same run, so its ratio
 to onnxruntime and its speedup over the untuned build come from one machine state. Per model,
 `--json` gives `autosched_ms`, `onnxruntime_ms`, `ratio`, `tasks`, `kernel_calls` and
-`matches_onnxruntime` (with --db also `tuned_ms`, `tuned_ratio`, `speedup_vs_untuned`, `tuned_tasks`);
+`matches_onnxruntime` (with --db also `tuned_ms`, `tuned_ratio`, `speedup_vs_untuned`, `tuned_tasks`).
 With `--baseline DIR` (another checkout of autosched, e.g. a `git worktree` of an older commit)
 that checkout's untuned build is timed in the same alternation too (`baseline_ms`,
 `baseline_ratio`, `speedup_vs_baseline`): a change to the defaults is judged against the code
