@@ -44,8 +44,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -302,29 +304,38 @@ def cuda_tests(log: Path | None) -> dict:
             "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)}
 
 
-def checks(arch: str, names: list[str], tmp: Path, out: dict, saved: Callable[[], None], timeout_s: float = 600.0) -> dict:
+def checks(arch: str, names: list[str], tmp: Path, out: dict, saved: Callable[[], None], timeout_s: float = 600.0,
+           jobs: int = 4) -> dict:
     """Each zoo model built for the GPU and compared with onnxruntime by `autosched check`, at fp32
     and on tensor cores (tf32, fp16, bf16), each in its own process: a kernel that kills its context takes only
-    its own check down. Per model and precision, into `out` (`saved()` after each, so that a
-    run cut short keeps the checks done): `ok`, and the check's worst relative error."""
-    for name in names:
-        path = tmp / f"{name}.onnx"
-        onnx.save(zoo.MODELS[name](), path)
-        for precision in ("fp32", "tf32", "fp16", "bf16"):
-            cmd = [sys.executable, "-m", "autosched.cli", "check", str(path), "--target",
-                   f"cuda -arch={arch} -precision={precision}", "--no-shipped", "--db", str(tmp / "checks.db")]
-            try:
-                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                out[f"{name}/{precision}"] = {"ok": False, "error": f"no answer in {timeout_s:.0f} s"}
-                continue
+    its own check down. `jobs` checks run at once (their builds are nvcc on the host's cores; a lease
+    is too short for sixteen in a row). Per model and precision, into `out` (`saved()` after each, so
+    that a run cut short keeps the checks done): `ok`, and the check's worst relative error."""
+    lock = threading.Lock()
+
+    def check(name: str, precision: str) -> None:
+        cmd = [sys.executable, "-m", "autosched.cli", "check", str(tmp / f"{name}.onnx"), "--target",
+               f"cuda -arch={arch} -precision={precision}", "--no-shipped", "--db", str(tmp / f"checks_{name}_{precision}.db")]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            row: dict = {"ok": False, "error": f"no answer in {timeout_s:.0f} s"}
+        else:
             rel = [float(v) for v in re.findall(r"^\S+\s+\S+\s+(\S+)\s+(?:ok|MISMATCH)$", proc.stdout, re.M)]
-            row: dict = {"ok": proc.returncode == 0, "max_rel_err": max(rel) if rel else None}
+            row = {"ok": proc.returncode == 0, "max_rel_err": max(rel) if rel else None}
             if proc.returncode != 0:
                 lines = (proc.stdout + proc.stderr).strip().splitlines()
                 row["error"] = lines[-1] if lines else f"exit status {proc.returncode}"
+        with lock:
             out[f"{name}/{precision}"] = row
             saved()
+
+    for name in names:
+        onnx.save(zoo.MODELS[name](), tmp / f"{name}.onnx")
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        for future in [pool.submit(check, name, precision) for name in names
+                       for precision in ("fp32", "tf32", "fp16", "bf16")]:
+            future.result()
     return out
 
 
