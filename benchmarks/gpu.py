@@ -25,8 +25,8 @@ kernel of part 2 and reports its registers, occupancy, SASS mix and static estim
 `--json` prints one object: `gpu` (the device, or null), `arch`, `tests` (null without a GPU),
 `kernels` (per shape: `flops`, `static_us`, `registers`, `occupancy`, `sass`, and with a GPU
 `autosched_ms`, `runner_timing`, `pipelined_ms` (fp32 on sm_80+, where the fallback has no
-pipeline: it with a 3-stage cp.async pipeline), `split_ms` (GEMMs that split-K splits: the sum
-of the parts' product and their reduction, as a build runs them), `library_ms`, `library`, `library_timing`, `ratio`), `checks` (per model/precision: `ok`,
+pipeline: it with a 3-stage cp.async pipeline), `split_ms` (GEMMs and convolutions that split-K splits: the
+sum of the parts' product and their reduction, as a build runs them), `library_ms`, `library`, `library_timing`, `ratio`), `checks` (per model/precision: `ok`,
 `max_rel_err`), `static_model` (per kernel: `kernel`, `precision`, `spearman`, `configs` as
 [index in the space, estimate s, GPU s]), `static_model_spearman` (the first kernel's) and `models`
 (per model: `reference`, `reference_ms`, `untuned_ms`, `tuned_ms`, `untuned_ratio`, `tuned_ratio`);
@@ -228,7 +228,7 @@ def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
                 [res] = runner.run([inp], [built])
                 row["autosched_ms"] = res.cost * 1e3 if res.ok else None
                 row["runner_timing"] = runner.device["timing"]
-                if name in GEMMS and (split := _split_ms(path, target, runner, tmp)) is not None:
+                if (split := _split_ms(path, target, runner, tmp)) is not None:
                     row["split_ms"] = split
                 if (piped := _pipelined(inp)) is not None:  # the fallback through a 3-stage cp.async pipeline
                     [piped_built] = NvccBuilder(n_parallel=1, cache_dir=tmp / "nvcc").build([piped])
@@ -247,9 +247,10 @@ def kernels(target: Target, names: list[str], tmp: Path, gpu: bool) -> dict:
 
 
 def _split_ms(path: Path, target: Target, runner, tmp: Path) -> float | None:
-    """The GEMM as a CUDA build runs it, where split-K splits it (`graph/passes/split_k.py`): the
-    fallback kernels of the batched product of the parts and of their sum, each checked and timed,
-    added up (milliseconds); None where the GEMM is not split or a kernel fails."""
+    """The GEMM or convolution as a CUDA build runs it, where split-K splits it
+    (`graph/passes/split_k.py`): the fallback kernels of the product of the parts (a batched
+    MatMul, a grouped Conv) and of their sum, each checked and timed, added up (milliseconds);
+    None where it is not split or a kernel fails."""
     tasks = extract_tasks(optimize(load_onnx(path), None, target.gpu_blocks)).tasks
     if len(tasks) < 2:
         return None

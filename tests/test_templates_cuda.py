@@ -269,3 +269,16 @@ def test_the_fp32_conv_fills_its_tiles_by_a_cp_async_pipeline(algorithm):
         got = np.full(want.shape, np.nan, np.float32)
         build_emulated_kernel(sched, args, "pipelined")(*inputs, got)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def test_grouped_implicit_gemm_matches_reference_for_configs_within_a_group():
+    """Split-K's parts (2 groups of 32 channels) as an fp32 implicit GEMM batched over the groups:
+    configs whose blocks fit a group match numpy, the others are refused by name."""
+    task = conv_task((2, 32, 7, 6), (64, 16, 3, 3), pad=1, group=2, bias=True, epilogue="relu")
+    configs = _implicit_gemm_configs(task, 24, seed=2)
+    fitting = [c for c in configs if 32 % (c["threads_c"] * c["tile_c"]) == 0]
+    assert len(fitting) >= 3
+    _check_emulated("grouped implicit GEMM", task, fitting[:4])
+    straddling = next(c for c in configs if c not in fitting)
+    with pytest.raises(TemplateError, match="straddle"):
+        get_template("Conv", "cuda").apply(task, straddling, SM80)

@@ -18,8 +18,10 @@ from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import MeasureInput
 from autosched.schedule import MmaTile, ScheduleError
 from autosched.target import Target, TargetError
-from autosched.templates import get_template
-from search_spaces.cuda.gemm_mma import FALLBACK
+from autosched.templates import TemplateError, get_template
+from search_spaces.cuda.conv2d_gemm import group_rows_fit
+from search_spaces.cuda.gemm_mma import FALLBACK, MmaTiles
+from search_spaces.llvm.conv2d import conv_dims
 from tests.cuda_markers import ARCHS, needs_nvcc
 from tests.gpu_schedules import tiled_matmul
 from tests.task_helpers import attention_scores_task, conv_task, gemm_task, matmul_task
@@ -386,3 +388,40 @@ def test_tf32_a_fragments_are_one_ldmatrix_each(tmp_path, arch):
     # 4 × 4 tiles × 4 k8 steps: one LDSM.x4 per A tile and k8 step (the 4 tiles along n share it),
     # where four scalar LDS were
     assert sass.count("LDSM") == mmas // 4 == 16
+
+
+#: what split-K makes of a deep convolution: 2 groups of 32 output channels over 16 input channels each
+def _split_conv():
+    return conv_task((2, 32, 7, 6), (64, 16, 3, 3), pad=1, group=2, bias=True, epilogue="relu")
+
+
+def test_groups_of_whole_tiles_run_on_tensor_cores_batched_over_the_groups():
+    task = _split_conv()
+    template = get_template("Conv", "cuda")
+    space = template.space(task, TF32)
+    assert space.template == "conv2d_mma_cuda"
+    d = conv_dims(task)
+    fitting = [c for c in _configs(task, 16, seed=5) if group_rows_fit(d, MmaTiles.of(c, TF32).padding(32)[0])]
+    assert len(fitting) >= 4 and fitting[0] == template.fallback(task, TF32)
+    for config in fitting[:4]:
+        _, got, want = _emulate(task, config)
+        _assert_within_tf32(got, want, f"grouped config {config.to_json()}")
+    values = {k.name: template.fallback(task, TF32)[k.name] for k in space.knobs}
+    straddling = space.from_values({**values, "warps_m": 2, "mma_m": 2, "raster": 1})  # 64 rows: two groups' worth
+    with pytest.raises(TemplateError, match="straddle the 32 output channels of a group"):
+        template.apply(task, straddling, TF32)
+
+
+def test_grouped_fallbacks_keep_their_blocks_within_a_group():
+    """96 and 160 channels a group (MobileNetV2's split 1×1 convs): the tensor-core fallback's
+    rows (a raster group of blocks) divide the group; at fp32 the GEMM's 64 rows do not, so the
+    1×1 conv stays direct."""
+    template = get_template("Conv", "cuda")
+    for oc in (192, 320):
+        task = conv_task((1, 576, 7, 7), (oc, 288, 1, 1), group=2)
+        config = template.fallback(task, TF32)
+        assert (oc // 2) % MmaTiles.of(config, TF32).padding(oc // 2)[0] == 0
+        template.apply(task, config, TF32)
+        assert template.fallback(task, Target.parse("cuda -arch=sm_80"))["algorithm"] == "direct"
+    assert template.fallback(conv_task((1, 960, 7, 7), (640, 480, 1, 1), group=2),
+                             Target.parse("cuda -arch=sm_80"))["algorithm"] == "implicit_gemm"

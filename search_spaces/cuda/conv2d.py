@@ -1,7 +1,8 @@
 """GPU template for 2-D convolution, NCHW / OIHW, any stride, padding, dilation and groups
 (depthwise included), with its fused epilogue.
 
-Direct (the `algorithm` knob's "direct") or, for groups = 1, as an implicit GEMM (below). The
+Direct (the `algorithm` knob's "direct") or, for groups = 1 and groups of whole GEMM tiles
+(`gemm_groups`), as an implicit GEMM (below). The
 direct convolution is tiled like the matmul template: a block computes a tile of output channels
 × output rows × output columns, each thread a register tile of `tile_c` channels × `tile_w`
 columns; the input channels run in steps of `tile_ic`, each step staging the block's input
@@ -14,7 +15,7 @@ block's threads. Batch and channel blocks share blockIdx.z. The knobs:
 - `vec`: elements per thread per shared-copy load; `unroll_window`: unroll the kernel window;
 - `double_buffer`: 1 keeps two alternating copies of each shared tile, one barrier per step instead
   of two; on sm_80 and later 2 or 3 fill them by a cp.async pipeline of that many stages;
-- `algorithm` (groups = 1 only): "direct", or "implicit_gemm" (conv2d_gemm.py), which reads the
+- `algorithm` (where `gemm_groups`): "direct", or "implicit_gemm" (conv2d_gemm.py), which reads the
   same knobs as a GEMM tiling: `threads_c` × `tile_c` output channels by `threads_w` · `threads_h`
   threads × `tile_w` output pixels a block, K steps of `tile_ic` whole input-channel windows,
   `unroll_window` unrolling the K step. One knob set, so the tuner's model compares the two.
@@ -31,6 +32,7 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
+from autosched.templates import TemplateError
 from search_spaces.cuda.common import (
     GpuTemplate,
     config_near,
@@ -42,8 +44,16 @@ from search_spaces.cuda.common import (
     tile_threads,
     up_to,
 )
-from search_spaces.cuda.conv2d_gemm import IMPLICIT_GEMM_TAG, conv2d_implicit_gemm
-from search_spaces.cuda.gemm_mma import MmaTiles, mma_fallback, mma_knobs, mma_product, schedule_mma, tensor_cores
+from search_spaces.cuda.conv2d_gemm import IMPLICIT_GEMM_TAG, conv2d_implicit_gemm, gemm_groups, group_rows_fit
+from search_spaces.cuda.gemm_mma import (
+    FALLBACK_TILES,
+    MmaTiles,
+    mma_fallback,
+    mma_knobs,
+    mma_product,
+    schedule_mma,
+    tensor_cores,
+)
 from search_spaces.cuda.matmul import GemmTiles, buffering, schedule_gemm
 from search_spaces.llvm.conv2d import ConvDims, conv_dims
 
@@ -56,13 +66,14 @@ FALLBACK_DIRECT: dict[str, int | str] = {"threads_w": 8, "threads_h": 4, "thread
 
 
 def _on_tensor_cores(target: Target, d: ConvDims) -> bool:
-    """On tensor cores (-precision=tf32, fp16, bf16) every groups = 1 convolution is an implicit GEMM on tensor cores;
-    grouped and depthwise ones stay direct (fp32: exact, and within any tolerance)."""
-    return tensor_cores(target) and d.groups == 1
+    """On tensor cores (-precision=tf32, fp16, bf16) every convolution of the GEMM form (`gemm_groups`) is an
+    implicit GEMM on tensor cores; narrow groups and depthwise ones stay direct (fp32: exact, and
+    within any tolerance)."""
+    return tensor_cores(target) and gemm_groups(d)
 
 
 def _algorithms(d: ConvDims) -> tuple[str, ...]:
-    return (DIRECT, IMPLICIT_GEMM) if d.groups == 1 else (DIRECT,)
+    return (DIRECT, IMPLICIT_GEMM) if gemm_groups(d) else (DIRECT,)
 
 
 def _gemm_tiles(config: Config, d: ConvDims) -> GemmTiles:
@@ -82,7 +93,7 @@ class Conv2dTemplate(GpuTemplate):
         gpu_caps(target)
         d = conv_dims(task)
         if _on_tensor_cores(target, d):
-            return ConfigSpace(self.mma_name, mma_knobs(d.oc, d.oh * d.ow, d.c * d.kh * d.kw))
+            return ConfigSpace(self.mma_name, mma_knobs(d.oc // d.groups, d.oh * d.ow, d.c // d.groups * d.kh * d.kw))
         return ConfigSpace(self.name, (
             ChoiceKnob("threads_w", up_to(THREADS, d.ow)),
             ChoiceKnob("threads_h", up_to(THREADS, d.oh)),
@@ -104,11 +115,21 @@ class Conv2dTemplate(GpuTemplate):
         space = self.space(task, target)
         d = conv_dims(task)
         if _on_tensor_cores(target, d):
-            return mma_fallback(space, d.oc, d.oh * d.ow, d.n)
+            config = mma_fallback(space, d.oc // d.groups, d.oh * d.ow, d.n * d.groups)
+            values = {k.name: config[k.name] for k in space.knobs}
+            # groups: the first of these whose padded rows stay within a group (32 always do)
+            for tiles in ((), *((w_m, w_n, m_m, m_n, 1) for w_m, w_n, m_m, m_n in FALLBACK_TILES)):
+                config = config_near(space, {**values, **dict(zip(("warps_m", "warps_n", "mma_m", "mma_n", "raster"),
+                                                                    tiles))})
+                if group_rows_fit(d, MmaTiles.of(config, target).padding(d.oc // d.groups)[0]):
+                    break
+            return config
         direct = {**FALLBACK_DIRECT, "double_buffer": fallback_buffering(target)}
         if IMPLICIT_GEMM in space.knob("algorithm").values and d.kh * d.kw == 1:
-            return config_near(space, {**direct, "algorithm": IMPLICIT_GEMM, "threads_h": 2,
-                                       "threads_c": 16, "tile_w": 4, "tile_ic": 8})
+            config = config_near(space, {**direct, "algorithm": IMPLICIT_GEMM, "threads_h": 2,
+                                         "threads_c": 16, "tile_w": 4, "tile_ic": 8})
+            if group_rows_fit(d, config["threads_c"] * config["tile_c"]):
+                return config
         return config_near(space, direct)
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
@@ -165,6 +186,9 @@ class Conv2dTemplate(GpuTemplate):
 
 def _implicit_gemm(task: Task, d: ConvDims, tiles: GemmTiles | MmaTiles) -> tuple[Schedule, list[Tensor]]:
     """The convolution as an implicit GEMM: the shared-memory tiling, or with MmaTiles on tensor cores."""
+    rows = tiles.padding(d.oc // d.groups)[0] if isinstance(tiles, MmaTiles) else tiles.threads_y * tiles.tile_m
+    if not group_rows_fit(d, rows):
+        raise TemplateError(f"blocks of {rows} rows straddle the {d.oc // d.groups} output channels of a group")
     tt = task_tensors(task)
     product = partial(mma_product, tiles=tiles, name="implicit_gemm") if isinstance(tiles, MmaTiles) else None
     out = conv2d_implicit_gemm(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None, d,
@@ -175,10 +199,14 @@ def _implicit_gemm(task: Task, d: ConvDims, tiles: GemmTiles | MmaTiles) -> tupl
         if st.op.tag == PAD_TAG:
             s.compute_inline(st)  # the im2col gather reads zeros where the window overhangs
     n, oc, oh, ow = s[out].op.axes
+    batch = [n]
+    if d.groups > 1:  # a group's channels are the GEMM's rows, its index a batch axis
+        group, oc = s[out].split(oc, d.oc // d.groups)
+        batch.append(group)
     if isinstance(tiles, MmaTiles):
-        schedule_mma(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), tiles)
+        schedule_mma(s, out, acc, (batch, oc, s[out].fuse(oh, ow)), tiles)
     else:
-        schedule_gemm(s, out, acc, ([n], oc, s[out].fuse(oh, ow)), (d.oc, d.oh * d.ow), tiles)
+        schedule_gemm(s, out, acc, (batch, oc, s[out].fuse(oh, ow)), (d.oc // d.groups, d.oh * d.ow), tiles)
     return s, list(tt.args) + [out]
 
 

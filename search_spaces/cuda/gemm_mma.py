@@ -201,4 +201,4 @@ def _async_copy(s: Schedule, copy: Tensor, acc: Stage, ko: IterVar, tiles: MmaTi
         st.vectorize(lanes)
 
 
-__all__ = ["FALLBACK", "MmaTiles", "mma_fallback", "mma_knobs", "mma_product", "schedule_mma", "tensor_cores"]
+__all__ = ["FALLBACK", "FALLBACK_TILES", "MmaTiles", "mma_fallback", "mma_knobs", "mma_product", "schedule_mma", "tensor_cores"]
