@@ -412,6 +412,15 @@ def test_groups_of_whole_tiles_run_on_tensor_cores_batched_over_the_groups():
         template.apply(task, straddling, TF32)
 
 
+@needs_nvcc
+@needs_sass
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_split_resnet18_layer_runs_on_tensor_cores_from_a_cp_async_pipeline(tmp_path, arch):
+    """ResNet-18's 512-channel 3×3 conv as split-K makes it: 8 groups of 64 input channels."""
+    sass, usage, mmas = _sass(conv_task((1, 512, 7, 7), (4096, 64, 3, 3), pad=1, group=8), arch, tmp_path)
+    assert sass.count("HMMA") == mmas and sass.count("LDGSTS") > 0  # 4-byte copies, as the ungrouped conv's
+    assert sass.count("BAR") == 1 and sass.spills == 0 and usage.spill_stores == 0
+
 def test_grouped_fallbacks_keep_their_blocks_within_a_group():
     """96 and 160 channels a group (MobileNetV2's split 1×1 convs): the tensor-core fallback's
     rows (a raster group of blocks) divide the group; at fp32 the GEMM's 64 rows do not, so the
