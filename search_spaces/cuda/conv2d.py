@@ -2,12 +2,11 @@
 (depthwise included), with its fused epilogue.
 
 Direct (the `algorithm` knob's "direct") or, for groups = 1 and groups of whole GEMM tiles
-(`gemm_groups`), as an implicit GEMM (below). The
-direct convolution is tiled like the matmul template: a block computes a tile of output channels
-× output rows × output columns, each thread a register tile of `tile_c` channels × `tile_w`
-columns; the input channels run in steps of `tile_ic`, each step staging the block's input
-window (padding computed on the fly) and weight slice through shared memory, loaded by all the
-block's threads. Batch and channel blocks share blockIdx.z. The knobs:
+(`gemm_groups`), as an implicit GEMM (below). The direct convolution is tiled like the matmul
+template: a block computes a tile of output channels × output rows × output columns, each
+thread a register tile of `tile_c` channels × `tile_w` columns; the input channels run in steps
+of `tile_ic`, each step staging the block's input window (padding computed on the fly) and
+weight slice through shared memory, loaded by all the block's threads. Batch and channel blocks share blockIdx.z. The knobs:
 
 - `threads_w`, `threads_h`, `threads_c`: the block's threads along columns, rows, channels;
 - `tile_w`, `tile_c`: each thread's register tile;

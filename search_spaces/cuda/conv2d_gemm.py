@@ -1,9 +1,9 @@
 """The implicit-GEMM form of a 2-D convolution on the GPU: per image and group, the GEMM
 Y[oc, p] = Σ_k W[oc, k] · X̂[k, p] of M = OC / groups output channels, N = OH·OW output pixels
-and K = IC / groups · KH·KW, where X̂ is the im2col matrix of the group's input channels. X̂ is never stored: it is an operand view whose
-index arithmetic (k → channel and window offset, p → output row and column, padding as a
-bounds test) the shared-memory copy evaluates while it gathers each K step's tile, so the
-tiling is the matmul template's own (`schedule_gemm`). Images and groups run on blockIdx.z, so
+and K = IC / groups · KH·KW, where X̂ is the im2col matrix of the group's input channels. X̂ is
+never stored: it is an operand view whose index arithmetic (k → channel and window offset,
+p → output row and column, padding as a bounds test) the shared-memory copy evaluates while it
+gathers each K step's tile, so the tiling is the matmul template's own (`schedule_gemm`). Images and groups run on blockIdx.z, so
 tiles do not straddle two images or groups; the GEMM over all N·OH·OW pixels is that one, cut at
 image borders.
 

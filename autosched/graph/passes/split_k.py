@@ -26,8 +26,8 @@ groups:
 
 W'' stacks W's S input-channel slices along the output channels (a constant computed here) and
 b'' is b followed by zeros, so the bias is added once. The Reshape is a copy kernel (only
-MatMuls read through views), S · OC · OH · OW floats: 0.8 MB for ResNet-18's last stage. The GPU templates run groups this wide as
-implicit GEMMs batched over the groups.
+MatMuls read through views) of S · OC · OH · OW floats: 0.8 MB for ResNet-18's last stage. The
+GPU templates run groups this wide as implicit GEMMs batched over the groups.
 """
 from __future__ import annotations
 
