@@ -184,10 +184,11 @@ def _sass(task, arch: str, tmp_path):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_4096_cubed_fallback_runs_on_tensor_cores_from_a_cp_async_pipeline(tmp_path, arch):
     sass, usage, mmas = _sass(matmul_task((4096, 4096), (4096, 4096)), arch, tmp_path)
-    assert sass.count("HMMA") == mmas == 4 * 4 * 32 // 8  # a warp's 4 × 4 m16n8k8 tiles, 4 k8 steps of a 32 k step
+    assert sass.count("HMMA") == mmas == 4 * 8 * 32 // 8  # a warp's 4 × 8 m16n8k8 tiles, 4 k8 steps of a 32 k step
     assert sass.count("LDGSTS", 128) == sass.count("LDGSTS") > 0  # 16-byte cp.async only
     assert sass.count("BAR") == 1  # one barrier a k step
-    assert sass.spills == 0 and usage.spill_stores == usage.spill_loads == 0 and usage.registers <= 128
+    # 128 threads of 64 × 64 warp tiles: 128 accumulators each, and no spills within the file's share
+    assert sass.spills == 0 and usage.spill_stores == usage.spill_loads == 0 and usage.registers <= 65536 // 128
     assert sass.count("FFMA") == 0
 
 
@@ -225,6 +226,19 @@ def test_check_compares_a_tf32_model_within_the_tf32_tolerance_and_says_so(tmp_p
     assert main(["check", str(path), "--target", "cuda -arch=sm_80 -precision=tf32", "--emulate",
                  "--rtol", "0", "--atol", "0"]) == 1
     assert "tolerance: rtol 0, atol 0 (given)" in capsys.readouterr().out
+
+
+def test_a_block_whose_accumulators_overflow_the_register_file_is_refused():
+    """16 warps of 64 × 64 tiles would hold 128 accumulators in each of 512 threads: nvcc would cap
+    them at 128 registers and spill, so the template refuses the config by name."""
+    task = matmul_task((512, 512), (512, 512))
+    template = get_template("MatMul", "cuda")
+    space = template.space(task, TF32)
+    values = {"warps_m": 4, "warps_n": 4, "mma_m": 4, "mma_n": 8, "tile_k": 16, "stages": 2, "pad": 1, "vec": 4,
+              "raster": 1}
+    with pytest.raises(TemplateError, match="4 × 4 warps of 4 × 8 mma tiles need about 168 registers"):
+        template.apply(task, space.from_values(values), TF32)
+    template.apply(task, space.from_values({**values, "warps_n": 2}), TF32)  # 8 warps fit
 
 
 def test_the_new_schedule_primitives_refuse_misuse():
@@ -385,9 +399,9 @@ def test_ldmatrix_hands_every_lane_the_a_elements_its_fragments_read(task):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tf32_a_fragments_are_one_ldmatrix_each(tmp_path, arch):
     sass, usage, mmas = _sass(matmul_task((4096, 4096), (4096, 4096)), arch, tmp_path)
-    # 4 × 4 tiles × 4 k8 steps: one LDSM.x4 per A tile and k8 step (the 4 tiles along n share it),
+    # 4 × 8 tiles × 4 k8 steps: one LDSM.x4 per A tile and k8 step (the 8 tiles along n share it),
     # where four scalar LDS were
-    assert sass.count("LDSM") == mmas // 4 == 16
+    assert sass.count("LDSM") == mmas // 8 == 16
 
 
 #: what split-K makes of a deep convolution: 2 groups of 32 output channels over 16 input channels each

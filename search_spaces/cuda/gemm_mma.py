@@ -11,7 +11,8 @@ buffers, so the copies of later steps overlap this step's mma instructions, with
 step. The knobs:
 
 - `warps_m`, `warps_n`: the block's warps (32 threads each) along rows and columns;
-- `mma_m`, `mma_n`: m16n8k8 tiles per warp along rows and columns (its register tile);
+- `mma_m`, `mma_n`: m16n8k8 tiles per warp along rows and columns (its register tile, up to
+  64 × 64: a warp then reads 32 fragment registers a k8 step for 32 mma instead of 24 for 16);
 - `tile_k`: the reduction step staged through shared memory (a multiple of the mma's 8);
 - `stages`: the copy pipeline's depth (2–4 buffers of each operand tile);
 - `pad`: 1 pads each shared row (4 floats where k is innermost, else 8) so the lanes' fragment
@@ -34,22 +35,28 @@ from autosched.space import ChoiceKnob, Config, ConfigSpace
 from autosched.target import Target
 from autosched.te import IterVar, Load, Tensor
 from autosched.te.expr import walk
-from search_spaces.cuda.common import config_near, fill_grid, gpu_caps
+from search_spaces.cuda.common import InvalidConfigError, config_near, fill_grid, gpu_caps
 
 WARPS = (1, 2, 4)
 MMA_M = (1, 2, 4)
-MMA_N = (1, 2, 4)
+MMA_N = (1, 2, 4, 8)
 TILE_K = (8, 16, 32)
 STAGES = (2, 3, 4)
 RASTER = (1, 4, 8)
-FALLBACK = {"warps_m": 2, "warps_n": 4, "mma_m": 4, "mma_n": 4, "tile_k": 32, "stages": 3, "pad": 1, "vec": 4,
+FALLBACK = {"warps_m": 2, "warps_n": 2, "mma_m": 4, "mma_n": 8, "tile_k": 32, "stages": 3, "pad": 1, "vec": 4,
             "raster": 8}
 MMA_TILE = (16, 8, 8)  # m16n8k8
+#: registers a thread holds beside its accumulators (fragments, addresses, the pipeline's indices),
+#: read off nvcc's --resource-usage: 98 registers for 64 accumulators, 168 for 128
+OTHER_REGISTERS = 40
+REGISTER_FILE = 65536  # 32-bit registers of a multiprocessor, sm_80 and later
 
 
-#: the fallback's (warps_m, warps_n, mma_m, mma_n), largest first: 128 × 128 block tiles of 8
-#: warps down to 32 × 32 tiles of 4 warps (a warp keeps at least a 16 × 16 register tile)
-FALLBACK_TILES = ((2, 4, 4, 4), (2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2))
+#: the fallback's (warps_m, warps_n, mma_m, mma_n), largest first: 128 × 128 block tiles of 4
+#: warps of 64 × 64 down to 32 × 32 tiles of 4 warps (a warp keeps at least a 16 × 16 register
+#: tile). On an H200 the 4096³ tf32 GEMM took 0.947 ms in 4 warps of 64 × 64 and 1.040 in 8 of
+#: 64 × 32 (the previous first choice), 128 × 256 blocks of 8 warps of 64 × 64 0.997.
+FALLBACK_TILES = ((2, 2, 4, 8), (2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2))
 
 
 def mma_fallback(space: ConfigSpace, m: int, n: int, batch: int) -> Config:
@@ -105,6 +112,16 @@ class MmaTiles:
         return cls(config["warps_m"], config["warps_n"], config["mma_m"], config["mma_n"], config["tile_k"],
                    config["stages"], bool(config["pad"]), config["vec"], config["raster"], target.precision)
 
+    def check_registers(self) -> None:
+        """Refuse a block whose threads' accumulators cannot all live in the register file: nvcc
+        would cap each thread's registers at the file's share (`__launch_bounds__`) and spill."""
+        per_thread = self.mma_m * self.mma_n * 4 + OTHER_REGISTERS
+        threads = 32 * self.warps_m * self.warps_n
+        if per_thread * threads > REGISTER_FILE:
+            raise InvalidConfigError(f"{self.warps_m} × {self.warps_n} warps of {self.mma_m} × {self.mma_n} mma tiles "
+                                     f"need about {per_thread} registers in each of {threads} threads, more than a "
+                                     f"multiprocessor's {REGISTER_FILE}: they would spill")
+
     @property
     def block(self) -> tuple[int, int, int]:
         """(rows, columns, k) of a block's tile."""
@@ -129,6 +146,7 @@ def schedule_mma(s: Schedule, out: Tensor, acc: Stage, axes: tuple[list[IterVar]
     fragment-layout accumulator `acc` (axes batch…, row / 8, row % 8, column / 8, column % 8 / 2,
     column % 2; one reduction axis) computed per lane by tensor cores, its operands staged
     through shared memory by a `tiles.stages`-deep cp.async pipeline."""
+    tiles.check_registers()
     operands = acc.op.inputs()[:2]
     k_inner = [_k_innermost(acc, t) for t in operands]
     shared = [s.cache_read(t, "shared", [acc]) for t in operands]
