@@ -31,12 +31,13 @@ class TargetError(AutoschedError):
 @dataclass(frozen=True)
 class CpuInfo:
     """What /proc/cpuinfo says about the host: model name and ISA flags (and, for the real host,
-    its machine name and cache sizes)."""
+    its machine name, cache sizes and vendor)."""
 
     model: str
     flags: frozenset[str]
     machine: str = "x86_64"
     cache_bytes: tuple[int | None, int | None, int | None] = (None, None, None)
+    vendor: str | None = None  # "intel" or "amd" (cpuinfo's vendor_id)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class CpuCapabilities:
     cflags: tuple[str, ...]  # the compiler flags selecting this ISA
     fma: bool = True
     cache_bytes: tuple[int | None, int | None, int | None] = (None, None, None)  # L1d, L2, L3 of the host
+    #: "intel" or "amd" (None: unknown): whose cores the code runs on. A few defaults measured on
+    #: one vendor's cores depend on it; the ISA class, and so which records apply, never does
+    vendor: str | None = None
 
     def lanes(self, dtype_bytes: int) -> int:
         """Elements of a `dtype_bytes`-wide type in one vector register."""
@@ -137,7 +141,26 @@ def read_cpuinfo(path: str | os.PathLike[str] = "/proc/cpuinfo") -> CpuInfo:
     model = fields.get("model name") or fields.get("CPU part") or platform.machine() or "unknown"
     flags = fields.get("flags") or fields.get("Features") or ""
     machine = "aarch64" if "asimd" in flags.split() else platform.machine()
-    return CpuInfo(model=model, flags=frozenset(flags.split()), machine=machine, cache_bytes=read_cache_sizes())
+    vendor = _VENDOR_IDS.get(fields.get("vendor_id", ""))
+    return CpuInfo(model=model, flags=frozenset(flags.split()), machine=machine, cache_bytes=read_cache_sizes(),
+                   vendor=vendor)
+
+
+_VENDOR_IDS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
+#: gcc's -march names of AMD's and Intel's cores, by prefix (x86-64-v4 and the like name no vendor)
+_AMD_CPUS = ("znver", "bdver", "btver", "amdfam", "k8", "athlon", "opteron", "barcelona")
+_INTEL_CPUS = ("nehalem", "westmere", "sandybridge", "ivybridge", "haswell", "broadwell", "skylake", "cascadelake",
+               "cooperlake", "cannonlake", "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake",
+               "meteorlake", "arrowlake", "lunarlake", "pantherlake", "sapphirerapids", "emeraldrapids",
+               "graniterapids", "diamondrapids", "sierraforest", "grandridge", "clearwaterforest", "knl", "knm",
+               "bonnell", "silvermont", "goldmont", "tremont", "gracemont")
+
+
+def cpu_vendor(mcpu: str | None, host: CpuInfo) -> str | None:
+    """The vendor of the cores an -mcpu names (the host's where it names none, or `native`)."""
+    if not mcpu or mcpu == "native":
+        return host.vendor
+    return "amd" if mcpu.startswith(_AMD_CPUS) else "intel" if mcpu.startswith(_INTEL_CPUS) else None
 
 
 #: gcc's predefined macros -> the /proc/cpuinfo flag they stand for
@@ -236,7 +259,7 @@ def _describe_llvm(options: Mapping[str, str], host: CpuInfo | None) -> tuple[st
     parts += [f"{k}={v}" for k, v in sorted(options.items())]
     fma = "fma" in flags or "avx512f" in flags or isa.startswith("aarch64")
     caps = CpuCapabilities(vector_bytes=width, vector_registers=registers, isa=isa, flags=flags, cflags=cflags,
-                           fma=fma, cache_bytes=host.cache_bytes)
+                           fma=fma, cache_bytes=host.cache_bytes, vendor=cpu_vendor(mcpu, host))
     return "|".join(parts), caps
 
 

@@ -108,11 +108,12 @@ def test_read_cpuinfo(tmp_path):
     x86 = tmp_path / "x86"
     x86.write_text(X86_CPUINFO)
     info = read_cpuinfo(x86)
-    assert info.model == "AMD EPYC 9R45" and {"avx2", "avx512f"} <= info.flags
+    assert info.model == "AMD EPYC 9R45" and {"avx2", "avx512f"} <= info.flags and info.vendor == "amd"
+    assert Target.parse("llvm", host=info).capabilities.vendor == "amd"
     arm = tmp_path / "arm"
     arm.write_text(ARM_CPUINFO)
     info = read_cpuinfo(arm)
-    assert info.model == "0xd0c" and "asimd" in info.flags
+    assert info.model == "0xd0c" and "asimd" in info.flags and info.vendor is None
     assert _shape(Target.parse("llvm", host=info)) == ("aarch64-neon", 16, 32)
     assert Target.parse("llvm", host=info).capabilities.cflags == ("-mcpu=native",)
     missing = read_cpuinfo(tmp_path / "nope")
@@ -135,3 +136,15 @@ def test_host_target_parses():
     t = Target.parse("llvm")
     assert t.capabilities.vector_bytes in (16, 32, 64)
     assert t.fingerprint.startswith("llvm|")
+
+
+def test_the_vendor_of_the_cores_comes_from_mcpu_else_from_the_host():
+    """A default measured on one vendor's cores follows the cores the target names: -mcpu's, or the
+    host's for a native target; never the ISA class, which decides which records apply."""
+    amd = CpuInfo("AMD EPYC 9R45", ZEN5.flags, vendor="amd")
+    assert Target.parse("llvm", host=amd).capabilities.vendor == "amd"
+    assert Target.parse("llvm -mcpu=skylake-avx512", host=amd).capabilities.vendor == "intel"
+    assert Target.parse("llvm -mcpu=znver3", host=HASWELL).capabilities.vendor == "amd"
+    assert Target.parse("llvm -mcpu=x86-64-v4", host=amd).capabilities.vendor is None
+    assert Target.parse("llvm", host=ZEN5).capabilities.vendor is None  # no vendor_id read
+    assert Target.parse("llvm -mcpu=skylake-avx512", host=amd).isa == Target.parse("llvm", host=amd).isa

@@ -26,7 +26,7 @@ from autosched.lower import lower
 from autosched.measure import ErrorKind, MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.space import ConfigError
-from autosched.target import Target
+from autosched.target import CpuInfo, Target
 from autosched.templates import TemplateError, get_template, templates
 from search_spaces.llvm.common import InvalidConfigError, max_accumulators
 from search_spaces.llvm.conv2d_winograd import direct_values
@@ -271,6 +271,20 @@ def test_matmul_fallback_is_the_op_library_schedule(make):
         assert config["tile_order"] == ("j", "i")
         assert_matches_reference(task, *template.apply(task, config, target), target)
         assert_matches_reference(task, schedule, args, target)
+
+
+def test_intel_avx512_fallback_blocks_the_reduction_of_a_wide_deep_matmul():
+    """BERT's FFN down on Intel's AVX-512 cores: the 8 × 48 tile, k in 12 blocks of 256 unrolled by
+    4, and numpy's answer; on AMD's the default tile over the whole reduction."""
+    task = matmul_task((128, 3072), (3072, 768))
+    template = get_template("MatMul", "llvm")
+    config = template.fallback(task, AVX512)
+    assert (config["mr"], config["nr"], tuple(config["tile_k"]), config["pack_a"]) == (8, 48, (12, 64, 4), False)
+    amd = Target.parse("llvm", host=CpuInfo("AMD EPYC 9R45", AVX512.capabilities.flags, vendor="amd"))
+    other = template.fallback(task, amd)
+    assert (other["mr"], other["nr"], tuple(other["tile_k"])) == (8, 32, (1, 3072, 1))
+    if "avx512f" in HOST.capabilities.flags:
+        assert_matches_reference(task, *template.apply(task, config, AVX512), AVX512)
 
 
 def test_untuned_build_of_a_conv_uses_the_fallback_config():

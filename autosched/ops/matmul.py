@@ -28,6 +28,14 @@ UNPACKED_TILES = ((8, 2), (6, 2), (4, 3))
 #: the packed tile's time over an in-place tile's of the same shape (packing A's copy; ~6% on
 #: the measurements in default_packing), against which the in-place tiles' column padding weighs
 PACKING_COST = 1.06
+#: Intel's AVX-512 cores: (rows of A, vectors of B) of the register tile of a wide, deep MatMul,
+#: its reduction in blocks of WIDE_K_BLOCKS (the first that divides k), under WIDE_MIN_N columns
+#: and WIDE_MIN_K reductions the default tiles. Measured on a Sapphire Rapids-class Xeon, 2 threads,
+#: each config timed twice (`wide_k_block`); AMD's cores keep the tiles above until measured there
+WIDE_TILE = (8, 3)
+WIDE_K_BLOCKS = (256, 128)
+WIDE_MIN_N = 256
+WIDE_MIN_K = 384
 
 
 @dataclass(frozen=True)
@@ -133,7 +141,26 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
     return matmul(a, b, trans_a, trans_b, tuple(pre) + tuple(epilogue), packing, name="gemm")
 
 
-def default_packing(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4, trans_a: bool = False) -> Packing:
+def wide_k_block(m: int, n: int, k: int, caps: CpuCapabilities, dtype_bytes: int = 4) -> int | None:
+    """The reduction block of the WIDE_TILE where it applies, else None. On Intel's AVX-512 cores
+    (a Sapphire Rapids-class Xeon, 2 threads) 8 × 48 tiles of 256- or 128-deep blocks against the
+    default tiles of the whole reduction: ViT-S's MLP 197×384·384×1536 1.20×, 197×1536·1536×384
+    1.42×, its projection 197×384·384×384 1.30×, QKV ·384×1152 1.03×; BERT's 128×768·768×768 1.21×
+    and 1.25×, FFN ·768×3072 1.12×, ·3072×768 1.21×; the MLP's 64×1024·1024×1024 1.19×. Attention's
+    products (n or k of 64-197) ran 0.42-0.74× in the wide tile, and the MLP's 64×784·784×1024,
+    whose reduction no block divides, 0.69× (its B panel of 784 × 48 floats outgrows the L1): those
+    keep the default, and so does a product of fewer rows than the tile's (a classifier's one row)."""
+    lanes = caps.lanes(dtype_bytes)
+    rows, vectors = WIDE_TILE
+    if caps.vendor != "intel" or rows * vectors + vectors + 1 > caps.vector_registers or lanes == 1:
+        return None
+    if m < rows or n < max(WIDE_MIN_N, vectors * lanes) or k < WIDE_MIN_K:
+        return None
+    return next((b for b in WIDE_K_BLOCKS if k % b == 0 and k >= 3 * b), None)  # 3 blocks or more
+
+
+def default_packing(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4, trans_a: bool = False,
+                    k: int | None = None) -> Packing:
     """The BLIS-style register tile of the target: nr is two vectors wide, and mr rows are as many
     as leave, beside their 2·mr accumulators, registers for the two B vectors and the broadcast
     A element (6×16 floats with AVX2's 16 ymm registers, 6×32 with AVX-512's 32 zmm).
@@ -142,12 +169,20 @@ def default_packing(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4,
     it is packed. Otherwise A is read in place (packing it is a strided copy of the activations
     at every call) with the tile of UNPACKED_TILES whose rows divide m, whose accumulators, B
     vectors and broadcast fit the registers, and whose columns pad n least (first listed on a
-    tie), unless that padding costs more than packing (PACKING_COST) with the packed tile. Measured on a Zen 5, BERT's
+    tie), unless that padding costs more than packing (PACKING_COST) with the packed tile. Given
+    the reduction `k`, on Intel's AVX-512 cores a wide, deep product takes the WIDE_TILE
+    (`wide_k_block`), packed where the default packs. Measured on a Zen 5, BERT's
     128×3072·3072×768: AVX-512, 2 threads: 6×32 packed 1.33 ms, 8×32 packed 1.26, 8×32 in
     place 1.19; AVX2 code (-mcpu=haswell), 1 thread: 6×16 packed 5.24 ms, 4×24 in place 4.89,
     4×16 in place 5.51 (MLP's 64×1024·1024×1024: 1.13, 1.07, 1.16).
     """
     lanes = caps.lanes(dtype_bytes)
+    if k is not None and wide_k_block(m, n, k, caps, dtype_bytes) is not None:
+        default = default_packing(m, n, caps, dtype_bytes, trans_a)
+        rows, vectors = WIDE_TILE
+        if default.pack_a or m % rows == 0:  # in place only where the rows divide m
+            return Packing(mr=rows, nr=vectors * lanes, pack_a=default.pack_a)
+        return default
     vectors = 2 if n >= 2 * lanes else 1
     nr = vectors * lanes if n >= lanes else max(1, n)
     mr = max(1, min(MAX_PANEL_ROWS, (caps.vector_registers - vectors - 1) // vectors, m))
