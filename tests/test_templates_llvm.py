@@ -287,6 +287,19 @@ def test_intel_avx512_fallback_blocks_the_reduction_of_a_wide_deep_matmul():
         assert_matches_reference(task, *template.apply(task, config, AVX512), AVX512)
 
 
+def test_a_narrow_product_of_rows_no_tile_divides_reads_a_in_place():
+    """Attention's softmax(QKᵀ)·V of 197 tokens: one column panel of 64, where packing A would copy
+    it for nothing; the rows the 6-row tile does not divide are guarded, and the answer is numpy's."""
+    task = matmul_task((2, 197, 197), (2, 197, 64))
+    template = get_template("MatMul", "llvm")
+    config = template.fallback(task, AVX512)
+    assert (config["mr"], config["nr"], config["pack_a"]) == (6, 64, False)
+    wide = template.fallback(matmul_task((2, 197, 197), (2, 197, 256)), AVX512)
+    assert wide["pack_a"]  # four panels of 64 share a packed A
+    if "avx512f" in HOST.capabilities.flags:
+        assert_matches_reference(task, *template.apply(task, config, AVX512), AVX512)
+
+
 def test_untuned_build_of_a_conv_uses_the_fallback_config():
     from autosched.compile.model import default_kernel
     task = TASKS["conv3x3_bias_relu"][0]()

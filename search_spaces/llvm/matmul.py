@@ -166,12 +166,16 @@ class MatmulTemplate(CpuTemplate):
         it was queued, the tuned MLP build ran slower than its untuned one: 1000 trials never
         met the default, so its best record was worse (0.559 against 0.29 ms for 64×1024·1024×1024,
         AVX-512, 2 threads). On Intel's AVX-512 cores a wide, deep product takes the wide tile
-        with its reduction in blocks (`mm.wide_k_block`), unrolled by 4."""
+        with its reduction in blocks (`mm.wide_k_block`), unrolled by 4; a narrow product whose
+        rows no in-place tile divides reads A in place all the same (`mm.narrow_in_place_tile`),
+        which the op library's schedule cannot."""
         d = matmul_dims(task)
         space = self.space(task, target)
         trans_a = not a_in_place(task)
         caps = cpu_capabilities(target)
         packing = mm.default_packing(d.m, d.n, caps, trans_a=trans_a, k=d.k)
+        if packing.pack_a and not trans_a:  # no in-place tile divides m: in place all the same if n is narrow
+            packing = mm.narrow_in_place_tile(d.m, d.n, caps) or packing
         rows, widths = space.knob("mr").values, space.knob("nr").values
         block = mm.wide_k_block(d.m, d.n, d.k, caps)
         wide = block is not None and (packing.mr, packing.nr // caps.lanes(4)) == mm.WIDE_TILE
