@@ -156,7 +156,7 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     Callbacks with `start(plan)` / `finish()` methods (progress displays) are told when the run
     begins (a `TunePlan`) and ends, however it ends. `substitutions`: the tasks are those of the
     graph the verified substitutions rewrite the model into (see `prepare_graph`), as `build`
-    builds it. `model_check` (CPU targets measured on this machine): the tune ends by timing the
+    builds it. `model_check` (targets measured on this machine's CPU or GPU): the tune ends by timing the
     tuned build against the untuned one in the model, after A/B-testing there the `ab_tasks`
     tuned configs with the largest estimated gains (`autosched.model_check`); configs that lose
     are kept out of builds. `caches` (CPU targets and GPUs, not the emulation): the cache state
@@ -173,7 +173,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     target = Target.parse(target) if isinstance(target, str) else target
     backend = backend_for(target, emulate)
     # the model is timed here: only where the candidates were too, by this back end's own runner
-    model_check = model_check and runner is None and target.kind == "llvm"
+    # (a CPU, or a GPU here; the CUDA emulation times nothing)
+    model_check = model_check and runner is None and not backend.emulated
     with backend.measuring(builder, runner) as (builder, runner):
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
         if backend.emulated:  # costs are static estimates: records apart from every GPU timing

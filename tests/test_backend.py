@@ -48,6 +48,7 @@ def test_python_tune_with_emulate_records_candidates_checked_in_the_emulation(sm
     db = tmp_path / "tune.db"
     out = autosched.tune(small_model, SM80, trials=16, db=db, tuner="random", round_trials=8, emulate=True)
     assert out.summary.trials == 16
+    assert out.model_check is None  # the emulation times nothing: no model to check (a GPU tune checks it)
     database = Database(db)
     try:
         stored = list(database.stored())

@@ -1,5 +1,8 @@
 """Whole models for target cuda, checked here through the CPU emulation against onnxruntime."""
 import json
+import re
+import sqlite3
+import subprocess
 
 import numpy as np
 import onnx
@@ -65,6 +68,12 @@ def test_cuda_build_is_one_library_of_kernels_and_executor(mlp_path, tmp_path):
     source = (tmp_path / "mlp.cu").read_text()
     assert source.count('extern "C" __global__') == 3 and source.count("<<<dim3(") == 3
     assert (tmp_path / "mlp.weights").stat().st_size == manifest["weights_bytes"]
+    # the profile: an event before each of the 3 launches and one after the last, read off the GPU's clock
+    assert [f"cudaEventRecord(call_events[{k}])" in source for k in range(4)] == [True] * 4
+    assert 'extern "C" int32_t autosched_model_profile(' in source and len(manifest["calls"]) == 3
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(tmp_path / "mlp.so")], capture_output=True,
+                             text=True, check=True).stdout
+    assert {"autosched_model_run", "autosched_model_profile"} <= set(re.findall(r" T (\w+)", symbols))
 
 
 @needs_nvcc
@@ -80,6 +89,20 @@ def test_cuda_check_without_a_gpu_says_how(mlp_path, capsys):
 def test_cuda_mlp_on_the_gpu_matches_onnxruntime(mlp_path, capsys):
     assert main(["check", str(mlp_path), "--target", "cuda"]) == 0
     assert "MISMATCH" not in capsys.readouterr().out
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_a_tune_on_the_gpu_ends_with_the_model_check_and_profiles_the_build(mlp_path, tmp_path):
+    """As on a CPU: the tuned build timed against the untuned one on the GPU, and each kernel
+    call's time in the model kept (the latency model's parts)."""
+    from autosched.api import tune
+    out = tune(mlp_path, "cuda", 12, db=tmp_path / "t.db", shipped=False)
+    check = out.model_check
+    assert check is not None and check.tuned_ms > 0 and check.untuned_ms > 0
+    with sqlite3.connect(tmp_path / "t.db") as db:
+        (calls, kernels_ms, tuned_ms), = db.execute("SELECT calls, kernels_ms, tuned_ms FROM model_times")
+    assert calls == 3 and 0 < kernels_ms <= 1.5 * tuned_ms
 
 
 def test_emulate_needs_a_cuda_target(mlp_path, tmp_path):

@@ -5,7 +5,9 @@ runtime, linked statically.
 It exports the C executor's functions, so `autosched.runtime.Model` loads and runs it like a CPU
 build: `autosched_model_init` uploads the weights and allocates the device arena and one device
 buffer per model input and output; `autosched_model_run` copies the inputs in, launches the
-kernels in order with each one's launch geometry, and copies the outputs back. Building needs
+kernels in order with each one's launch geometry, and copies the outputs back;
+`autosched_model_profile` does the same with an event before each launch, so each kernel call's
+time in the model can be read off the GPU's clock (what a model check keeps). Building needs
 nvcc only; running needs a GPU and its driver. A CUDA error is returned as status 3, its text
 by `autosched_last_error`.
 """
@@ -33,9 +35,10 @@ def cuda_executor(graph: Graph, calls: list, geometries: dict[str, LaunchGeometr
     outputs = {v.name: k for k, v in enumerate(graph.outputs)}
     produced = {n for group, _, _ in calls for n in group.outputs}
     launches = []
-    for group, symbol, args in calls:
+    for k, (group, symbol, args) in enumerate(calls):
         g = geometries[symbol]
         launches += [f"  /* {group.anchor.op.value} {group.name} */",
+                     f"  if (timed) CHECK(cudaEventRecord(call_events[{k}]));",
                      f"  {symbol}<<<dim3({', '.join(map(str, g.grid))}), dim3({', '.join(map(str, g.block))}), "
                      f"{g.shared_bytes}>>>({', '.join(ptr(a) for a in args)});",
                      "  CHECK(cudaGetLastError());"]
@@ -67,6 +70,7 @@ static char* device_arena = NULL;
 static void* device_inputs[{max(1, len(graph.inputs))}];
 static void* device_outputs[{max(1, len(graph.outputs))}];
 static cudaError_t model_error = cudaSuccess;
+static cudaEvent_t call_events[{len(calls) + 1}];  /* recorded before each launch and after the last */
 #define CHECK(call) do {{ cudaError_t e_ = (call); if (e_ != cudaSuccess) {{ model_error = e_; return 3; }} }} while (0)
 
 extern "C" const char* autosched_last_error(void) {{ return cudaGetErrorString(model_error); }}
@@ -88,6 +92,7 @@ extern "C" int32_t autosched_model_init(const char* weights_path) {{
   CHECK(cudaMalloc((void**)&device_arena, {max(1, arena_size)}));
 {nl.join(allocs)}
 {nl.join(opt_in)}
+  for (int k = 0; k <= {len(calls)}; ++k) CHECK(cudaEventCreate(&call_events[k]));
   return 0;
 }}
 
@@ -96,16 +101,35 @@ extern "C" void autosched_model_free(void) {{
   cudaFree(device_arena);
   for (int k = 0; k < {len(graph.inputs)}; ++k) cudaFree(device_inputs[k]);
   for (int k = 0; k < {len(graph.outputs)}; ++k) cudaFree(device_outputs[k]);
+  for (int k = 0; k <= {len(calls)}; ++k) cudaEventDestroy(call_events[k]);
   free(model_weights);
   model_weights = device_weights = device_arena = NULL;
 }}
 
-/* Runs the model: {len(calls)} kernel launches. 0 on success, 3 on a CUDA error. */
-extern "C" int32_t autosched_model_run(void** inputs, void** outputs) {{
+/* Runs the model: {len(calls)} kernel launches, each after an event when `timed`. 0 on success, 3 on a
+   CUDA error. */
+static int32_t run_model(void** inputs, void** outputs, int timed) {{
 {nl.join(copy_in)}
 {nl.join(launches)}
+  if (timed) CHECK(cudaEventRecord(call_events[{len(calls)}]));
 {nl.join(copy_out)}
   CHECK(cudaDeviceSynchronize());
+  return 0;
+}}
+
+extern "C" int32_t autosched_model_run(void** inputs, void** outputs) {{ return run_model(inputs, outputs, 0); }}
+
+/* Runs the model once, each kernel call's seconds into seconds[k]: the GPU's time from the event
+   before its launch to the event before the next (after the last, for the last), so a call's
+   share includes any wait for the host to launch it. 0, or 3 on a CUDA error. */
+extern "C" int32_t autosched_model_profile(void** inputs, void** outputs, double* seconds) {{
+  int32_t status = run_model(inputs, outputs, 1);
+  if (status != 0) return status;
+  for (int k = 0; k < {len(calls)}; ++k) {{
+    float ms = 0.0f;
+    CHECK(cudaEventElapsedTime(&ms, call_events[k], call_events[k + 1]));
+    seconds[k] = 1e-3 * ms;
+  }}
   return 0;
 }}
 """

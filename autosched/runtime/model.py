@@ -121,15 +121,17 @@ class Model:
         except AttributeError:
             profile = None
         if calls is None or profile is None:
-            raise ModelError(f"{self.library}: built without a per-kernel profile (a CUDA build, or built by an "
-                             "older autosched: rebuild it)")
+            raise ModelError(f"{self.library}: built without a per-kernel profile (by an older autosched: rebuild it)")
         ins = self._check(feeds)
         outs = [np.empty(v["shape"], NUMPY_DTYPES[v["dtype"]]) for v in self.outputs]
         self.run_into(ins, outs)
         seconds = np.empty((runs, max(len(calls), 1)), np.float64)
         in_ptrs, out_ptrs = self._pointers(ins, outs)
         for r in range(runs):
-            if profile(in_ptrs, out_ptrs, self._ffi.cast("double*", seconds[r].ctypes.data)) != 0:
+            status = profile(in_ptrs, out_ptrs, self._ffi.cast("double*", seconds[r].ctypes.data))
+            if status == 3:  # a CUDA build's error, in the driver's words
+                raise ModelError(f"{self.library}: {self._ffi.string(self._lib.autosched_last_error()).decode()}")
+            if status != 0:
                 raise ModelError(f"{self.library}: a kernel could not allocate its temporary memory")
         medians = np.median(seconds, axis=0)
         return [KernelCall(c["op"], c["group"], c["task"], float(t)) for c, t in zip(calls, medians)]
