@@ -274,15 +274,21 @@ def gpu_capabilities(arch: str) -> GpuCapabilities:
                            max_warps_per_sm=warps, max_blocks_per_sm=blocks, shared_memory_per_sm=shared)
 
 
-def detect_cuda_arch() -> str | None:
-    """The compute capability of this node's first GPU as sm_XX, or None without a driver."""
+def detect_gpu() -> tuple[str, str] | None:
+    """(name, sm_XX) of this node's first GPU as nvidia-smi reports them, or None without a driver."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10).stdout.split()
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return None
-    m = re.fullmatch(r"([0-9]+)\.([0-9])", out[0]) if out else None
-    return f"sm_{m.group(1)}{m.group(2)}" if m else None
+    m = re.fullmatch(r"(.+?),\s*([0-9]+)\.([0-9])", out[0].strip()) if out else None
+    return (m.group(1), f"sm_{m.group(2)}{m.group(3)}") if m else None
+
+
+def detect_cuda_arch() -> str | None:
+    """The compute capability of this node's first GPU as sm_XX, or None without a driver."""
+    found = detect_gpu()
+    return None if found is None else found[1]
 
 
 def _default_cuda_options(given: Mapping[str, str]) -> dict[str, str]:
@@ -432,6 +438,15 @@ class Target:
             raise TargetError(f"target {self} is not a cuda target; only GPU measurements name a GPU")
         precision = "" if self.precision == "fp32" else f"|{self.precision}"
         return replace(self, fingerprint=f"cuda|{name}|{self.gpu_capabilities.arch}{precision}", gpu=name)
+
+    def on_this_gpu(self) -> Target:
+        """This cuda target as this machine's GPU runs it (`on_gpu`), where the machine has one of
+        the target's architecture and the target names none yet: the fingerprint a tune here
+        records under, which `db best` and the report look its timings up by. Else unchanged."""
+        if self.kind != "cuda" or self.gpu is not None or self.emulated:
+            return self
+        found = detect_gpu()
+        return self.on_gpu(found[0]) if found is not None and found[1] == self.gpu_capabilities.arch else self
 
     @property
     def precision(self) -> str:

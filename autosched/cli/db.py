@@ -113,7 +113,7 @@ def _stats(db, args) -> int:
 
 
 def _best(db, args) -> int:
-    target = Target.parse(args.target)
+    target = Target.parse(args.target).on_this_gpu()  # a GPU's records and timings carry its name
     _, tasks = model_tasks(args.model, target, dict(args.shape), db=db)
     schedules = TunedSchedules(db, shipped_database())  # as `autosched build` chooses
     built = {task.key: schedules.choose(task, target) for task in tasks}

@@ -231,7 +231,7 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    target = Target.parse(args.target)
+    target = Target.parse(args.target).on_this_gpu()  # a GPU's records and timings carry its name
     tasks, substitutions = None, None
     if args.model:
         graph, report = prepare_graph(args.model, target, dict(args.shape), db=args.db)
