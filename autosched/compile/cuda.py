@@ -142,7 +142,7 @@ def cuda_library(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, wei
     for f in funcs:
         geometries[renderer.symbol(f)] = plan_kernel(f).geometry
         check_limits(renderer.symbol(f), geometries[renderer.symbol(f)], target.gpu_capabilities)
-    executor = cuda_executor(graph, calls, geometries, weights, memory.buffers, memory.arena_size)
+    executor = cuda_executor(graph, calls, geometries, weights, memory.views, memory.arena_size)
     source = renderer.render_module(funcs, tail=executor)
     return source, compile_cuda(source, target.gpu_capabilities.arch, output="so").path
 

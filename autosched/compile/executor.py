@@ -108,7 +108,7 @@ int32_t autosched_model_profile(void** inputs, void** outputs, double* seconds) 
 def c_library(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weights: Weights, memory,
               target: Target) -> tuple[str, Path]:
     """Source and gcc-built library of a model whose binary runs on `target` (a CPU)."""
-    executor = c_executor(graph, calls, funcs, renderer, weights, memory.buffers, memory.arena_size)
+    executor = c_executor(graph, calls, funcs, renderer, weights, memory.views, memory.arena_size)
     source = renderer.render_module(funcs, tail=executor)
     return source, compile_c(source, target_flags(target))
 

@@ -10,10 +10,10 @@ already placed buffers whose lifetimes overlap it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autosched.graph.ir import Graph
-from autosched.graph.passes.fuse import FusedGroup
+from autosched.graph.passes.fuse import FusedGroup, view_aliases
 
 ALIGNMENT = 64  # bytes; one cache line, and enough for any SIMD load
 
@@ -37,19 +37,28 @@ class Buffer:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Arena offsets of every intermediate; graph inputs and outputs live outside it."""
+    """Arena offsets of every intermediate; graph inputs and outputs live outside it. A Reshape
+    that is no kernel (`view_aliases`) has no buffer: its output is its root's bytes."""
 
     buffers: Mapping[str, Buffer]
     arena_size: int
+    aliases: Mapping[str, str] = field(default_factory=dict)  # a Reshape's output → the value it renames
+
+    @property
+    def views(self) -> Mapping[str, Buffer]:
+        """Every arena value's bytes by name: the buffers, and each alias at its root's buffer."""
+        return {**self.buffers, **{alias: self.buffers[root] for alias, root in self.aliases.items()}}
 
 
 def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALIGNMENT) -> MemoryPlan:
     """Assign arena offsets to the outputs of `groups`, executed in the given order."""
     external = {v.name for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
+    aliases = view_aliases(graph)
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, group in enumerate(groups):
         for name in group.inputs:
+            name = aliases.get(name, name)  # a view's readers keep its root alive
             if name in first:
                 last[name] = index
         for name in group.outputs:
@@ -62,7 +71,8 @@ def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALI
         rivals = sorted((b for b in placed if b.overlaps_in_time(candidate)), key=lambda b: b.offset)
         placed.append(Buffer(name, _best_fit(rivals, sizes[name]), sizes[name], first[name], last[name]))
     arena = max((b.offset + b.size for b in placed), default=0)
-    return MemoryPlan({b.name: b for b in sorted(placed, key=lambda b: (b.first, b.name))}, arena)
+    return MemoryPlan({b.name: b for b in sorted(placed, key=lambda b: (b.first, b.name))}, arena,
+                      {alias: root for alias, root in aliases.items() if root in first})
 
 
 def _best_fit(rivals: Sequence[Buffer], size: int) -> int:
