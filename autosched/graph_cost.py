@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autosched.database import Database
+from autosched.database import Database, tasks_digest
 from autosched.database.queries import best, space_of
 from autosched.graph.ir import Graph
 from autosched.graph.passes.substitute import graph_digest
@@ -51,6 +51,7 @@ class GraphCost:
         self.parts: dict[str, tuple[float, float, float]] = {}  # graph digest -> (records, other rooflines, rooflines)
         self.tunable: dict[str, bool] = {}  # task key -> whether a template tunes it here
         self.unmeasured: dict[str, int] = {}  # graph digest -> tunable tasks without a record
+        self.task_sets: dict[str, str] = {}  # graph digest -> `tasks_digest` of its tasks, as a session keeps it
 
     @property
     def measured(self) -> int:
@@ -81,10 +82,16 @@ class GraphCost:
         self._parts(graph)
         return not self.unmeasured[graph_digest(graph)]
 
+    def task_set(self, graph: Graph) -> str:
+        """The `tasks_digest` of the tasks the graph builds: what a tuning session of it recorded."""
+        self._parts(graph)
+        return self.task_sets[graph_digest(graph)]
+
     def _parts(self, graph: Graph) -> tuple[float, float, float]:
         digest = graph_digest(graph)
         if digest not in self.parts:
             tasks = extract_tasks(self.finish(graph))
+            self.task_sets[digest] = tasks_digest(t.key for t in tasks.tasks)
             recorded = estimated = total = 0.0
             unmeasured = 0
             for i in tasks.group_tasks:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,21 +62,23 @@ class SubstitutionReport:
     estimated: int = 0  # task costs from the roofline estimate
     note: str | None = None  # why nothing was searched ("off", or the warning)
     corrected: int = 0  # graphs costed that PET's corrected transformations gave
+    tuned: bool = False  # the graph is the one a tuning session in the database tuned (`_tuned`)
 
     def summary(self) -> str:
         if self.note:
             return f"substitutions: {self.note}"
+        kept = "; the graph a tune in the database measured" if self.tuned else ""
         graphs = f"{self.graphs} graph{'s' if self.graphs != 1 else ''}"
         pet = f", {self.corrected} of them PET transformations corrected and verified" if self.corrected else ""
         searched = (f"{graphs} costed in {self.seconds:.1f} s ({self.measured} task costs from the "
                     f"database, {self.estimated} estimated{pet})")
         if not self.applied:
-            return f"substitutions: none lowers the estimated cost; {searched}"
+            return f"substitutions: none lowers the estimated cost; {searched}{kept}"
         counts = Counter(self.applied)
         rules = ", ".join(f"{name}" + (f" x{n}" if n > 1 else "") for name, n in counts.items())
         plural = "s" if len(self.applied) > 1 else ""
         return (f"substitutions: {len(self.applied)} rewrite{plural} ({rules}), estimated "
-                f"{self.cost_before * 1e3:.3f} -> {self.cost_after * 1e3:.3f} ms; {searched}")
+                f"{self.cost_before * 1e3:.3f} -> {self.cost_after * 1e3:.3f} ms; {searched}{kept}")
 
 
 @functools.cache
@@ -114,6 +117,24 @@ def prepare(graph: Graph) -> Graph:
     return eliminate_dead_code(eliminate_common_subexpressions(graph))
 
 
+def _tuned(db: Database | None, cost: GraphCost,
+           candidates: Sequence[tuple[Graph, tuple[str, ...]]]) -> tuple[Graph, tuple[str, ...]] | None:
+    """The candidate whose tasks the latest tuning session in `db` that tuned one of them tuned,
+    with its rules; None where no session did. What a tune measured is what `build` builds: a
+    search re-run on the records a tune left judged its measured graph against estimates of the
+    others, and could choose a graph of untuned tasks (BERT's Q, K and V projections, merged
+    into one GEMM for the tune, were built merged two and one)."""
+    if db is None:
+        return None
+    by_tasks: dict[str, tuple[Graph, tuple[str, ...]]] = {}
+    for candidate, path in candidates:
+        by_tasks.setdefault(cost.task_set(candidate), (candidate, path))
+    for session in reversed(db.sessions()):  # latest first
+        if session["tasks"] in by_tasks:
+            return by_tasks[str(session["tasks"])]
+    return None
+
+
 def substitute(graph: Graph, target: Target, db: Database | None = None, rules: Path = SHIPPED,
                budget_s: float = BUDGET_S, alpha: float = ALPHA,
                fallback: Database | None = None, partial: bool = True) -> tuple[Graph, SubstitutionReport]:
@@ -147,7 +168,11 @@ def substitute(graph: Graph, target: Target, db: Database | None = None, rules: 
         measured = cost.measured_all(candidate) and cost.measured_all(start)
         if c < after and (measured or cost.roofline(candidate) < plain):
             chosen, applied, after = candidate, path, c
+    tuned = _tuned(db, cost, ((start, ()), *result.explored))
+    if tuned is not None:
+        chosen, applied = tuned
+        after = cost(chosen)
     corrected = sum(1 for _, path in result.explored if len(path) == 1 and path[0].startswith(pet.PREFIX))
     report = SubstitutionReport(applied, before, after, result.graphs, result.seconds, cost.measured, cost.estimated,
-                                corrected=corrected)
+                                corrected=corrected, tuned=tuned is not None)
     return (chosen if applied else graph), report

@@ -149,6 +149,29 @@ def test_exported_linear_projections_merge_into_one_gemm_read_in_place():
     same_results(graph, rewritten)
 
 
+def test_the_graph_a_tune_measured_is_the_graph_built(tmp_path):
+    """A session in the database that tuned the unmerged projections keeps them unmerged, though
+    the search alone merges them: a search re-run on a tune's records must not build a graph of
+    tasks the tune never measured. Without that session it merges, as above."""
+    from autosched.database import Database, tasks_digest
+    graph = _linear_qkv()
+    merged, report = substitute(graph, LLVM)
+    assert report.applied and not report.tuned
+    db = Database(tmp_path / "t.db")
+    try:
+        tuned = extract_tasks(optimize(prepare(graph), LLVM.layout_lanes)).tasks
+        db.start_session("qkv.onnx", LLVM, 100, tasks_digest(t.key for t in tuned))
+        kept, report = substitute(graph, LLVM, db)
+        assert not report.applied and report.tuned and "the graph a tune in the database measured" in report.summary()
+        assert [t.key for t in extract_tasks(optimize(kept, LLVM.layout_lanes)).tasks] == [t.key for t in tuned]
+        db.start_session("qkv.onnx", LLVM, 100, tasks_digest(  # a later tune of the merged graph wins
+            t.key for t in extract_tasks(optimize(merged, LLVM.layout_lanes)).tasks))
+        again, report = substitute(graph, LLVM, db)
+        assert report.applied and report.tuned
+    finally:
+        db.close()
+
+
 def test_bert_projections_merge_into_one_matmul_whose_parts_are_read_in_place(tmp_path, capsys):
     """The zoo's BERT layer, small: the search merges its three biased Q, K and V projections
     (the dense rule twice) into one MatMul on concatenated weights and biases; the build reads
