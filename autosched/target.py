@@ -156,6 +156,12 @@ _INTEL_CPUS = ("nehalem", "westmere", "sandybridge", "ivybridge", "haswell", "br
                "bonnell", "silvermont", "goldmont", "tremont", "gracemont")
 
 
+def vendor_of_model(model: str) -> str | None:
+    """The vendor a CPU's model name (cpuinfo's, as fingerprints carry it) names, if any."""
+    words = model.lower().split()
+    return "amd" if "amd" in words else "intel" if any(w.startswith("intel") for w in words) else None
+
+
 def cpu_vendor(mcpu: str | None, host: CpuInfo) -> str | None:
     """The vendor of the cores an -mcpu names (the host's where it names none, or `native`)."""
     if not mcpu or mcpu == "native":

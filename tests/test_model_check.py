@@ -2,7 +2,7 @@
 configs it never judged, and the A/B tests a tune ends with (issue 18)."""
 import onnx
 import pytest
-from db_helpers import HERE, execute
+from db_helpers import AVX512, HERE, execute
 
 from autosched import tune
 from autosched.api import model_tasks
@@ -14,7 +14,7 @@ from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult
 from autosched.model_check import check_in_model, judge
-from autosched.target import Target
+from autosched.target import CpuInfo, Target
 from autosched.task import extract_tasks
 from autosched.templates import get_template
 from autosched.zoo import mlp
@@ -193,3 +193,25 @@ def test_a_model_check_that_cannot_build_is_a_warning_and_the_tune_is_done(small
     assert out.model_check is None and out.summary.trials == 4
     assert "the model check after tuning could not run, the records are kept: gcc: out of disk space" in caplog.text
     assert execute(tmp_path / "t.db", "SELECT status, trials_done FROM sessions") == [("done", 4)]
+
+
+def test_shipped_records_of_another_vendors_cores_give_way_to_the_defaults(tmp_path, tasks, caplog):
+    """The package's records were tuned on AMD's cores; on an Intel CPU of the same ISA class the
+    task builds its default (measured there: the shipped configs ran 3-5% slower than the
+    defaults), with one warning; on AMD's cores, or on a CPU naming no vendor, they apply."""
+    task = tasks[1]
+    amd = Target.parse("llvm", host=CpuInfo("AMD EPYC 9R45", AVX512, vendor="amd"))
+    shipped = Database(tmp_path / "shipped.db")
+    shipped.commit([_record(task, amd, get_template(task.op, "llvm").space(task, amd).get(3), 1e-3)])
+    empty = Database(tmp_path / "empty.db")
+    intel = Target.parse("llvm", host=CpuInfo("Intel(R) Xeon(R) Platinum 8480+", AVX512, vendor="intel"))
+    schedules = TunedSchedules(empty, shipped)
+    assert schedules.choose(task, intel) is None and schedules.other_vendor == {task.key}
+    assert "the shipped records were measured on AMD's cores; on this Intel CPU" in caplog.text
+    other_amd = Target.parse("llvm", host=CpuInfo("AMD EPYC 9654", AVX512, vendor="amd"))
+    unknown = Target.parse("llvm", host=CpuInfo("Example CPU B", AVX512))
+    for target in (other_amd, unknown):
+        schedules = TunedSchedules(empty, shipped)
+        assert schedules.choose(task, target) is not None and schedules.from_fallback == {task.key}
+    shipped.close()
+    empty.close()

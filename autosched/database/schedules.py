@@ -12,7 +12,7 @@ from autosched.database.queries import Best, best, config_cost, other_isas
 from autosched.database.store import Database
 from autosched.database.verdicts import IN_MODEL_NOISE, verdict_of, winners
 from autosched.schedule import Schedule
-from autosched.target import Target
+from autosched.target import CpuCapabilities, Target, vendor_of_model
 from autosched.task import Task
 from autosched.templates import get_template
 
@@ -39,6 +39,9 @@ def difference(found: str, here: str) -> str:
     return f"{_device(found)} with target options {'|'.join(theirs[3:]) or 'none'}, here {'|'.join(ours[3:]) or 'none'}"
 
 
+_VENDORS = {"amd": "AMD", "intel": "Intel"}
+
+
 class TunedSchedules:
     """Called by `build_model` once per task; `used` maps each task that got a tuned config to
     the record it came from, `other_isa` each task whose only records are for other ISAs to
@@ -55,6 +58,7 @@ class TunedSchedules:
         self.declined: dict[str, Best] = {}
         self.superseded: dict[str, Best] = {}  # tasks built with a config the model judged a win, not their best
         self.from_fallback: set[str] = set()  # tasks whose record came from `fallback`
+        self.other_vendor: set[str] = set()  # tasks whose `fallback` record another vendor's CPU measured
         self.other_isa: dict[str, set[str]] = {}
         self.static: set[str] = set()  # tasks built from a static estimate (no GPU timing of them)
         self._noticed: set[str] = set()
@@ -71,9 +75,7 @@ class TunedSchedules:
             return None
         found = best(self.db, task, target)
         if found is None and self.fallback is not None:
-            found = best(self.fallback, task, target)
-            if found is not None:
-                self.from_fallback.add(task.key)
+            found = self._from_fallback(task, target)
         if found is None:
             isas = other_isas(self.db, task, target)
             if isas:
@@ -101,6 +103,28 @@ class TunedSchedules:
             self.superseded[task.key] = found
             found = winner
         self.used[task.key] = found
+        return found
+
+    def _from_fallback(self, task: Task, target: Target) -> Best | None:
+        """The fallback's (the shipped records') best record of `task`, unless it was measured on
+        another vendor's cores than the target's: a config tuned on AMD's cores ran slower than
+        the default on Intel's (AVX-512, 2 threads: ResNet-18 1.05×, BERT 1.05×, MobileNetV2 1.03×
+        the untuned build's time), so there the default stands in for it."""
+        assert self.fallback is not None
+        found = best(self.fallback, task, target)
+        if found is None:
+            return None
+        ours = target.capabilities.vendor if isinstance(target.capabilities, CpuCapabilities) else None
+        parts = found.fingerprint.split("|")
+        theirs = vendor_of_model(parts[1]) if found.fingerprint.startswith("llvm|") and len(parts) > 1 else None
+        if ours and theirs and ours != theirs:
+            if not self.other_vendor:
+                log.warning("the shipped records were measured on %s's cores; on this %s CPU their tasks use "
+                            "their default schedules (tune here for schedules fitted to it)",
+                            _VENDORS[theirs], _VENDORS[ours])
+            self.other_vendor.add(task.key)
+            return None
+        self.from_fallback.add(task.key)
         return found
 
     def _trusted(self, task: Task, target: Target, found: Best, default) -> bool:
