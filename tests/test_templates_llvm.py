@@ -298,6 +298,10 @@ def test_a_narrow_product_of_rows_no_tile_divides_reads_a_in_place():
     assert wide["pack_a"]  # four panels of 64 share a packed A
     if "avx512f" in HOST.capabilities.flags:
         assert_matches_reference(task, *template.apply(task, config, AVX512), AVX512)
+    narrow = matmul_task((2, 197, 197), (2, 197, 32))  # AVX2: 16 registers leave 2 rows of 4 vectors
+    config = template.fallback(narrow, AVX2)
+    assert (config["mr"], config["nr"], config["pack_a"]) == (2, 32, False)
+    assert_matches_reference(narrow, *template.apply(narrow, config, AVX2), AVX2)
 
 
 def test_untuned_build_of_a_conv_uses_the_fallback_config():
