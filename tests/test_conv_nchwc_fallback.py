@@ -1,0 +1,88 @@
+"""The ConvNCHWc template's untuned tiles on Intel's AVX-512 cores, against the generic ones
+(search_spaces/llvm/conv2d_nchwc.py `_intel_window_tile`, conv2d_winograd.py
+`blocked_fallback_values`): which tasks get them, which cores keep the generic tile, and that
+they compute the convolution (checked by the runner against the numpy reference where the host
+runs AVX-512; rendered for every target anywhere)."""
+from __future__ import annotations
+
+import pytest
+from isa import runs_here
+from task_helpers import blocked_conv_task
+
+from autosched.backend import renderer_for
+from autosched.lower import lower
+from autosched.measure import MeasureInput, measure_with
+from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
+from autosched.target import Target
+from autosched.templates import get_template
+
+INTEL = Target.parse("llvm -mcpu=skylake-avx512")
+INTEL_AVX2 = Target.parse("llvm -mcpu=haswell")
+AMD = Target.parse("llvm -mcpu=znver3 -mattr=+avx512f")  # AVX-512 named on an AMD core (Zen 4's ISA class)
+TEMPLATE = get_template("ConvNCHWc", "llvm")
+#: ResNet-18's stride-2 3x3 layers and a 3x3 layer of its 56x56 stage, channels in blocks of 16
+STRIDE2_56 = blocked_conv_task((1, 64, 56, 56), (128, 64, 3, 3), 16, 16, stride=2, pad=1, bias=True)
+STRIDE2_28 = blocked_conv_task((1, 128, 28, 28), (256, 128, 3, 3), 16, 16, stride=2, pad=1, bias=True)
+STRIDE2_14 = blocked_conv_task((1, 256, 14, 14), (512, 256, 3, 3), 16, 16, stride=2, pad=1, bias=True)
+WIDE_3X3 = blocked_conv_task((1, 64, 56, 56), (64, 64, 3, 3), 16, 16, pad=1, bias=True, residual=True)
+
+
+def _tile(task, target) -> tuple:
+    c = TEMPLATE.fallback(task, target)
+    return c["tile_oc"], c["tile_oh"], c["tile_ow"][1], c["unroll_kw"]
+
+
+@pytest.fixture(scope="module")
+def measure(tmp_path_factory):
+    runner = LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=0.2, timeout=30.0, stop_factor=0))
+    yield measure_with(LocalBuilder(n_parallel=2, cache_dir=tmp_path_factory.mktemp("kernels")), runner)
+    runner.close()
+
+
+def test_amd_avx512_is_named_as_amd():
+    assert AMD.capabilities.vendor == "amd" and AMD.capabilities.vector_registers == 32
+    assert INTEL.capabilities.vendor == "intel" and INTEL.capabilities.vector_registers == 32
+
+
+def test_intel_window_tiles_fill_28_accumulators_with_pixels_first():
+    """56->28: 1 block x 4 rows x 7 columns; 28->14: 1 x 2 x 14; 14->7 (7 columns, 1 row): 4 blocks x 7;
+    kw unrolled in each."""
+    assert _tile(STRIDE2_56, INTEL) == (1, 4, 7, True)
+    assert _tile(STRIDE2_28, INTEL) == (1, 2, 14, True)
+    assert _tile(STRIDE2_14, INTEL) == (4, 1, 7, True)
+
+
+@pytest.mark.parametrize("target", [AMD, INTEL_AVX2], ids=["amd-avx512", "intel-avx2"])
+def test_other_cores_keep_the_generic_tile(target):
+    """Two vectors of output channels by one row of up to 8 columns, kw rolled."""
+    for task in (STRIDE2_56, STRIDE2_28):
+        tile_oc, tile_oh, columns, unroll = _tile(task, target)
+        assert (tile_oh, unroll) == (1, False) and columns <= 8
+        assert tile_oc == 2 or target is INTEL_AVX2  # blocks of 16 are two ymm vectors on AVX2
+
+
+def test_one_by_one_plain_input_and_grouped_convolutions_keep_the_generic_tile():
+    one = blocked_conv_task((1, 64, 56, 56), (128, 64, 1, 1), 16, 16, stride=2)
+    plain = blocked_conv_task((1, 3, 56, 56), (64, 3, 3, 3), 0, 16, stride=2, pad=1)
+    grouped = blocked_conv_task((1, 128, 28, 28), (128, 32, 3, 3), 16, 16, pad=1, groups=4)
+    for task in (one, plain, grouped):
+        assert _tile(task, INTEL) == _tile(task, AMD), task.shapes
+
+
+def test_intel_winograd_tiles_hold_16_accumulators():
+    """F(4) on 56x56 has 196 tiles: 14 per register tile on Intel (16 at most), 7 elsewhere."""
+    intel, amd = TEMPLATE.fallback(WIDE_3X3, INTEL), TEMPLATE.fallback(WIDE_3X3, AMD)
+    assert intel["algorithm"] == amd["algorithm"] == "winograd_4"
+    assert (intel["wino_tile_t"], amd["wino_tile_t"]) == (16, 7)
+    assert TEMPLATE.fallback(WIDE_3X3, INTEL_AVX2)["wino_tile_t"] == 7  # 16 ymm registers: no room
+
+
+def test_intel_fallbacks_compute_the_convolution(measure):
+    tasks = (STRIDE2_56, STRIDE2_14, WIDE_3X3)
+    inputs = [MeasureInput(task, INTEL, TEMPLATE.fallback(task, INTEL)) for task in tasks]
+    if not runs_here(INTEL):
+        for inp in inputs:
+            assert "f32x16" in renderer_for("llvm").render(lower(*TEMPLATE.apply(inp.task, inp.config, INTEL), "k"))
+        pytest.skip("the host cannot run AVX-512 code (rendered above)")
+    results = measure(inputs)
+    assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
