@@ -124,12 +124,12 @@ def _resnext(size=8):
     return b.build()
 
 
-@pytest.mark.parametrize("lanes, blocks, transforms", [(8, [8, 4, 8, 8, 8, 8], 2), (16, [16, 4, 16, 16, 8, 16], 3)])
+@pytest.mark.parametrize("lanes, blocks, transforms", [(8, [8, 4, 8, 8, 8, 8], 3), (16, [16, 4, 16, 16, 8, 16], 4)])
 def test_grouped_convolutions_stay_in_blocks_of_whole_groups(lanes, blocks, transforms):
     """Each group must be whole blocks: groups of 4 run in blocks of 4, groups of 8 in blocks of
     8 (16 on AVX-512 would cut them). The ReLU after each keeps its block and the next 1×1
-    convolution reads it as it is, so the only conversions are into a narrower block and the
-    output's."""
+    convolution reads it as it is, so the only conversions are the 64-channel input's into
+    blocks, into a narrower block, and the output's."""
     graph = optimize(_resnext())
     planned = plan_layout(graph, lanes)
     convs = [n for n in planned.nodes if n.op is Op.CONV_NCHWC]
@@ -155,3 +155,59 @@ def test_a_depthwise_convolution_keeps_the_usual_blocks_or_none():
     b = GraphBuilder()
     b.output(_conv(b, b.input("x", (1, 12, 6, 6)), 12, group=12, name="dw"))
     assert not any(n.op is Op.CONV_NCHWC for n in plan_layout(b.build(), 16).nodes)
+
+
+def _inception_se():
+    """Where a network's block starts from a plain tensor of many channels (its input), an
+    inception branch pools that input, and a squeeze-excitation gate computes its scales through
+    a Gemm and a Reshape (a plain tensor of one value per channel)."""
+    b = GraphBuilder("inception_se")
+    x = b.input("x", (1, 32, 10, 10))
+    left = b.node(Op.RELU, [_conv(b, x, 32, k=1, name="b1")])
+    pooled = b.node(Op.AVERAGE_POOL, [x], kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                    dilations=(1, 1), ceil_mode=0, count_include_pad=0)
+    right = b.node(Op.RELU, [_conv(b, pooled, 32, k=1, name="b2")])
+    cat = b.node(Op.CONCAT, [left, right], axis=1)
+    squeezed = b.node(Op.RESHAPE, [b.node(Op.REDUCE_MEAN, [cat], axes=(2, 3), keepdims=1)], shape=(1, 64))
+    fc = b.constant("fc_w", (0.2 * RNG.standard_normal((64, 64))).astype(np.float32))
+    scales = b.node(Op.SIGMOID, [b.node(Op.GEMM, [squeezed, fc], alpha=1.0, beta=1.0, transA=0, transB=1)])
+    gated = b.node(Op.MUL, [cat, b.node(Op.RESHAPE, [scales], shape=(1, 64, 1, 1))])
+    b.output(_conv(b, gated, 32, name="out"))
+    return b.build()
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_plain_wide_inputs_pools_and_channel_gates_stay_in_blocks(lanes):
+    """The 32-channel input is converted once and every reader takes the blocked copy (its
+    1x1 convolution, and the average pool: plain, it ran 0.211 ms against 0.044 blocked in an
+    inception block of 192 channels at 28x28 on a Xeon); the gate's per-channel scales are
+    converted into blocks, so the gated tensor never leaves them (a squeeze-excitation block's
+    second convolution read a plain input and ran 2.2x slower). Only the Reshape's input goes
+    back to plain, and the output."""
+    graph = optimize(_inception_se())
+    planned = plan_layout(graph, lanes)
+    transforms = [(n.inputs[0].split("@")[0], n.attrs["dst_block"]) for n in planned.nodes
+                  if n.op is Op.LAYOUT_TRANSFORM]
+    assert ("x", lanes) in transforms and len([t for t in transforms if t[0] == "x"]) == 1
+    reshape = next(n for n in graph.nodes if n.op is Op.RESHAPE)
+    assert sorted(v for v, dst in transforms if dst == 0) == sorted([reshape.inputs[0], graph.outputs[0].name])
+    pool = next(n for n in planned.nodes if n.op is Op.AVERAGE_POOL)
+    assert pool.attrs["block"] == lanes
+    assert all(n.attrs["in_block"] == lanes for n in planned.nodes if n.op is Op.CONV_NCHWC)
+    feeds = random_inputs(graph.inputs, 0)
+    want, got = run_graph(graph, feeds), run_graph(planned, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
+def test_compiled_gates_and_converted_inputs_match_the_reference(target, tmp_path):
+    graph = _inception_se()
+    model = load_model(build_model(graph, tmp_path / "inception_se.so", target).library)
+    try:
+        feeds = random_inputs(graph.inputs, 1)
+        got, want = model.run(feeds), run_graph(graph, feeds)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+    finally:
+        model.close()
