@@ -1,6 +1,6 @@
 """Whole-model latency of autosched's builds against onnxruntime, for the zoo models.
 
-    python benchmarks/models.py [--json] [--quick] [--threads 2] [--runs 30] [--models mlp,bert_layer]
+    python benchmarks/models.py [--json] [--quick] [--threads 2] [--runs 30] [--models mlp,bert_layer,path/to/model.onnx]
                                 [--db tuning.db] [--baseline ../autosched-old]
 
 Each model is built with default schedules (and, with --db, once more with the database's best
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -99,13 +100,16 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--models", help="comma-separated model names: the zoo's, or resnext_block, squeezenet, vit_block (default: the zoo)")
+    p.add_argument("--models", help="comma-separated model names: the zoo's, or resnext_block, squeezenet, vit_block, "
+                                    "or paths of .onnx files (default: the zoo)")
     p.add_argument("--db", type=Path, metavar="PATH", help="tuning database: also build with its best schedules")
     p.add_argument("--baseline", type=Path, metavar="DIR",
                    help="another checkout of autosched: its untuned build timed in the same alternation")
     p.add_argument("--quick", action="store_true", help="smoke run: the MLP (or --models), 3 runs")
     args = p.parse_args(argv)
-    names = (args.models or ("mlp" if args.quick else ",".join(zoo.MODELS))).split(",")
+    requested = (args.models or ("mlp" if args.quick else ",".join(zoo.MODELS))).split(",")
+    files = {Path(n).stem: Path(n) for n in requested if n.endswith(".onnx")}
+    names = [Path(n).stem if n.endswith(".onnx") else n for n in requested]
     runs = 3 if args.quick else args.runs
     results = {}
     db = Database(args.db) if args.db else None
@@ -113,8 +117,11 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: --baseline {args.baseline} is not a checkout of autosched (no autosched/cli)")
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         try:
-            zoo.save_zoo(Path(tmp), names)
-        except ValueError as e:
+            if any(n not in files for n in names):
+                zoo.save_zoo(Path(tmp), [n for n in names if n not in files])
+            for stem, path in files.items():
+                shutil.copyfile(path, Path(tmp) / f"{stem}.onnx")
+        except (ValueError, OSError) as e:
             raise SystemExit(f"error: {e}") from None
         for name in names:
             results[name] = bench_model(name, Path(tmp), args.threads, runs, db, args.baseline)

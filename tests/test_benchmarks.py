@@ -180,6 +180,16 @@ def test_benchmark_quick_run(name, tmp_path, request):
         assert all(row["sass"]["local"] == 0.0 for row in out["templates"].values())  # no fallback spills
 
 
+def test_the_models_benchmark_takes_onnx_files(tmp_path):
+    """A model no zoo has (here the zoo's MLP saved under another name) is benchmarked from its file."""
+    from autosched import zoo
+
+    (saved,) = zoo.save_zoo(tmp_path, ["mlp"])
+    model = saved.rename(tmp_path / "someone_elses.onnx")
+    out = run_benchmark("models", "--models", str(model), cwd=tmp_path)
+    assert set(out) == {"someone_elses"} and out["someone_elses"]["matches_onnxruntime"]
+
+
 @pytest.mark.slow  # 26 s: a Ray cluster of two nodes and two drivers; the quick fleet run stays in the default suite
 def test_the_fleet_simulation(tmp_path):
     """Two nodes, two drivers of 8 trials each, through the Ray path (each driver claims before it
