@@ -3,15 +3,12 @@ the padding rides through the channel-wise ops after it, and a Slice drops it be
 else reads the value; results stay the plain graph's, on the reference and compiled."""
 import numpy as np
 import pytest
-from graph_helpers import ops, same_results
+from graph_helpers import built_matches_reference, ops, same_results
 from isa import RUN_TARGETS
 
-from autosched.compile.model import build_model
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.passes import optimize, pad_channels, plan_layout
-from autosched.graph.reference import random_inputs, run_graph
-from autosched.runtime import load_model
 
 RNG = np.random.default_rng(3)
 
@@ -92,14 +89,6 @@ def test_convolutions_that_fill_vectors_or_would_waste_too_much_are_left_alone()
 
 @pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
 def test_a_padded_build_matches_the_reference(target, tmp_path):
-    graph = classifier()
-    model = load_model(build_model(graph, tmp_path / "head.so", target).library)
-    try:
-        feeds = random_inputs(graph.inputs, 2)
-        got, want = model.run(feeds), run_graph(graph, feeds)
-        for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
-        convs = [t["key"] for t in model.manifest["tasks"] if '"op":"ConvNCHWc"' in t["key"]]
-        assert len(convs) == 1 and "[256,16,3,3]" in convs[0]
-    finally:
-        model.close()
+    manifest = built_matches_reference(classifier(), tmp_path / "head.so", target, seed=2, atol=1e-5)
+    convs = [t["key"] for t in manifest["tasks"] if '"op":"ConvNCHWc"' in t["key"]]
+    assert len(convs) == 1 and "[256,16,3,3]" in convs[0]

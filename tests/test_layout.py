@@ -4,16 +4,15 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from graph_helpers import built_matches_reference
 from isa import RUN_TARGETS
 
-from autosched.compile.model import build_model
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.layout import convert, to_blocked, to_plain
 from autosched.graph.passes import optimize, plan_layout
 from autosched.graph.passes.layout import channel_block
 from autosched.graph.reference import random_inputs, run_graph
-from autosched.runtime import load_model
 
 RNG = np.random.default_rng(7)
 
@@ -98,18 +97,9 @@ def test_graphs_without_convolutions_are_left_alone():
 def test_compiled_planned_model_matches_the_reference(target, tmp_path):
     """The build plans the layout for its target (blocks of 8 on AVX2, 16 on AVX-512) and runs
     every blocked kernel: convolutions, depthwise, pools, concat, reductions, conversions."""
-    graph = cnn()
-    files = build_model(graph, tmp_path / "cnn.so", target)
-    model = load_model(files.library)
-    try:
-        feeds = random_inputs(graph.inputs, 1)
-        got, want = model.run(feeds), run_graph(graph, feeds)
-        for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
-        ops = {t["key"].split('"op":"')[1].split('"')[0] for t in model.manifest["tasks"]}
-        assert {"ConvNCHWc", "MaxPool", "AveragePool", "Concat", "LayoutTransform"} <= ops
-    finally:
-        model.close()
+    manifest = built_matches_reference(cnn(), tmp_path / "cnn.so", target)
+    ops = {t["key"].split('"op":"')[1].split('"')[0] for t in manifest["tasks"]}
+    assert {"ConvNCHWc", "MaxPool", "AveragePool", "Concat", "LayoutTransform"} <= ops
 
 
 def _resnext(size=8):
@@ -202,12 +192,4 @@ def test_plain_wide_inputs_pools_and_channel_gates_stay_in_blocks(lanes):
 
 @pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
 def test_compiled_gates_and_converted_inputs_match_the_reference(target, tmp_path):
-    graph = _inception_se()
-    model = load_model(build_model(graph, tmp_path / "inception_se.so", target).library)
-    try:
-        feeds = random_inputs(graph.inputs, 1)
-        got, want = model.run(feeds), run_graph(graph, feeds)
-        for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
-    finally:
-        model.close()
+    built_matches_reference(_inception_se(), tmp_path / "inception_se.so", target)
