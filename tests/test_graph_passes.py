@@ -100,7 +100,24 @@ def test_fold_batchnorm_leaves_shared_or_unfoldable_producers():
     b.output(b.node(Op.ADD, [y, conv]))  # the conv output has a second reader
     b.output(_bn(b, b.node(Op.RELU, [x]), 3, name="bn2"))  # a Relu is not linear
     g = b.build()
-    assert ops(fold_batchnorm(g)).count(Op.BATCH_NORM) == 2
+    folded = fold_batchnorm(g)
+    # neither merges into its producer: both become a per-channel scale and shift instead
+    assert ops(folded).count(Op.BATCH_NORM) == 0 and ops(folded).count(Op.CONV) == 1
+    assert ops(folded).count(Op.MUL) == 2 and ops(folded).count(Op.ADD) == 3
+    assert all(folded.values[n.inputs[1]].shape == (3, 1, 1) for n in folded.nodes if n.op is Op.MUL)
+    same_results(g, folded)
+
+
+def test_unfoldable_batchnorm_of_any_rank_is_a_scale_and_shift():
+    """BatchNorm1d on [N, C] and [N, C, L] inputs: constants of shape [C] and [C, 1]."""
+    for shape in ((4, 5), (2, 5, 7)):
+        b = GraphBuilder()
+        b.output(_bn(b, b.node(Op.RELU, [b.input("x", shape)]), 5))
+        g = b.build()
+        folded = fold_batchnorm(g)
+        assert ops(folded) == [Op.RELU, Op.MUL, Op.ADD]
+        assert folded.values[folded.nodes[1].inputs[1]].shape == (5,) + (1,) * (len(shape) - 2)
+        same_results(g, folded)
 
 
 def test_remove_identity_bypasses_and_keeps_needed_copies():
