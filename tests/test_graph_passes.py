@@ -1,7 +1,7 @@
 """Each rewriting pass alone, on small hand-built graphs."""
 
 import numpy as np
-from graph_helpers import ops, same_results
+from graph_helpers import built_matches_reference, ops, same_results
 
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
@@ -12,6 +12,7 @@ from autosched.graph.passes import (
     fold_batchnorm,
     fold_constants,
     fold_layer_norm,
+    lift_1d,
     optimize,
     patch_conv,
     reduce_pow,
@@ -298,3 +299,58 @@ def test_collapse_views_keeps_a_chain_whose_middle_is_read_elsewhere():
     b.output(b.node(Op.TRANSPOSE, [middle], perm=(1, 0)), middle)
     g = b.build()
     assert collapse_views(g) is g
+
+
+def test_1d_convolutions_and_pools_run_as_2d_ones_of_height_1():
+    """A strided, dilated, padded 1-D Conv (BN folded into it first, its Relu moved inside), a
+    depthwise one and a MaxPool and AveragePool over [N, C, L]: 2-D ops of height 1 between
+    Reshapes, the same results; one that reads another's result reads its 2-D value."""
+    b = GraphBuilder()
+    x = b.input("x", (2, 8, 37))
+    conv1 = dict(strides=(2,), pads=(3, 2), dilations=(2,), group=1)
+    y = b.node(Op.RELU, [_bn(b, b.node(Op.CONV, [x, b.constant("w", _f32(16, 8, 4))], **conv1), 16)])
+    y = b.node(Op.CONV, [y, b.constant("dw", _f32(16, 1, 3)), b.constant("db", _f32(16))],
+               strides=(1,), pads=(1, 1), dilations=(1,), group=16)
+    pool = dict(kernel_shape=(3,), strides=(2,), pads=(1, 1), dilations=(1,), ceil_mode=1)
+    m = b.node(Op.MAX_POOL, [y], **pool)
+    a = b.node(Op.AVERAGE_POOL, [y], count_include_pad=0, **pool)
+    b.output(b.node(Op.ADD, [m, a]))
+    g = b.build()
+    lifted = lift_1d(fold_batchnorm(g))
+    assert all(len(lifted.values[n.inputs[0]].shape) == 4 for n in lifted.nodes
+               if n.op in (Op.CONV, Op.MAX_POOL, Op.AVERAGE_POOL))
+    relu = next(n for n in lifted.nodes if n.op is Op.RELU)
+    assert len(lifted.values[relu.inputs[0]].shape) == 4  # the activation moved inside
+    same_results(g, lifted)
+    # between the two convolutions, and between the second and the pools, each reads the
+    # other's 2-D result: the Reshapes left are the input's and each pool's back to 1-D
+    assert ops(eliminate_dead_code(lifted)).count(Op.RESHAPE) == 3
+
+
+def test_a_built_1d_network_matches_the_reference(tmp_path):
+    """Three 1-D convolutions with ReLUs and a pool, compiled: the tensors between them in
+    channel blocks, no conversion or copy between the convolutions."""
+    b = GraphBuilder()
+    y = b.input("x", (1, 16, 50))
+    for i, (cout, k) in enumerate(((32, 9), (32, 5), (48, 3))):
+        conv = dict(strides=(1,), pads=(k // 2, k // 2), dilations=(1,), group=1)
+        w = b.constant(f"w{i}", 0.2 * _f32(cout, b.values[y].shape[1], k))
+        y = b.node(Op.RELU, [b.node(Op.CONV, [y, w, b.constant(f"b{i}", _f32(cout))], **conv)])
+    b.output(b.node(Op.MAX_POOL, [y], kernel_shape=(2,), strides=(2,), pads=(0, 0), dilations=(1,), ceil_mode=0))
+    manifest = built_matches_reference(b.build(), tmp_path / "conv1d.so", "llvm")
+    ops_built = [t["key"].split('"op":"')[1].split('"')[0] for t in manifest["tasks"]]
+    assert ops_built.count("ConvNCHWc") == 3 and "Conv" not in ops_built and ops_built.count("LayoutTransform") <= 2
+
+
+def test_a_view_chain_that_ends_where_it_began_is_no_node():
+    b = GraphBuilder()
+    x = b.node(Op.RELU, [b.input("x", (2, 3, 4))])
+    back = b.node(Op.RESHAPE, [b.node(Op.RESHAPE, [x], shape=(2, 3, 1, 4))], shape=(2, 3, 4))
+    b.output(b.node(Op.EXP, [back]), b.node(Op.RESHAPE, [b.node(Op.RESHAPE, [x], shape=(6, 4))], shape=(2, 3, 4)))
+    g = b.build()
+    collapsed = collapse_views(g)
+    exp = next(n for n in collapsed.nodes if n.op is Op.EXP)
+    assert exp.inputs == (x,)
+    # a chain ending in a graph output keeps one Reshape: the output is a buffer of its own
+    assert ops(collapsed).count(Op.RESHAPE) == 1
+    same_results(g, collapsed)

@@ -17,6 +17,7 @@ from autosched.graph.passes.fold_layer_norm import fold_layer_norm
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.layout import plan_layout
+from autosched.graph.passes.lift_1d import lift_1d
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
 from autosched.graph.passes.pad_channels import pad_channels
 from autosched.graph.passes.patch_conv import patch_conv
@@ -35,6 +36,7 @@ __all__ = [
     "fold_constants",
     "fold_layer_norm",
     "fold_views",
+    "lift_1d",
     "fuse",
     "optimize",
     "pad_channels",
@@ -53,7 +55,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     Identity removal first exposes Conv→BN pairs an Identity sat between;
     constant folding before BN folding turns computed BN parameters into
     constants, and before the LayerNorm fold the exponents, ε, γ and β; a patch embedding
-    becomes a MatMul after BN folding has scaled its filters; CSE after folding sees the final
+    becomes a MatMul after BN folding has scaled its filters, and 1-D convolutions and pools
+    2-D ones of height 1 (`lift_1d`) after BN folding has merged into them; CSE after folding sees the final
     constants; view chains that move nothing collapse before views fold; DCE last drops
     whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
@@ -67,7 +70,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = remove_identity(graph)
     graph = fold_constants(graph)
     graph = fold_layer_norm(reduce_pow(graph))
-    graph = patch_conv(fold_batchnorm(graph))
+    graph = lift_1d(patch_conv(fold_batchnorm(graph)))
     graph = collapse_views(eliminate_common_subexpressions(graph))
     if gpu_blocks:
         graph = fold_constants(split_k(graph, gpu_blocks))

@@ -2,14 +2,16 @@
 
 Rewrites and exporters leave chains such as NHWC → NCHW → [N, C, H·W] → [N, H·W, C] (a patch
 embedding turned MatMul, read back as tokens): each Transpose is a copy, and together they
-move nothing. A chain whose composition keeps the flat order of the elements is a Reshape.
+move nothing. A chain whose composition keeps the flat order of the elements is a Reshape,
+and one that also ends in its input's shape is nothing: its readers read the input (two 1-D
+convolutions in a row, each lifted to 2-D between Reshapes, meet in such a pair).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from autosched.graph.ir import Graph, Node, Op
-from autosched.graph.passes.rewrite import rebuild
+from autosched.graph.passes.rewrite import rebuild, rename_inputs
 
 _VIEWS = (Op.RESHAPE, Op.TRANSPOSE)
 #: chains over more elements than this are left alone (the check builds an index array)
@@ -30,6 +32,7 @@ def collapse_views(graph: Graph) -> Graph:
 
     replaced: dict[int, Node] = {}
     removed: set[int] = set()
+    renamed: dict[str, str] = {}  # the output of a chain that ends where it began -> its input
     for node in graph.nodes:
         before = producers.get(node.inputs[0])
         if node.op not in _VIEWS or (before is not None and before.op in _VIEWS and next_view(before) is node):
@@ -41,13 +44,17 @@ def collapse_views(graph: Graph) -> Graph:
             if _keeps_order(graph, chain[:end]):
                 last = chain[end - 1]
                 shape = graph.values[last.outputs[0]].shape
-                replaced[id(node)] = Node(f"{last.name}/collapsed", Op.RESHAPE, node.inputs[:1], last.outputs,
-                                          {"shape": shape})
-                removed.update(id(n) for n in chain[1:end])
+                if shape == graph.values[node.inputs[0]].shape and last.outputs[0] not in outputs:
+                    renamed[last.outputs[0]] = node.inputs[0]
+                    removed.update(id(n) for n in chain[:end])
+                else:
+                    replaced[id(node)] = Node(f"{last.name}/collapsed", Op.RESHAPE, node.inputs[:1], last.outputs,
+                                              {"shape": shape})
+                    removed.update(id(n) for n in chain[1:end])
                 break
-    if not replaced:
+    if not replaced and not renamed:
         return graph
-    return rebuild(graph, [replaced.get(id(n), n) for n in graph.nodes if id(n) not in removed])
+    return rebuild(graph, [rename_inputs(replaced.get(id(n), n), renamed) for n in graph.nodes if id(n) not in removed])
 
 
 def _keeps_order(graph: Graph, chain: list[Node]) -> bool:
