@@ -68,6 +68,7 @@ class Op(str, enum.Enum):
     SLICE = "Slice"
     GATHER = "Gather"
     PAD = "Pad"
+    RESIZE = "Resize"
     # not ONNX: what layout planning (graph/passes/layout.py) rewrites convolutions and the
     # tensors between them into, channels cut into blocks that are the innermost axis
     CONV_NCHWC = "ConvNCHWc"

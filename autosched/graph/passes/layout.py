@@ -4,8 +4,8 @@ Per convolution that converts, the register tile becomes a vector of output chan
 fills the vector whatever the image's width (NCHW vectorizes along rows of 7, 14 or 56).
 Converting each convolution alone would pack its input and unpack its output at every layer;
 this pass instead keeps tensors blocked from one convolution to the next, through the
-elementwise ops (bias, activations, residual adds), pools, channel concats and spatial
-reductions between them, and converts back only where a plain-layout op (a reshape, a
+elementwise ops (bias, activations, residual adds), pools, channel concats, spatial
+reductions and resizes between them, and converts back only where a plain-layout op (a reshape, a
 softmax, the model's outputs) reads a value. It is TVM's AlterOpLayout idea on this IR.
 
 The block of a tensor depends on its channel count alone (the widest of one, then half a
@@ -68,7 +68,8 @@ class _Planner:
 
     def run(self) -> Graph:
         for node in self.graph.nodes:
-            if not (self._conv(node) or self._elementwise(node) or self._reduce(node) or self._pool(node) or self._concat(node)):
+            if not (self._conv(node) or self._elementwise(node) or self._reduce(node) or self._pool(node)
+                    or self._concat(node) or self._resize(node)):
                 self._keep(node)
         if not self.blocked:
             return self.graph  # no convolution to block: nothing changes
@@ -218,6 +219,17 @@ class _Planner:
             if not copy:
                 return False
         self._produce_blocked(node, (copy,), block, attrs={**node.attrs, "block": block})
+        return True
+
+    def _resize(self, node: Node) -> bool:
+        """A Resize of the spatial axes of a blocked tensor (an FPN's or a U-Net's upsampling)
+        reads the same tables on the blocks, the block axis riding along."""
+        if node.op is not Op.RESIZE or node.inputs[0] not in self.blocked:
+            return False
+        if len(self.values[node.inputs[0]].shape) != 4 or not set(node.attrs["axes"]) <= {2, 3}:
+            return False
+        copy, block = self.blocked[node.inputs[0]]
+        self._produce_blocked(node, (copy, *node.inputs[1:]), block)
         return True
 
     def _concat(self, node: Node) -> bool:

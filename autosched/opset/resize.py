@@ -1,0 +1,173 @@
+"""Resize (ONNX opsets 13-19): nearest and linear interpolation through index tables.
+
+Why tables: which input row an output row reads depends on the coordinate transformation, the
+nearest rounding and whether scales or sizes were given, in float arithmetic that must match
+ONNX's to pick the same neighbour. The importer computes it once per resized axis, in float64
+numpy as ONNX's reference does, and stores the result as constant inputs of the node: per axis
+the source index (nearest), or the two neighbours and the second one's weight (linear,
+neighbours clamped to the input, as the reference pads its edge). The kernel is a gather, for
+linear a weighted sum of 2^k gathers over k resized axes, and the numpy reference reads the
+same tables (interpolating axis by axis, as ONNX's does). Cubic interpolation, antialiasing,
+cropping (tf_crop_and_resize) and aspect-ratio policies are refused by name.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from autosched import te
+from autosched.frontend.context import Converter, Importer, OnnxNode, ints
+from autosched.graph.ir import Node, Op, Value
+from autosched.ops import transform
+from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, on_output
+from autosched.te import Expr, Tensor
+
+COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                    "tf_half_pixel_for_nn")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def source_coordinates(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
+    """Each output position's coordinate in the input along one axis (ONNX's formulas, whose
+    resized length is scale × in_len unrounded: 2.4 where 4 columns scaled by 0.6 give 2)."""
+    x = np.arange(out_len, dtype=np.float64)
+    resized = scale * in_len
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        offset = in_len / 2 * (1 - out_len / resized)
+        return offset + (x + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if resized != 1 else np.full(out_len, -0.5)
+    if mode == "align_corners":
+        return x * (in_len - 1) / (resized - 1) if resized != 1 else np.zeros(out_len)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (x + 0.5) / scale
+    raise ValueError(f"coordinate_transformation_mode {mode!r} is not one of {', '.join(COORDINATE_MODES)}")
+
+
+def nearest_index(coords: np.ndarray, rounding: str, in_len: int) -> np.ndarray:
+    if rounding == "round_prefer_floor":
+        index = np.ceil(coords - 0.5)
+    elif rounding == "round_prefer_ceil":
+        index = np.floor(coords + 0.5)
+    elif rounding == "floor":
+        index = np.floor(coords)
+    elif rounding == "ceil":
+        index = np.ceil(coords)
+    else:
+        raise ValueError(f"nearest_mode {rounding!r} is not one of {', '.join(NEAREST_MODES)}")
+    return np.clip(index, 0, in_len - 1).astype(np.int32)
+
+
+def linear_taps(coords: np.ndarray, in_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two neighbours of each coordinate (clamped to the input) and the second's weight."""
+    low = np.floor(coords)
+    weight = (coords - low).astype(np.float32)
+    return (np.clip(low, 0, in_len - 1).astype(np.int32), np.clip(low + 1, 0, in_len - 1).astype(np.int32), weight)
+
+
+def _tables_per_axis(attrs: Mapping[str, Any]) -> int:
+    return 1 if attrs["mode"] == "nearest" else 3
+
+
+def _shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x, per = inputs[0], _tables_per_axis(node.attrs)
+    shape = list(x.shape)
+    for k, axis in enumerate(node.attrs["axes"]):
+        shape[axis] = inputs[1 + per * k].shape[0]
+    return [(tuple(shape), x.dtype)]
+
+
+def _reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    y, per = args[0], _tables_per_axis(attrs)
+    for k, axis in enumerate(attrs["axes"]):
+        tables = args[1 + per * k:1 + per * (k + 1)]
+        if per == 1:
+            y = np.take(y, tables[0].astype(np.int64), axis=axis)
+            continue
+        low, high, weight = tables
+        w = weight.reshape([-1 if d == axis else 1 for d in range(y.ndim)])
+        a, b = np.take(y, low.astype(np.int64), axis=axis), np.take(y, high.astype(np.int64), axis=axis)
+        y = (a * (1 - w) + b * w).astype(args[0].dtype)
+    return [np.ascontiguousarray(y)]
+
+
+def _compute(args: ComputeArgs) -> list[Tensor]:
+    x, axes, per = args.inputs[0], args.attrs["axes"], _tables_per_axis(args.attrs)
+    tables = [args.inputs[1 + per * k:1 + per * (k + 1)] for k in range(len(axes))]
+
+    def at(i: tuple[Expr, ...], sources: dict[int, Expr]) -> Expr:
+        return x[tuple(sources.get(d, v) for d, v in enumerate(i))]
+
+    if per == 1:
+        def body(*i: Expr) -> Expr:
+            return at(i, {a: te.cast("int32", t[0][i[a]]) for a, t in zip(axes, tables)})
+    else:
+        def body(*i: Expr) -> Expr:
+            one = te.const(1.0, x.dtype)
+            total: Expr | None = None
+            for corner in itertools.product((0, 1), repeat=len(axes)):
+                weight: Expr | None = None
+                sources = {}
+                for bit, a, (low, high, w) in zip(corner, axes, tables):
+                    sources[a] = te.cast("int32", (high if bit else low)[i[a]])
+                    factor = w[i[a]] if bit else one - w[i[a]]
+                    weight = factor if weight is None else weight * factor
+                assert weight is not None
+                term = weight * at(i, sources)
+                total = term if total is None else total + term
+            assert total is not None
+            return total
+    return [te.compute(args.out_shapes[0], body, name="resize", tag="injective")]
+
+
+def _import(imp: Importer, node: OnnxNode) -> None:
+    x = imp.value(node.inputs[0])
+    rank = len(x.shape)
+    mode = node.attr("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise node.error(f"mode {mode!r} is not supported (nearest and linear are)")
+    if node.attr("antialias", 0):
+        raise node.error("antialias is not supported")
+    if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise node.error(f"keep_aspect_ratio_policy {node.attr('keep_aspect_ratio_policy')!r} is not supported")
+    coordinate_mode = node.attr("coordinate_transformation_mode", "half_pixel")
+    if coordinate_mode not in COORDINATE_MODES:
+        raise node.error(f"coordinate_transformation_mode {coordinate_mode!r} is not supported")
+    rounding = node.attr("nearest_mode", "round_prefer_floor")
+    given_axes = node.attr("axes")
+    axes = list(range(rank)) if given_axes is None else [a + rank if a < 0 else a for a in given_axes]
+    scales, sizes = node.const(2), ints(node.const(3))
+    if (scales is None or scales.size == 0) and not sizes:
+        raise node.error("needs constant scales or sizes")
+    inputs, resized = [node.inputs[0]], []
+    for k, axis in enumerate(axes):
+        in_len = x.shape[axis]
+        if sizes:
+            out_len, scale = sizes[k], sizes[k] / in_len
+        else:
+            assert scales is not None
+            scale = float(scales.reshape(-1)[k])
+            out_len = int(np.floor(in_len * scale))
+        coords = source_coordinates(coordinate_mode, out_len, in_len, scale)
+        tables = [nearest_index(coords, rounding, in_len)] if mode == "nearest" else list(linear_taps(coords, in_len))
+        if out_len == in_len and np.array_equal(tables[0], np.arange(in_len)) and (mode == "nearest" or not tables[2].any()):
+            continue  # this axis reads every input position in place
+        resized.append(axis)
+        for j, table in enumerate(tables):
+            name = f"{node.name}:axis{axis}:{j}"
+            imp.add_constant(name, table)
+            inputs.append(name)
+    imp.emit(node, Op.RESIZE, inputs, node.outputs, {"mode": mode, "axes": tuple(resized)})
+
+
+RECORDS: tuple[OpDef, ...] = (
+    OpDef(Op.RESIZE, OpKind.INJECTIVE, _shape, _reference, _compute, on_output(transform.schedule_injective),
+          {"Resize": Converter(_import, constant_inputs=(1, 2, 3))}),
+)
