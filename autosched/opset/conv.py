@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,71 @@ def _import(imp: Importer, node: OnnxNode) -> None:
     imp.emit(node, Op.CONV, inputs, node.outputs, attrs)
 
 
+def _import_transpose(imp: Importer, node: OnnxNode) -> None:
+    """ConvTranspose as a convolution of the input with zeros inserted between its elements
+    (stride - 1 of them along each axis) by the transposed, spatially flipped filters, padded
+    by dilation · (kernel - 1) less the given padding, plus output_padding at the end. The zeros
+    come from a Reshape that gives each element axes of 1, a Pad of those axes to the stride,
+    and a Reshape back; the convolution is an ordinary one (its layout, templates and tuned
+    records). It multiplies stride^rank times more terms than the transposed convolution needs
+    (most by zeros): correct for every stride, dilation, group and padding, not yet fast."""
+    x, w = imp.value(node.inputs[0]), node.required_const(1)
+    rank = len(x.shape) - 2
+    if rank not in (1, 2) or w.ndim != rank + 2:
+        raise node.error(f"ConvTranspose over {rank} spatial dims: 1-D and 2-D are compiled")
+    group = int(node.attr("group", 1))
+    kernel = list(node.attr("kernel_shape", w.shape[2:]))
+    if tuple(kernel) != w.shape[2:] or w.shape[0] != x.shape[1] or x.shape[1] % group:
+        raise node.error(f"weight {list(w.shape)} does not match input {list(x.shape)} with group {group}")
+    strides = list(node.attr("strides", [1] * rank))
+    dilations = list(node.attr("dilations", [1] * rank))
+    extra = list(node.attr("output_padding", [0] * rank))
+    span = [d * (k - 1) + 1 for d, k in zip(dilations, kernel)]
+    natural = [s * (n - 1) + e + k for s, n, e, k in zip(strides, x.shape[2:], extra, span)]
+    pads = list(node.attr("pads", [0] * 2 * rank))
+    auto_pad, output_shape = node.attr("auto_pad", "NOTSET"), node.attr("output_shape")
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(output_shape)[-rank:] if output_shape is not None else [n * s for n, s in zip(x.shape[2:], strides)]
+        total = [a - b for a, b in zip(natural, target)]
+        upper = auto_pad == "SAME_UPPER"
+        pads = [t // 2 if upper else t - t // 2 for t in total] + [t - t // 2 if upper else t // 2 for t in total]
+    elif auto_pad == "VALID":
+        pads = [0] * 2 * rank
+    # the filters as a convolution's: [C_out, C_in / group, ...], each group's transposed, flipped
+    c_in, c_out = w.shape[0] // group, w.shape[1]
+    flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * rank]
+    filters = flipped.reshape(group, c_in, c_out, *kernel).swapaxes(1, 2).reshape(group * c_out, c_in, *kernel)
+    weight = f"{node.outputs[0]}:filters"
+    imp.add_constant(weight, np.ascontiguousarray(filters))
+    source = node.inputs[0]
+    if any(s > 1 for s in strides):  # zeros between the elements: [.., n, 1, ..] padded to [.., n, s, ..]
+        steps = [(n, 1) for n in x.shape[2:]]
+        spread = (*x.shape[:2], *(d for pair in steps for d in pair))
+        after = [0, 0] + [a for s in strides for a in (0, s - 1)]
+        names = [f"{node.outputs[0]}:{part}" for part in ("spread", "strided", "zeros")]
+        imp.emit(replace(node, name=f"{node.name}/spread"), Op.RESHAPE, [source], [names[0]], {"shape": spread})
+        imp.emit(replace(node, name=f"{node.name}/strided"), Op.PAD, [names[0]], [names[1]],
+                 {"pads": (0,) * len(spread) + tuple(after), "mode": "constant", "value": 0})
+        imp.emit(replace(node, name=f"{node.name}/zeros"), Op.RESHAPE, [names[1]], [names[2]],
+                 {"shape": (*x.shape[:2], *(n * s for n, s in zip(x.shape[2:], strides)))})
+        source = names[2]
+    # the convolution's padding: the full correlation's, less the given; the zero tail of the
+    # last element's stride counts against the end
+    begin = [sp - 1 - p for sp, p in zip(span, pads[:rank])]
+    end = [sp - 1 - p + e - (s - 1) for sp, p, e, s in zip(span, pads[rank:], extra, strides)]
+    if min(begin + end) < 0:  # padding beyond the full correlation's crops the input
+        length = imp.value(source).shape[2:]
+        starts = [0, 0] + [max(0, -b) for b in begin]
+        ends = [*x.shape[:2]] + [n + min(0, e) for n, e in zip(length, end)]
+        cropped = f"{node.outputs[0]}:cropped"
+        imp.emit(replace(node, name=f"{node.name}/crop"), Op.SLICE, [source], [cropped],
+                 {"starts": tuple(starts), "ends": tuple(ends), "steps": (1,) * (rank + 2)})
+        source, begin, end = cropped, [max(0, b) for b in begin], [max(0, e) for e in end]
+    bias = [node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else []
+    attrs = {"strides": (1,) * rank, "dilations": tuple(dilations), "pads": tuple(begin + end), "group": group}
+    imp.emit(node, Op.CONV, [source, weight, *bias], node.outputs, attrs)
+
+
 def _same_conv_attrs(shapes: Sequence[Shape], size: int | None) -> dict[str, Any]:
     """A 2-D convolution, stride 1, padded so the output keeps the input's size (odd kernels)."""
     kh, kw = shapes[1][2:]
@@ -98,5 +164,6 @@ SAME_CONV_BIAS = AlgebraOp("convb", Op.CONV, (4, 4, 1), lambda a, n: (a[0][0], a
 
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.CONV, OpKind.ANCHOR, conv_shape, conv_reference, _compute, on_output(conv_ops.schedule_conv2d),
-          {"Conv": Converter(_import)}, algebra=(SAME_CONV, SAME_CONV_BIAS)),
+          {"Conv": Converter(_import), "ConvTranspose": Converter(_import_transpose, constant_inputs=(1,))},
+          algebra=(SAME_CONV, SAME_CONV_BIAS)),
 )
