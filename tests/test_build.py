@@ -214,3 +214,40 @@ def test_weight_packing_happens_at_build_time(tmp_path):
     assert all(k["precomputed_stages"] == 1 for k in manifest["kernels"])  # each Gemm's packed weight panels
     run_body = files.library.with_suffix(".c").read_text().split("int32_t autosched_model_run")[1]
     assert "NULL" in run_body  # the unpacked weights are not even passed
+
+
+def _conv_transpose_model(kernel, stride, pads=(0, 0, 0, 0), output_padding=(0, 0), bias=True):
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((0.3 * rng.standard_normal((16, 8, kernel, kernel))).astype(np.float32), "w")]
+    inputs = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"))
+        inputs.append("b")
+    up = helper.make_node("ConvTranspose", inputs, ["up"], strides=[stride, stride], pads=list(pads),
+                          output_padding=list(output_padding))
+    out = helper.make_node("Relu", ["up"], ["y"])
+    size = [stride * 5 + output_padding[0] + kernel - stride - pads[0] - pads[2],
+            stride * 6 + output_padding[1] + kernel - stride - pads[1] - pads[3]]
+    graph = helper.make_graph([up, out], "ct", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 5, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, *size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("kernel, stride, pads, output_padding, bias, zeros", [
+    (2, 2, (0, 0, 0, 0), (0, 0), True, False),  # a U-Net's upsampling: a 1x1 convolution and a patch spread
+    (2, 2, (0, 0, 0, 0), (0, 0), False, False),
+    (3, 2, (1, 1, 1, 1), (1, 1), True, True),  # zeros inserted, then an ordinary convolution
+    (4, 2, (1, 1, 1, 1), (0, 0), True, True),  # a GAN generator's
+])
+def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, output_padding, bias, zeros):
+    path = tmp_path / "ct.onnx"
+    onnx.save(_conv_transpose_model(kernel, stride, pads, output_padding, bias), path)
+    graph = load_onnx(path)
+    assert any(n.op.value == "Pad" for n in graph.nodes) == zeros
+    model = load_model(build_model(graph, tmp_path / "ct.so").library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs

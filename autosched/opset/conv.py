@@ -110,6 +110,11 @@ def _import_transpose(imp: Importer, node: OnnxNode) -> None:
         pads = [t // 2 if upper else t - t // 2 for t in total] + [t - t // 2 if upper else t // 2 for t in total]
     elif auto_pad == "VALID":
         pads = [0] * 2 * rank
+    bias = node.inputs[2] if len(node.inputs) > 2 else ""
+    if (kernel == strides and group == 1 and not any(pads) and set(dilations) == {1} and not any(extra)
+            and rank == 2 and (not bias or bias in imp.constants)):
+        _import_patch_transpose(imp, node, x, w, kernel)
+        return
     # the filters as a convolution's: [C_out, C_in / group, ...], each group's transposed, flipped
     c_in, c_out = w.shape[0] // group, w.shape[1]
     flipped = w[(slice(None), slice(None)) + (slice(None, None, -1),) * rank]
@@ -140,9 +145,30 @@ def _import_transpose(imp: Importer, node: OnnxNode) -> None:
         imp.emit(replace(node, name=f"{node.name}/crop"), Op.SLICE, [source], [cropped],
                  {"starts": tuple(starts), "ends": tuple(ends), "steps": (1,) * (rank + 2)})
         source, begin, end = cropped, [max(0, b) for b in begin], [max(0, e) for e in end]
-    bias = [node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else []
     attrs = {"strides": (1,) * rank, "dilations": tuple(dilations), "pads": tuple(begin + end), "group": group}
-    imp.emit(node, Op.CONV, [source, weight, *bias], node.outputs, attrs)
+    imp.emit(node, Op.CONV, [source, weight, *([bias] if bias else [])], node.outputs, attrs)
+
+
+def _import_patch_transpose(imp: Importer, node: OnnxNode, x: Value, w: np.ndarray, kernel: list[int]) -> None:
+    """A 2-D ConvTranspose whose kernel is its stride (a U-Net decoder's 2x2 stride 2) writes
+    each input pixel's own kh x kw patch of the output: a 1x1 convolution to C_out·kh·kw
+    channels, then each pixel's channels spread over its patch (Reshape, Transpose, Reshape),
+    with no multiplication by an inserted zero."""
+    (n, c, h, wd), (kh, kw), c_out = x.shape, kernel, w.shape[1]
+    weight, pixels, patches = (f"{node.outputs[0]}:{part}" for part in ("patch_filters", "patch_pixels", "patches"))
+    imp.add_constant(weight, np.ascontiguousarray(w.transpose(1, 2, 3, 0).reshape(c_out * kh * kw, c, 1, 1)))
+    inputs = [node.inputs[0], weight]
+    if len(node.inputs) > 2 and node.inputs[2]:  # a constant (the caller checked): each channel's, per patch pixel
+        bias = f"{node.outputs[0]}:patch_bias"
+        imp.add_constant(bias, np.repeat(imp.constants[node.inputs[2]], kh * kw))
+        inputs.append(bias)
+    imp.emit(replace(node, name=f"{node.name}/patches"), Op.CONV, inputs, [pixels],
+             {"strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "group": 1})
+    imp.emit(replace(node, name=f"{node.name}/split"), Op.RESHAPE, [pixels], [patches],
+             {"shape": (n, c_out, kh, kw, h, wd)})
+    spread = f"{node.outputs[0]}:spread"
+    imp.emit(replace(node, name=f"{node.name}/spread"), Op.TRANSPOSE, [patches], [spread], {"perm": (0, 1, 4, 2, 5, 3)})
+    imp.emit(node, Op.RESHAPE, [spread], node.outputs, {"shape": (n, c_out, h * kh, wd * kw)})
 
 
 def _same_conv_attrs(shapes: Sequence[Shape], size: int | None) -> dict[str, Any]:
