@@ -17,93 +17,17 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
-OPSET = 17
-IR_VERSION = 8  # onnxruntime 1.31 refuses the IR version onnx 1.23 writes by default
-
-
-class _Builder:
-    """Accumulates nodes and initializers; names every node and value after its layer."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-
-    def constant(self, name: str, array: np.ndarray) -> str:
-        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def normal(self, name: str, shape: Sequence[int], std: float) -> str:
-        return self.constant(name, (self.rng.standard_normal(shape) * std).astype(np.float32))
-
-    def node(self, op: str, inputs: Sequence[str], name: str, outputs: int = 1, **attrs: Any) -> str:
-        names = [name] if outputs == 1 else [f"{name}:{i}" for i in range(outputs)]
-        self.nodes.append(helper.make_node(op, list(inputs), names, name=name, **attrs))
-        return names[0]
-
-    def model(self, name: str, inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[onnx.ValueInfoProto]) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, name, list(inputs), list(outputs), self.initializers)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="autosched.zoo")
-        model.ir_version = IR_VERSION
-        return model
-
-    # Layers -----------------------------------------------------------------
-
-    def conv_bn(self, x: str, name: str, cin: int, cout: int, kernel: int, stride: int = 1, group: int = 1,
-                gamma: tuple[float, float] = (0.5, 1.0)) -> str:
-        """Conv without bias followed by BatchNormalization, as PyTorch exports it."""
-        fan_in = cin // group * kernel * kernel
-        weight = self.normal(f"{name}.weight", (cout, cin // group, kernel, kernel), math.sqrt(2.0 / fan_in))
-        y = self.node("Conv", [x, weight], f"{name}/Conv", kernel_shape=[kernel, kernel],
-                      strides=[stride, stride], pads=[kernel // 2] * 4, group=group, dilations=[1, 1])
-        return self.batch_norm(y, f"{name}.bn", cout, gamma)
-
-    def batch_norm(self, x: str, name: str, channels: int, gamma: tuple[float, float]) -> str:
-        params = [
-            self.constant(f"{name}.weight", self.rng.uniform(*gamma, channels).astype(np.float32)),
-            self.constant(f"{name}.bias", (self.rng.standard_normal(channels) * 0.1).astype(np.float32)),
-            self.constant(f"{name}.running_mean", (self.rng.standard_normal(channels) * 0.1).astype(np.float32)),
-            self.constant(f"{name}.running_var", self.rng.uniform(0.5, 1.5, channels).astype(np.float32)),
-        ]
-        return self.node("BatchNormalization", [x, *params], f"{name}/BatchNormalization", epsilon=1e-5)
-
-    def relu6(self, x: str, name: str) -> str:
-        """ReLU6 as Clip with its own bound constants, duplicated per use like exporters do."""
-        low = self.constant(f"{name}.min", np.array(0.0, np.float32))
-        high = self.constant(f"{name}.max", np.array(6.0, np.float32))
-        return self.node("Clip", [x, low, high], f"{name}/Clip")
-
-    def linear(self, x: str, name: str, cin: int, cout: int, std: float | None = None) -> str:
-        """A PyTorch Linear on a matrix: Gemm with transposed weight."""
-        weight = self.normal(f"{name}.weight", (cout, cin), std if std is not None else math.sqrt(2.0 / cin))
-        bias = self.normal(f"{name}.bias", (cout,), 0.01)
-        return self.node("Gemm", [x, weight, bias], f"{name}/Gemm", transB=1)
-
-    def dense(self, x: str, name: str, cin: int, cout: int, std: float) -> str:
-        """A Linear on a 3-D activation: MatMul then bias Add."""
-        weight = self.normal(f"{name}.weight", (cin, cout), std)
-        bias = self.normal(f"{name}.bias", (cout,), 0.02)
-        return self.node("Add", [self.node("MatMul", [x, weight], f"{name}/MatMul"), bias], f"{name}/Add")
-
-    def classifier_head(self, x: str, channels: int, classes: int) -> str:
-        pooled = self.node("GlobalAveragePool", [x], "avgpool/GlobalAveragePool")
-        flat = self.node("Flatten", [pooled], "flatten/Flatten", axis=1)
-        return self.linear(flat, "fc", channels, classes, std=math.sqrt(1.0 / channels))
-
-
-def _tensor(name: str, shape: Sequence[int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+from autosched.zoo_blocks import BLOCKS
+from autosched.zoo_builder import ModelBuilder, tensor_info
 
 
 def resnet18(seed: int = 0) -> onnx.ModelProto:
     """ResNet-18 for 1×3×224×224 images, torchvision layout."""
-    b = _Builder(seed)
+    b = ModelBuilder(seed)
     x = b.conv_bn("input", "conv1", 3, 64, 7, stride=2)
     x = b.node("Relu", [x], "relu/Relu")
     x = b.node("MaxPool", [x], "maxpool/MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
@@ -118,7 +42,7 @@ def resnet18(seed: int = 0) -> onnx.ModelProto:
             x = b.node("Relu", [b.node("Add", [y, shortcut], f"{name}/Add")], f"{name}/relu2/Relu")
             cin = cout
     logits = b.classifier_head(x, 512, 1000)
-    return b.model("resnet18", [_tensor("input", (1, 3, 224, 224))], [_tensor(logits, (1, 1000))])
+    return b.model("resnet18", [tensor_info("input", (1, 3, 224, 224))], [tensor_info(logits, (1, 1000))])
 
 
 _MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
@@ -126,7 +50,7 @@ _MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 
 
 def mobilenet_v2(seed: int = 0) -> onnx.ModelProto:
     """MobileNetV2 (width 1.0) for 1×3×224×224 images, torchvision layout."""
-    b = _Builder(seed)
+    b = ModelBuilder(seed)
     x = b.relu6(b.conv_bn("input", "features.0", 3, 32, 3, stride=2), "features.0.act")
     cin, index = 32, 1
     for expand, cout, repeats, first_stride in _MOBILENET_V2_STAGES:
@@ -146,12 +70,12 @@ def mobilenet_v2(seed: int = 0) -> onnx.ModelProto:
     flat = b.node("Flatten", [pooled], "flatten/Flatten", axis=1)
     dropped = b.node("Dropout", [flat], "classifier.0/Dropout")
     logits = b.linear(dropped, "classifier.1", 1280, 1000, std=math.sqrt(1.0 / 1280))
-    return b.model("mobilenet_v2", [_tensor("input", (1, 3, 224, 224))], [_tensor(logits, (1, 1000))])
+    return b.model("mobilenet_v2", [tensor_info("input", (1, 3, 224, 224))], [tensor_info(logits, (1, 1000))])
 
 
 def bert_layer(seed: int = 0, seq: int = 128, hidden: int = 768, heads: int = 12) -> onnx.ModelProto:
     """One BERT-base encoder layer (batch 1), post-LayerNorm, Erf-based GELU."""
-    b = _Builder(seed)
+    b = ModelBuilder(seed)
     head = hidden // heads
     x, mask = "hidden_states", "attention_mask"
     split_heads = b.constant("split_heads_shape", np.array([1, seq, heads, head], np.int64))
@@ -183,18 +107,18 @@ def bert_layer(seed: int = 0, seq: int = 128, hidden: int = 768, heads: int = 12
     out = layer_norm(b, b.node("Add", [out, x], "output/Add"), "output.LayerNorm", hidden)
     return b.model(
         "bert_layer",
-        [_tensor("hidden_states", (1, seq, hidden)), _tensor("attention_mask", (1, 1, 1, seq))],
-        [_tensor(out, (1, seq, hidden))],
+        [tensor_info("hidden_states", (1, seq, hidden)), tensor_info("attention_mask", (1, 1, 1, seq))],
+        [tensor_info(out, (1, seq, hidden))],
     )
 
 
-def layer_norm(b: _Builder, x: str, name: str, hidden: int) -> str:
+def layer_norm(b: ModelBuilder, x: str, name: str, hidden: int) -> str:
     scale = b.constant(f"{name}.weight", (1.0 + b.rng.standard_normal(hidden) * 0.05).astype(np.float32))
     bias = b.constant(f"{name}.bias", (b.rng.standard_normal(hidden) * 0.05).astype(np.float32))
     return b.node("LayerNormalization", [x, scale, bias], f"{name}/LayerNormalization", axis=-1, epsilon=1e-12)
 
 
-def gelu(b: _Builder, x: str, name: str) -> str:
+def gelu(b: ModelBuilder, x: str, name: str) -> str:
     """GELU as x·½·(1 + erf(x/√2)), the chain PyTorch exports below opset 20."""
     scaled = b.node("Div", [x, b.constant(f"{name}.sqrt2", np.array(math.sqrt(2.0), np.float32))], f"{name}/Div")
     shifted = b.node("Add", [b.node("Erf", [scaled], f"{name}/Erf"), b.constant(f"{name}.one", np.array(1.0, np.float32))], f"{name}/Add")
@@ -202,7 +126,7 @@ def gelu(b: _Builder, x: str, name: str) -> str:
     return b.node("Mul", [product, b.constant(f"{name}.half", np.array(0.5, np.float32))], f"{name}/Mul_1")
 
 
-def layer_norm_written_out(b: _Builder, x: str, name: str, hidden: int) -> str:
+def layer_norm_written_out(b: ModelBuilder, x: str, name: str, hidden: int) -> str:
     """LayerNorm as exporters write it below opset 17: two means, a Pow by 2, Sqrt, Div, γ, β."""
     mean = b.node("ReduceMean", [x], f"{name}/ReduceMean", axes=[-1], keepdims=1)
     centred = b.node("Sub", [x, mean], f"{name}/Sub")
@@ -217,7 +141,7 @@ def layer_norm_written_out(b: _Builder, x: str, name: str, hidden: int) -> str:
                   f"{name}/Add_1")
 
 
-def gelu_tanh(b: _Builder, x: str, name: str) -> str:
+def gelu_tanh(b: ModelBuilder, x: str, name: str) -> str:
     """GELU's tanh approximation, ½x(1 + tanh(√(2/π)(x + 0.044715x³))), with x³ as Pow(x, 3)."""
     cube = b.node("Pow", [x, b.constant(f"{name}.three", np.array(3.0, np.float32))], f"{name}/Pow")
     inner = b.node("Add", [x, b.node("Mul", [cube, b.constant(f"{name}.c", np.array(0.044715, np.float32))],
@@ -237,7 +161,7 @@ def vit_block(seed: int = 0, side: int = 14, patch: int = 16, hidden: int = 384,
 
     Each of those once cost far more than its arithmetic (libm's tanhf, powf, nine kernels per
     LayerNorm, softmax rows in scalar code); this model keeps them covered."""
-    b = _Builder(seed)
+    b = ModelBuilder(seed)
     head, tokens = hidden // heads, side * side + 1
     weight = b.normal("patch_embed.weight", (hidden, 3, patch, patch), math.sqrt(2.0 / (3 * patch * patch)))
     x = b.node("Conv", ["pixel_values", weight, b.normal("patch_embed.bias", (hidden,), 0.02)], "patch_embed/Conv",
@@ -269,25 +193,25 @@ def vit_block(seed: int = 0, side: int = 14, patch: int = 16, hidden: int = 384,
                                      4 * hidden, 0.02), f"{p}.mlp.act")
         x = b.node("Add", [x, b.dense(inner, f"{p}.mlp.fc2", 4 * hidden, hidden, 0.02)], f"{p}/Add_1")
     x = layer_norm_written_out(b, x, "norm", hidden)
-    return b.model("vit_block", [_tensor("pixel_values", (1, 3, side * patch, side * patch))],
-                   [_tensor(x, (1, tokens, hidden))])
+    return b.model("vit_block", [tensor_info("pixel_values", (1, 3, side * patch, side * patch))],
+                   [tensor_info(x, (1, tokens, hidden))])
 
 
 def mlp(seed: int = 0, batch: int = 64, sizes: Sequence[int] = (784, 1024, 1024, 10)) -> onnx.ModelProto:
     """A 784-1024-1024-10 perceptron with ReLU, batch 64."""
-    b = _Builder(seed)
+    b = ModelBuilder(seed)
     x = "input"
     for i, (cin, cout) in enumerate(zip(sizes, sizes[1:])):
         x = b.linear(x, f"fc{i + 1}", cin, cout)
         if i < len(sizes) - 2:
             x = b.node("Relu", [x], f"relu{i + 1}/Relu")
-    return b.model("mlp", [_tensor("input", (batch, sizes[0]))], [_tensor(x, (batch, sizes[-1]))])
+    return b.model("mlp", [tensor_info("input", (batch, sizes[0]))], [tensor_info(x, (batch, sizes[-1]))])
 
 
 def resnext_block(seed: int = 0, size: int = 56) -> onnx.ModelProto:
     """ResNeXt-50 (32×4d)'s first two stages cut short: two bottlenecks of width 128 (32 groups of
     4 channels) at size², then two of width 256 (groups of 8) at half that, on 64 input channels."""
-    b = _Builder(seed)
+    b = ModelBuilder(seed)
 
     def bottleneck(x: str, name: str, cin: int, width: int, cout: int, stride: int) -> str:
         y = b.node("Relu", [b.conv_bn(x, f"{name}.conv1", cin, width, 1)], f"{name}/Relu")
@@ -300,13 +224,13 @@ def resnext_block(seed: int = 0, size: int = 56) -> onnx.ModelProto:
     for name, cin, width, cout, stride in (("layer1.0", 64, 128, 256, 1), ("layer1.1", 256, 128, 256, 1),
                                            ("layer2.0", 256, 256, 512, 2), ("layer2.1", 512, 256, 512, 1)):
         x = bottleneck(x, name, cin, width, cout, stride)
-    return b.model("resnext_block", [_tensor("input", (1, 64, size, size))], [_tensor(x, (1, 512, size // 2, size // 2))])
+    return b.model("resnext_block", [tensor_info("input", (1, 64, size, size))], [tensor_info(x, (1, 512, size // 2, size // 2))])
 
 
 def squeezenet(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx.ModelProto:
     """SqueezeNet 1.1 for 1×3×size×size images, torchvision layout: fire modules whose 1×1 and
     3×3 expand convolutions read the same input (parallel branches for graph substitutions)."""
-    b = _Builder(seed)
+    b = ModelBuilder(seed)
 
     def conv_relu(x: str, name: str, cin: int, cout: int, kernel: int, stride: int = 1) -> str:
         weight = b.normal(f"{name}.weight", (cout, cin, kernel, kernel), math.sqrt(2.0 / (cin * kernel * kernel)))
@@ -331,7 +255,7 @@ def squeezenet(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx.Mode
             x = pool(x, f"features.{index}.pool")
     logits = b.node("Flatten", [b.node("GlobalAveragePool", [conv_relu(x, "classifier.1", cin, classes, 1)],
                                        "classifier.3/GlobalAveragePool")], "flatten/Flatten", axis=1)
-    return b.model("squeezenet", [_tensor("input", (1, 3, size, size))], [_tensor(logits, (1, classes))])
+    return b.model("squeezenet", [tensor_info("input", (1, 3, size, size))], [tensor_info(logits, (1, classes))])
 
 
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
@@ -351,9 +275,9 @@ OTHERS: dict[str, Callable[[], onnx.ModelProto]] = {
 
 
 def save_zoo(directory: str | os.PathLike[str], names: Sequence[str] | None = None) -> list[Path]:
-    """Write the zoo models (or the named ones, from the zoo or `OTHERS`) as DIRECTORY/NAME.onnx;
-    returns the paths."""
-    builders = {**MODELS, **OTHERS}
+    """Write the zoo models (or the named ones, from the zoo, `OTHERS` or `zoo_blocks.BLOCKS`) as
+    DIRECTORY/NAME.onnx; returns the paths."""
+    builders = {**MODELS, **OTHERS, **BLOCKS}
     unknown = [n for n in names or () if n not in builders]
     if unknown:
         raise ValueError(f"unknown model {unknown[0]!r}: expected one of {', '.join(builders)}")

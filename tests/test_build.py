@@ -251,3 +251,21 @@ def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, outp
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+@pytest.mark.parametrize("name", ["conv1d_stack", "fpn_block", "unet_decoder",
+                                  *[pytest.param(n, marks=pytest.mark.slow) for n in
+                                    ("vgg_small", "inception_block", "se_block", "dilated_block", "mbv3_block",
+                                     "effnet_block", "dense_block")]])
+def test_blocks_no_developer_had_seen_match_onnxruntime(tmp_path, name):
+    """`zoo_blocks`: 1-D convolutions, Resize and ConvTranspose (the fast suite's three: they did
+    not import before 2026-11-27), and the other seven under -m slow."""
+    from autosched.zoo_blocks import BLOCKS
+
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(BLOCKS[name](), path)
+    graph = load_onnx(path)
+    model = load_model(build_model(graph, tmp_path / f"{name}.so").library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs
