@@ -68,14 +68,12 @@ def _branches():
     return b.build()
 
 
-def test_the_padding_stops_where_another_tensor_or_a_second_reader_needs_the_value():
+def test_no_padding_where_it_would_be_sliced_off_at_full_size():
+    """The padding would stop before the Add (another tensor) and at c (three readers, an
+    output), on tensors as large as the convolutions' outputs: slicing them there costs a copy
+    and conversions of the whole tensor, so none of the three is padded."""
     graph = optimize(_branches())
-    padded = pad_channels(graph, 8)
-    assert sorted(_conv_channels(padded)) == [128, 256, 256]
-    slices = {n.outputs[0]: padded.values[n.inputs[0]].shape[1] for n in padded.nodes if n.op is Op.SLICE}
-    sliced_ops = {n.op for n in graph.nodes if n.outputs[0] in slices}
-    assert sliced_ops == {Op.RELU, Op.SIGMOID, Op.CONV}  # before the Add, and at c (three readers, an output)
-    same_results(graph, padded)
+    assert pad_channels(graph, 8) is graph
 
 
 def test_convolutions_that_fill_vectors_or_would_waste_too_much_are_left_alone():
