@@ -1,5 +1,7 @@
 """ONNX import: attribute normalization across opsets, constant folding, and bad input."""
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -254,3 +256,19 @@ def test_operator_errors_name_the_node():
     model = _model([node], [_tensor("x", [1, 3, 8, 8])], [_tensor("y", None)], [_init("w", np.zeros((4, 2, 3, 3), np.float32))])
     with pytest.raises(FrontendError, match=r"bad.onnx: node 'bad_conv' \(Conv\): input channels 3 do not match"):
         import_model(model, source="bad.onnx")
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"mode": "cubic"}, "mode 'cubic' is not supported"),
+    ({"mode": "nearest", "nearest_mode": "sideways"}, "nearest_mode 'sideways'"),
+    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}, "tf_crop_and_resize"),
+    ({"mode": "linear", "antialias": 1}, "antialias"),
+])
+def test_unsupported_resize_attributes_are_named(tmp_path, attrs, message):
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="up", **attrs)
+    model = _model([node], [_tensor("x", [1, 2, 3, 3])], [_tensor("y", None)],
+                   [_init("s", np.array([1, 1, 2, 2], np.float32))], opset=19)
+    path = tmp_path / "resize.onnx"
+    onnx.save(model, path)
+    with pytest.raises(FrontendError, match=re.escape("node 'up' (Resize): ") + ".*" + re.escape(message)):
+        load_onnx(path)

@@ -141,6 +141,8 @@ def _import(imp: Importer, node: OnnxNode) -> None:
     if coordinate_mode not in COORDINATE_MODES:
         raise node.error(f"coordinate_transformation_mode {coordinate_mode!r} is not supported")
     rounding = node.attr("nearest_mode", "round_prefer_floor")
+    if mode == "nearest" and rounding not in NEAREST_MODES:
+        raise node.error(f"nearest_mode {rounding!r} is not one of {', '.join(NEAREST_MODES)}")
     given_axes = node.attr("axes")
     axes = list(range(rank)) if given_axes is None else [a + rank if a < 0 else a for a in given_axes]
     scales, sizes = node.const(2), ints(node.const(3))
