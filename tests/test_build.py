@@ -15,6 +15,7 @@ from autosched.frontend.onnx import import_model, load_onnx
 from autosched.graph.passes import fuse, optimize
 from autosched.runtime import ModelError, load_model
 from autosched.target import Target
+from autosched.task import extract_tasks
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +267,36 @@ def test_blocks_no_developer_had_seen_match_onnxruntime(tmp_path, name):
     onnx.save(BLOCKS[name](), path)
     graph = load_onnx(path)
     model = load_model(build_model(graph, tmp_path / f"{name}.so").library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
+def _activations_model() -> onnx.ModelProto:
+    """Convolutions followed by PRelu, Mish, Elu, and a mask: Where(Greater(z, t), z, y) then a
+    three-way Max, as exported detection and segmentation heads have them."""
+    from autosched.zoo_builder import ModelBuilder, tensor_info
+
+    b = ModelBuilder(3)
+    y = b.node("PRelu", [b.conv_bn("input", "c1", 16, 32, 3), b.normal("slope", (32, 1, 1), 0.2)], "prelu")
+    y = b.node("Mish", [b.conv_bn(y, "c2", 32, 32, 3)], "mish")
+    y = b.node("Elu", [b.conv_bn(y, "c3", 32, 32, 1)], "elu", alpha=0.7)
+    z = b.conv_bn(y, "c4", 32, 32, 1)
+    mask = b.node("Greater", [z, b.constant("t", np.array(0.1, np.float32))], "gt")
+    y = b.node("Max", [b.node("Where", [mask, z, y], "where"), y, z], "max3")
+    model = b.model("acts", [tensor_info("input", (1, 16, 28, 28))], [tensor_info(y, (1, 32, 28, 28))])
+    model.opset_import[0].version = 18  # Mish's first
+    return model
+
+
+def test_activations_comparisons_and_where_fuse_into_convolutions(tmp_path):
+    path = tmp_path / "acts.onnx"
+    onnx.save(_activations_model(), path)
+    graph = load_onnx(path)
+    tasks = extract_tasks(optimize(graph, Target.parse("llvm").capabilities.lanes(4)))
+    epilogues = sorted(tuple(e.op for e in t.epilogue) for t in tasks.tasks if t.op == "ConvNCHWc")
+    assert epilogues == [("Elu",), ("Greater", "Where", "Max", "Max"), ("Mish",), ("PRelu",)]
+    model = load_model(build_model(graph, tmp_path / "acts.so").library)
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs

@@ -160,9 +160,31 @@ def test_declared_shapes_are_checked():
         import_model(model)
 
 
+def test_older_opsets_are_upgraded():
+    """An opset-11 export with the attribute forms opset 13 turned into inputs (Split's split,
+    Squeeze's and ReduceSum's axes) imports through onnx's version converter."""
+    nodes = [helper.make_node("Split", ["x"], ["a", "b"], axis=1, split=[1, 3]),
+             helper.make_node("Squeeze", ["a"], ["s"], axes=[1]),
+             helper.make_node("ReduceSum", ["b"], ["r"], axes=[1], keepdims=0),
+             helper.make_node("Add", ["s", "r"], ["y"])]
+    model = _model(nodes, [_tensor("x", [2, 4, 3])], [_tensor("y", [2, 3])], opset=11)
+    graph = _matches_onnxruntime(model, source="old.onnx")
+    assert [n.op for n in graph.nodes] == [Op.SPLIT, Op.RESHAPE, Op.REDUCE_SUM, Op.ADD]
+
+
+def test_op_newer_than_the_models_opset():
+    model = _model([helper.make_node("Mish", ["x"], ["y"], name="m")], [_tensor("x", [2])], [_tensor("y", [2])])
+    with pytest.raises(FrontendError, match=r"node 'm' \(Mish\): Mish does not exist in opset 17, the model's; "
+                                            r"it was added in opset 18"):
+        import_model(model)
+
+
 def test_opset_range():
-    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", [2])], [_tensor("y", [2])], opset=11)
-    with pytest.raises(FrontendError, match="opset 11 is outside the supported range 13-28"):
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", [2])], [_tensor("y", [2])], opset=29)
+    with pytest.raises(FrontendError, match="opset 29 is newer than the newest supported, 28"):
+        import_model(model, source="new.onnx")
+    model = _model([helper.make_node("NoSuchOp", ["x"], ["y"])], [_tensor("x", [2])], [_tensor("y", [2])], opset=9)
+    with pytest.raises(FrontendError, match="old.onnx: opset 9 model could not be upgraded to opset 13 .*NoSuchOp"):
         import_model(model, source="old.onnx")
 
 

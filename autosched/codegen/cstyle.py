@@ -139,7 +139,11 @@ class CStyleRenderer(ABC):
                 if fn not in self._helpers:
                     t = C_TYPES[e.dtype]
                     cmp = "<" if e.op == "min" else ">"
-                    self._helpers[fn] = f"{self.INLINE} {t} {fn}({t} a, {t} b) {{ return a {cmp} b ? a : b; }}"
+                    # _Float16 goes through float: gcc 12 vectorizes a _Float16 select into a
+                    # zero-masked vmovsh store, which no assembler accepts
+                    body = (f"float x = a, y = b; return ({t})(x {cmp} y ? x : y);" if e.dtype == "float16"
+                            else f"return a {cmp} b ? a : b;")
+                    self._helpers[fn] = f"{self.INLINE} {t} {fn}({t} a, {t} b) {{ {body} }}"
                 return f"{fn}({a}, {b})"
             return self._divmod(e, a, b)
         if isinstance(e, Cmp):

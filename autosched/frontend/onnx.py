@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import numpy_helper
+from onnx import numpy_helper, version_converter
 
 from autosched.errors import FrontendError, GraphError
 from autosched.frontend.constant_ops import CONSTANT_OPS
@@ -67,6 +67,8 @@ def import_model(
 ) -> Graph:
     """Import an in-memory ModelProto; `source` names it in error messages."""
     opset = _check_opset(model, source)
+    if opset < MIN_OPSET:
+        model, opset = _upgrade(model, opset, source), MIN_OPSET
     graph = model.graph
     nodes = [OnnxNode.from_proto(proto, i, source) for i, proto in enumerate(graph.node)]
     _check_supported(nodes, source)
@@ -102,9 +104,20 @@ def _check_opset(model: onnx.ModelProto, source: str) -> int:
     version = versions.get("", versions.get("ai.onnx"))
     if version is None:
         raise FrontendError(f"{source}: the model does not import the default ONNX opset")
-    if not MIN_OPSET <= version <= MAX_OPSET:
-        raise FrontendError(f"{source}: opset {version} is outside the supported range {MIN_OPSET}-{MAX_OPSET}")
+    if version > MAX_OPSET:
+        raise FrontendError(f"{source}: opset {version} is newer than the newest supported, {MAX_OPSET}")
     return version
+
+
+def _upgrade(model: onnx.ModelProto, opset: int, source: str) -> onnx.ModelProto:
+    """An older model rewritten to MIN_OPSET by onnx's version converter (its adapters turn
+    attributes that became inputs, such as Split's and Squeeze's, into constant inputs), so
+    the converters see only the forms they implement."""
+    try:
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception as exc:  # the converter raises bare RuntimeErrors and C++ exceptions alike
+        raise FrontendError(f"{source}: opset {opset} model could not be upgraded to opset {MIN_OPSET} "
+                            f"by onnx.version_converter ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})") from exc
 
 
 def _check_supported(nodes: Sequence[OnnxNode], source: str) -> None:
@@ -208,7 +221,13 @@ class _Edges:
 
 def _check_arity(node: OnnxNode, opset: int) -> None:
     """Operand counts and required operands against the op's ONNX schema."""
-    schema = onnx.defs.get_schema(node.op_type, opset)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset)
+    except onnx.defs.SchemaError:
+        first = min(s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                    if s.name == node.op_type and s.domain == "")
+        raise node.error(f"{node.op_type} does not exist in opset {opset}, the model's; "
+                         f"it was added in opset {first}") from None
     for kind, names, low, high, formals in (
         ("inputs", node.inputs, schema.min_input, schema.max_input, schema.inputs),
         ("outputs", node.outputs, schema.min_output, schema.max_output, schema.outputs),

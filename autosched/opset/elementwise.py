@@ -1,4 +1,5 @@
-"""Elementwise ops: arithmetic, math functions and activations.
+"""Elementwise ops: arithmetic and math functions (activations are in `activation`, comparisons
+and logic in `logic`).
 
 Each is one scalar expression; the same expression is the op's own kernel and, fused, a step of
 an anchor's epilogue. The numpy reference computes in the operands' dtype except where ONNX
@@ -17,7 +18,7 @@ from autosched import te
 from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import elementwise as ew
-from autosched.opset.algebra import AlgebraOp, elementwise_binary, no_attrs, unary
+from autosched.opset.algebra import AlgebraOp, elementwise_binary, no_attrs
 from autosched.opset.record import (
     ComputeArgs,
     OpDef,
@@ -32,6 +33,7 @@ from autosched.opset.record import (
     same_shape,
 )
 from autosched.te import Cmp, Expr, Tensor
+from autosched.te.expr import is_float
 
 
 def broadcast_operand(t: Tensor, idx: tuple, position: int) -> Expr:
@@ -83,12 +85,15 @@ def _broadcast(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
     return [(shape, inputs[0].dtype)]
 
 
-def _binary(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> OpDef:
-    return elementwise(op, scalar, _binary_reference(fn), {op.value: direct(op)}, shape=_broadcast)
+def binary_op(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+              importer: Converter | None = None) -> OpDef:
+    """A broadcasting binary op whose reference is the numpy ufunc `fn`."""
+    return elementwise(op, scalar, _binary_reference(fn), {op.value: importer or direct(op)}, shape=_broadcast)
 
 
-def _unary(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray], np.ndarray]) -> OpDef:
-    return elementwise(op, scalar, unary_reference(fn), {op.value: direct(op)})
+def unary_op(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray], np.ndarray], **defaults: object) -> OpDef:
+    """A unary op whose reference applies `fn`; `defaults` are its attributes' ONNX defaults."""
+    return elementwise(op, scalar, unary_reference(fn), {op.value: direct(op, **defaults)})
 
 
 def _trunc_div(a: Expr, b: Expr) -> Expr:
@@ -118,26 +123,6 @@ def erf_reference(x: np.ndarray) -> np.ndarray:
     """Erf in float64 through math.erf (numpy has none)."""
     flat = [math.erf(v) for v in x.astype(np.float64).ravel().tolist()]
     return np.array(flat, dtype=np.float64).reshape(x.shape)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    e = np.exp(-np.abs(x64))
-    return np.where(x64 >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-def _gelu(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
-    x = args[0].astype(np.float64)
-    if attrs["approximate"] == "tanh":
-        y = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-    else:
-        y = 0.5 * x * (1.0 + erf_reference(x / math.sqrt(2.0)))
-    return [y.astype(args[0].dtype)]
-
-
-def _leaky_relu(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
-    x = args[0]
-    return [np.where(x < 0, x * attrs["alpha"], x).astype(x.dtype)]
 
 
 def _clip_expr(a: list[Expr], at: Mapping[str, Any]) -> Expr:
@@ -172,16 +157,6 @@ def _import_clip(imp: Importer, node: OnnxNode) -> None:
     imp.emit(node, Op.CLIP, node.inputs[:1], node.outputs, {"min": bound(1), "max": bound(2)})
 
 
-def _hard_sigmoid(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
-    x = args[0]
-    return [np.clip(attrs["alpha"] * x + attrs["beta"], 0, 1).astype(x.dtype)]
-
-
-def _hard_swish(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
-    x = args[0]
-    return [(x * np.clip(x / 6.0 + 0.5, 0, 1)).astype(x.dtype)]
-
-
 def _cast_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
     return [(inputs[0].shape, node.attrs["to"])]
 
@@ -210,36 +185,74 @@ def _import_dropout(imp: Importer, node: OnnxNode) -> None:
         imp.add_constant(node.outputs[1], np.ones(imp.value(node.inputs[0]).shape, dtype=bool))
 
 
+def _abs_expr(a: list[Expr], at: Mapping[str, Any]) -> Expr:
+    x = a[0]
+    if is_float(x.dtype):
+        return te.abs(x)
+    return x if x.dtype.startswith("uint") else te.select(x < te.const(0, x.dtype), -x, x)
+
+
+def _sign_expr(a: list[Expr], at: Mapping[str, Any]) -> Expr:
+    x = a[0]
+    zero, one = te.const(0, x.dtype), te.const(1, x.dtype)
+    if x.dtype.startswith("uint"):
+        return te.select(x > zero, one, zero)
+    return te.select(x > zero, one, te.select(x < zero, te.const(-1, x.dtype), zero))
+
+
+def variadic(op: Op, mean: bool = False) -> Converter:
+    """Sum, Mean, Max and Min of any number of broadcasting operands, as a chain of the binary
+    `op` (Mean then scales by 1/n)."""
+
+    def convert(imp: Importer, node: OnnxNode) -> None:
+        names = [name for name in node.inputs if name]
+        if not names:
+            raise node.error("needs at least one input")
+        steps: list[tuple[Op, list[str]]] = [(op, [names[0], name]) for name in names[1:]]
+        if mean:
+            scale = f"{node.outputs[0]}:1/n"
+            imp.add_constant(scale, np.array(1.0 / len(names), dtype=imp.value(names[0]).dtype))
+            steps.append((Op.MUL, [names[0], scale]))
+        if not steps:
+            imp.emit(node, Op.IDENTITY, names, node.outputs, {})
+            return
+        acc = names[0]
+        for k, (step_op, (_, operand)) in enumerate(steps):
+            last = k == len(steps) - 1
+            out = node.outputs[0] if last else f"{node.outputs[0]}:{k}"
+            imp.emit(node if last else replace(node, name=f"{node.name}/{k}"), step_op, [acc, operand], [out], {})
+            acc = out
+
+    return Converter(convert)
+
+
 #: `scale(x, s)`: every element of x times the scalar s (a Mul whose second operand is 0-d)
 SCALE = AlgebraOp("scale", Op.MUL, (None, 0), lambda a, n: tuple(a[0]), lambda a: [], no_attrs)
 #: `addb(x, b)`: a bias vector added along the last axis of a rank-3 x (a dense layer's bias)
 ADD_BIAS = AlgebraOp("addb", Op.ADD, (3, 1), lambda a, n: tuple(a[0]), lambda a: [(a[0][2], a[1][0])], no_attrs)
 
 RECORDS: tuple[OpDef, ...] = (
-    replace(_binary(Op.ADD, lambda a, at: a[0] + a[1], np.add), algebra=(elementwise_binary("add", Op.ADD), ADD_BIAS)),
-    _binary(Op.SUB, lambda a, at: a[0] - a[1], np.subtract),
-    replace(_binary(Op.MUL, lambda a, at: a[0] * a[1], np.multiply), algebra=(elementwise_binary("mul", Op.MUL), SCALE)),
-    _binary(Op.DIV, lambda a, at: a[0] / a[1] if a[0].dtype.startswith("float") else _trunc_div(a[0], a[1]), _div),
-    _binary(Op.POW, lambda a, at: te.power(a[0], te.cast(a[0].dtype, a[1])), _pow),
-    _unary(Op.SQRT, lambda a, at: te.sqrt(a[0]), np.sqrt),
-    _unary(Op.ERF, lambda a, at: te.erf(a[0]), erf_reference),
-    _unary(Op.EXP, lambda a, at: te.exp(a[0]), np.exp),
-    _unary(Op.LOG, lambda a, at: te.log(a[0]), np.log),
-    _unary(Op.TANH, lambda a, at: te.tanh(a[0]), np.tanh),
-    _unary(Op.SIGMOID, lambda a, at: te.sigmoid(a[0]), _sigmoid),
-    _unary(Op.SOFTSIGN, lambda a, at: a[0] / (const_like(1, a[0]) + te.abs(a[0])), lambda x: x / (1 + np.abs(x))),
-    replace(_unary(Op.RELU, lambda a, at: te.max(a[0], const_like(0, a[0])), lambda x: np.maximum(x, 0)),
-            algebra=(unary("relu", Op.RELU),)),
-    elementwise(Op.LEAKY_RELU,
-                lambda a, at: te.select(a[0] >= const_like(0, a[0]), a[0], a[0] * const_like(at.get("alpha", 0.01), a[0])),
-                _leaky_relu, {"LeakyRelu": direct(Op.LEAKY_RELU, alpha=0.01)}),
+    replace(binary_op(Op.ADD, lambda a, at: a[0] + a[1], np.add), algebra=(elementwise_binary("add", Op.ADD), ADD_BIAS),
+            importers={"Add": direct(Op.ADD), "Sum": variadic(Op.ADD), "Mean": variadic(Op.ADD, mean=True)}),
+    binary_op(Op.SUB, lambda a, at: a[0] - a[1], np.subtract),
+    replace(binary_op(Op.MUL, lambda a, at: a[0] * a[1], np.multiply), algebra=(elementwise_binary("mul", Op.MUL), SCALE)),
+    binary_op(Op.DIV, lambda a, at: a[0] / a[1] if a[0].dtype.startswith("float") else _trunc_div(a[0], a[1]), _div),
+    binary_op(Op.POW, lambda a, at: te.power(a[0], te.cast(a[0].dtype, a[1])), _pow),
+    binary_op(Op.MAX, lambda a, at: te.max(a[0], a[1]), np.maximum, variadic(Op.MAX)),
+    binary_op(Op.MIN, lambda a, at: te.min(a[0], a[1]), np.minimum, variadic(Op.MIN)),
+    elementwise(Op.ABS, _abs_expr, unary_reference(np.abs), {"Abs": direct(Op.ABS)}),
+    unary_op(Op.NEG, lambda a, at: -a[0], np.negative),
+    elementwise(Op.SIGN, _sign_expr, unary_reference(np.sign), {"Sign": direct(Op.SIGN)}),
+    unary_op(Op.FLOOR, lambda a, at: te.floor(a[0]), np.floor),
+    unary_op(Op.CEIL, lambda a, at: te.ceil(a[0]), np.ceil),
+    unary_op(Op.ROUND, lambda a, at: te.round_even(a[0]), np.round),
+    unary_op(Op.RECIPROCAL, lambda a, at: const_like(1, a[0]) / a[0], np.reciprocal),
+    unary_op(Op.SQRT, lambda a, at: te.sqrt(a[0]), np.sqrt),
+    unary_op(Op.ERF, lambda a, at: te.erf(a[0]), erf_reference),
+    unary_op(Op.EXP, lambda a, at: te.exp(a[0]), np.exp),
+    unary_op(Op.LOG, lambda a, at: te.log(a[0]), np.log),
+    unary_op(Op.TANH, lambda a, at: te.tanh(a[0]), np.tanh),
     elementwise(Op.CLIP, _clip_expr, _clip, {"Clip": Converter(_import_clip, constant_inputs=(1, 2))}),
-    elementwise(Op.HARD_SIGMOID, lambda a, at: ew.hard_sigmoid_expr(a[0], at.get("alpha", 0.2), at.get("beta", 0.5)),
-                _hard_sigmoid, {"HardSigmoid": direct(Op.HARD_SIGMOID, alpha=0.2, beta=0.5)}),
-    elementwise(Op.HARD_SWISH, lambda a, at: a[0] * ew.hard_sigmoid_expr(a[0], 1 / 6, 0.5),
-                _hard_swish, {"HardSwish": direct(Op.HARD_SWISH)}),
-    elementwise(Op.GELU, lambda a, at: ew.gelu_expr(a[0], at.get("approximate", "none")),
-                _gelu, {"Gelu": direct(Op.GELU, approximate="none")}),
     elementwise(Op.CAST, lambda a, at: te.cast(at["to"], a[0]), _cast, {"Cast": Converter(_import_cast)},
                 shape=_cast_shape),
     elementwise(Op.IDENTITY, lambda a, at: a[0], _identity, {"Identity": direct(Op.IDENTITY)}),

@@ -23,6 +23,7 @@ from autosched.te.expr import (
     max,
     min,
     power,
+    round_even,
     rsqrt,
     select,
     sigmoid,
@@ -47,7 +48,7 @@ from autosched.te.tensor import (
 
 __all__ = [
     "Expr", "Var", "Const", "BinOp", "Cmp", "Select", "Call", "Cast", "Load", "Reduce",
-    "exp", "log", "tanh", "erf", "sqrt", "rsqrt", "sigmoid", "abs", "floor", "ceil", "power",
+    "exp", "log", "tanh", "erf", "sqrt", "rsqrt", "sigmoid", "abs", "floor", "ceil", "round_even", "power",
     "max", "min", "logical_not", "select", "cast", "const", "as_expr",
     "IterVar", "Tensor", "ComputeOp", "PlaceholderOp", "SPATIAL", "REDUCE",
     "placeholder", "compute", "reduce_axis", "sum", "max_reduce", "min_reduce", "post_order",

@@ -318,6 +318,7 @@ def sigmoid(x): return call("sigmoid", x)
 def abs(x): return call("abs", x)  # noqa: A001 - the field's name for it
 def floor(x): return call("floor", x)
 def ceil(x): return call("ceil", x)
+def round_even(x): return call("round", x)  # half to even, as ONNX Round and numpy round
 def power(x, y): return call("pow", x, as_expr(y, as_expr(x).dtype))
 def max(a, b): return binop("max", a, b)  # noqa: A001
 def min(a, b): return binop("min", a, b)  # noqa: A001
