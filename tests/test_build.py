@@ -300,3 +300,48 @@ def test_activations_comparisons_and_where_fuse_into_convolutions(tmp_path):
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+def _sub_pixel_model() -> onnx.ModelProto:
+    """ESPCN-style: convolutions, then a head to r² channels spread into r x r pixel blocks."""
+    from autosched.zoo_builder import ModelBuilder, tensor_info
+
+    b = ModelBuilder(11)
+    y = b.node("Tanh", [b.conv_bn("input", "c1", 1, 32, 5)], "t1")
+    y = b.node("DepthToSpace", [b.conv_bn(y, "c2", 32, 9, 3)], "d2s", blocksize=3)
+    return b.model("espcn", [tensor_info("input", (1, 1, 24, 24))], [tensor_info(y, (1, 1, 72, 72))])
+
+
+def _normalized_block(op: str) -> onnx.ModelProto:
+    """A residual block with GroupNormalization + SiLU (a diffusion UNet's) or
+    InstanceNormalization + ReLU (a style-transfer network's)."""
+    from autosched.zoo_builder import ModelBuilder, tensor_info
+
+    b, c = ModelBuilder(12), 32
+    rng = np.random.default_rng(1)
+
+    def norm(x: str, name: str) -> str:
+        params = [b.constant(f"{name}.{p}", rng.uniform(0.5, 1.5, c).astype(np.float32)) for p in ("s", "b")]
+        attrs = {"num_groups": 8} if op == "GroupNormalization" else {}
+        y = b.node(op, [x, *params], name, **attrs)
+        return b.node("Mul", [y, b.node("Sigmoid", [y], f"{name}/sig")], f"{name}/silu") if attrs else \
+            b.node("Relu", [y], f"{name}/relu")
+
+    h = b.conv_bn(norm(b.conv_bn("input", "c1", c, c, 3), "n1"), "c2", c, c, 3)
+    model = b.model("block", [tensor_info("input", (1, c, 16, 16))],
+                    [tensor_info(b.node("Add", ["input", norm(h, "n2")], "res"), (1, c, 16, 16))])
+    model.opset_import[0].version = 21  # GroupNormalization's per-channel scale and bias
+    return model
+
+
+@pytest.mark.parametrize("make", [_sub_pixel_model, lambda: _normalized_block("GroupNormalization"),
+                                  lambda: _normalized_block("InstanceNormalization")],
+                         ids=["depth_to_space", "group_norm", "instance_norm"])
+def test_ops_imported_as_compositions_build_and_match_onnxruntime(tmp_path, make):
+    path = tmp_path / "m.onnx"
+    onnx.save(make(), path)
+    graph = load_onnx(path)
+    model = load_model(build_model(graph, tmp_path / "m.so").library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs

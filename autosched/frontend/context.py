@@ -11,7 +11,7 @@ which are built on the types defined here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 import numpy as np
@@ -178,6 +178,15 @@ class Importer:
         for value in results:
             self.values[value.name] = value
         self.nodes.append(node)
+
+    def emit_step(self, onnx_node: OnnxNode, label: str, op: Op, inputs: Sequence[str],
+                  attrs: Mapping[str, Any]) -> str:
+        """One IR node of an ONNX op that imports as several: named after the ONNX node and
+        `label` (so errors still point at the node), its one output a new value whose name
+        this returns."""
+        out = f"{onnx_node.outputs[0]}:{label}"
+        self.emit(replace(onnx_node, name=f"{onnx_node.name}/{label}"), op, inputs, [out], attrs)
+        return out
 
     def constant_value(self, name: str, reader: OnnxNode) -> np.ndarray:
         """The value of `name`, folding the constant subgraph behind it if needed.

@@ -90,6 +90,7 @@ class Op(str, enum.Enum):
     REDUCE_MEAN = "ReduceMean"
     REDUCE_SUM = "ReduceSum"
     REDUCE_MAX = "ReduceMax"
+    REDUCE_MIN = "ReduceMin"
     RESHAPE = "Reshape"
     TRANSPOSE = "Transpose"
     CONCAT = "Concat"
@@ -97,6 +98,7 @@ class Op(str, enum.Enum):
     SLICE = "Slice"
     GATHER = "Gather"
     PAD = "Pad"
+    EXPAND = "Expand"
     RESIZE = "Resize"
     # not ONNX: what layout planning (graph/passes/layout.py) rewrites convolutions and the
     # tensors between them into, channels cut into blocks that are the innermost axis

@@ -208,20 +208,18 @@ def variadic(op: Op, mean: bool = False) -> Converter:
         names = [name for name in node.inputs if name]
         if not names:
             raise node.error("needs at least one input")
-        steps: list[tuple[Op, list[str]]] = [(op, [names[0], name]) for name in names[1:]]
+        steps: list[tuple[Op, str]] = [(op, name) for name in names[1:]]
         if mean:
             scale = f"{node.outputs[0]}:1/n"
             imp.add_constant(scale, np.array(1.0 / len(names), dtype=imp.value(names[0]).dtype))
-            steps.append((Op.MUL, [names[0], scale]))
+            steps.append((Op.MUL, scale))
         if not steps:
             imp.emit(node, Op.IDENTITY, names, node.outputs, {})
             return
         acc = names[0]
-        for k, (step_op, (_, operand)) in enumerate(steps):
-            last = k == len(steps) - 1
-            out = node.outputs[0] if last else f"{node.outputs[0]}:{k}"
-            imp.emit(node if last else replace(node, name=f"{node.name}/{k}"), step_op, [acc, operand], [out], {})
-            acc = out
+        for k, (step_op, operand) in enumerate(steps[:-1]):
+            acc = imp.emit_step(node, str(k), step_op, [acc, operand], {})
+        imp.emit(node, steps[-1][0], [acc, steps[-1][1]], node.outputs, {})
 
     return Converter(convert)
 

@@ -1,8 +1,10 @@
 """Normalizations: batch norm (elementwise per channel, usually folded into a convolution),
-softmax and layer norm (reductions over trailing axes)."""
+softmax and layer norm (reductions over trailing axes), and the ONNX ops that import as them:
+LogSoftmax (a shifted log of the sum of exponentials), instance and group norm (a layer norm
+over each instance's or group's elements, then the per-channel scale and bias)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -116,13 +118,72 @@ def _import_layer_norm(imp: Importer, node: OnnxNode) -> None:
     imp.emit(node, Op.LAYER_NORM, [name for name in node.inputs if name], outputs, attrs)
 
 
+def _import_log_softmax(imp: Importer, node: OnnxNode) -> None:
+    """(x - m) - log Σ exp(x - m), m the maximum along the axis: never the log of an underflowed
+    softmax."""
+    x = node.inputs[0]
+    along = {"axes": (normalize_axis(node, node.attr("axis", -1), len(imp.value(x).shape)),), "keepdims": 1}
+    shifted = imp.emit_step(node, "shifted", Op.SUB, [x, imp.emit_step(node, "max", Op.REDUCE_MAX, [x], along)], {})
+    total = imp.emit_step(node, "sum", Op.REDUCE_SUM, [imp.emit_step(node, "exp", Op.EXP, [shifted], {})], along)
+    imp.emit(node, Op.SUB, [shifted, imp.emit_step(node, "log", Op.LOG, [total], {})], node.outputs, {})
+
+
+def _grouped_norm(groups: Callable[[OnnxNode, int], int]) -> Converter:
+    """Instance norm (a group per channel) and group norm: x as [N, G, rest], a layer norm over
+    `rest` with unit scale, back to x's shape, then the per-channel scale and bias."""
+
+    def convert(imp: Importer, node: OnnxNode) -> None:
+        x = imp.value(node.inputs[0])
+        if len(x.shape) < 3:
+            raise node.error(f"the input must have a channel and at least one spatial axis, not {list(x.shape)}")
+        n, c = x.shape[:2]
+        g = groups(node, c)
+        if g < 1 or c % g:
+            raise node.error(f"{c} channels do not divide into {g} groups")
+        rest = x.size // (n * g)
+        unit = f"{node.outputs[0]}:unit_scale"
+        imp.add_constant(unit, np.ones(rest, dtype=x.dtype))
+        grouped = imp.emit_step(node, "grouped", Op.RESHAPE, [x.name], {"shape": (n, g, rest)})
+        normed = imp.emit_step(node, "normed", Op.LAYER_NORM, [grouped, unit],
+                               {"axis": 2, "epsilon": float(node.attr("epsilon", 1e-5))})
+        y = imp.emit_step(node, "ungrouped", Op.RESHAPE, [normed], {"shape": x.shape})
+        per_channel = (c,) + (1,) * (len(x.shape) - 2)
+        for k, label, op in ((1, "scaled", Op.MUL), (2, "shifted", Op.ADD)):
+            param = node.inputs[k]
+            if imp.value(param).shape == (g,) and g != c:  # opset 18-20 GroupNormalization: per group
+                if param not in imp.constants:
+                    raise node.error(f"per-group parameter '{param}' must be a constant")
+                expanded = f"{node.outputs[0]}:{label}_per_channel"
+                imp.add_constant(expanded, np.repeat(imp.constants[param], c // g))
+                param = expanded
+            elif imp.value(param).shape != (c,):
+                raise node.error(f"parameter '{param}' has shape {list(imp.value(param).shape)}, expected [{c}]")
+            param = imp.emit_step(node, f"{label}_param", Op.RESHAPE, [param], {"shape": per_channel})
+            if k == 2:
+                imp.emit(node, op, [y, param], node.outputs, {})
+            else:
+                y = imp.emit_step(node, label, op, [y, param], {})
+
+    return Converter(convert)
+
+
+def _group_count(node: OnnxNode, channels: int) -> int:
+    groups = node.attr("num_groups")
+    if groups is None:
+        raise node.error("the num_groups attribute is missing")
+    return int(groups)
+
+
 RECORDS: tuple[OpDef, ...] = (
     elementwise(Op.BATCH_NORM, _batch_norm_expr, _batch_norm_reference,
                 {"BatchNormalization": Converter(_import_batch_norm)},
                 shape=_batch_norm_shape, operand_load=_per_channel),
     OpDef(Op.SOFTMAX, OpKind.REDUCE, same_shape, _softmax_reference,
           lambda args: [nn.softmax(args.inputs[0], args.attrs["axis"], lanes=args.lanes)],
-          on_output(nn.schedule_softmax), {"Softmax": Converter(_import_softmax)}),
+          on_output(nn.schedule_softmax), {"Softmax": Converter(_import_softmax),
+                                           "LogSoftmax": Converter(_import_log_softmax)}),
     OpDef(Op.LAYER_NORM, OpKind.REDUCE, _layer_norm_shape, _layer_norm_reference, _layer_norm_compute,
-          _layer_norm_schedule, {"LayerNormalization": Converter(_import_layer_norm)}),
+          _layer_norm_schedule, {"LayerNormalization": Converter(_import_layer_norm),
+                                 "InstanceNormalization": _grouped_norm(lambda node, channels: channels),
+                                 "GroupNormalization": _grouped_norm(_group_count)}),
 )

@@ -1,4 +1,6 @@
-"""Reductions over a set of axes (ReduceMean/Sum/Max), and the global pools that import as them."""
+"""Reductions over a set of axes (ReduceMean/Sum/Max/Min), the global pools that import as
+them, and the ONNX reductions that import as a sum between elementwise steps (ReduceL1, L2,
+SumSquare, LogSum, LogSumExp)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -41,27 +43,81 @@ def _max(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     return np.max(x, axis=axis, keepdims=keepdims, initial=lowest)
 
 
+def _min(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    if x.dtype.kind == "f":
+        highest: Any = np.inf
+    elif x.dtype.kind == "b":
+        highest = True
+    else:
+        highest = np.iinfo(x.dtype).max
+    return np.min(x, axis=axis, keepdims=keepdims, initial=highest)
+
+
 def _compute(fn: Callable[..., Tensor]) -> ComputeFn:
     def compute(args: ComputeArgs) -> list[Tensor]:
         return [fn(args.inputs[0], args.attrs["axes"], bool(args.attrs.get("keepdims", 1)), lanes=args.lanes)]
     return compute
 
 
+def _reduce_attrs(imp: Importer, node: OnnxNode) -> dict[str, Any] | None:
+    """Axes (from the input or, before opset 18, the attribute) and keepdims; None where empty
+    axes with noop_with_empty_axes leave the input as it is."""
+    rank = len(imp.value(node.inputs[0]).shape)
+    axes = ints(node.const(1))
+    if axes is None:
+        axes = node.attr("axes")
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return None
+        axes = list(range(rank))
+    return {"axes": normalize_axes(node, axes, rank), "keepdims": int(node.attr("keepdims", 1))}
+
+
 def _importer(op: Op) -> Converter:
     def convert(imp: Importer, node: OnnxNode) -> None:
-        rank = len(imp.value(node.inputs[0]).shape)
-        axes = ints(node.const(1))
-        if axes is None:
-            axes = node.attr("axes")
-        if not axes:
-            if node.attr("noop_with_empty_axes", 0):
-                imp.emit(node, Op.IDENTITY, node.inputs[:1], node.outputs, {})
-                return
-            axes = list(range(rank))
-        attrs = {"axes": normalize_axes(node, axes, rank), "keepdims": int(node.attr("keepdims", 1))}
-        imp.emit(node, op, node.inputs[:1], node.outputs, attrs)
+        attrs = _reduce_attrs(imp, node)
+        imp.emit(node, op if attrs else Op.IDENTITY, node.inputs[:1], node.outputs, attrs or {})
 
     return Converter(convert, constant_inputs=(1,))
+
+
+def _around_sum(before: Op | None, after: Op | None) -> Converter:
+    """A sum of `before`(x) (Mul: x·x), then `after` of it: ReduceL1 is Abs then the sum,
+    ReduceL2 squares then takes Sqrt. With noop_with_empty_axes and no axes, the steps run
+    without the sum, as ONNX's reference does."""
+
+    def convert(imp: Importer, node: OnnxNode) -> None:
+        attrs, x = _reduce_attrs(imp, node), node.inputs[0]
+        steps: list[tuple[Op, list[str], dict[str, Any]]] = []
+        if before:
+            steps.append((before, [x, x] if before is Op.MUL else [x], {}))
+        if attrs:
+            steps.append((Op.REDUCE_SUM, [], attrs))
+        if after:
+            steps.append((after, [], {}))
+        for k, (op, operands, op_attrs) in enumerate(steps):
+            operands = operands or [x]
+            if k == len(steps) - 1:
+                imp.emit(node, op, operands, node.outputs, op_attrs)
+            else:
+                x = imp.emit_step(node, op.value.lower(), op, operands, op_attrs)
+
+    return Converter(convert, constant_inputs=(1,))
+
+
+def _import_log_sum_exp(imp: Importer, node: OnnxNode) -> None:
+    """m + log Σ exp(x - m), m the maximum over the axes: no exp overflows."""
+    attrs = _reduce_attrs(imp, node)
+    if attrs is None:
+        imp.emit(node, Op.IDENTITY, node.inputs[:1], node.outputs, {})
+        return
+    top = imp.emit_step(node, "max", Op.REDUCE_MAX, node.inputs[:1], {**attrs, "keepdims": 1})
+    shifted = imp.emit_step(node, "shifted", Op.SUB, [node.inputs[0], top], {})
+    total = imp.emit_step(node, "sum", Op.REDUCE_SUM, [imp.emit_step(node, "exp", Op.EXP, [shifted], {})], attrs)
+    log = imp.emit_step(node, "log", Op.LOG, [total], {})
+    if not attrs["keepdims"]:
+        top = imp.emit_step(node, "max_dropped", Op.RESHAPE, [top], {"shape": imp.value(log).shape})
+    imp.emit(node, Op.ADD, [log, top], node.outputs, {})
 
 
 def _global_pool(op: Op) -> Converter:
@@ -74,8 +130,8 @@ def _global_pool(op: Op) -> Converter:
 
 
 def _record(op: Op, reference: Callable[..., np.ndarray], compute: Callable[..., Tensor],
-            global_pool: str | None = None) -> OpDef:
-    importers = {op.value: _importer(op)}
+            global_pool: str | None = None, composites: Mapping[str, Converter] | None = None) -> OpDef:
+    importers = {op.value: _importer(op), **(composites or {})}
     if global_pool:
         importers[global_pool] = _global_pool(op)
     return OpDef(op, OpKind.REDUCE, _shape, _reference(reference), _compute(compute),
@@ -84,6 +140,10 @@ def _record(op: Op, reference: Callable[..., np.ndarray], compute: Callable[...,
 
 RECORDS: tuple[OpDef, ...] = (
     _record(Op.REDUCE_MEAN, np.mean, reduce_ops.reduce_mean, global_pool="GlobalAveragePool"),
-    _record(Op.REDUCE_SUM, np.sum, reduce_ops.reduce_sum),
+    _record(Op.REDUCE_SUM, np.sum, reduce_ops.reduce_sum, composites={
+        "ReduceL1": _around_sum(Op.ABS, None), "ReduceL2": _around_sum(Op.MUL, Op.SQRT),
+        "ReduceSumSquare": _around_sum(Op.MUL, None), "ReduceLogSum": _around_sum(None, Op.LOG),
+        "ReduceLogSumExp": Converter(_import_log_sum_exp, constant_inputs=(1,))}),
     _record(Op.REDUCE_MAX, _max, reduce_ops.reduce_max, global_pool="GlobalMaxPool"),
+    _record(Op.REDUCE_MIN, _min, reduce_ops.reduce_min),
 )

@@ -1,5 +1,6 @@
 """Data movement: reshape (and the ONNX ops that are reshapes), transpose, concat, split, slice,
-gather and pad. Shapes and attributes are static, so each is an index mapping."""
+gather, pad and expand, and the ONNX ops that import as chains of them (DepthToSpace,
+SpaceToDepth, Tile). Shapes and attributes are static, so each is an index mapping."""
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ from autosched.frontend.context import Converter, Importer, OnnxNode, ints, norm
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import transform
 from autosched.opset.algebra import AlgebraOp, concat, split
+from autosched.opset.elementwise import broadcast_operand
 from autosched.opset.record import (
     ComputeArgs,
     ComputeFn,
@@ -111,6 +113,77 @@ def _import_transpose(imp: Importer, node: OnnxNode) -> None:
     rank = len(imp.value(node.inputs[0]).shape)
     perm = tuple(int(p) for p in node.attr("perm", range(rank - 1, -1, -1)))
     imp.emit(node, Op.TRANSPOSE, node.inputs, node.outputs, {"perm": perm})
+
+
+def _nchw(imp: Importer, node: OnnxNode) -> tuple[int, int, int, int, int]:
+    """(N, C, H, W) of a 4-D operand, and the blocksize attribute."""
+    shape, block = imp.value(node.inputs[0]).shape, int(node.attr("blocksize", 0))
+    if len(shape) != 4:
+        raise node.error(f"the input must be 4-D (N, C, H, W), not {list(shape)}")
+    if block < 1:
+        raise node.error("blocksize must be a positive integer")
+    return (*shape, block)
+
+
+def _block_order(node: OnnxNode) -> str:
+    """DCR: a block's pixels are the outer part of the channel index; CRD: the inner part."""
+    mode = node.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise node.error(f"mode must be DCR or CRD, not {mode!r}")
+    return mode
+
+
+def _import_depth_to_space(imp: Importer, node: OnnxNode) -> None:
+    """Channels spread into b x b pixel blocks: Reshape, Transpose, Reshape (a sub-pixel
+    convolution's upsampling)."""
+    n, c, h, w, b = _nchw(imp, node)
+    if c % (b * b):
+        raise node.error(f"{c} channels do not divide into blocks of {b}x{b}")
+    mode = _block_order(node)
+    split, perm = (((n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)) if mode == "DCR"
+                   else ((n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)))
+    blocks = imp.emit_step(node, "blocks", Op.RESHAPE, node.inputs[:1], {"shape": split})
+    spread = imp.emit_step(node, "spread", Op.TRANSPOSE, [blocks], {"perm": perm})
+    imp.emit(node, Op.RESHAPE, [spread], node.outputs, {"shape": (n, c // (b * b), h * b, w * b)})
+
+
+def _import_space_to_depth(imp: Importer, node: OnnxNode) -> None:
+    n, c, h, w, b = _nchw(imp, node)
+    if h % b or w % b:
+        raise node.error(f"{h}x{w} pixels do not divide into blocks of {b}x{b}")
+    mode = _block_order(node)
+    blocks = imp.emit_step(node, "blocks", Op.RESHAPE, node.inputs[:1], {"shape": (n, c, h // b, b, w // b, b)})
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    gathered = imp.emit_step(node, "gather", Op.TRANSPOSE, [blocks], {"perm": perm})
+    imp.emit(node, Op.RESHAPE, [gathered], node.outputs, {"shape": (n, c * b * b, h // b, w // b)})
+
+
+def _expand_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    shape = tuple(node.attrs["shape"])
+    if np.broadcast_shapes(inputs[0].shape, shape) != shape:
+        raise ValueError(f"{list(inputs[0].shape)} does not broadcast to {list(shape)}")
+    return [(shape, inputs[0].dtype)]
+
+
+def _import_expand(imp: Importer, node: OnnxNode) -> None:
+    source = imp.value(node.inputs[0]).shape
+    try:  # ONNX's Expand broadcasts both ways: a 1 in the requested shape keeps the input's size
+        shape = np.broadcast_shapes(source, tuple(ints(node.required_const(1))))
+    except ValueError:
+        raise node.error(f"{list(source)} does not broadcast with {ints(node.required_const(1))}") from None
+    imp.emit(node, Op.EXPAND, node.inputs[:1], node.outputs, {"shape": tuple(int(d) for d in shape)})
+
+
+def _import_tile(imp: Importer, node: OnnxNode) -> None:
+    """Each axis d repeated r times: the input with a size-1 axis before each, expanded to r
+    there, then the pairs merged (Reshape, Expand, Reshape)."""
+    shape, repeats = imp.value(node.inputs[0]).shape, ints(node.required_const(1))
+    if len(repeats) != len(shape) or min(repeats, default=1) < 0:
+        raise node.error(f"repeats {repeats} must be {len(shape)} non-negative counts, one per axis")
+    spaced = imp.emit_step(node, "spaced", Op.RESHAPE, node.inputs[:1],
+                           {"shape": tuple(d for n in shape for d in (1, n))})
+    tiled = imp.emit_step(node, "tiled", Op.EXPAND, [spaced], {"shape": tuple(d for pair in zip(repeats, shape) for d in pair)})
+    imp.emit(node, Op.RESHAPE, [tiled], node.outputs, {"shape": tuple(r * n for r, n in zip(repeats, shape))})
 
 
 def _concat_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
@@ -355,7 +428,13 @@ RECORDS: tuple[OpDef, ...] = (
                 "Unsqueeze": Converter(_import_unsqueeze, constant_inputs=(1,))}),
     _injective(Op.TRANSPOSE, _transpose_shape, lambda attrs, args: [contiguous(np.transpose(args[0], attrs["perm"]))],
                lambda args: [transform.transpose(args.inputs[0], args.attrs["perm"])],
-               {"Transpose": Converter(_import_transpose)}, algebra=(TRANSPOSE,)),
+               {"Transpose": Converter(_import_transpose), "DepthToSpace": Converter(_import_depth_to_space),
+                "SpaceToDepth": Converter(_import_space_to_depth)}, algebra=(TRANSPOSE,)),
+    _injective(Op.EXPAND, _expand_shape, lambda attrs, args: [np.broadcast_to(args[0], attrs["shape"]).copy()],
+               lambda args: [te.compute(args.out_shapes[0], lambda *i: broadcast_operand(args.inputs[0], i, 0),
+                                        name="expand")],
+               {"Expand": Converter(_import_expand, constant_inputs=(1,)),
+                "Tile": Converter(_import_tile, constant_inputs=(1,))}),
     _injective(Op.CONCAT, _concat_shape, lambda attrs, args: [np.concatenate(args, axis=attrs["axis"])],
                lambda args: [transform.concat(list(args.inputs), args.attrs["axis"])],
                {"Concat": Converter(_import_concat)}, algebra=(concat(0), concat(1), concat(2))),
