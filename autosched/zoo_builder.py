@@ -84,5 +84,5 @@ class ModelBuilder:
         return self.linear(flat, "fc", channels, classes, std=math.sqrt(1.0 / channels))
 
 
-def tensor_info(name: str, shape: Sequence[int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+def tensor_info(name: str, shape: Sequence[int], elem_type: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, list(shape))

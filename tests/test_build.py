@@ -334,9 +334,21 @@ def _normalized_block(op: str) -> onnx.ModelProto:
     return model
 
 
+def _lrn_segmentation_model() -> onnx.ModelProto:
+    """AlexNet-style convolution, ReLU, LRN and pool, then an 8-class head whose ArgMax over the
+    channels is the output (a segmentation map)."""
+    from autosched.zoo_builder import ModelBuilder, tensor_info
+
+    b = ModelBuilder(14)
+    y = b.node("LRN", [b.node("Relu", [b.conv_bn("input", "c1", 3, 32, 3)], "r1")], "lrn", size=5, alpha=1e-3)
+    y = b.conv_bn(b.node("MaxPool", [y], "pool", kernel_shape=[2, 2], strides=[2, 2]), "head", 32, 8, 1)
+    y = b.node("ArgMax", [y], "classes", axis=1, keepdims=0)
+    return b.model("seg", [tensor_info("input", (1, 3, 32, 32))], [tensor_info(y, (1, 16, 16), onnx.TensorProto.INT64)])
+
+
 @pytest.mark.parametrize("make", [_sub_pixel_model, lambda: _normalized_block("GroupNormalization"),
-                                  lambda: _normalized_block("InstanceNormalization")],
-                         ids=["depth_to_space", "group_norm", "instance_norm"])
+                                  lambda: _normalized_block("InstanceNormalization"), _lrn_segmentation_model],
+                         ids=["depth_to_space", "group_norm", "instance_norm", "lrn_argmax"])
 def test_ops_imported_as_compositions_build_and_match_onnxruntime(tmp_path, make):
     path = tmp_path / "m.onnx"
     onnx.save(make(), path)

@@ -43,7 +43,8 @@ COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "
 MATH = {"exp": "expf({})", "log": "logf({})", "tanh": "tanhf({})", "erf": "erff({})", "sqrt": "sqrtf({})",
         "rsqrt": "(1.0f / sqrtf({}))", "sigmoid": "(1.0f / (1.0f + expf(-({}))))", "abs": "fabsf({})",
         "floor": "floorf({})", "ceil": "ceilf({})", "round": "nearbyintf({})", "neg": "(-({}))",
-        "not": "(!({}))", "pow": "powf({}, {})"}
+        "not": "(!({}))", "pow": "powf({}, {})", "sin": "sinf({})", "cos": "cosf({})",
+        "fmod": "fmodf({}, {})"}
 
 
 class CStyleRenderer(ABC):
@@ -159,17 +160,19 @@ class CStyleRenderer(ABC):
         raise CodegenError(f"the C back end cannot print {type(e).__name__}")
 
     def _divmod(self, e: BinOp, a: str, b: str) -> str:
-        """Floor division and modulo; plain C `/` and `%` where both sides are known non-negative."""
-        if is_float(e.dtype):
-            return f"floorf({a} / {b})" if e.op == "floordiv" else f"fmodf({a}, {b})"
+        """Floor division and modulo (the divisor's sign, as Python's %); plain C `/` and `%`
+        where both integer sides are known non-negative."""
+        if is_float(e.dtype) and e.op == "floordiv":
+            return math_fmt("floor", e.dtype).format(f"{a} / {b}")
         ba, bb = arith.int_bound(e.a, self._ranges), arith.int_bound(e.b, self._ranges)
-        if ba is not None and bb is not None and ba[0] >= 0 and bb[0] > 0:
+        if not is_float(e.dtype) and ba is not None and bb is not None and ba[0] >= 0 and bb[0] > 0:
             return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
         t, s = C_TYPES[e.dtype], SHORT[e.dtype]
         fn = f"as_{e.op}_{s}"
         if fn not in self._helpers:
+            remainder = math_fmt("fmod", e.dtype).format("a", "b") if is_float(e.dtype) else "a % b"
             body = ("{ T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }" if e.op == "floordiv"
-                    else "{ T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }")
+                    else f"{{ T r = {remainder}; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}")
             self._helpers[fn] = f"{self.INLINE} {t} {fn}({t} a, {t} b) " + body.replace("T ", f"{t} ")
         return f"{fn}({a}, {b})"
 

@@ -1,4 +1,4 @@
-"""ONNX ops that only compute constants (Shape, Constant, ConstantOfShape, Range).
+"""ONNX ops that only compute constants (Shape, Size, Constant, ConstantOfShape, Range).
 
 Shapes are static, so these fold to constants at import and never become graph ops; they
 have no record in `autosched.opset`, only an importer here.
@@ -19,6 +19,10 @@ def _shape(imp: Importer, node: OnnxNode) -> None:
     shape = imp.value(node.inputs[0]).shape
     start, end = node.attr("start", 0), node.attr("end", len(shape))
     imp.add_constant(node.outputs[0], np.array(shape[slice(start, end)], dtype=np.int64))
+
+
+def _size(imp: Importer, node: OnnxNode) -> None:
+    imp.add_constant(node.outputs[0], np.array(imp.value(node.inputs[0]).size, dtype=np.int64))
 
 
 def _constant(imp: Importer, node: OnnxNode) -> None:
@@ -57,6 +61,7 @@ def _range(imp: Importer, node: OnnxNode) -> None:
 #: ONNX op type -> the converter that folds it to a constant
 CONSTANT_OPS: Mapping[str, Converter] = {
     "Shape": Converter(_shape),
+    "Size": Converter(_size),
     "Constant": Converter(_constant),
     "ConstantOfShape": Converter(_constant_of_shape, constant_inputs=(0,)),
     "Range": Converter(_range, constant_inputs=(0, 1, 2)),

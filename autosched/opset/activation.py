@@ -100,6 +100,11 @@ RECORDS: tuple[OpDef, ...] = (
     activation(Op.MISH, lambda a, at: a[0] * te.tanh(_softplus_expr(a[0])), lambda x, at: x * np.tanh(_softplus(x))),
     activation(Op.SWISH, lambda a, at: a[0] * te.sigmoid(a[0] * _c(at["alpha"], a[0])),
                lambda x, at: x * _sigmoid(at["alpha"] * x), alpha=1.0),
+    activation(Op.SHRINK, lambda a, at: te.select(a[0] < _c(-at["lambd"], a[0]), a[0] + _c(at["bias"], a[0]),
+                                                  te.select(a[0] > _c(at["lambd"], a[0]), a[0] - _c(at["bias"], a[0]),
+                                                            _zero(a[0]))),
+               lambda x, at: np.where(x < -at["lambd"], x + at["bias"], np.where(x > at["lambd"], x - at["bias"], 0)),
+               lambd=0.5, bias=0.0),
     binary_op(Op.PRELU, lambda a, at: te.select(a[0] < _zero(a[0]), a[0] * a[1], a[0]),
               lambda x, slope: np.where(x < 0, x * slope, x)),
 )

@@ -200,6 +200,20 @@ def _sign_expr(a: list[Expr], at: Mapping[str, Any]) -> Expr:
     return te.select(x > zero, one, te.select(x < zero, te.const(-1, x.dtype), zero))
 
 
+def _mod_expr(a: list[Expr], at: Mapping[str, Any]) -> Expr:
+    """fmod=0: the sign of the divisor (floor modulo); fmod=1: of the dividend (C's %, fmod)."""
+    x, y = a
+    if not at.get("fmod", 0):
+        return x % y
+    return te.fmod(x, y) if is_float(x.dtype) else x - _trunc_div(x, y) * y
+
+
+def _mod(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    a, b = args
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [(np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)).astype(a.dtype, copy=False)]
+
+
 def variadic(op: Op, mean: bool = False) -> Converter:
     """Sum, Mean, Max and Min of any number of broadcasting operands, as a chain of the binary
     `op` (Mean then scales by 1/n)."""
@@ -236,6 +250,7 @@ RECORDS: tuple[OpDef, ...] = (
     replace(binary_op(Op.MUL, lambda a, at: a[0] * a[1], np.multiply), algebra=(elementwise_binary("mul", Op.MUL), SCALE)),
     binary_op(Op.DIV, lambda a, at: a[0] / a[1] if a[0].dtype.startswith("float") else _trunc_div(a[0], a[1]), _div),
     binary_op(Op.POW, lambda a, at: te.power(a[0], te.cast(a[0].dtype, a[1])), _pow),
+    elementwise(Op.MOD, _mod_expr, _mod, {"Mod": direct(Op.MOD, fmod=0)}, shape=_broadcast),
     binary_op(Op.MAX, lambda a, at: te.max(a[0], a[1]), np.maximum, variadic(Op.MAX)),
     binary_op(Op.MIN, lambda a, at: te.min(a[0], a[1]), np.minimum, variadic(Op.MIN)),
     elementwise(Op.ABS, _abs_expr, unary_reference(np.abs), {"Abs": direct(Op.ABS)}),
@@ -245,6 +260,8 @@ RECORDS: tuple[OpDef, ...] = (
     unary_op(Op.CEIL, lambda a, at: te.ceil(a[0]), np.ceil),
     unary_op(Op.ROUND, lambda a, at: te.round_even(a[0]), np.round),
     unary_op(Op.RECIPROCAL, lambda a, at: const_like(1, a[0]) / a[0], np.reciprocal),
+    unary_op(Op.SIN, lambda a, at: te.sin(a[0]), np.sin),
+    unary_op(Op.COS, lambda a, at: te.cos(a[0]), np.cos),
     unary_op(Op.SQRT, lambda a, at: te.sqrt(a[0]), np.sqrt),
     unary_op(Op.ERF, lambda a, at: te.erf(a[0]), erf_reference),
     unary_op(Op.EXP, lambda a, at: te.exp(a[0]), np.exp),

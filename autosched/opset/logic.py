@@ -1,5 +1,6 @@
 """Comparisons, boolean logic and Where: the ops of attention masks and of exported control
-flow turned into arithmetic (`Where(Less(x, t), a, b)`).
+flow turned into arithmetic (`Where(Less(x, t), a, b)`), and the ONNX ops that import as a
+Where of a constant or computed mask (Trilu, OneHot).
 
 Comparisons and IsNaN/IsInf yield bool tensors; And, Or, Xor and Not take and yield them; Where
 selects between two broadcasting operands of one dtype. All are elementwise, so they fuse
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from autosched import te
+from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_axes
 from autosched.graph.ir import Node, Op, Value
 from autosched.opset.elementwise import elementwise
 from autosched.opset.record import OpDef, ScalarFn, Shape, direct
@@ -72,6 +74,54 @@ def _where_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[n
     return [np.where(cond, x, y).astype(x.dtype, copy=False)]
 
 
+def _import_trilu(imp: Importer, node: OnnxNode) -> None:
+    """The upper (or lower) triangle of the last two axes from diagonal k: x where a constant
+    mask holds, else 0 (a causal attention mask's shape)."""
+    x = imp.value(node.inputs[0])
+    if len(x.shape) < 2:
+        raise node.error(f"the input must have at least two axes, not {list(x.shape)}")
+    diagonal = node.const(1)
+    k = 0 if diagonal is None else int(diagonal.reshape(()))
+    rows, cols = x.shape[-2:]
+    offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+    mask, zero = f"{node.outputs[0]}:mask", f"{node.outputs[0]}:zero"
+    imp.add_constant(mask, offset >= k if node.attr("upper", 1) else offset <= k)
+    imp.add_constant(zero, np.zeros((), dtype=x.dtype))
+    imp.emit(node, Op.WHERE, [mask, x.name, zero], node.outputs, {})
+
+
+def _import_one_hot(imp: Importer, node: OnnxNode) -> None:
+    """values[1] where an index (negative ones count from `depth`) equals its position along a
+    new axis, values[0] elsewhere (everywhere, for an index out of range): Equal against a
+    position constant, then Where."""
+    indices = imp.value(node.inputs[0])
+    depth = node.required_const(1).reshape(-1)
+    values = node.required_const(2).reshape(-1)
+    if depth.size != 1 or values.size != 2:
+        raise node.error("depth must be one number and values two")
+    depth_n = int(depth[0])
+    rank = len(indices.shape) + 1
+    axis = normalize_axes(node, [node.attr("axis", -1)], rank)[0]
+    shape = (*indices.shape[:axis], 1, *indices.shape[axis:])
+    positions, wrap = f"{node.outputs[0]}:positions", f"{node.outputs[0]}:depth"
+    imp.add_constant(positions, np.arange(depth_n, dtype=np.int64).reshape([depth_n if d == axis else 1 for d in range(rank)]))
+    imp.add_constant(wrap, np.array(depth_n, dtype=np.int64))
+    index = indices.name
+    if indices.dtype != "int64":
+        index = imp.emit_step(node, "int64", Op.CAST, [index], {"to": "int64"})
+    index = imp.emit_step(node, "index", Op.RESHAPE, [index], {"shape": shape})
+    zero = f"{node.outputs[0]}:zero"
+    imp.add_constant(zero, np.array(0, dtype=np.int64))
+    negative = imp.emit_step(node, "negative", Op.LESS, [index, zero], {})
+    index = imp.emit_step(node, "wrapped", Op.WHERE, [negative, imp.emit_step(node, "from_end", Op.ADD, [index, wrap], {}),
+                                                      index], {})
+    hits = imp.emit_step(node, "hits", Op.EQUAL, [index, positions], {})
+    off, on = f"{node.outputs[0]}:off", f"{node.outputs[0]}:on"
+    imp.add_constant(off, values[:1].reshape(()))
+    imp.add_constant(on, values[1:].reshape(()))
+    imp.emit(node, Op.WHERE, [hits, on, off], node.outputs, {})
+
+
 RECORDS: tuple[OpDef, ...] = (
     _compare(Op.EQUAL, "eq", np.equal),
     _compare(Op.LESS, "lt", np.less),
@@ -84,6 +134,7 @@ RECORDS: tuple[OpDef, ...] = (
     _predicate(Op.NOT, lambda a, at: te.logical_not(a[0]), np.logical_not),
     _predicate(Op.IS_NAN, lambda a, at: Cmp("ne", a[0], a[0]), np.isnan),
     _predicate(Op.IS_INF, _is_inf, _is_inf_reference, detect_positive=1, detect_negative=1),
-    elementwise(Op.WHERE, lambda a, at: te.select(a[0], a[1], a[2]), _where_reference, {"Where": direct(Op.WHERE)},
-                shape=_where_shape),
+    elementwise(Op.WHERE, lambda a, at: te.select(a[0], a[1], a[2]), _where_reference,
+                {"Where": direct(Op.WHERE), "Trilu": Converter(_import_trilu, constant_inputs=(1,)),
+                 "OneHot": Converter(_import_one_hot, constant_inputs=(1, 2))}, shape=_where_shape),
 )

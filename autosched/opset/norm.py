@@ -1,7 +1,8 @@
 """Normalizations: batch norm (elementwise per channel, usually folded into a convolution),
 softmax and layer norm (reductions over trailing axes), and the ONNX ops that import as them:
 LogSoftmax (a shifted log of the sum of exponentials), instance and group norm (a layer norm
-over each instance's or group's elements, then the per-channel scale and bias)."""
+over each instance's or group's elements, then the per-channel scale and bias), mean-variance
+and Lp normalization (reductions and elementwise steps)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from autosched import te
-from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_axis
+from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_axes, normalize_axis
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import nn
 from autosched.ops import reduce as reduce_ops
@@ -167,6 +168,39 @@ def _grouped_norm(groups: Callable[[OnnxNode, int], int]) -> Converter:
     return Converter(convert)
 
 
+def _import_mean_variance(imp: Importer, node: OnnxNode) -> None:
+    """(x - E x) / (sqrt(E (x - E x)²) + 1e-9) over `axes` (ONNX's ε)."""
+    x = imp.value(node.inputs[0])
+    over = {"axes": normalize_axes(node, node.attr("axes", [0, 2, 3]), len(x.shape)), "keepdims": 1}
+    epsilon = f"{node.outputs[0]}:epsilon"
+    imp.add_constant(epsilon, np.array(1e-9, dtype=x.dtype))
+    centred = imp.emit_step(node, "centred", Op.SUB, [x.name, imp.emit_step(node, "mean", Op.REDUCE_MEAN, [x.name], over)], {})
+    variance = imp.emit_step(node, "variance", Op.REDUCE_MEAN,
+                             [imp.emit_step(node, "square", Op.MUL, [centred, centred], {})], over)
+    deviation = imp.emit_step(node, "deviation", Op.SQRT, [variance], {})
+    imp.emit(node, Op.DIV, [centred, imp.emit_step(node, "guarded", Op.ADD, [deviation, epsilon], {})], node.outputs, {})
+
+
+def _import_lp_norm(imp: Importer, node: OnnxNode) -> None:
+    """x over its L1 or L2 norm along the axis (a face or retrieval embedding's last step)."""
+    x = imp.value(node.inputs[0])
+    p = int(node.attr("p", 2))
+    if p not in (1, 2):
+        raise node.error(f"p must be 1 or 2, not {p}")
+    along = {"axes": (normalize_axis(node, node.attr("axis", -1), len(x.shape)),), "keepdims": 1}
+    if p == 1:
+        norm = imp.emit_step(node, "norm", Op.REDUCE_SUM, [imp.emit_step(node, "abs", Op.ABS, [x.name], {})], along)
+    else:
+        squares = imp.emit_step(node, "square", Op.MUL, [x.name, x.name], {})
+        norm = imp.emit_step(node, "norm", Op.SQRT, [imp.emit_step(node, "sum", Op.REDUCE_SUM, [squares], along)], {})
+    zero, one = f"{node.outputs[0]}:zero", f"{node.outputs[0]}:one"
+    imp.add_constant(zero, np.zeros((), dtype=x.dtype))
+    imp.add_constant(one, np.ones((), dtype=x.dtype))
+    empty = imp.emit_step(node, "empty", Op.EQUAL, [norm, zero], {})  # a zero vector stays zero
+    imp.emit(node, Op.DIV, [x.name, imp.emit_step(node, "divisor", Op.WHERE, [empty, one, norm], {})],
+             node.outputs, {})
+
+
 def _group_count(node: OnnxNode, channels: int) -> int:
     groups = node.attr("num_groups")
     if groups is None:
@@ -185,5 +219,7 @@ RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.LAYER_NORM, OpKind.REDUCE, _layer_norm_shape, _layer_norm_reference, _layer_norm_compute,
           _layer_norm_schedule, {"LayerNormalization": Converter(_import_layer_norm),
                                  "InstanceNormalization": _grouped_norm(lambda node, channels: channels),
-                                 "GroupNormalization": _grouped_norm(_group_count)}),
+                                 "GroupNormalization": _grouped_norm(_group_count),
+                                 "MeanVarianceNormalization": Converter(_import_mean_variance),
+                                 "LpNormalization": Converter(_import_lp_norm)}),
 )

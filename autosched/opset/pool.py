@@ -122,6 +122,34 @@ def _importer(op: Op) -> Converter:
     return Converter(convert)
 
 
+def _import_lrn(imp: Importer, node: OnnxNode) -> None:
+    """Local response normalization (AlexNet, GoogLeNet): x / (bias + α/size · Σ x²)^β, the sum
+    over `size` neighbouring channels. That sum divided by size is an average pool of x² seen as
+    [N, 1, C, rest], zero-padded along C and counting the padding."""
+    x = imp.value(node.inputs[0])
+    size = int(node.attr("size", 0))
+    if size < 1:
+        raise node.error("the size attribute must be a positive integer")
+    if len(x.shape) < 3:
+        raise node.error(f"the input must have a channel and at least one spatial axis, not {list(x.shape)}")
+    n, c = x.shape[:2]
+    scalars = {}
+    for name, default in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)):
+        scalars[name] = f"{node.outputs[0]}:{name}"
+        imp.add_constant(scalars[name], np.array(node.attr(name, default), dtype=x.dtype))
+    square = imp.emit_step(node, "square", Op.MUL, [x.name, x.name], {})
+    column = imp.emit_step(node, "channels", Op.RESHAPE, [square], {"shape": (n, 1, c, x.size // (n * c))})
+    low = (size - 1) // 2
+    window = imp.emit_step(node, "window", Op.AVERAGE_POOL, [column], {
+        "kernel_shape": (size, 1), "strides": (1, 1), "dilations": (1, 1), "pads": (low, 0, size - 1 - low, 0),
+        "ceil_mode": 0, "count_include_pad": 1})
+    mean = imp.emit_step(node, "mean", Op.RESHAPE, [window], {"shape": x.shape})
+    scaled = imp.emit_step(node, "scaled", Op.MUL, [mean, scalars["alpha"]], {})
+    base = imp.emit_step(node, "base", Op.ADD, [scaled, scalars["bias"]], {})
+    imp.emit(node, Op.DIV, [x.name, imp.emit_step(node, "denominator", Op.POW, [base, scalars["beta"]], {})],
+             node.outputs, {})
+
+
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.MAX_POOL, OpKind.POOL, _shape, _blocked(_max_pool), _compute(Op.MAX_POOL),
           on_output(nn.schedule_pool2d), {"MaxPool": _importer(Op.MAX_POOL)},
@@ -130,5 +158,5 @@ RECORDS: tuple[OpDef, ...] = (
               "kernel_shape": (3, 3), "strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "ceil_mode": 0},
               rank=4),)),
     OpDef(Op.AVERAGE_POOL, OpKind.POOL, _shape, _blocked(_average_pool), _compute(Op.AVERAGE_POOL),
-          on_output(nn.schedule_pool2d), {"AveragePool": _importer(Op.AVERAGE_POOL)}),
+          on_output(nn.schedule_pool2d), {"AveragePool": _importer(Op.AVERAGE_POOL), "LRN": Converter(_import_lrn)}),
 )

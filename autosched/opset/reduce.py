@@ -1,6 +1,6 @@
 """Reductions over a set of axes (ReduceMean/Sum/Max/Min), the global pools that import as
 them, and the ONNX reductions that import as a sum between elementwise steps (ReduceL1, L2,
-SumSquare, LogSum, LogSumExp)."""
+SumSquare, LogSum, LogSumExp) or as reductions of a mask (ArgMax, ArgMin)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -120,6 +120,30 @@ def _import_log_sum_exp(imp: Importer, node: OnnxNode) -> None:
     imp.emit(node, Op.ADD, [log, top], node.outputs, {})
 
 
+def _arg_extreme(extreme: Op) -> Converter:
+    """ArgMax/ArgMin: where x equals its extreme along the axis, the positions (an index
+    constant), elsewhere one past the last; their minimum is the first such position
+    (select_last_index: -1 elsewhere and their maximum)."""
+
+    def convert(imp: Importer, node: OnnxNode) -> None:
+        x = imp.value(node.inputs[0])
+        axis = normalize_axes(node, [node.attr("axis", 0)], len(x.shape))[0]
+        last = bool(node.attr("select_last_index", 0))
+        length = x.shape[axis]
+        positions, missing = f"{node.outputs[0]}:positions", f"{node.outputs[0]}:missing"
+        imp.add_constant(positions, np.arange(length, dtype=np.int64).reshape(
+            [length if d == axis else 1 for d in range(len(x.shape))]))
+        imp.add_constant(missing, np.array(-1 if last else length, dtype=np.int64))
+        along = {"axes": (axis,), "keepdims": 1}
+        top = imp.emit_step(node, "extreme", extreme, [x.name], along)
+        hits = imp.emit_step(node, "hits", Op.EQUAL, [x.name, top], {})
+        found = imp.emit_step(node, "found", Op.WHERE, [hits, positions, missing], {})
+        imp.emit(node, Op.REDUCE_MAX if last else Op.REDUCE_MIN, [found], node.outputs,
+                 {"axes": (axis,), "keepdims": int(node.attr("keepdims", 1))})
+
+    return Converter(convert)
+
+
 def _global_pool(op: Op) -> Converter:
     """GlobalAverage/MaxPool: the reduction over every spatial axis, kept as size-1 dims."""
     def convert(imp: Importer, node: OnnxNode) -> None:
@@ -144,6 +168,7 @@ RECORDS: tuple[OpDef, ...] = (
         "ReduceL1": _around_sum(Op.ABS, None), "ReduceL2": _around_sum(Op.MUL, Op.SQRT),
         "ReduceSumSquare": _around_sum(Op.MUL, None), "ReduceLogSum": _around_sum(None, Op.LOG),
         "ReduceLogSumExp": Converter(_import_log_sum_exp, constant_inputs=(1,))}),
-    _record(Op.REDUCE_MAX, _max, reduce_ops.reduce_max, global_pool="GlobalMaxPool"),
-    _record(Op.REDUCE_MIN, _min, reduce_ops.reduce_min),
+    _record(Op.REDUCE_MAX, _max, reduce_ops.reduce_max, global_pool="GlobalMaxPool",
+            composites={"ArgMax": _arg_extreme(Op.REDUCE_MAX)}),
+    _record(Op.REDUCE_MIN, _min, reduce_ops.reduce_min, composites={"ArgMin": _arg_extreme(Op.REDUCE_MIN)}),
 )

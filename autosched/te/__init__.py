@@ -15,9 +15,11 @@ from autosched.te.expr import (
     cast,
     ceil,
     const,
+    cos,
     erf,
     exp,
     floor,
+    fmod,
     log,
     logical_not,
     max,
@@ -27,6 +29,7 @@ from autosched.te.expr import (
     rsqrt,
     select,
     sigmoid,
+    sin,
     sqrt,
     tanh,
 )
@@ -48,7 +51,7 @@ from autosched.te.tensor import (
 
 __all__ = [
     "Expr", "Var", "Const", "BinOp", "Cmp", "Select", "Call", "Cast", "Load", "Reduce",
-    "exp", "log", "tanh", "erf", "sqrt", "rsqrt", "sigmoid", "abs", "floor", "ceil", "round_even", "power",
+    "exp", "log", "tanh", "erf", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "abs", "floor", "fmod", "ceil", "round_even", "power",
     "max", "min", "logical_not", "select", "cast", "const", "as_expr",
     "IterVar", "Tensor", "ComputeOp", "PlaceholderOp", "SPATIAL", "REDUCE",
     "placeholder", "compute", "reduce_axis", "sum", "max_reduce", "min_reduce", "post_order",

@@ -24,7 +24,7 @@ CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 #: math intrinsics: name -> number of arguments
 INTRINSICS = {
     "exp": 1, "log": 1, "tanh": 1, "erf": 1, "sqrt": 1, "rsqrt": 1, "sigmoid": 1,
-    "abs": 1, "floor": 1, "ceil": 1, "round": 1, "neg": 1, "not": 1, "pow": 2,
+    "abs": 1, "floor": 1, "ceil": 1, "round": 1, "neg": 1, "not": 1, "pow": 2, "sin": 1, "cos": 1, "fmod": 2,
 }
 
 
@@ -312,6 +312,9 @@ def exp(x): return call("exp", x)
 def log(x): return call("log", x)
 def tanh(x): return call("tanh", x)
 def erf(x): return call("erf", x)
+def sin(x): return call("sin", x)
+def fmod(x, y): return call("fmod", x, as_expr(y, as_expr(x).dtype))  # C's: the sign of x
+def cos(x): return call("cos", x)
 def sqrt(x): return call("sqrt", x)
 def rsqrt(x): return call("rsqrt", x)
 def sigmoid(x): return call("sigmoid", x)
