@@ -294,3 +294,30 @@ def test_unsupported_resize_attributes_are_named(tmp_path, attrs, message):
     onnx.save(model, path)
     with pytest.raises(FrontendError, match=re.escape("node 'up' (Resize): ") + ".*" + re.escape(message)):
         load_onnx(path)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("bhid,bhjd->bhij", [(2, 3, 5, 4), (2, 3, 6, 4)]),  # attention scores
+    ("bhij,bhjd->bhid", [(2, 3, 5, 6), (2, 3, 6, 4)]),
+    ("bij,jk->bik", [(2, 5, 4), (4, 3)]),  # a dense layer
+    ("...ij,...jk->...ik", [(2, 3, 5, 4), (2, 3, 4, 2)]),
+    ("i,j->ij", [(3,), (4,)]),  # an outer product: nothing contracted
+    ("bij,bij->bi", [(2, 3, 4), (2, 3, 4)]),
+    ("ij->ji", [(3, 4)]),
+    ("ijk->i", [(3, 4, 5)]),
+    ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]),
+    ("ij,jk", [(3, 4), (4, 5)]),  # implicit output: the subscripts seen once, sorted
+])
+def test_einsum_imports_as_matmuls(equation, shapes):
+    names = [f"x{k}" for k in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    model = _model([node], [_tensor(n, list(s)) for n, s in zip(names, shapes)], [_tensor("y", None)])
+    graph = _matches_onnxruntime(model)
+    assert Op.MATMUL in [n.op for n in graph.nodes] or len(shapes) == 1
+
+
+def test_einsum_with_a_diagonal_is_refused_by_name():
+    node = helper.make_node("Einsum", ["x"], ["y"], equation="ii->i", name="trace")
+    model = _model([node], [_tensor("x", [3, 3])], [_tensor("y", None)])
+    with pytest.raises(FrontendError, match=r"node 'trace' \(Einsum\): term 'ii' repeats a subscript"):
+        import_model(model)

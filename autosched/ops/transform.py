@@ -80,7 +80,9 @@ def reshape(x: Tensor, shape: Sequence[int], name: str = "reshape") -> Tensor:
 
 
 def flatten(idx: Sequence[Expr], shape: Sequence[int]) -> Expr:
-    """The row-major offset of `idx` in `shape`."""
+    """The row-major offset of `idx` in `shape` (0 in a 0-d shape)."""
+    if not idx:
+        return te.const(0, "int32")
     flat = idx[0]
     for i, n in zip(idx[1:], shape[1:]):
         flat = flat * n + i
@@ -90,6 +92,8 @@ def flatten(idx: Sequence[Expr], shape: Sequence[int]) -> Expr:
 def unflatten(flat: Expr, shape: Sequence[int]) -> tuple:
     """The index in `shape` of a row-major offset, innermost first so the divisions nest
     (x // a) // b the way fused loops do: the simplifier then cancels them pairwise."""
+    if not shape:
+        return ()
     out = []
     for n in reversed(shape[1:]):
         out.append(flat % n)

@@ -1,6 +1,9 @@
-"""Matrix products: MatMul (batched, possibly through operand views) and Gemm."""
+"""Matrix products: MatMul (batched, possibly through operand views), Gemm, and Einsum, which
+imports as sums, transposes, reshapes and batched MatMuls (view folding then reads the
+transposes in place)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -109,9 +112,84 @@ def _import_gemm(imp: Importer, node: OnnxNode) -> None:
     imp.emit(node, Op.GEMM, [name for name in node.inputs if name], node.outputs, attrs)
 
 
+def _einsum_terms(node: OnnxNode, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """The equation's input terms and output term with each '...' spelled out as letters of
+    its own (right-aligned, so ellipses broadcast), and the implicit output made explicit."""
+    equation = str(node.attr("equation", "")).replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise node.error(f"equation {equation!r} has {len(terms)} operands, the node {len(ranks)}")
+    spare = [c for c in "ΑΒΓΔΕΖΗΘΙΚΛΜΝΞΟΠΡΣΤΥΦΧΨΩ" if c not in equation]
+    width = max((rank - len(t) + 3 for t, rank in zip(terms, ranks) if "..." in t), default=0)
+    dots = "".join(spare[:width])
+    terms = [t.replace("...", dots[width - (rank - len(t) + 3):]) if "..." in t else t for t, rank in zip(terms, ranks)]
+    letters = "".join(terms)
+    if not arrow:
+        out = dots + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in dots))
+    out = out.replace("...", dots)
+    for term, rank in zip(terms, ranks):
+        if (term and not term.isalpha()) or len(term) != rank:
+            raise node.error(f"term {term!r} of {equation!r} does not match an operand of rank {rank}")
+        if len(set(term)) != len(term):
+            raise node.error(f"term {term!r} repeats a subscript (a diagonal): not supported")
+    if len(set(out)) != len(out) or not set(out) <= set(letters):
+        raise node.error(f"output {out!r} of {equation!r} repeats a subscript or names one no operand has")
+    return terms, out
+
+
+def _import_einsum(imp: Importer, node: OnnxNode) -> None:
+    """Operands contracted pairwise, left to right: each pair's subscripts split into batch
+    (both, kept), contracted (both, summed), and each side's own, the operands transposed and
+    reshaped to [batch, rows, K] and [batch, K, cols] for one MatMul; a subscript only one
+    operand has and no later one needs is summed first."""
+    values = [imp.value(name) for name in node.inputs]
+    terms, out = _einsum_terms(node, [len(v.shape) for v in values])
+    size: dict[str, int] = {}
+    for term, value in zip(terms, values):
+        for letter, n in zip(term, value.shape):
+            if size.setdefault(letter, n) != n:
+                raise node.error(f"subscript {letter!r} is {size[letter]} in one operand and {n} in another")
+    steps = iter(range(1 << 30))
+
+    def step(op: Op, inputs: list[str], attrs: dict[str, Any]) -> str:
+        return imp.emit_step(node, f"{op.value.lower()}{next(steps)}", op, inputs, attrs)
+
+    def keep_only(name: str, term: str, kept: str) -> tuple[str, str]:
+        """`name` summed over the subscripts not in `kept`, then in `kept`'s order."""
+        summed = tuple(i for i, c in enumerate(term) if c not in kept)
+        if summed:
+            name = step(Op.REDUCE_SUM, [name], {"axes": summed, "keepdims": 0})
+            term = "".join(c for c in term if c in kept)
+        order = [c for c in kept if c in term]
+        if list(term) != order:
+            name, term = step(Op.TRANSPOSE, [name], {"perm": tuple(term.index(c) for c in order)}), "".join(order)
+        return name, term
+
+    def reshape(name: str, shape: tuple[int, ...]) -> str:
+        return step(Op.RESHAPE, [name], {"shape": shape})
+
+    name, term = values[0].name, terms[0]
+    for k in range(1, len(terms)):
+        later = set(out).union(*terms[k + 1:])
+        other, other_term = values[k].name, terms[k]
+        batch = [c for c in term if c in other_term and c in later]
+        contracted = [c for c in term if c in other_term and c not in later]
+        rows = [c for c in term if c not in other_term and c in later]
+        cols = [c for c in other_term if c not in term and c in later]
+        a, _ = keep_only(name, term, "".join(batch + rows + contracted))
+        b, _ = keep_only(other, other_term, "".join(batch + contracted + cols))
+        dims = [math.prod(size[c] for c in group) for group in (batch, rows, contracted, cols)]
+        lead = (dims[0],) if batch else ()
+        product = step(Op.MATMUL, [reshape(a, (*lead, dims[1], dims[2])), reshape(b, (*lead, dims[2], dims[3]))], {})
+        name, term = reshape(product, tuple(size[c] for c in batch + rows + cols)), "".join(batch + rows + cols)
+    name, _ = keep_only(name, term, out)
+    imp.emit(node, Op.IDENTITY, [name], node.outputs, {})
+
+
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.MATMUL, OpKind.ANCHOR, _matmul_shape, _matmul_reference, _matmul_compute,
-          on_output(mm_ops.schedule_matmul), {"MatMul": direct(Op.MATMUL)},
+          on_output(mm_ops.schedule_matmul), {"MatMul": direct(Op.MATMUL), "Einsum": Converter(_import_einsum)},
           # products without operand views (views are folded in after substitutions): 2-D, and
           # a batch of rows by one matrix (a dense layer on [batch, tokens, features], BERT's
           # projections)
