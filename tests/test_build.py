@@ -357,3 +357,28 @@ def test_ops_imported_as_compositions_build_and_match_onnxruntime(tmp_path, make
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_an_embedding_of_run_time_token_ids_builds_and_matches_onnxruntime(tmp_path):
+    """Gather of a table by the model's int64 input (every NLP model's first op), then a
+    position add, LayerNorm and a projection; negative ids count from the table's end."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(5)
+    table, positions = (rng.standard_normal(s).astype(np.float32) for s in ((50, 32), (7, 32)))
+    proj, scale = rng.standard_normal((32, 16)).astype(np.float32), np.ones(32, np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("Add", ["e", "positions"], ["p"]),
+             helper.make_node("LayerNormalization", ["p", "scale"], ["n"], axis=-1),
+             helper.make_node("MatMul", ["n", "proj"], ["y"])]
+    graph = helper.make_graph(nodes, "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 16])],
+                              [onnx.numpy_helper.from_array(a, n) for a, n in
+                               ((table, "table"), (positions, "positions"), (proj, "proj"), (scale, "scale"))])
+    path = tmp_path / "embed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = load_model(build_model(load_onnx(path), tmp_path / "embed.so").library)
+    feeds = {"ids": rng.integers(-50, 50, (2, 7)).astype(np.int64)}
+    diffs = compare(model, onnxruntime_session(path, 2), feeds, rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs

@@ -30,7 +30,7 @@ from autosched.task import extract_tasks
 
 EXPECTED_FAILURES = {
     r"^test_cast(like)?_.*(BFLOAT16|FLOAT8|INT4|UINT4|INT2|UINT2|FLOAT4E2M1)": "element type outside the IR's dtypes",
-    r"_bfloat16(_|$)": "bfloat16 is outside the IR's dtypes",
+    r"_(bfloat16|bf16)(_|$)": "bfloat16 is outside the IR's dtypes",
     r"_string(_|$)": "string tensors are outside the IR's dtypes",
     r"^test_batchnorm_.*_training_mode$": "training-mode BatchNormalization (running statistics outputs)",
     r"^test_training_dropout": "training-mode Dropout",
@@ -107,6 +107,12 @@ def _saved_data_sets(case, tmp_path):
         yield path, runtime_inputs, outputs
 
 
+def _rtol(case, expected: np.ndarray, floor: float = 0.0) -> float:
+    """The case's relative tolerance; for float16 results at least 4 ulp (2^-8): a function's
+    expanded body rounds to float16 after every op, and fused or reordered ops round elsewhere."""
+    return max(case.rtol, floor, 2.0**-8 if expected.dtype == np.float16 else 0.0)
+
+
 @pytest.mark.parametrize("case", _params())
 def test_node_case(case, tmp_path):
     for path, runtime_inputs, outputs in _saved_data_sets(case, tmp_path):
@@ -117,7 +123,8 @@ def test_node_case(case, tmp_path):
             for value, expected in zip(case.model.graph.output, outputs):
                 expected = _array(expected)
                 assert got[value.name].dtype == expected.dtype
-                np.testing.assert_allclose(got[value.name], expected, rtol=case.rtol, atol=case.atol, err_msg=value.name)
+                np.testing.assert_allclose(got[value.name], expected, rtol=_rtol(case, expected), atol=case.atol,
+                                           err_msg=value.name)
         tasks = extract_tasks(optimized)
         assert sum(task.weight for task in tasks.tasks) == len(tasks.groups)
 
@@ -141,8 +148,8 @@ def test_node_case_compiled(case, tmp_path):
         for value, expected in zip(case.model.graph.output, outputs):
             expected = _array(expected)
             assert got[value.name].dtype == expected.dtype
-            np.testing.assert_allclose(got[value.name], expected, rtol=max(case.rtol, 1e-4), atol=max(case.atol, 1e-5),
-                                       err_msg=value.name)
+            np.testing.assert_allclose(got[value.name], expected, rtol=_rtol(case, expected, 1e-4),
+                                       atol=max(case.atol, 1e-5), err_msg=value.name)
 
 
 def test_expected_failures_are_all_used():

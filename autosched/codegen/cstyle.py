@@ -140,10 +140,10 @@ class CStyleRenderer(ABC):
                 if fn not in self._helpers:
                     t = C_TYPES[e.dtype]
                     cmp = "<" if e.op == "min" else ">"
-                    # _Float16 goes through float: gcc 12 vectorizes a _Float16 select into a
-                    # zero-masked vmovsh store, which no assembler accepts
-                    body = (f"float x = a, y = b; return ({t})(x {cmp} y ? x : y);" if e.dtype == "float16"
-                            else f"return a {cmp} b ? a : b;")
+                    # _Float16 through fmaxf/fminf, not a select: gcc 12 spills a _Float16 select
+                    # across a libm call as a zero-masked vmovsh store, which no assembler
+                    # accepts (a NaN operand then yields the other one, as fmax does)
+                    body = (f"return ({t})f{e.op}f(a, b);" if e.dtype == "float16" else f"return a {cmp} b ? a : b;")
                     self._helpers[fn] = f"{self.INLINE} {t} {fn}({t} a, {t} b) {{ {body} }}"
                 return f"{fn}({a}, {b})"
             return self._divmod(e, a, b)
@@ -268,17 +268,20 @@ def math_fmt(name: str, dtype: str) -> str:
 
 
 def const(e: Const) -> str:
-    """A C literal of the constant's own type (a float32 literal is suffixed, or it would be a double)."""
+    """A C literal of the constant's own type (a float32 literal is suffixed, or it would be a
+    double)."""
     v = e.value
     if e.dtype == "bool":
         return "1" if v else "0"
     if is_float(e.dtype):
         if math.isinf(v):
-            return "INFINITY" if v > 0 else "(-INFINITY)"
-        if math.isnan(v):
-            return "NAN"
-        text = repr(float(v))
-        return text + ("f" if e.dtype != "float64" else "")
+            text = "INFINITY" if v > 0 else "(-INFINITY)"
+        elif math.isnan(v):
+            text = "NAN"
+        else:
+            text = repr(float(v)) + ("f" if e.dtype != "float64" else "")
+        # a half-precision constant is cast: gcc refuses to broadcast a float into a _Float16 vector
+        return f"(({C_TYPES['float16']}){text})" if e.dtype == "float16" else text
     if e.dtype == "int64":
         return f"INT64_C({int(v)})"
     return str(int(v))

@@ -172,6 +172,10 @@ def _import_cast(imp: Importer, node: OnnxNode) -> None:
     imp.emit(node, Op.CAST, node.inputs, node.outputs, {"to": to})
 
 
+def _import_cast_like(imp: Importer, node: OnnxNode) -> None:
+    imp.emit(node, Op.CAST, node.inputs[:1], node.outputs, {"to": imp.value(node.inputs[1]).dtype})
+
+
 def _identity(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
     return [args[0]]
 
@@ -268,7 +272,7 @@ RECORDS: tuple[OpDef, ...] = (
     unary_op(Op.LOG, lambda a, at: te.log(a[0]), np.log),
     unary_op(Op.TANH, lambda a, at: te.tanh(a[0]), np.tanh),
     elementwise(Op.CLIP, _clip_expr, _clip, {"Clip": Converter(_import_clip, constant_inputs=(1, 2))}),
-    elementwise(Op.CAST, lambda a, at: te.cast(at["to"], a[0]), _cast, {"Cast": Converter(_import_cast)},
+    elementwise(Op.CAST, lambda a, at: te.cast(at["to"], a[0]), _cast, {"Cast": Converter(_import_cast), "CastLike": Converter(_import_cast_like)},
                 shape=_cast_shape),
     elementwise(Op.IDENTITY, lambda a, at: a[0], _identity, {"Identity": direct(Op.IDENTITY)}),
     elementwise(Op.DROPOUT, lambda a, at: a[0], _identity,

@@ -1,6 +1,6 @@
 """Reductions over a set of axes (ReduceMean/Sum/Max/Min), the global pools that import as
 them, and the ONNX reductions that import as a sum between elementwise steps (ReduceL1, L2,
-SumSquare, LogSum, LogSumExp) or as reductions of a mask (ArgMax, ArgMin)."""
+SumSquare, LogSum, LogSumExp) or as reductions of a mask (ArgMax, ArgMin), and CumSum."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from autosched import te
 from autosched.frontend.context import Converter, Importer, OnnxNode, ints, normalize_axes
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import reduce as reduce_ops
-from autosched.opset.record import ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, Shape, on_output
-from autosched.te import Tensor
+from autosched.opset.record import ComputeArgs, ComputeFn, OpDef, OpKind, ReferenceFn, Shape, on_output, same_shape
+from autosched.te import Expr, Tensor
 
 
 def _shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
@@ -144,6 +145,40 @@ def _arg_extreme(extreme: Op) -> Converter:
     return Converter(convert)
 
 
+def _cum_sum_compute(args: ComputeArgs) -> list[Tensor]:
+    """Each output the sum of the elements up to it along the axis (after it, reversed; not
+    itself, exclusive): a masked sum over the whole axis, O(n²) in its length, which suits the
+    short axes it runs over in models (position ids from an attention mask)."""
+    x, axis = args.inputs[0], args.attrs["axis"]
+    k = te.reduce_axis(x.shape[axis], "k")
+    exclusive, reverse = args.attrs["exclusive"], args.attrs["reverse"]
+
+    def body(*i: Expr) -> Expr:
+        before = (k > i[axis] if exclusive else k >= i[axis]) if reverse else (k < i[axis] if exclusive else k <= i[axis])
+        term = te.select(before, x[i[:axis] + (k,) + i[axis + 1:]], te.const(0, x.dtype))
+        return te.sum(term, k)
+
+    return [te.compute(x.shape, body, name="cum_sum", tag=reduce_ops.REDUCE_TAG, attrs={"axes": (axis,)})]
+
+
+def _cum_sum_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    x, axis = args[0], attrs["axis"]
+    y = np.flip(x, axis) if attrs["reverse"] else x
+    total = np.cumsum(y, axis=axis, dtype=x.dtype)
+    if attrs["exclusive"]:
+        total = total - y
+    return [np.ascontiguousarray(np.flip(total, axis) if attrs["reverse"] else total)]
+
+
+def _import_cum_sum(imp: Importer, node: OnnxNode) -> None:
+    axis = node.required_const(1).reshape(-1)
+    if axis.size != 1:
+        raise node.error("the axis must be one integer")
+    attrs = {"axis": normalize_axes(node, [int(axis[0])], len(imp.value(node.inputs[0]).shape))[0],
+             "exclusive": int(node.attr("exclusive", 0)), "reverse": int(node.attr("reverse", 0))}
+    imp.emit(node, Op.CUM_SUM, node.inputs[:1], node.outputs, attrs)
+
+
 def _global_pool(op: Op) -> Converter:
     """GlobalAverage/MaxPool: the reduction over every spatial axis, kept as size-1 dims."""
     def convert(imp: Importer, node: OnnxNode) -> None:
@@ -171,4 +206,6 @@ RECORDS: tuple[OpDef, ...] = (
     _record(Op.REDUCE_MAX, _max, reduce_ops.reduce_max, global_pool="GlobalMaxPool",
             composites={"ArgMax": _arg_extreme(Op.REDUCE_MAX)}),
     _record(Op.REDUCE_MIN, _min, reduce_ops.reduce_min, composites={"ArgMin": _arg_extreme(Op.REDUCE_MIN)}),
+    OpDef(Op.CUM_SUM, OpKind.REDUCE, same_shape, _cum_sum_reference, _cum_sum_compute,
+          on_output(reduce_ops.schedule_reduce), {"CumSum": Converter(_import_cum_sum, constant_inputs=(1,))}),
 )

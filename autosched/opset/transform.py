@@ -306,13 +306,24 @@ def _gather_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[
     return [np.take(data, indices.astype(np.int64), axis=attrs["axis"])]
 
 
+def _run_time_index(pos: Expr, n: int) -> Expr:
+    """An index read at run time into an axis of n: a negative one counts from the end, and
+    one out of range reads the nearest element rather than memory outside the tensor."""
+    pos = te.select(pos < te.const(0, "int32"), pos + n, pos)
+    return te.min(te.max(pos, te.const(0, "int32")), te.const(n - 1, "int32"))
+
+
 def _gather_compute(args: ComputeArgs) -> list[Tensor]:
     axis = args.attrs["axis"]
     x, idx = args.inputs
     q = idx.ndim
 
+    n = x.shape[axis]
+
     def body(*i: Expr) -> Expr:
         pos = te.cast("int32", idx[i[axis:axis + q]]) if q else te.cast("int32", idx[()])
+        if not args.attrs.get("checked"):  # run-time indices
+            pos = _run_time_index(pos, n)
         return x[i[:axis] + (pos,) + i[axis + q:]]
     return [te.compute(args.out_shapes[0], body, name="gather", tag="injective")]
 
@@ -320,7 +331,12 @@ def _gather_compute(args: ComputeArgs) -> list[Tensor]:
 def _import_gather(imp: Importer, node: OnnxNode) -> None:
     shape = imp.value(node.inputs[0]).shape
     axis = normalize_axis(node, node.attr("axis", 0), len(shape))
-    given = node.required_const(1)
+    if node.inputs[1] not in imp.constants:  # token ids of an embedding: indices at run time
+        if np.dtype(imp.value(node.inputs[1]).dtype).kind not in "iu":
+            raise node.error(f"indices '{node.inputs[1]}' must be integers, not {imp.value(node.inputs[1]).dtype}")
+        imp.emit(node, Op.GATHER, node.inputs, node.outputs, {"axis": axis})
+        return
+    given = imp.constants[node.inputs[1]]
     indices = given.astype(np.int64)
     if indices.size and (indices.min() < -shape[axis] or indices.max() >= shape[axis]):
         raise node.error(f"indices fall outside dimension {shape[axis]}")
@@ -329,7 +345,35 @@ def _import_gather(imp: Importer, node: OnnxNode) -> None:
     if not np.array_equal(normalized, given) or given.dtype != np.int64:
         name = f"{node.name}:indices"
         imp.add_constant(name, normalized)
-    imp.emit(node, Op.GATHER, [node.inputs[0], name], node.outputs, {"axis": axis})
+    imp.emit(node, Op.GATHER, [node.inputs[0], name], node.outputs, {"axis": axis, "checked": 1})
+
+
+def _gather_elements_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    data, indices = inputs
+    if len(data.shape) != len(indices.shape):
+        raise ValueError(f"data {list(data.shape)} and indices {list(indices.shape)} differ in rank")
+    return [(indices.shape, data.dtype)]
+
+
+def _gather_elements_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    data, indices = args
+    return [np.take_along_axis(data, indices.astype(np.int64), axis=attrs["axis"])]
+
+
+def _gather_elements_compute(args: ComputeArgs) -> list[Tensor]:
+    """out[..., i, ...] = data[..., indices[..., i, ...], ...] along the axis."""
+    (x, idx), axis = args.inputs, args.attrs["axis"]
+    n = x.shape[axis]
+
+    def body(*i: Expr) -> Expr:
+        return x[i[:axis] + (_run_time_index(te.cast("int32", idx[i]), n),) + i[axis + 1:]]
+    return [te.compute(args.out_shapes[0], body, name="gather_elements", tag="injective")]
+
+
+def _import_gather_elements(imp: Importer, node: OnnxNode) -> None:
+    rank = len(imp.value(node.inputs[0]).shape)
+    imp.emit(node, Op.GATHER_ELEMENTS, node.inputs, node.outputs,
+             {"axis": normalize_axis(node, node.attr("axis", 0), rank)})
 
 
 def _pad_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
@@ -444,7 +488,9 @@ RECORDS: tuple[OpDef, ...] = (
     _injective(Op.SLICE, _slice_shape, _slice_reference, _slice_compute,
                {"Slice": Converter(_import_slice, constant_inputs=(1, 2, 3, 4))}),
     _injective(Op.GATHER, _gather_shape, _gather_reference, _gather_compute,
-               {"Gather": Converter(_import_gather, constant_inputs=(1,))}),
+               {"Gather": Converter(_import_gather)}),
+    _injective(Op.GATHER_ELEMENTS, _gather_elements_shape, _gather_elements_reference, _gather_elements_compute,
+               {"GatherElements": Converter(_import_gather_elements)}),
     _injective(Op.PAD, _pad_shape, _pad_reference, _pad_compute,
                {"Pad": Converter(_import_pad, constant_inputs=(1, 2, 3))}, algebra=(ENLARGE,)),
 )
