@@ -135,6 +135,8 @@ def _compiled_params():
             continue
         reason = _expected_failure(case.name, COMPILED_EXPECTED_FAILURES)
         marks = [pytest.mark.xfail(raises=(AutoschedError, ValueError), strict=True, reason=reason)] if reason else []
+        if case.name.endswith(("_expanded", "_expanded_ver18")):  # a function's body: ops compiled by their own cases
+            marks.append(pytest.mark.slow)
         yield pytest.param(case, id=case.name, marks=marks)
 
 
