@@ -382,3 +382,43 @@ def test_an_embedding_of_run_time_token_ids_builds_and_matches_onnxruntime(tmp_p
     diffs = compare(model, onnxruntime_session(path, 2), feeds, rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+def _recurrent_model() -> onnx.ModelProto:
+    """A bidirectional LSTM with peepholes and clipping over 20 steps, its Y read by a GRU
+    (linear_before_reset) whose initial state is a model input (onnxruntime runs no batch-first
+    layout; the node tests cover it)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(8)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array((0.3 * rng.standard_normal(shape)).astype(np.float32), name)
+
+    inits = [w("lw", 2, 128, 16), w("lr", 2, 128, 32), w("lb", 2, 256), w("lp", 2, 96),
+             w("gw", 1, 48, 64), w("gr", 1, 48, 16), w("gb", 1, 96)]
+    nodes = [helper.make_node("LSTM", ["x", "lw", "lr", "lb", "", "", "", "lp"], ["ly", "", "lc"], hidden_size=32,
+                              direction="bidirectional", clip=5.0),
+             helper.make_node("Transpose", ["ly"], ["lt"], perm=[0, 2, 1, 3]),  # [T, batch, dirs, H]
+             helper.make_node("Reshape", ["lt", "shape"], ["g_in"]),
+             helper.make_node("GRU", ["g_in", "gw", "gr", "gb", "", "h0"], ["gy", "gh"], hidden_size=16,
+                              linear_before_reset=1)]
+    inits.append(onnx.numpy_helper.from_array(np.array([20, 2, 64], np.int64), "shape"))
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "rnn", [info("x", TensorProto.FLOAT, [20, 2, 16]), info("h0", TensorProto.FLOAT, [1, 2, 16])],
+                              [info("gy", TensorProto.FLOAT, [20, 1, 2, 16]), info("gh", TensorProto.FLOAT, [1, 2, 16]),
+                               info("lc", TensorProto.FLOAT, [2, 2, 32])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_recurrent_layers_unroll_build_and_match_onnxruntime(tmp_path):
+    path = tmp_path / "rnn.onnx"
+    onnx.save(_recurrent_model(), path)
+    graph = load_onnx(path)
+    tasks = extract_tasks(optimize(graph, Target.parse("llvm").capabilities.lanes(4)))
+    steps = [t for t in tasks.tasks if t.op == "MatMul" and t.weight >= 20]
+    assert steps, "each direction's 20 step products are one task"
+    model = load_model(build_model(graph, tmp_path / "rnn.so").library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs

@@ -321,3 +321,16 @@ def test_einsum_with_a_diagonal_is_refused_by_name():
     model = _model([node], [_tensor("x", [3, 3])], [_tensor("y", None)])
     with pytest.raises(FrontendError, match=r"node 'trace' \(Einsum\): term 'ii' repeats a subscript"):
         import_model(model)
+
+
+def test_recurrent_layers_refuse_what_they_cannot_unroll_by_name():
+    w, r = _init("w", np.zeros((1, 8, 3), np.float32)), _init("r", np.zeros((1, 8, 2), np.float32))
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=2, activations=["Sigmoid", "Elu", "Tanh"],
+                            name="lstm")
+    model = _model([node], [_tensor("x", [4, 1, 3])], [_tensor("y", None)], [w, r])
+    with pytest.raises(FrontendError, match=r"node 'lstm' \(LSTM\): activations \['Elu'\] are not supported"):
+        import_model(model)
+    node = helper.make_node("LSTM", ["x", "w", "r", "", "lens"], ["y"], hidden_size=2, name="lstm")
+    model = _model([node], [_tensor("x", [4, 1, 3]), _tensor("lens", [1], TensorProto.INT32)], [_tensor("y", None)], [w, r])
+    with pytest.raises(FrontendError, match=r"node 'lstm' \(LSTM\): operand 'lens' must be a constant"):
+        import_model(model)

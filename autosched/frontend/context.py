@@ -184,7 +184,7 @@ class Importer:
         """One IR node of an ONNX op that imports as several: named after the ONNX node and
         `label` (so errors still point at the node), its one output a new value whose name
         this returns."""
-        out = f"{onnx_node.outputs[0]}:{label}"
+        out = f"{onnx_node.outputs[0] or onnx_node.name}:{label}"
         self.emit(replace(onnx_node, name=f"{onnx_node.name}/{label}"), op, inputs, [out], attrs)
         return out
 
