@@ -422,3 +422,35 @@ def test_recurrent_layers_unroll_build_and_match_onnxruntime(tmp_path):
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_a_qdq_model_runs_as_the_rounding_it_stands_for(tmp_path):
+    """A QDQ-format int8 convolution (quantized input, per-channel int8 weights, requantized
+    output) computed in float: its outputs match onnxruntime's int8 kernels within one step of
+    the output's scale (a sum landing on a rounding boundary may round either way)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(9)
+    weights = rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
+    inits = [onnx.numpy_helper.from_array(a, n) for a, n in (
+        (np.array(0.05, np.float32), "sx"), (np.array(3, np.uint8), "zx"), (weights, "w_q"),
+        ((rng.random(16) * 0.01 + 0.002).astype(np.float32), "sw"), (np.zeros(16, np.int8), "zw"),
+        (np.array(0.1, np.float32), "sy"), (np.array(128, np.uint8), "zy"))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w_q", "sw", "zw"], ["wf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "qdq", [info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+                              [info("y", TensorProto.FLOAT, [1, 16, 12, 12])], inits)
+    path = tmp_path / "qdq.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    graph = load_onnx(path)
+    assert not {n.op.value for n in graph.nodes} & {"QuantizeLinear", "DequantizeLinear"}
+    model = load_model(build_model(graph, tmp_path / "qdq.so").library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=0, atol=0.1 + 1e-6)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs

@@ -18,6 +18,7 @@ from autosched import te
 from autosched.frontend.context import Converter, Importer, OnnxNode, numpy_dtype, type_name
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import elementwise as ew
+from autosched.opset import quantize
 from autosched.opset.algebra import AlgebraOp, elementwise_binary, no_attrs
 from autosched.opset.record import (
     ComputeArgs,
@@ -272,7 +273,8 @@ RECORDS: tuple[OpDef, ...] = (
     unary_op(Op.LOG, lambda a, at: te.log(a[0]), np.log),
     unary_op(Op.TANH, lambda a, at: te.tanh(a[0]), np.tanh),
     elementwise(Op.CLIP, _clip_expr, _clip, {"Clip": Converter(_import_clip, constant_inputs=(1, 2))}),
-    elementwise(Op.CAST, lambda a, at: te.cast(at["to"], a[0]), _cast, {"Cast": Converter(_import_cast), "CastLike": Converter(_import_cast_like)},
+    elementwise(Op.CAST, lambda a, at: te.cast(at["to"], a[0]), _cast, {"Cast": Converter(_import_cast), "CastLike": Converter(_import_cast_like),
+                                                             **quantize.IMPORTERS},
                 shape=_cast_shape),
     elementwise(Op.IDENTITY, lambda a, at: a[0], _identity, {"Identity": direct(Op.IDENTITY)}),
     elementwise(Op.DROPOUT, lambda a, at: a[0], _identity,
