@@ -95,6 +95,7 @@ class Op(str, enum.Enum):
     REDUCE_SUM = "ReduceSum"
     REDUCE_MAX = "ReduceMax"
     REDUCE_MIN = "ReduceMin"
+    REDUCE_PROD = "ReduceProd"
     CUM_SUM = "CumSum"
     RESHAPE = "Reshape"
     TRANSPOSE = "Transpose"

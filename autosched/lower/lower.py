@@ -51,7 +51,7 @@ from autosched.te.expr import (
 )
 from autosched.te.tensor import REDUCE, ComputeOp, IterVar, PlaceholderOp, Tensor
 
-_COMBINE = {"sum": "add", "max": "max", "min": "min"}
+_COMBINE = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
 #: id of a leaf loop -> the (variable, value) pairs bound right inside it: the parts of a fused axis
 Lets = dict[int, list[tuple[Var, Expr]]]
 #: id of a leaf loop -> what encloses it: the buffers allocated around it and the statements run

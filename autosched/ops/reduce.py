@@ -15,7 +15,7 @@ from autosched.te import Tensor
 
 REDUCE_TAG = "reduce"
 REDUCE_LANES_TAG = "reduce_lanes"
-_REDUCERS = {"sum": te.sum, "max": te.max_reduce, "min": te.min_reduce}
+_REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "max": te.max_reduce, "min": te.min_reduce}
 
 
 def _reduce(x: Tensor, combiner: str, axes: int | Sequence[int] | None, keepdims: bool, name: str,
@@ -85,6 +85,11 @@ def reduce_sum(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: boo
 def reduce_max(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,
                lanes: int | None = None) -> Tensor:
     return _reduce(x, "max", axes, keepdims, "reduce_max", lanes)
+
+
+def reduce_prod(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,
+                lanes: int | None = None) -> Tensor:
+    return _reduce(x, "prod", axes, keepdims, "reduce_prod", lanes)
 
 
 def reduce_min(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,

@@ -1,4 +1,4 @@
-"""Reductions over a set of axes (ReduceMean/Sum/Max/Min), the global pools that import as
+"""Reductions over a set of axes (ReduceMean/Sum/Prod/Max/Min), the global pools that import as
 them, and the ONNX reductions that import as a sum between elementwise steps (ReduceL1, L2,
 SumSquare, LogSum, LogSumExp) or as reductions of a mask (ArgMax, ArgMin), and CumSum."""
 from __future__ import annotations
@@ -199,6 +199,7 @@ def _record(op: Op, reference: Callable[..., np.ndarray], compute: Callable[...,
 
 RECORDS: tuple[OpDef, ...] = (
     _record(Op.REDUCE_MEAN, np.mean, reduce_ops.reduce_mean, global_pool="GlobalAveragePool"),
+    _record(Op.REDUCE_PROD, np.prod, reduce_ops.reduce_prod),
     _record(Op.REDUCE_SUM, np.sum, reduce_ops.reduce_sum, composites={
         "ReduceL1": _around_sum(Op.ABS, None), "ReduceL2": _around_sum(Op.MUL, Op.SQRT),
         "ReduceSumSquare": _around_sum(Op.MUL, None), "ReduceLogSum": _around_sum(None, Op.LOG),

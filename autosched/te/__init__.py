@@ -45,6 +45,7 @@ from autosched.te.tensor import (
     min_reduce,
     placeholder,
     post_order,
+    prod_reduce,
     reduce_axis,
     sum,
 )
@@ -54,5 +55,5 @@ __all__ = [
     "exp", "log", "tanh", "erf", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "abs", "floor", "fmod", "ceil", "round_even", "power",
     "max", "min", "logical_not", "select", "cast", "const", "as_expr",
     "IterVar", "Tensor", "ComputeOp", "PlaceholderOp", "SPATIAL", "REDUCE",
-    "placeholder", "compute", "reduce_axis", "sum", "max_reduce", "min_reduce", "post_order",
+    "placeholder", "compute", "reduce_axis", "sum", "max_reduce", "min_reduce", "prod_reduce", "post_order",
 ]

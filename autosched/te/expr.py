@@ -172,7 +172,7 @@ class Load(Expr):
 @dataclass(frozen=True, eq=False, repr=False)
 class Reduce(Expr):
     """A commutative reduction of `source` over `axes` (IterVars of kind reduce)."""
-    combiner: str  # "sum" | "max" | "min"
+    combiner: str  # "sum" | "prod" | "max" | "min"
     source: Expr
     axes: tuple
     dtype: str
@@ -181,8 +181,9 @@ class Reduce(Expr):
         return ("reduce", self.combiner, self.source.key()) + tuple(id(a) for a in self.axes)
 
     def identity(self) -> Const:
-        if self.combiner == "sum":
-            return Const(0.0 if is_float(self.dtype) else 0, self.dtype)
+        if self.combiner in ("sum", "prod"):
+            unit = int(self.combiner == "prod")
+            return Const(float(unit) if is_float(self.dtype) else unit, self.dtype)
         if self.dtype == "bool":
             return Const(self.combiner == "min", "bool")
         if is_float(self.dtype):

@@ -181,6 +181,7 @@ def _reducer(combiner: str):
 sum = _reducer("sum")  # noqa: A001 - te.sum is the field's name
 max_reduce = _reducer("max")
 min_reduce = _reducer("min")
+prod_reduce = _reducer("prod")
 
 
 def post_order(outputs: Sequence[Tensor]) -> list[Tensor]:
