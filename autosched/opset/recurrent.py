@@ -170,11 +170,14 @@ def _unroll(kind: _Kind) -> Converter:
                 given = u.step(f"state{k}/slice", Op.SLICE, [given], {
                     "starts": (d, 0, 0), "ends": (d + 1, batch, hidden), "steps": (1, 1, 1)})
                 states.append(u.step(f"state{k}", Op.RESHAPE, [given], {"shape": (batch, hidden)}))
+            # every step's slice of the products by one Split (one kernel, not one per step)
+            per_step = [f"{node.outputs[0] or node.name}:d{d}/x_t{t}" for t in range(steps)]
+            imp.emit(replace(node, name=f"{node.name}/d{d}/x_steps"), Op.SPLIT, [projected], per_step,
+                     {"axis": 0, "split": (1,) * steps})
             hs: list[str] = []
             for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-                x_t = u.step(f"t{t}/x", Op.SLICE, [projected], {
-                    "starts": (t, 0, 0), "ends": (t + 1, batch, gh), "steps": (1, 1, 1)})
-                states = kind.cell(u, f"t{t}", u.step(f"t{t}/x2d", Op.RESHAPE, [x_t], {"shape": (batch, gh)}), states)
+                x_t = u.step(f"t{t}/x2d", Op.RESHAPE, [per_step[t]], {"shape": (batch, gh)})
+                states = kind.cell(u, f"t{t}", x_t, states)
                 hs.append(states[0])
             if reverse:
                 hs.reverse()
