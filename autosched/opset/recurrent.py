@@ -73,8 +73,10 @@ def _rnn_cell(u: _Direction, t: str, x_part: str, states: list[str]) -> list[str
 def _lstm_cell(u: _Direction, t: str, x_part: str, states: list[str]) -> list[str]:
     h_prev, c_prev = states
     pre = u.step(f"{t}/pre", Op.ADD, [x_part, u.times_recurrent(f"{t}/h_r", h_prev, slice(0, 4))])
-    i, o, f, c = u.split(f"{t}/gates", pre, 4)
     peep = u.node.const(7)
+    if peep is None and u.activations == [Op.SIGMOID, Op.TANH, Op.TANH]:
+        return _lstm_cell_activated_at_once(u, t, pre, c_prev)
+    i, o, f, c = u.split(f"{t}/gates", pre, 4)
     p = peep[u.index] if peep is not None else None  # P: [dirs, 3H], input, output, forget
     if p is not None:
         i = u.step(f"{t}/i_peep", Op.ADD, [i, u.step(f"{t}/i_pc", Op.MUL, [c_prev, u.constant("p_i", p[:u.hidden])])])
@@ -85,6 +87,26 @@ def _lstm_cell(u: _Direction, t: str, x_part: str, states: list[str]) -> list[st
     if p is not None:
         o = u.step(f"{t}/o_peep", Op.ADD, [o, u.step(f"{t}/o_pc", Op.MUL, [cell, u.constant("p_o", p[u.hidden:2 * u.hidden])])])
     return [u.step(f"{t}/h", Op.MUL, [u.activate(f"{t}/o", 0, o), u.activate(f"{t}/hc", 2, cell)]), cell]
+
+
+def _lstm_cell_activated_at_once(u: _Direction, t: str, pre: str, c_prev: str) -> list[str]:
+    """The default activations of all four gates as one elementwise chain over [batch, 4H],
+    which fuses into the step's MatMul: sigmoid for i, o, f, and tanh(x) = 2·sigmoid(2x) - 1 for
+    the candidate, as per-column constants (a, b, s: a·sigmoid(s·x) + b). A step is then four
+    kernels (product with activations, split, cell, hidden) instead of seven; near 0 the
+    candidate's tanh is exact to about 1e-7 absolute, not relative."""
+    h = u.hidden
+    dtype = u.imp.value(pre).dtype
+    column = {name: u.constant(f"act_{name}", np.concatenate([np.full(3 * h, one), np.full(h, cand)]).astype(dtype))
+              for name, one, cand in (("s", 1.0, 2.0), ("a", 1.0, 2.0), ("b", 0.0, -1.0))}
+    if u.node.attr("clip") is not None:
+        clip = float(u.node.attr("clip"))
+        pre = u.step(f"{t}/clip", Op.CLIP, [pre], {"min": -clip, "max": clip})
+    act = u.step(f"{t}/sig", Op.SIGMOID, [u.step(f"{t}/scaled", Op.MUL, [pre, column["s"]])])
+    act = u.step(f"{t}/act", Op.ADD, [u.step(f"{t}/stretched", Op.MUL, [act, column["a"]]), column["b"]])
+    i, o, f, g = u.split(f"{t}/gates", act, 4)
+    cell = u.step(f"{t}/c", Op.ADD, [u.step(f"{t}/fc", Op.MUL, [f, c_prev]), u.step(f"{t}/ig", Op.MUL, [i, g])])
+    return [u.step(f"{t}/h", Op.MUL, [o, u.step(f"{t}/hc", Op.TANH, [cell])]), cell]
 
 
 def _gru_cell(u: _Direction, t: str, x_part: str, states: list[str]) -> list[str]:
