@@ -123,7 +123,8 @@ def test_default_register_tile_fits_the_targets_registers(isa, m, tile):
 
 
 @pytest.mark.parametrize("m, trans_a, want", [(128, False, (8, False)), (96, False, (8, False)), (30, False, (6, False)),
-                                              (127, False, (6, True)), (128, True, (6, True))])
+                                              (127, False, (6, True)), (128, True, (6, True)),
+                                              (1, False, (1, False)), (5, False, (5, False)), (5, True, (5, True))])
 def test_default_packing_reads_a_in_place_where_rows_divide(m, trans_a, want):
     p = default_packing(m, 256, AVX512.capabilities, trans_a=trans_a)
     assert (p.mr, p.pack_a) == want
@@ -166,10 +167,11 @@ def test_matmul_with_a_unpacked_random(ba, bb, mr, m, k, n, nr, trans_b, cpu_tar
 
 
 #: BERT's FFN down (A in place), ViT-S's MLP up (197 rows: A packed), 196 rows in place (no 8-row
-#: tile divides them: the default), the MLP's fc1 (k = 784: no block divides), attention's scores
+#: tile divides them: the default), the MLP's fc1 (k = 784: no block divides), attention's scores,
+#: a classifier's one row (read in place: packing it is a parallel region for one row)
 WIDE_CASES = [((128, 768, 3072), (8, 48, False), 256), ((197, 1536, 384), (8, 48, True), 128),
               ((196, 384, 768), (4, 48, False), 256), ((64, 1024, 784), (8, 32, False), None),
-              ((128, 128, 64), (8, 32, False), None), ((1, 1000, 512), (1, 32, True), None)]
+              ((128, 128, 64), (8, 32, False), None), ((1, 1000, 512), (1, 32, False), None)]
 
 
 @pytest.mark.parametrize("mnk, tile, block", WIDE_CASES, ids=["ffn_down", "vit_mlp_up", "rows_196", "k_784", "scores", "one_row"])
