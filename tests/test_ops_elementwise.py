@@ -130,10 +130,19 @@ def test_contiguous_suffix_groups_uniformly_broadcast_axes():
 @pytest.mark.parametrize("isa", sorted(ISAS))
 def test_schedule_emits_simd_for_divisible_and_broadcast_shapes(isa):
     lanes = ISAS[isa][2]
-    a, b = te.placeholder((8, 3, 32), name="a"), te.placeholder((3, 1), name="b")
+    a, b = te.placeholder((64, 3, 32), name="a"), te.placeholder((3, 1), name="b")
     out = ops.add(a, b)
     code = source(ops.schedule_elementwise(out, lanes), [a, b, out], "add")
     assert f"f32x{lanes}" in code and "#pragma omp parallel for" in code
+
+
+def test_a_tiny_kernel_runs_on_the_calling_thread():
+    """Below SERIAL_WORK stores, waking the thread pool costs about what the work does (an LSTM
+    step's gate ops on 128 elements: a 50-step 2-layer LSTM ran 1.46 -> 1.01 ms without it)."""
+    a = te.placeholder((4, 32), name="a")
+    out = ops.relu(a)
+    code = source(ops.schedule_elementwise(out, 16), [a, out], "relu")
+    assert "f32x16" in code and "#pragma omp parallel" not in code
 
 
 def test_float64_ops_named_like_libm_functions_compile(cpu_target):

@@ -33,6 +33,7 @@ from autosched.lower.ir import (
     For,
     ForKind,
     IfThenElse,
+    Let,
     Prefetch,
     PrimFunc,
     Seq,
@@ -65,6 +66,26 @@ _MASK_DTYPE = {"float32": "int32", "float64": "int64", "int8": "int8", "int16": 
 #: heap-allocate local buffers above this size: thread stacks are small
 STACK_LIMIT_BYTES = 256 * 1024
 VECTOR_LANES = (2, 4, 8, 16, 32, 64)
+
+
+#: stores below which a parallel loop runs on the calling thread alone: waking the pool and
+#: joining it costs about as much (a recurrent step's gate ops on 128 elements, a few hundred a
+#: model)
+SERIAL_WORK = 2048
+
+
+def _work(s: Stmt) -> int:
+    """The stores `s` executes: a loop's body times its extent, a sequence's sum, a branch's
+    larger side."""
+    if isinstance(s, For):
+        return s.extent * _work(s.body)
+    if isinstance(s, Seq):
+        return sum(_work(x) for x in s.stmts)
+    if isinstance(s, IfThenElse):
+        return max(_work(s.then), _work(s.orelse) if s.orelse is not None else 0)
+    if isinstance(s, (Let, Allocate)):
+        return _work(s.body)
+    return 1
 
 
 class CRenderer(CStyleRenderer):
@@ -136,7 +157,8 @@ class CRenderer(CStyleRenderer):
             vec = self._vector_loop(s, d) or self._versioned_vector_loop(s, d)
             if vec is not None:
                 return vec
-        head = {ForKind.PARALLEL: f"{pad}#pragma omp parallel for\n", ForKind.UNROLL: f"{pad}#pragma GCC unroll {s.extent}\n",
+        parallel = f"{pad}#pragma omp parallel for\n" if s.extent * _work(s.body) >= SERIAL_WORK else ""
+        head = {ForKind.PARALLEL: parallel, ForKind.UNROLL: f"{pad}#pragma GCC unroll {s.extent}\n",
                 ForKind.VECTORIZE: f"{pad}#pragma omp simd\n"}.get(s.kind, "")
         return (f"{head}{pad}for (int32_t {v} = 0; {v} < {s.extent}; ++{v}) {{\n"
                 f"{self._stmt(s.body, d + 1)}{pad}}}\n")
