@@ -132,13 +132,26 @@ def test_node_case(case, tmp_path):
         assert sum(task.weight for task in tasks.tasks) == len(tasks.groups)
 
 
+_NAMES = {case.name for case in CASES}
+#: integer widths whose kernels are the int32/int64 cases' code at another type
+_NARROW_INTS = re.compile(r"_(u?int(8|16)|uint(32|64))(_|$)")
+
+
+def _compiled_elsewhere(name: str) -> bool:
+    """Whether the fast suite compiles this case's kernel in another case: a function's body
+    (its ops have their own cases), an `_example` whose `_random` twin has the same shapes and
+    attributes, or a narrow integer type of an op compiled at int32/int64 (all under -m slow)."""
+    return (name.endswith(("_expanded", "_expanded_ver18")) or _NARROW_INTS.search(name) is not None
+            or (name.endswith("_example") and name[:-len("_example")] + "_random" in _NAMES))
+
+
 def _compiled_params():
     for case in CASES:
         if _expected_failure(case.name):
             continue
         reason = _expected_failure(case.name, COMPILED_EXPECTED_FAILURES)
         marks = [pytest.mark.xfail(raises=(AutoschedError, ValueError), strict=True, reason=reason)] if reason else []
-        if case.name.endswith(("_expanded", "_expanded_ver18")):  # a function's body: ops compiled by their own cases
+        if _compiled_elsewhere(case.name):
             marks.append(pytest.mark.slow)
         yield pytest.param(case, id=case.name, marks=marks)
 
