@@ -150,3 +150,18 @@ def test_float64_ops_named_like_libm_functions_compile(cpu_target):
     x = te.placeholder((7,), dtype="float64", name="x")
     data = np.linspace(0.5, 4.0, 7)
     np.testing.assert_allclose(run(ops.sqrt(x), [x], [data], ops.schedule_elementwise, cpu_target), np.sqrt(data), rtol=1e-12)
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_half_precision_scalars_broadcast_into_vectors_on_every_isa(isa, tmp_path):
+    """A _Float16 scalar (a constant, a broadcast operand) in vector code: without native FP16
+    arithmetic (AVX2, Zen 4) gcc computes it in float and refuses to narrow it into a _Float16
+    vector, so it is splat through a float vector. Compiled for each ISA wherever this runs."""
+    from autosched.codegen.gcc import compile_c, target_flags
+
+    target, _, lanes = ISAS[isa]
+    a, b = te.placeholder((64, 32), "float16", name="a"), te.placeholder((1,), "float16", name="b")
+    out = te.compute((64, 32), lambda i, j: (a[i, j] * b[0] + te.const(2.0, "float16")) / b[0], name="out")
+    code = source(ops.schedule_elementwise(out, lanes * 2), [a, b, out], "half", target)
+    assert f"f16x{lanes * 2}" in code and "__builtin_convertvector" in code
+    compile_c(code, target_flags(target), cache_dir=tmp_path)

@@ -219,7 +219,7 @@ class CRenderer(CStyleRenderer):
             name = self._name(st.buffer)
             if c == 1:
                 if not is_vec:
-                    code = f"(({vt}){{0}} + ({code}))"
+                    code = self._splat(code, dt, s.extent)
                 line = f"*({vt}*)&{name}[{base}] = {code};"
             elif c != 0 and is_vec:
                 lanes = " ".join(f"{name}[{base} + {c * k}] = _v[{k}];" for k in range(s.extent))
@@ -270,10 +270,11 @@ class CRenderer(CStyleRenderer):
         kids = [self._vexpr(k, v, lanes) for k in children(e)]
         if not _all_present(kids):
             return None
+        bc = [code if is_vec else self._splat(code, e.dtype if not isinstance(e, Cast) else e.value.dtype, lanes)
+              for code, is_vec in kids]
         if isinstance(e, BinOp) and e.op in ("add", "sub", "mul", "div"):
-            (a, _), (b, _) = kids
+            a, b = (code if is_vec or e.dtype != "float16" else splat for (code, is_vec), splat in zip(kids, bc))
             return (f"({a} {BINARY_OPS[e.op]} {b})", True)
-        bc = [code if is_vec else f"(({vt}){{0}} + ({code}))" for code, is_vec in kids]
         if isinstance(e, BinOp) and e.op in ("min", "max") and e.dtype in _MASK_DTYPE:
             # compare and blend in vector types: gcc leaves a lane-by-lane ?: loop scalar
             mt = self._vtype(_MASK_DTYPE[e.dtype], lanes)
@@ -299,11 +300,20 @@ class CRenderer(CStyleRenderer):
             return (f"__builtin_convertvector({bc[0]}, {vt})", True)
         return None
 
+    def _splat(self, code: str, dtype: str, lanes: int) -> str:
+        """A scalar in every lane of a vector of `dtype`. A _Float16 scalar goes through a float
+        vector: without native FP16 arithmetic (AVX2, Zen 4) gcc computes it in float and
+        refuses to narrow that into a _Float16 vector."""
+        vt = self._vtype(dtype, lanes)
+        if dtype == "float16":
+            return f"__builtin_convertvector((({self._vtype('float32', lanes)}){{0}} + (float)({code})), {vt})"
+        return f"(({vt}){{0}} + ({code}))"
+
     def _vselect(self, e: Select, v: Var, lanes: int, vt: str) -> tuple[str, bool] | None:
         branches = [self._vexpr(x, v, lanes) for x in (e.t, e.f)]
         if not _all_present(branches):
             return None
-        t, f = [code if is_vec else f"(({vt}){{0}} + ({code}))" for code, is_vec in branches]
+        t, f = [code if is_vec else self._splat(code, e.dtype, lanes) for code, is_vec in branches]
         if v not in free_vars(e.cond):
             # one condition for all lanes: a C conditional evaluates only the taken branch, whose
             # loads may be out of bounds when it is not taken (padding, concatenation)
@@ -315,7 +325,7 @@ class CRenderer(CStyleRenderer):
         if not _all_present(operands):
             return None
         ct = self._vtype(e.cond.a.dtype, lanes)
-        x, y = [code if is_vec else f"(({ct}){{0}} + ({code}))" for code, is_vec in operands]
+        x, y = [code if is_vec else self._splat(code, e.cond.a.dtype, lanes) for code, is_vec in operands]
         fn = f"sel_{e.cond.op}_{SHORT[e.cond.a.dtype]}_{vt}"
         if fn not in self._helpers:
             self._helpers[fn] = (f"{self.INLINE} {vt} {fn}({ct} x, {ct} y, {vt} t, {vt} f) {{ {vt} r; "
