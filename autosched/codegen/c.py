@@ -273,7 +273,8 @@ class CRenderer(CStyleRenderer):
         bc = [code if is_vec else self._splat(code, e.dtype if not isinstance(e, Cast) else e.value.dtype, lanes)
               for code, is_vec in kids]
         if isinstance(e, BinOp) and e.op in ("add", "sub", "mul", "div"):
-            a, b = (code if is_vec or e.dtype != "float16" else splat for (code, is_vec), splat in zip(kids, bc))
+            # C broadcasts a scalar operand itself, but not a _Float16 one where FP16 is not native
+            a, b = bc if e.dtype == "float16" else (code for code, _ in kids)
             return (f"({a} {BINARY_OPS[e.op]} {b})", True)
         if isinstance(e, BinOp) and e.op in ("min", "max") and e.dtype in _MASK_DTYPE:
             # compare and blend in vector types: gcc leaves a lane-by-lane ?: loop scalar

@@ -92,9 +92,9 @@ def binary_op(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray, np.ndarray], n
     return elementwise(op, scalar, _binary_reference(fn), {op.value: importer or direct(op)}, shape=_broadcast)
 
 
-def unary_op(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray], np.ndarray], **defaults: object) -> OpDef:
-    """A unary op whose reference applies `fn`; `defaults` are its attributes' ONNX defaults."""
-    return elementwise(op, scalar, unary_reference(fn), {op.value: direct(op, **defaults)})
+def unary_op(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray], np.ndarray]) -> OpDef:
+    """A unary op without attributes whose reference applies `fn`."""
+    return elementwise(op, scalar, unary_reference(fn), {op.value: direct(op)})
 
 
 def _trunc_div(a: Expr, b: Expr) -> Expr:
