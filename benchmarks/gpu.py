@@ -10,8 +10,9 @@ against, in one run.
    cuBLAS / cuDNN through PyTorch or CuPy (whichever imports; FP32 with TF32 off, TF32 under
    `--precision tf32`, fp16/bf16 tensors under `--precision fp16/bf16`), with the ratio autosched / library (below 1 is faster) and the static
    model's estimate beside the measured time;
-3. checks: every zoo model built for the GPU and compared with onnxruntime (`autosched check`) at
-   fp32 and on tensor cores at tf32, fp16 and bf16, each in its own process;
+3. checks: every zoo model (or those `--models` names, `beside` for the blocks beside the zoo)
+   built for the GPU and compared with onnxruntime (`autosched check`) at fp32 and on tensor cores
+   at tf32, fp16 and bf16, each in its own process;
 4. correlation: the static model's estimate against the GPU time over sampled configs of the
    kernels `--correlate` names (default the 1024³ MatMul), Spearman and each config's pair;
 5. models: each zoo model built untuned and after a tune of `--trials` trials (a database in a
@@ -331,8 +332,7 @@ def checks(arch: str, names: list[str], tmp: Path, out: dict, saved: Callable[[]
             out[f"{name}/{precision}"] = row
             saved()
 
-    for name in names:
-        onnx.save(zoo.MODELS[name](), tmp / f"{name}.onnx")
+    zoo.save_zoo(tmp, names)
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         for future in [pool.submit(check, name, precision) for name in names
                        for precision in ("fp32", "tf32", "fp16", "bf16")]:
@@ -385,8 +385,7 @@ def models(target: Target, names: list[str], trials: int, tmp: Path, runs: int =
     from autosched.runtime.model import load_model
     out: dict = {}
     for name in names:
-        path = tmp / f"{name}.onnx"
-        onnx.save(zoo.MODELS[name](), path)
+        [path] = zoo.save_zoo(tmp, [name])
         feeds = sample_inputs(optimize(load_onnx(path)), 0)
         reference, run_reference = _reference(name, path)
         row = {"reference": reference, "reference_ms": _median_ms(run_reference, feeds, runs)}
@@ -453,6 +452,14 @@ def _cell(value: float | int | None, width: int, spec: str) -> str:
     return format(value, f">{width}{spec}") if value is not None else format("-", f">{width}")
 
 
+def _model_names(arg: str | None) -> list[str] | None:
+    """--models: names, with 'beside' standing for every model beside the zoo (unseen blocks)."""
+    if arg is None:
+        return None
+    from autosched.zoo_blocks import BLOCKS
+    return [m for n in arg.split(",") for m in ([*zoo.OTHERS, *BLOCKS] if n == "beside" else [n])]
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -462,7 +469,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
                    help="the target's precision for the kernels, the correlation and the tunes (default fp32)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"which parts, comma-separated (default: {','.join(PARTS)})")
-    p.add_argument("--models", help="zoo models for the checks and model timings, comma-separated (default: all)")
+    p.add_argument("--models", help="models for the checks and model timings, comma-separated: the zoo's (the "
+                                    "default), those beside it (zoo.OTHERS, zoo_blocks), or 'beside' for all of those")
     p.add_argument("--correlate", default="gemm_1024",
                    help="kernels whose sampled configs the static model is compared on, comma-separated")
     p.add_argument("--configs", type=int, default=64, help="sampled configs per kernel for the correlation")
@@ -472,7 +480,7 @@ def main(argv: list[str] | None = None) -> dict:
     if unknown := set(parts) - set(PARTS):
         p.error(f"--parts: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(PARTS)}")
     result = run(args.quick, args.trials, args.arch, args.precision, parts,
-                 args.models.split(",") if args.models else None, args.out, tuple(args.correlate.split(",")),
+                 _model_names(args.models), args.out, tuple(args.correlate.split(",")),
                  args.configs)
     if args.json:
         print(json.dumps(result))

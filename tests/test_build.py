@@ -11,6 +11,7 @@ from autosched import zoo
 from autosched.cli import main
 from autosched.compile.evaluate import compare, kernel_times, onnxruntime_session, sample_inputs
 from autosched.compile.model import build_model, group_arguments
+from autosched.errors import AutoschedError
 from autosched.frontend.onnx import import_model, load_onnx
 from autosched.graph.passes import fuse, optimize
 from autosched.runtime import ModelError, load_model
@@ -175,6 +176,22 @@ def test_kernel_times_keep_only_the_runs_after_the_other_runtime_settled(zoo_dir
 def test_check_fails_beyond_tolerance(zoo_dir, capsys):
     assert main(["check", str(zoo_dir / "mlp.onnx"), "--rtol", "0", "--atol", "0"]) == 1
     assert "MISMATCH" in capsys.readouterr().out
+
+
+def test_a_model_newer_than_onnxruntimes_ir_is_checked_as_the_ir_it_supports(zoo_dir, tmp_path, caplog):
+    """onnx stamps its newest IR version on the models it makes; an older onnxruntime refuses them
+    (onnx 1.23 models on onnxruntime 1.30 did, on the GPU machine): the reference relabels."""
+    model = onnx.load(zoo_dir / "mlp.onnx")
+    model.ir_version = 99
+    path = tmp_path / "ir99.onnx"
+    onnx.save(model, path)
+    session = onnxruntime_session(path, 1)
+    assert "newer than this onnxruntime's" in caplog.text
+    assert [o.name for o in session.get_outputs()] == [o.name for o in model.graph.output]
+    model.graph.node[0].op_type = "NoSuchOp"
+    onnx.save(model, path)
+    with pytest.raises(AutoschedError, match="ir99.onnx: onnxruntime cannot load the model"):
+        onnxruntime_session(path, 1)
 
 
 def test_bad_inputs_are_clear_errors(zoo_dir, tmp_path, capsys):

@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
 from autosched.graph.reference import random_inputs
 from autosched.runtime import Model
+
+log = logging.getLogger("autosched")
+_NEWER_IR = re.compile(r"Unsupported model IR version: (?P<ir>\d+), max supported IR version: (?P<supported>\d+)")
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,19 @@ def onnxruntime_session(model_path: Path, threads: int, profile_prefix: Path | N
         opts.enable_profiling = True
         opts.profile_file_prefix = str(profile_prefix)
     try:
-        return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        try:
+            return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+            if not (m := _NEWER_IR.search(str(e))):
+                raise
+            # onnx writes its newest IR version into every model it makes, and an onnxruntime
+            # older than that onnx refuses the model even where no newer IR feature is used
+            # (onnx 1.23 and onnxruntime 1.30). Relabelled, it loads, or fails on what it uses.
+            model = onnx.load(str(model_path))
+            model.ir_version = int(m.group("supported"))
+            log.warning("%s: its IR version %s is newer than this onnxruntime's; the reference loads it as IR %s",
+                        model_path, m.group("ir"), m.group("supported"))
+            return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise AutoschedError(f"{model_path}: onnxruntime cannot load the model: {e}") from None
 
