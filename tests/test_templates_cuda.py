@@ -187,10 +187,14 @@ def test_a_block_a_row_matches_reference(name):
     _check_emulated(name, task, _block_rows_configs(task, seed=len(name)), atol=1e-5)
 
 
-def test_long_rows_get_a_block_each_by_default():
+def test_rows_of_a_warp_or_more_get_a_block_each_by_default():
+    """Threads a row up to the row's length (a power of two, 32 to 256); rows shorter than a warp
+    stay a thread's."""
     softmax = get_template("Softmax", "cuda")
-    assert softmax.fallback(ROW_OPS["softmax_bert"](), SM80)["row_reduce"] == "shuffle"
-    assert softmax.fallback(ROW_OPS["softmax_odd"](), SM80)["row_reduce"] == "thread"
+    picks = {shape: (c["row_reduce"], c["threads"]) for shape in ((2, 768), (1, 12, 128, 128), (3, 5, 37), (64, 31))
+             for c in [softmax.fallback(softmax_task(shape), SM80)]}
+    assert picks == {(2, 768): ("shuffle", 256), (1, 12, 128, 128): ("shuffle", 128), (3, 5, 37): ("shuffle", 32),
+                     (64, 31): ("thread", 256)}
     pool = TASKS["max_pool"]()  # the output itself reduces: no block a row
     assert "row_reduce" not in {k.name for k in get_template(pool.op, "cuda").space(pool, SM80).knobs}
 

@@ -29,12 +29,12 @@ from autosched.task import Task
 from autosched.te import Tensor
 from autosched.templates import TemplateError
 from search_spaces.cuda.common import GpuTemplate, config_near, gpu_caps
-from search_spaces.cuda.row_reduce import block_rows, consumers, rebuild, schedule_block_rows
+from search_spaces.cuda.row_reduce import WARP, block_rows, consumers, rebuild, schedule_block_rows
 
 THREADS = (32, 64, 128, 256, 512, 1024)
 PER_THREAD = (1, 2, 4)
 THREAD_ROWS, OUTPUT_ROWS, BLOCK_ROWS, SHUFFLE_ROWS = "thread", "output", "block", "shuffle"
-LONG_ROW = 256  # reductions at least this long get a block a row in the fallback
+MAX_ROW_THREADS = 256  # the fallback's threads for a block a row
 
 
 def _compute(task: Task, target: Target) -> tuple[list[Tensor], list[Tensor]]:
@@ -72,17 +72,20 @@ class PointwiseTemplate(GpuTemplate):
         return ConfigSpace(self.name, tuple(knobs))
 
     def fallback(self, task: Task, target: Target) -> Config:
-        """256 threads of one output (or one row) each: enough blocks to fill a GPU for all but
-        the smallest tensors; rows of LONG_ROW or more a block each, whose 256 threads share
-        the row's reductions, warps by shuffles."""
+        """256 threads of one output each: enough blocks to fill a GPU for all but the smallest
+        tensors. Rows of a warp's length or more get a block each, whose threads (a power of two
+        up to the row's length, 32 to 256) share the row's reductions, warps by shuffles: a
+        thread a row read BERT's 1536 attention rows of 128 in 6 blocks, uncoalesced, 81 µs of
+        the layer's 180 on an H200."""
         space = self.space(task, target)
         if "row_reduce" not in {k.name for k in space.knobs}:
             return config_near(space, {"threads": 256, "per_thread": 1})
         _, outs = _compute(task, target)
         longest = max(n for o in outs for n in _row_reductions(o))
-        long_rows = SHUFFLE_ROWS in space.knob("row_reduce").values and longest >= LONG_ROW
-        return config_near(space, {"threads": 256, "per_thread": 1,
-                                   "row_reduce": SHUFFLE_ROWS if long_rows else THREAD_ROWS})
+        if SHUFFLE_ROWS not in space.knob("row_reduce").values or longest < WARP:
+            return config_near(space, {"threads": 256, "per_thread": 1, "row_reduce": THREAD_ROWS})
+        threads = min(MAX_ROW_THREADS, 1 << (longest.bit_length() - 1))
+        return config_near(space, {"threads": threads, "per_thread": 1, "row_reduce": SHUFFLE_ROWS})
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         args, outs = _compute(task, target)
