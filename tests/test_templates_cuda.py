@@ -8,6 +8,8 @@ from autosched.compile.emulation import build_emulated_kernel
 from autosched.graph.ir import Op
 from autosched.lower import lower
 from autosched.lower.ir import Allocate, walk_stmts
+from autosched.measure.gpu_build import lower_for_gpu
+from autosched.measure.local import instantiate_from_template
 from autosched.measure.nvcc import NvccBuilder
 from autosched.measure.record import ErrorKind, MeasureInput
 from autosched.target import Target
@@ -157,13 +159,18 @@ def test_implicit_gemm_keeps_registers_and_shared_tiles_to_the_block():
     assert shapes == {"implicit_gemm": (1, 2, 2), "im2col_shared": (1, 18, 16), "weight_rows_shared": (4, 18)}
 
 
-#: row-wise ops whose rows a block reduces together: odd rows, BERT's 768 and 3072, a global mean
+#: row-wise ops whose rows a block reduces together: odd rows, BERT's 768 and 3072, a global mean,
+#: reductions that are the op's output (a global max, odd rows summed)
 ROW_OPS = {
     "softmax_odd": lambda: softmax_task((3, 5, 37)),
     "softmax_bert": lambda: softmax_task((2, 768)),
     "layer_norm_odd": lambda: unary_task(Op.LAYER_NORM, (2, 7, 33), axis=2, epsilon=1e-5),
     "layer_norm_bert_ffn": lambda: unary_task(Op.LAYER_NORM, (3, 3072), axis=1, epsilon=1e-5),
     "global_mean": lambda: unary_task(Op.REDUCE_MEAN, (1, 17, 7, 7), axes=(2, 3), keepdims=1),
+    "global_max": lambda: unary_task(Op.REDUCE_MAX, (1, 17, 7, 7), axes=(2, 3), keepdims=1),
+    "row_sum_odd": lambda: unary_task(Op.REDUCE_SUM, (3, 2, 101), axes=(2,), keepdims=1),
+    "row_max_dropped": lambda: unary_task(Op.REDUCE_MAX, (3, 10, 37), axes=(2,), keepdims=0),
+    "vector_sum": lambda: unary_task(Op.REDUCE_SUM, (5, 70), axes=(1,), keepdims=0),
 }
 
 
@@ -178,6 +185,16 @@ def _block_rows_configs(task, seed: int) -> list:
         for t in threads for way in ("block", "shuffle")]
 
 
+@pytest.mark.parametrize("name", ["row_max_dropped", "vector_sum"])
+def test_reductions_whose_elements_are_rows_match_reference_every_way(name):
+    """An output that is itself a reduction, its reduced axes dropped: each element is a row,
+    whichever way the rows go (a row's block spans the output's elements, not its last axis)."""
+    task = ROW_OPS[name]()
+    space = get_template(task.op, "cuda").space(task, SM80)
+    _check_emulated(name, task, [space.from_values({"threads": 32, "per_thread": 2, "row_reduce": way})
+                                 for way in space.knob("row_reduce").values], atol=1e-5)
+
+
 @pytest.mark.parametrize("name", sorted(ROW_OPS))
 def test_a_block_a_row_matches_reference(name):
     """Every reduction inside the op as a shared-memory tree between barriers, or with warp
@@ -188,15 +205,28 @@ def test_a_block_a_row_matches_reference(name):
 
 
 def test_rows_of_a_warp_or_more_get_a_block_each_by_default():
-    """Threads a row up to the row's length (a power of two, 32 to 256); rows shorter than a warp
-    stay a thread's."""
+    """Threads a row up to the row's length (a power of two, 32 to 256); reductions shorter than
+    a warp computed for each output by its thread, not a whole row of outputs by one thread (an
+    LRN's channel window: 32 threads for 32768 outputs)."""
     softmax = get_template("Softmax", "cuda")
     picks = {shape: (c["row_reduce"], c["threads"]) for shape in ((2, 768), (1, 12, 128, 128), (3, 5, 37), (64, 31))
              for c in [softmax.fallback(softmax_task(shape), SM80)]}
     assert picks == {(2, 768): ("shuffle", 256), (1, 12, 128, 128): ("shuffle", 128), (3, 5, 37): ("shuffle", 32),
-                     (64, 31): ("thread", 256)}
-    pool = TASKS["max_pool"]()  # the output itself reduces: no block a row
-    assert "row_reduce" not in {k.name for k in get_template(pool.op, "cuda").space(pool, SM80).knobs}
+                     (64, 31): ("output", 256)}
+    window = unary_task(Op.AVERAGE_POOL, (1, 1, 32, 1024), kernel_shape=(5, 1), strides=(1, 1), pads=(2, 0, 2, 0),
+                        dilations=(1, 1), ceil_mode=0, count_include_pad=1)
+    config = get_template(window.op, "cuda").fallback(window, SM80)
+    _, geometry = lower_for_gpu(MeasureInput(window, SM80, config), instantiate_from_template)
+    assert config["row_reduce"] == "output" and geometry.grid == (128, 1, 1) and geometry.block == (256, 1, 1)
+    for task in (TASKS["max_pool"](), unary_task(Op.REDUCE_SUM, (4, 128, 96), axes=(0,), keepdims=0)):
+        # the output reduces windows or columns shorter than a warp: no block a row
+        assert "row_reduce" not in {k.name for k in get_template(task.op, "cuda").space(task, SM80).knobs}
+    for keepdims in (1, 0):  # a block for each output element, whether the reduced axis is kept or not
+        row_max = unary_task(Op.REDUCE_MAX, (4, 128, 1000), axes=(2,), keepdims=keepdims)
+        config = get_template(row_max.op, "cuda").fallback(row_max, SM80)
+        assert config["row_reduce"] == "shuffle"
+        _, geometry = lower_for_gpu(MeasureInput(row_max, SM80, config), instantiate_from_template)
+        assert geometry.grid == (512, 1, 1) and geometry.block == (256, 1, 1)
 
 
 MULTI_OUTPUT = {

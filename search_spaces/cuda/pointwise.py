@@ -10,11 +10,12 @@ all its threads (row_reduce.py: a shared-memory tree between barriers). The knob
 
 - `threads`: threads per block;
 - `per_thread`: consecutive outputs per thread, unrolled;
-- `row_reduce` (ops with an inner reduction stage and at least 2 output dims): "thread" keeps
-  the last output axis serial inside a thread, "output" spreads it too, "block" (when the
-  output itself does not reduce) gives each row a block of `threads` threads that reduce it
-  together through shared memory, "shuffle" the same with warp shuffles for every level
-  within a warp (row_reduce.py).
+- `row_reduce` (ops with an inner reduction stage and at least 2 output dims, and reductions of
+  a warp's length or more that are the op's output, moved into a stage of their own so that each
+  output element is a row): "thread" keeps the last output axis serial inside a thread,
+  "output" spreads it too, "block" (when the output itself does not reduce) gives each row a
+  block of `threads` threads that reduce it together through shared memory, "shuffle" the same
+  with warp shuffles for every level within a warp (row_reduce.py).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from autosched.task import Task
 from autosched.te import Tensor
 from autosched.templates import TemplateError
 from search_spaces.cuda.common import GpuTemplate, config_near, gpu_caps
-from search_spaces.cuda.row_reduce import WARP, block_rows, consumers, rebuild, schedule_block_rows
+from search_spaces.cuda.row_reduce import ELEMENT_ROWS, WARP, block_rows, consumers, rebuild, schedule_block_rows
 
 THREADS = (32, 64, 128, 256, 512, 1024)
 PER_THREAD = (1, 2, 4)
@@ -43,13 +44,26 @@ def _compute(task: Task, target: Target) -> tuple[list[Tensor], list[Tensor]]:
     one-output op in the same kernel (a reduction two outputs read is computed by each)."""
     # the capabilities only size the CPU panels of matmuls, which no op of this template has
     args, outs = task_compute(task, target.capabilities)
-    return args, outs if len(outs) == 1 else [rebuild(o) for o in outs]
+    return args, [_reduction_inside(o) for o in (outs if len(outs) == 1 else [rebuild(o) for o in outs])]
+
+
+def _reduction_inside(out: Tensor) -> Tensor:
+    """An output that is itself a reduction of a warp's length or more (ReduceMax, ReduceSum,
+    a log-softmax's max) as a copy of that reduction, computed as its own stage: a row-wise op
+    whose rows the threads of a block can share, as Softmax's. Done in place, each of 64 rows of
+    3072 was one thread's serial loop, 64 threads in all."""
+    op = out.compute_op
+    if not out.ndim or math.prod(a.extent for a in op.reduce_axes) < WARP:
+        return out
+    inner = Tensor(te.ComputeOp(f"{op.name}_rows", op.axes, op.body, op.tag, op.attrs))
+    return te.compute(out.shape, lambda *i: inner[i], name=op.name, tag=op.tag, attrs={ELEMENT_ROWS: True})
 
 
 def _row_reductions(out: Tensor) -> list[int]:
     """The lengths of the reductions inside an output of the op (not the output's own): a
-    row-wise op's rows; none for outputs of fewer than 2 dims, which have no rows to give."""
-    if out.ndim < 2:
+    row-wise op's rows; none for outputs of fewer than 2 dims, which have no rows to give, unless
+    each element is a row."""
+    if out.ndim < 2 and not out.compute_op.attrs.get(ELEMENT_ROWS):
         return []
     return [math.prod(a.extent for a in st.op.reduce_axes) for st in create_schedule(out).stages
             if st.op is not out.op and st.op.reduce_axes]
@@ -74,16 +88,18 @@ class PointwiseTemplate(GpuTemplate):
     def fallback(self, task: Task, target: Target) -> Config:
         """256 threads of one output each: enough blocks to fill a GPU for all but the smallest
         tensors. Rows of a warp's length or more get a block each, whose threads (a power of two
-        up to the row's length, 32 to 256) share the row's reductions, warps by shuffles: a
-        thread a row read BERT's 1536 attention rows of 128 in 6 blocks, uncoalesced, 81 µs of
-        the layer's 180 on an H200."""
+        up to the row's length, 32 to 256) share the row's reductions, warps by shuffles; shorter
+        reductions (a pool's window) are computed by each output's thread. A thread a row read
+        BERT's 1536 attention rows of 128 in 6 blocks, uncoalesced, 81 µs of the layer's 180 on
+        an H200, and made an LRN's 5-channel window sum one block of 32 threads, each summing
+        1024 outputs (230 µs)."""
         space = self.space(task, target)
         if "row_reduce" not in {k.name for k in space.knobs}:
             return config_near(space, {"threads": 256, "per_thread": 1})
         _, outs = _compute(task, target)
         longest = max(n for o in outs for n in _row_reductions(o))
         if SHUFFLE_ROWS not in space.knob("row_reduce").values or longest < WARP:
-            return config_near(space, {"threads": 256, "per_thread": 1, "row_reduce": THREAD_ROWS})
+            return config_near(space, {"threads": 256, "per_thread": 1, "row_reduce": OUTPUT_ROWS})
         threads = min(MAX_ROW_THREADS, 1 << (longest.bit_length() - 1))
         return config_near(space, {"threads": threads, "per_thread": 1, "row_reduce": SHUFFLE_ROWS})
 
@@ -100,7 +116,8 @@ class PointwiseTemplate(GpuTemplate):
             if rows and way in (BLOCK_ROWS, SHUFFLE_ROWS):
                 schedule_block_rows(s, s[out], threads, own)
             else:
-                _schedule_flat(s, out, own, threads, config["per_thread"], rows and way == THREAD_ROWS)
+                whole_rows = rows and way == THREAD_ROWS and not out.compute_op.attrs.get(ELEMENT_ROWS)
+                _schedule_flat(s, out, own, threads, config["per_thread"], whole_rows)
         return s, args + outs
 
 

@@ -27,6 +27,9 @@ from autosched.te import Expr, IterVar, Load, Reduce, Tensor
 from autosched.te.expr import Call, Const, substitute, transform
 
 ROW_TREE_TAG = "row_tree"
+#: an output attribute: each element is a row of its own (a reduction that is the op's output,
+#: copied out of its own stage), not the output's last axis
+ELEMENT_ROWS = "element_rows"
 WARP = 32
 _WARP_CALL = {combiner: name for name, combiner in WARP_REDUCTIONS.items()}
 _COMBINE = {"sum": operator.add, "max": te.max, "min": te.min}
@@ -141,11 +144,14 @@ def block_rows(out: Tensor, threads: int, shuffle: bool = False) -> Tensor:
 
 
 def schedule_block_rows(s: Schedule, o: Stage, threads: int, own: list[Stage]) -> None:
-    """One block per output row (every axis but the last), its `threads` threads along the row;
-    the trees in shared memory at the block, every other producer inlined (`own`: the output's
-    stages, when the kernel has other outputs)."""
-    *lead, last = o.op.axes
-    block = o.fuse(*lead)
+    """One block per output row (every axis but the last, or each element with ELEMENT_ROWS),
+    its `threads` threads along the row; the trees in shared memory at the block, every other
+    producer inlined (`own`: the output's stages, when the kernel has other outputs)."""
+    if o.op.attrs.get(ELEMENT_ROWS):
+        block, last = o.split(o.fuse(*o.op.axes), 1)
+    else:
+        *lead, last = o.op.axes
+        block = o.fuse(*lead)
     serial, lane = o.split(last, threads)
     o.reorder(block, lane, serial)
     o.bind(block, "blockIdx.x")
