@@ -43,13 +43,23 @@ COMMANDS: dict[str, Command] = {
 
 
 def _show_warnings() -> None:
-    """The database's warnings (skipped records, records from another CPU) as `warning: …` lines."""
-    logger = logging.getLogger("autosched")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("warning: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.WARNING)
+    """The database's warnings (skipped records, records from another CPU) as `warning: …` lines;
+    SQLAlchemy's own errors as `sqlalchemy: …`, without the interrupts it logs before re-raising."""
+    for name, prefix in (("autosched", "warning"), ("sqlalchemy", "sqlalchemy")):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter(f"{prefix}: %(message)s"))
+            handler.addFilter(_not_an_interrupt)
+            logger.addHandler(handler)
+            logger.setLevel(logging.WARNING)
+
+
+def _not_an_interrupt(record: logging.LogRecord) -> bool:
+    """SQLAlchemy's pool logs a BaseException raised while it closes a connection ("Exception
+    during reset or similar", with its traceback) and then re-raises it: a SIGTERM landing there
+    printed that traceback above the command's one `interrupted` line."""
+    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
 
 
 def build_parser() -> argparse.ArgumentParser:
