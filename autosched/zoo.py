@@ -197,6 +197,47 @@ def vit_block(seed: int = 0, side: int = 14, patch: int = 16, hidden: int = 384,
                    [tensor_info(x, (1, tokens, hidden))])
 
 
+def llama_block(seed: int = 0, seq: int = 128, hidden: int = 512, heads: int = 8, kv_heads: int = 2, ff: int = 1376,
+                padding_mask: bool = False) -> onnx.ModelProto:
+    """A Llama-style decoder block (batch 1, prefill of `seq` tokens) in opset 23's own ops, as a
+    newer exporter writes it: RMSNormalization, RotaryEmbedding of the 3-D projections by
+    position ids (K's as interleaved pairs), Attention with grouped-query heads and is_causal, a
+    SwiGLU MLP. With `padding_mask`, a boolean [1, 1, seq, seq] input says which keys each query
+    may see (a batch's padding)."""
+    b = ModelBuilder(seed)
+    size = hidden // heads
+    angles = np.arange(4 * seq)[:, None] / (10000 ** (np.arange(0, size, 2) / size))[None]
+    cos, sin = (b.constant(n, f(angles).astype(np.float32)) for n, f in (("cos_cache", np.cos), ("sin_cache", np.sin)))
+    positions = b.constant("position_ids", np.arange(seq, dtype=np.int64)[None])
+
+    def rms(x: str, name: str) -> str:
+        scale = b.constant(f"{name}.weight", (1 + 0.1 * b.rng.standard_normal(hidden)).astype(np.float32))
+        return b.node("RMSNormalization", [x, scale], name, epsilon=1e-6)
+
+    def proj(x: str, name: str, cin: int, cout: int) -> str:
+        return b.node("MatMul", [x, b.normal(f"{name}.weight", (cin, cout), cin ** -0.5)], f"{name}/MatMul")
+
+    h = rms("hidden_states", "input_layernorm")
+    q = b.node("RotaryEmbedding", [proj(h, "q_proj", hidden, hidden), cos, sin, positions], "q_rope", num_heads=heads)
+    k = b.node("RotaryEmbedding", [proj(h, "k_proj", hidden, kv_heads * size), cos, sin, positions], "k_rope",
+               num_heads=kv_heads, interleaved=1)
+    v = proj(h, "v_proj", hidden, kv_heads * size)
+    o = b.node("Attention", [q, k, v] + ["attention_mask"] * padding_mask, "attn", is_causal=1, q_num_heads=heads,
+               kv_num_heads=kv_heads)
+    x = b.node("Add", ["hidden_states", proj(o, "o_proj", hidden, hidden)], "residual1")
+    h = rms(x, "post_attention_layernorm")
+    gate = proj(h, "gate_proj", hidden, ff)
+    silu = b.node("Mul", [gate, b.node("Sigmoid", [gate], "mlp/Sigmoid")], "mlp/silu")
+    y = b.node("Add", [x, proj(b.node("Mul", [silu, proj(h, "up_proj", hidden, ff)], "mlp/Mul"), "down_proj", ff,
+                               hidden)], "residual2")
+    inputs = [tensor_info("hidden_states", (1, seq, hidden))]
+    if padding_mask:
+        inputs.append(onnx.helper.make_tensor_value_info("attention_mask", onnx.TensorProto.BOOL, [1, 1, seq, seq]))
+    model = b.model("llama_block", inputs, [tensor_info(y, (1, seq, hidden))])
+    model.opset_import[0].version = 23
+    return model
+
+
 def mlp(seed: int = 0, batch: int = 64, sizes: Sequence[int] = (784, 1024, 1024, 10)) -> onnx.ModelProto:
     """A 784-1024-1024-10 perceptron with ReLU, batch 64."""
     b = ModelBuilder(seed)
@@ -268,6 +309,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
 
 #: Models beside the zoo, written only when named: benchmarks' --models, the tests that use them
 OTHERS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "llama_block": llama_block,
     "resnext_block": resnext_block,
     "squeezenet": squeezenet,
     "vit_block": vit_block,

@@ -108,7 +108,7 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", help="comma-separated model names: the zoo's, or resnext_block, squeezenet, vit_block (default: the zoo)")
+    p.add_argument("--models", help="comma-separated model names: the zoo's, or llama_block, resnext_block, squeezenet, vit_block (default: the zoo)")
     p.add_argument("--checkpoints", help="cumulative trial counts to stop and time at (default: 250,500,1000)")
     p.add_argument("--scheduler", default="gradient", choices=["costliest", "gradient"])
     p.add_argument("--caches", default="warm", choices=CACHE_CHOICES,

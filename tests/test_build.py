@@ -401,6 +401,21 @@ def test_an_embedding_of_run_time_token_ids_builds_and_matches_onnxruntime(tmp_p
     assert diffs and all(d.ok for d in diffs), diffs
 
 
+def test_a_decoder_block_of_opset_23_attention_ops_matches_onnxruntime(tmp_path):
+    """zoo.llama_block, small: RMSNormalization, RotaryEmbedding (halves and interleaved pairs),
+    Attention with grouped-query heads, is_causal and a padding mask that leaves the first two
+    queries nothing to attend (their rows are 0, not NaN)."""
+    path = tmp_path / "decoder.onnx"
+    onnx.save(zoo.llama_block(seq=12, hidden=64, heads=4, kv_heads=2, ff=96, padding_mask=True), path)
+    graph = load_onnx(path)
+    model = load_model(build_model(graph, tmp_path / "decoder.so").library)
+    keep = np.broadcast_to(np.arange(12) >= 2, (1, 1, 12, 12))  # the first 2 keys are padding
+    feeds = {**sample_inputs(graph, 1), "attention_mask": keep}
+    diffs = compare(model, onnxruntime_session(path, 2), feeds, rtol=1e-3, atol=1e-4)
+    model.close()
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
 def _recurrent_model() -> onnx.ModelProto:
     """A bidirectional LSTM with peepholes and clipping over 20 steps, its Y read by a GRU
     (linear_before_reset) whose initial state is a model input (onnxruntime runs no batch-first

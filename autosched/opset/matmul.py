@@ -13,7 +13,7 @@ from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.views import keeps_rows, operand_views, view_array, view_shape, view_tensor
 from autosched.ops import matmul as mm_ops
-from autosched.opset import recurrent
+from autosched.opset import attention, recurrent
 from autosched.opset.algebra import AlgebraOp, no_attrs
 from autosched.opset.record import (
     ComputeArgs,
@@ -191,7 +191,7 @@ def _import_einsum(imp: Importer, node: OnnxNode) -> None:
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.MATMUL, OpKind.ANCHOR, _matmul_shape, _matmul_reference, _matmul_compute,
           on_output(mm_ops.schedule_matmul), {"MatMul": direct(Op.MATMUL), "Einsum": Converter(_import_einsum),
-                                                **recurrent.IMPORTERS},
+                                                **recurrent.IMPORTERS, **attention.IMPORTERS},
           # products without operand views (views are folded in after substitutions): 2-D, and
           # a batch of rows by one matrix (a dense layer on [batch, tokens, features], BERT's
           # projections)

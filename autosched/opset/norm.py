@@ -1,8 +1,8 @@
 """Normalizations: batch norm (elementwise per channel, usually folded into a convolution),
 softmax and layer norm (reductions over trailing axes), and the ONNX ops that import as them:
 LogSoftmax (a shifted log of the sum of exponentials), instance and group norm (a layer norm
-over each instance's or group's elements, then the per-channel scale and bias), mean-variance
-and Lp normalization (reductions and elementwise steps)."""
+over each instance's or group's elements, then the per-channel scale and bias), mean-variance,
+Lp and RMS normalization (reductions and elementwise steps)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -201,6 +201,22 @@ def _import_lp_norm(imp: Importer, node: OnnxNode) -> None:
              node.outputs, {})
 
 
+def _import_rms_norm(imp: Importer, node: OnnxNode) -> None:
+    """x / sqrt(mean(x²) + ε) · scale, the mean over the axes from `axis` on (opset 23's
+    RMSNormalization: Llama-style decoders' only normalization)."""
+    x = imp.value(node.inputs[0])
+    if int(node.attr("stash_type", 1)) != 1:
+        raise node.error(f"stash_type {node.attr('stash_type')}: only 1 (statistics in float) is supported")
+    axis = normalize_axis(node, node.attr("axis", -1), len(x.shape))
+    epsilon = f"{node.outputs[0]}:epsilon"
+    imp.add_constant(epsilon, np.array(node.attr("epsilon", 1e-5), dtype=x.dtype))
+    square = imp.emit_step(node, "square", Op.MUL, [x.name, x.name], {})
+    mean = imp.emit_step(node, "mean_square", Op.REDUCE_MEAN, [square],
+                         {"axes": tuple(range(axis, len(x.shape))), "keepdims": 1})
+    rms = imp.emit_step(node, "rms", Op.SQRT, [imp.emit_step(node, "guarded", Op.ADD, [mean, epsilon], {})], {})
+    imp.emit(node, Op.MUL, [imp.emit_step(node, "normed", Op.DIV, [x.name, rms], {}), node.inputs[1]], node.outputs, {})
+
+
 def _group_count(node: OnnxNode, channels: int) -> int:
     groups = node.attr("num_groups")
     if groups is None:
@@ -221,5 +237,6 @@ RECORDS: tuple[OpDef, ...] = (
                                  "InstanceNormalization": _grouped_norm(lambda node, channels: channels),
                                  "GroupNormalization": _grouped_norm(_group_count),
                                  "MeanVarianceNormalization": Converter(_import_mean_variance),
-                                 "LpNormalization": Converter(_import_lp_norm)}),
+                                 "LpNormalization": Converter(_import_lp_norm),
+                                 "RMSNormalization": Converter(_import_rms_norm)}),
 )
