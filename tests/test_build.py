@@ -416,6 +416,60 @@ def test_a_decoder_block_of_opset_23_attention_ops_matches_onnxruntime(tmp_path)
     assert diffs and all(d.ok for d in diffs), diffs
 
 
+def test_top_k_routing_and_gather_nd_by_run_time_indices_match_onnxruntime(tmp_path):
+    """A mixture-of-experts router (TopK of a projection's logits, ties included, a softmax of
+    the chosen ones, Hardmax beside it) and a GatherND of a table by run-time index pairs,
+    negative ones and batch_dims 1 included."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(11)
+    info = helper.make_tensor_value_info
+    inits = [onnx.numpy_helper.from_array(a, n) for a, n in (
+        (rng.standard_normal((16, 8)).astype(np.float32), "router"), (np.array([3], np.int64), "k"),
+        (rng.standard_normal((2, 5, 6, 7)).astype(np.float32), "table"))]
+    nodes = [helper.make_node("MatMul", ["x", "router"], ["logits"]),
+             helper.make_node("TopK", ["logits", "k"], ["top", "experts"], axis=-1),
+             helper.make_node("Softmax", ["top"], ["weights"], axis=-1),
+             helper.make_node("Hardmax", ["logits"], ["choice"], axis=-1),
+             helper.make_node("TopK", ["ties", "k"], ["low", "low_at"], axis=1, largest=0),
+             helper.make_node("GatherND", ["table", "where"], ["rows"], batch_dims=1)]
+    graph = helper.make_graph(nodes, "router", [info("x", TensorProto.FLOAT, [4, 16]), info("ties", TensorProto.FLOAT, [2, 9]),
+                                                info("where", TensorProto.INT64, [2, 3, 2])],
+                              [info("weights", TensorProto.FLOAT, [4, 3]), info("experts", TensorProto.INT64, [4, 3]),
+                               info("choice", TensorProto.FLOAT, [4, 8]), info("low", TensorProto.FLOAT, [2, 3]),
+                               info("low_at", TensorProto.INT64, [2, 3]), info("rows", TensorProto.FLOAT, [2, 3, 7])], inits)
+    path = tmp_path / "router.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    model = load_model(build_model(load_onnx(path), tmp_path / "router.so").library)
+    feeds = {"x": rng.standard_normal((4, 16)).astype(np.float32),
+             "ties": np.array([[3, 1, 1, 2, 1, 5, 0, 0, 9], [-np.inf, 2, -np.inf, 4, 4, 4, 1, 7, 8]], np.float32),
+             "where": np.array([[[0, 1], [-1, -2], [4, 5]], [[2, 0], [-5, 3], [1, -6]]], np.int64)}
+    diffs = compare(model, onnxruntime_session(path, 2), feeds, rtol=1e-5, atol=1e-6)
+    model.close()
+    assert len(diffs) == 6 and all(d.ok for d in diffs), diffs
+
+
+def test_check_takes_the_inputs_random_values_would_not_be(tmp_path, capsys):
+    """Run-time indices: random int64 values fall outside the table, onnxruntime refuses them, and
+    `check` says so in one line; `--inputs` gives them (an unknown name is an error)."""
+    from onnx import TensorProto, helper
+
+    table = onnx.numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "table")
+    graph = helper.make_graph([helper.make_node("GatherND", ["table", "at"], ["y"])], "lookup",
+                              [helper.make_tensor_value_info("at", TensorProto.INT64, [2, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [table])
+    path = tmp_path / "lookup.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    db = str(tmp_path / "t.db")
+    assert main(["check", str(path), "--db", db, "--seed", "3"]) == 2
+    assert "give such inputs with --inputs" in capsys.readouterr().err
+    np.savez(tmp_path / "at.npz", at=np.array([[3], [-4]], np.int64))
+    assert main(["check", str(path), "--db", db, "--inputs", str(tmp_path / "at.npz")]) == 0
+    np.savez(tmp_path / "bad.npz", index=np.array([[1]], np.int64))
+    assert main(["check", str(path), "--db", db, "--inputs", str(tmp_path / "bad.npz")]) == 2
+    assert "index is no input of the model (its inputs: at)" in capsys.readouterr().err
+
+
 def _recurrent_model() -> onnx.ModelProto:
     """A bidirectional LSTM with peepholes and clipping over 20 steps, its Y read by a GRU
     (linear_before_reset) whose initial state is a model input (onnxruntime runs no batch-first

@@ -119,15 +119,21 @@ def _outputs_file(path: str) -> str:
     return str(target)
 
 
+def _read_inputs(path: str | None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file of inputs, by name (none without a file)."""
+    if path is None:
+        return {}
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise AutoschedError(f"{path}: cannot read the inputs: {e}") from None
+
+
 def run_run(args: argparse.Namespace) -> int:
     outputs_file = _outputs_file(args.outputs)
     model = load_model(args.library, args.verify)
-    try:
-        with np.load(args.inputs) as z:
-            feeds = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise AutoschedError(f"{args.inputs}: cannot read the inputs: {e}") from None
-    outputs = model.run(feeds)
+    outputs = model.run(_read_inputs(args.inputs))
     try:
         np.savez(outputs_file, **outputs)  # type: ignore[arg-type]  # numpy's stub matches **outputs against allow_pickle: bool
     except OSError as e:
@@ -144,6 +150,8 @@ def check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--atol", type=float, default=None,
                         help="absolute tolerance (default: the target's precision's, 1e-4 at fp32, 1e-2 at tf32 and fp16, 5e-2 at bf16)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--inputs", metavar="X.npz", help="arrays for some or all of the model's inputs, by name "
+                                                          "(indices, masks, token ids: what random values would not be)")
     parser.add_argument("--emulate", action="store_true",
                         help="with --target cuda: run the CUDA kernels in the CPU emulation (no GPU needed)")
 
@@ -164,9 +172,13 @@ def run_check(args: argparse.Namespace) -> int:
     rtol = implied[0] if args.rtol is None else args.rtol
     atol = implied[1] if args.atol is None else args.atol
     given = "given" if (args.rtol, args.atol) != (None, None) else f"the {target.precision} tolerance"
+    arrays = _read_inputs(args.inputs)  # an unreadable file fails before the build
     with temp_dir("check") as tmp:
         graph, model, session = _built(args, tmp)
-        diffs = compare(model, session, sample_inputs(graph, args.seed), rtol, atol)
+        if unknown := sorted(set(arrays) - {v.name for v in graph.inputs}):
+            raise AutoschedError(f"{args.inputs}: {', '.join(unknown)} is no input of the model (its inputs: "
+                                 f"{', '.join(v.name for v in graph.inputs)})")
+        diffs = compare(model, session, {**sample_inputs(graph, args.seed), **arrays}, rtol, atol)
         model.close()
     print(f"tolerance: rtol {rtol:g}, atol {atol:g} ({given})")
     print(f"{'output':<32} {'max abs err':>12} {'max rel err':>12}  verdict (rtol {rtol:g}, atol {atol:g})")

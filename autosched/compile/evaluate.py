@@ -91,14 +91,20 @@ def sample_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
 
 
 def compare(model: Model, session, feeds: dict[str, np.ndarray], rtol: float, atol: float) -> list[OutputDiff]:
-    """Per output: max absolute and relative error, and whether |a-b| <= atol + rtol·|b| everywhere."""
+    """Per output: max absolute and relative error, and whether |a-b| <= atol + rtol·|b| everywhere
+    (equal values, infinities too, differ by 0)."""
     ours = model.run(feeds)
     names = [o.name for o in session.get_outputs()]
-    theirs = dict(zip(names, session.run(names, feeds)))
+    try:
+        theirs = dict(zip(names, session.run(names, feeds)))
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise AutoschedError(f"onnxruntime cannot run the model on these inputs (random integers may fall outside "
+                             f"what they index: give such inputs with --inputs): {e}") from None
     diffs = []
     for name, got in ours.items():
         want = np.asarray(theirs[name])
-        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        with np.errstate(invalid="ignore"):  # inf - inf where both are the same infinity
+            err = np.where(got == want, 0.0, np.abs(got.astype(np.float64) - want.astype(np.float64)))
         rel = err / np.maximum(np.abs(want.astype(np.float64)), np.finfo(np.float32).tiny)
         ok = bool(np.all(err <= atol + rtol * np.abs(want))) and not np.isnan(got).any()
         diffs.append(OutputDiff(name, float(err.max(initial=0)), float(rel.max(initial=0)), ok))

@@ -1,6 +1,6 @@
 """Reductions over a set of axes (ReduceMean/Sum/Prod/Max/Min), the global pools that import as
 them, and the ONNX reductions that import as a sum between elementwise steps (ReduceL1, L2,
-SumSquare, LogSum, LogSumExp) or as reductions of a mask (ArgMax, ArgMin), and CumSum."""
+SumSquare, LogSum, LogSumExp) or as reductions of a mask (ArgMax, ArgMin, Hardmax, TopK), and CumSum."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -145,6 +145,67 @@ def _arg_extreme(extreme: Op) -> Converter:
     return Converter(convert)
 
 
+MAX_TOP_K = 64  # TopK is k extractions of the extreme: k passes over the axis
+
+
+def _import_top_k(imp: Importer, node: OnnxNode) -> None:
+    """TopK as k extractions: the extreme of the elements not yet taken, and the first position
+    holding it among those (ties go to the lower index, as ONNX orders them); that position is
+    then taken. A taken element is masked by where it is, not by its value, so values equal to
+    the fill (-inf, an integer's minimum) are still found. Values and indices come out sorted."""
+    x = imp.value(node.inputs[0])
+    axis = normalize_axes(node, [node.attr("axis", -1)], len(x.shape))[0]
+    k = node.required_const(1).reshape(-1)
+    length = x.shape[axis]
+    if k.size != 1 or not 0 < int(k[0]) <= min(length, MAX_TOP_K):
+        raise node.error(f"k must be one integer from 1 to {min(length, MAX_TOP_K)} (the axis' length, at most "
+                         f"{MAX_TOP_K}), not {k.tolist()}")
+    largest = bool(node.attr("largest", 1))
+    kind = np.dtype(x.dtype)
+    fill = (-np.inf if largest else np.inf) if kind.kind == "f" else (np.iinfo(kind).min if largest else np.iinfo(kind).max)
+    out = node.outputs[0] or node.name
+    constants = {"positions": np.arange(length, dtype=np.int64).reshape([length if d == axis else 1 for d in range(len(x.shape))]),
+                 "missing": np.array(length, dtype=np.int64), "fill": np.array(fill, dtype=kind)}
+    for label, array in constants.items():
+        imp.add_constant(f"{out}:{label}", array)
+    positions, missing, fill_name = (f"{out}:{label}" for label in constants)
+    along = {"axes": (axis,), "keepdims": 1}
+    values, indices, taken = [], [], None
+    for r in range(int(k[0])):
+        def step(label: str, op: Op, inputs: list[str], attrs: dict | None = None, r: int = r) -> str:
+            return imp.emit_step(node, f"{r}/{label}", op, inputs, attrs or {})
+
+        rest = x.name if taken is None else step("rest", Op.WHERE, [taken, fill_name, x.name])
+        top = step("extreme", Op.REDUCE_MAX if largest else Op.REDUCE_MIN, [rest], along)
+        hits = step("hits", Op.EQUAL, [rest, top])
+        if taken is not None:
+            hits = step("free_hits", Op.AND, [hits, step("free", Op.NOT, [taken])])
+        first = step("index", Op.REDUCE_MIN, [step("found", Op.WHERE, [hits, positions, missing])], along)
+        now = step("now", Op.EQUAL, [positions, first])
+        taken = now if taken is None else step("taken", Op.OR, [taken, now])
+        values.append(top)
+        indices.append(first)
+    for index in node.used_outputs():
+        imp.emit(node, Op.CONCAT, (values, indices)[index], [node.outputs[index]], {"axis": axis})
+
+
+def _import_hardmax(imp: Importer, node: OnnxNode) -> None:
+    """1 at the first maximum along the axis, 0 elsewhere."""
+    x = imp.value(node.inputs[0])
+    axis = normalize_axes(node, [node.attr("axis", -1)], len(x.shape))[0]
+    length = x.shape[axis]
+    positions, missing = f"{node.outputs[0]}:positions", f"{node.outputs[0]}:missing"
+    imp.add_constant(positions, np.arange(length, dtype=np.int64).reshape(
+        [length if d == axis else 1 for d in range(len(x.shape))]))
+    imp.add_constant(missing, np.array(length, dtype=np.int64))
+    along = {"axes": (axis,), "keepdims": 1}
+    hits = imp.emit_step(node, "hits", Op.EQUAL, [x.name, imp.emit_step(node, "max", Op.REDUCE_MAX, [x.name], along)], {})
+    first = imp.emit_step(node, "first", Op.REDUCE_MIN, [imp.emit_step(node, "found", Op.WHERE, [hits, positions, missing], {})],
+                          along)
+    imp.emit(node, Op.CAST, [imp.emit_step(node, "one_hot", Op.EQUAL, [positions, first], {})], node.outputs,
+             {"to": x.dtype})
+
+
 def _cum_sum_compute(args: ComputeArgs) -> list[Tensor]:
     """Each output the sum of the elements up to it along the axis (after it, reversed; not
     itself, exclusive): a masked sum over the whole axis, O(n²) in its length, which suits the
@@ -205,7 +266,8 @@ RECORDS: tuple[OpDef, ...] = (
         "ReduceSumSquare": _around_sum(Op.MUL, None), "ReduceLogSum": _around_sum(None, Op.LOG),
         "ReduceLogSumExp": Converter(_import_log_sum_exp, constant_inputs=(1,))}),
     _record(Op.REDUCE_MAX, _max, reduce_ops.reduce_max, global_pool="GlobalMaxPool",
-            composites={"ArgMax": _arg_extreme(Op.REDUCE_MAX)}),
+            composites={"ArgMax": _arg_extreme(Op.REDUCE_MAX), "TopK": Converter(_import_top_k, constant_inputs=(1,)),
+                        "Hardmax": Converter(_import_hardmax)}),
     _record(Op.REDUCE_MIN, _min, reduce_ops.reduce_min, composites={"ArgMin": _arg_extreme(Op.REDUCE_MIN)}),
     OpDef(Op.CUM_SUM, OpKind.REDUCE, same_shape, _cum_sum_reference, _cum_sum_compute,
           on_output(reduce_ops.schedule_reduce), {"CumSum": Converter(_import_cum_sum, constant_inputs=(1,))}),

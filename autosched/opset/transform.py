@@ -328,6 +328,47 @@ def _gather_compute(args: ComputeArgs) -> list[Tensor]:
     return [te.compute(args.out_shapes[0], body, name="gather", tag="injective")]
 
 
+def _import_gather_nd(imp: Importer, node: OnnxNode) -> None:
+    """GatherND as a Gather of flat positions: the data's batch and indexed axes merged into one,
+    each index tuple (negative entries counted from their axis' end) made one position into it,
+    by constants folded at import where the indices are constants, else at run time."""
+    data, given = imp.value(node.inputs[0]), imp.value(node.inputs[1])
+    b = int(node.attr("batch_dims", 0))
+    m = given.shape[-1]
+    if np.dtype(given.dtype).kind not in "iu":
+        raise node.error(f"indices '{given.name}' must be integers, not {given.dtype}")
+    if b + m > len(data.shape) or tuple(given.shape[:b]) != tuple(data.shape[:b]):
+        raise node.error(f"indices {list(given.shape)} with batch_dims {b} do not index data {list(data.shape)}")
+    indexed = data.shape[b:b + m]
+    strides = [int(np.prod(indexed[j + 1:])) for j in range(m)]
+    out = node.outputs[0]
+    step = lambda label, op, inputs, attrs: imp.emit_step(node, label, op, inputs, attrs)  # noqa: E731
+    lead = tuple(given.shape[:-1])
+    flat = None
+    for j in range(m):
+        column = step(f"column{j}", Op.SLICE, [given.name], {
+            "starts": (0,) * (len(given.shape) - 1) + (j,), "ends": lead + (j + 1,), "steps": (1,) * len(given.shape)})
+        column = step(f"column{j}/flat", Op.RESHAPE, [column], {"shape": lead})
+        if given.dtype != "int64":
+            column = step(f"column{j}/int64", Op.CAST, [column], {"to": "int64"})
+        for label, array in ((f"dim{j}", indexed[j]), (f"stride{j}", strides[j]), ("zero", 0)):
+            if f"{out}:{label}" not in imp.constants:
+                imp.add_constant(f"{out}:{label}", np.array(array, dtype=np.int64))
+        negative = step(f"column{j}/negative", Op.LESS, [column, f"{out}:zero"], {})
+        column = step(f"column{j}/wrapped", Op.WHERE, [negative, step(f"column{j}/from_end", Op.ADD, [
+            column, f"{out}:dim{j}"], {}), column], {})
+        term = step(f"term{j}", Op.MUL, [column, f"{out}:stride{j}"], {})
+        flat = term if flat is None else step(f"position{j}", Op.ADD, [flat, term], {})
+    assert flat is not None
+    batch = int(np.prod(data.shape[:b]))
+    if b:  # each batch's positions after the previous batches' elements
+        imp.add_constant(f"{out}:batch_start", (np.arange(batch, dtype=np.int64) * int(np.prod(indexed))).reshape(
+            data.shape[:b] + (1,) * (len(lead) - b)))
+        flat = step("batched", Op.ADD, [flat, f"{out}:batch_start"], {})
+    rows = step("rows", Op.RESHAPE, [data.name], {"shape": (batch * int(np.prod(indexed)),) + data.shape[b + m:]})
+    imp.emit(node, Op.GATHER, [rows, flat], node.outputs, {"axis": 0})
+
+
 def _import_gather(imp: Importer, node: OnnxNode) -> None:
     shape = imp.value(node.inputs[0]).shape
     axis = normalize_axis(node, node.attr("axis", 0), len(shape))
@@ -488,7 +529,7 @@ RECORDS: tuple[OpDef, ...] = (
     _injective(Op.SLICE, _slice_shape, _slice_reference, _slice_compute,
                {"Slice": Converter(_import_slice, constant_inputs=(1, 2, 3, 4))}),
     _injective(Op.GATHER, _gather_shape, _gather_reference, _gather_compute,
-               {"Gather": Converter(_import_gather)}),
+               {"Gather": Converter(_import_gather), "GatherND": Converter(_import_gather_nd)}),
     _injective(Op.GATHER_ELEMENTS, _gather_elements_shape, _gather_elements_reference, _gather_elements_compute,
                {"GatherElements": Converter(_import_gather_elements)}),
     _injective(Op.PAD, _pad_shape, _pad_reference, _pad_compute,
