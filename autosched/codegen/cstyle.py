@@ -18,6 +18,7 @@ from autosched.lower import arith
 from autosched.lower.ir import Allocate, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autosched.te.expr import (
     INT_DTYPES,
+    LIBM_UNARY,
     BinOp,
     Call,
     Cast,
@@ -44,7 +45,7 @@ MATH = {"exp": "expf({})", "log": "logf({})", "tanh": "tanhf({})", "erf": "erff(
         "rsqrt": "(1.0f / sqrtf({}))", "sigmoid": "(1.0f / (1.0f + expf(-({}))))", "abs": "fabsf({})",
         "floor": "floorf({})", "ceil": "ceilf({})", "round": "nearbyintf({})", "neg": "(-({}))",
         "not": "(!({}))", "pow": "powf({}, {})", "sin": "sinf({})", "cos": "cosf({})",
-        "fmod": "fmodf({}, {})"}
+        "fmod": "fmodf({}, {})", **{name: f"{name}f({{}})" for name in LIBM_UNARY}}
 
 
 class CStyleRenderer(ABC):

@@ -34,7 +34,7 @@ from autosched.opset.record import (
     same_shape,
 )
 from autosched.te import Cmp, Expr, Tensor
-from autosched.te.expr import is_float
+from autosched.te.expr import LIBM_UNARY, call, is_float
 
 
 def broadcast_operand(t: Tensor, idx: tuple, position: int) -> Expr:
@@ -95,6 +95,11 @@ def binary_op(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray, np.ndarray], n
 def unary_op(op: Op, scalar: ScalarFn, fn: Callable[[np.ndarray], np.ndarray]) -> OpDef:
     """A unary op without attributes whose reference applies `fn`."""
     return elementwise(op, scalar, unary_reference(fn), {op.value: direct(op)})
+
+
+def _libm(name: str) -> ScalarFn:
+    """The math library's function `name` of the one operand."""
+    return lambda a, at: call(name, a[0])
 
 
 def _trunc_div(a: Expr, b: Expr) -> Expr:
@@ -267,6 +272,9 @@ RECORDS: tuple[OpDef, ...] = (
     unary_op(Op.RECIPROCAL, lambda a, at: const_like(1, a[0]) / a[0], np.reciprocal),
     unary_op(Op.SIN, lambda a, at: te.sin(a[0]), np.sin),
     unary_op(Op.COS, lambda a, at: te.cos(a[0]), np.cos),
+    *(unary_op(Op(name.capitalize()), _libm(name), reference)
+      for name, reference in zip(LIBM_UNARY, (np.tan, np.arcsin, np.arccos, np.arctan, np.sinh, np.cosh, np.arcsinh,
+                                              np.arccosh, np.arctanh))),
     unary_op(Op.SQRT, lambda a, at: te.sqrt(a[0]), np.sqrt),
     unary_op(Op.ERF, lambda a, at: te.erf(a[0]), erf_reference),
     unary_op(Op.EXP, lambda a, at: te.exp(a[0]), np.exp),

@@ -21,10 +21,14 @@ DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max")
 LOGIC_OPS = ("and", "or")
 CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
+#: trigonometric and hyperbolic functions the back ends call from their math library (each a
+#: one-argument intrinsic of the same name): rare in models, so never a vector routine of ours
+LIBM_UNARY = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 #: math intrinsics: name -> number of arguments
 INTRINSICS = {
     "exp": 1, "log": 1, "tanh": 1, "erf": 1, "sqrt": 1, "rsqrt": 1, "sigmoid": 1,
     "abs": 1, "floor": 1, "ceil": 1, "round": 1, "neg": 1, "not": 1, "pow": 2, "sin": 1, "cos": 1, "fmod": 2,
+    **{name: 1 for name in LIBM_UNARY},
 }
 
 
