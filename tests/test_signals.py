@@ -90,13 +90,19 @@ def test_an_interrupt_sqlalchemy_logs_before_reraising_it_is_not_printed(capfd):
 
     from autosched.cli.app import _show_warnings
 
-    _show_warnings()
-    pool = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
-    for exc in (KeyboardInterrupt(), OSError("disk I/O error")):
-        try:
-            raise exc
-        except BaseException:
-            pool.error("Exception during reset or similar", exc_info=True)
+    logger = logging.getLogger("sqlalchemy")
+    earlier = logger.handlers[:]  # a CLI run earlier in this process installed its handler on another stderr
+    logger.handlers.clear()
+    try:
+        _show_warnings()
+        pool = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
+        for exc in (KeyboardInterrupt(), OSError("disk I/O error")):
+            try:
+                raise exc
+            except BaseException:
+                pool.error("Exception during reset or similar", exc_info=True)
+    finally:
+        logger.handlers[:] = earlier
     err = capfd.readouterr().err
     assert "KeyboardInterrupt" not in err and "sqlalchemy: Exception during reset or similar" in err
     assert "OSError: disk I/O error" in err
