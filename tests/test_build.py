@@ -11,7 +11,7 @@ from autosched import zoo
 from autosched.cli import main
 from autosched.compile.evaluate import compare, kernel_times, onnxruntime_session, sample_inputs
 from autosched.compile.model import build_model, group_arguments
-from autosched.errors import AutoschedError
+from autosched.errors import AutoschedError, FrontendError
 from autosched.frontend.onnx import import_model, load_onnx
 from autosched.graph.passes import fuse, optimize
 from autosched.runtime import ModelError, load_model
@@ -468,6 +468,31 @@ def test_check_takes_the_inputs_random_values_would_not_be(tmp_path, capsys):
     np.savez(tmp_path / "bad.npz", index=np.array([[1]], np.int64))
     assert main(["check", str(path), "--db", db, "--inputs", str(tmp_path / "bad.npz")]) == 2
     assert "index is no input of the model (its inputs: at)" in capsys.readouterr().err
+
+
+def test_lp_pools_match_onnxruntime_and_an_overhanging_ceil_window_is_refused(tmp_path):
+    """LpPool as an average pool of |x|^p counting the padding, times the window: p 1 and 3,
+    padded and strided; ceil_mode where it changes nothing; refused where a window overhangs."""
+    from onnx import TensorProto, helper
+
+    def model(**ceil: int) -> onnx.ModelProto:
+        nodes = [helper.make_node("LpPool", ["x"], ["l1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], p=1),
+                 helper.make_node("LpPool", ["x"], ["l3"], kernel_shape=[2, 3], strides=[1, 2], p=3, **ceil)]
+        graph = helper.make_graph(nodes, "lp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 9])],
+                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("l1", "l3")])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+    path = tmp_path / "lp.onnx"
+    onnx.save(model(ceil_mode=1), path)  # the 2x3 windows at stride 1 and 2 fit the 9x9 input exactly
+    graph = load_onnx(path)
+    built = load_model(build_model(graph, tmp_path / "lp.so").library)
+    diffs = compare(built, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-4, atol=1e-5)
+    built.close()
+    assert len(diffs) == 2 and all(d.ok for d in diffs), diffs
+    overhang = model(ceil_mode=1)
+    next(a for a in overhang.graph.node[1].attribute if a.name == "strides").ints[:] = [2, 2]  # rows: 7 past the first, stride 2
+    with pytest.raises(FrontendError, match="ceil_mode with a window past the padding"):
+        import_model(overhang, source="lp.onnx")
 
 
 def _recurrent_model() -> onnx.ModelProto:

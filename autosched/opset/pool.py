@@ -150,6 +150,38 @@ def _import_lrn(imp: Importer, node: OnnxNode) -> None:
              node.outputs, {})
 
 
+def _import_lp_pool(imp: Importer, node: OnnxNode) -> None:
+    """LpPool: (Σ |x|^p)^(1/p) over each window, zeros in the padding: an average pool of |x|^p
+    that counts the padding, times the window's size. A ceil-mode window past the padding would
+    count fewer elements, so ceil_mode is taken only where it changes no output size."""
+    x = imp.value(node.inputs[0])
+    p = float(node.attr("p", 2))
+    if p <= 0:
+        raise node.error(f"p must be positive, not {p:g}")
+    attrs = window_attrs(node, x.shape[2:], node.attr("kernel_shape", []))
+    kernel, strides, pads, dilations = (list(attrs[k]) for k in ("kernel_shape", "strides", "pads", "dilations"))  # type: ignore[call-overload]
+    attrs.update(ceil_mode=0, count_include_pad=1)
+    summed = imp.emit_step(node, "powers", Op.MUL, [x.name, x.name], {}) if p == 2 else \
+        imp.emit_step(node, "magnitude", Op.ABS, [x.name], {})
+    constants = {"p": p, "window": float(np.prod(kernel)), "root": 1.0 / p}
+    for label, value in constants.items():
+        imp.add_constant(f"{node.outputs[0]}:{label}", np.array(value, dtype=x.dtype))
+    if p not in (1, 2):
+        summed = imp.emit_step(node, "powers", Op.POW, [summed, f"{node.outputs[0]}:p"], {})
+    rank = len(x.shape) - 2
+    spans = [x.shape[2 + i] + pads[i] + pads[rank + i] - dilations[i] * (k - 1) - 1 for i, k in enumerate(kernel)]
+    if node.attr("ceil_mode", 0) and any(span % stride for span, stride in zip(spans, strides)):
+        raise node.error("ceil_mode with a window past the padding is not supported")
+    mean = imp.emit_step(node, "mean", Op.AVERAGE_POOL, [summed], attrs)
+    total = imp.emit_step(node, "sum", Op.MUL, [mean, f"{node.outputs[0]}:window"], {})
+    if p == 1:
+        imp.emit(node, Op.IDENTITY, [total], node.outputs, {})
+    elif p == 2:
+        imp.emit(node, Op.SQRT, [total], node.outputs, {})
+    else:
+        imp.emit(node, Op.POW, [total, f"{node.outputs[0]}:root"], node.outputs, {})
+
+
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.MAX_POOL, OpKind.POOL, _shape, _blocked(_max_pool), _compute(Op.MAX_POOL),
           on_output(nn.schedule_pool2d), {"MaxPool": _importer(Op.MAX_POOL)},
@@ -158,5 +190,6 @@ RECORDS: tuple[OpDef, ...] = (
               "kernel_shape": (3, 3), "strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "ceil_mode": 0},
               rank=4),)),
     OpDef(Op.AVERAGE_POOL, OpKind.POOL, _shape, _blocked(_average_pool), _compute(Op.AVERAGE_POOL),
-          on_output(nn.schedule_pool2d), {"AveragePool": _importer(Op.AVERAGE_POOL), "LRN": Converter(_import_lrn)}),
+          on_output(nn.schedule_pool2d), {"AveragePool": _importer(Op.AVERAGE_POOL), "LRN": Converter(_import_lrn),
+                                            "LpPool": Converter(_import_lp_pool)}),
 )
