@@ -45,7 +45,9 @@ MATH = {"exp": "expf({})", "log": "logf({})", "tanh": "tanhf({})", "erf": "erff(
         "rsqrt": "(1.0f / sqrtf({}))", "sigmoid": "(1.0f / (1.0f + expf(-({}))))", "abs": "fabsf({})",
         "floor": "floorf({})", "ceil": "ceilf({})", "round": "nearbyintf({})", "neg": "(-({}))",
         "not": "(!({}))", "pow": "powf({}, {})", "sin": "sinf({})", "cos": "cosf({})",
-        "fmod": "fmodf({}, {})", **{name: f"{name}f({{}})" for name in LIBM_UNARY}}
+        "fmod": "fmodf({}, {})", **{name: f"{name}f({{}})" for name in LIBM_UNARY},
+        "bitand": "(({}) & ({}))", "bitor": "(({}) | ({}))", "bitxor": "(({}) ^ ({}))", "bitnot": "(~({}))",
+        "shl": "(({}) << ({}))", "shr": "(({}) >> ({}))"}
 
 
 class CStyleRenderer(ABC):

@@ -1,6 +1,7 @@
 """Comparisons, boolean logic and Where: the ops of attention masks and of exported control
 flow turned into arithmetic (`Where(Less(x, t), a, b)`), and the ONNX ops that import as a
-Where of a constant or computed mask (Trilu, OneHot).
+Where of a constant or computed mask (Trilu, OneHot); and the bitwise ops of integers
+(BitwiseAnd/Or/Xor/Not, BitShift: hashed embeddings, packed bit masks).
 
 Comparisons and IsNaN/IsInf yield bool tensors; And, Or, Xor and Not take and yield them; Where
 selects between two broadcasting operands of one dtype. All are elementwise, so they fuse
@@ -19,6 +20,7 @@ from autosched.graph.ir import Node, Op, Value
 from autosched.opset.elementwise import elementwise
 from autosched.opset.record import OpDef, ScalarFn, Shape, direct
 from autosched.te import Cmp, Expr
+from autosched.te.expr import call
 
 
 def _predicate_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
@@ -43,6 +45,57 @@ def _predicate(op: Op, scalar: ScalarFn, fn: Callable[..., np.ndarray], **defaul
 
 def _compare(op: Op, name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> OpDef:
     return _predicate(op, lambda a, at: Cmp(name, a[0], a[1]), fn)
+
+
+def _bits_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    if len({v.dtype for v in inputs}) > 1:
+        raise ValueError(f"operand dtypes differ: {[v.dtype for v in inputs]}")
+    if np.dtype(inputs[0].dtype).kind not in "iu":
+        raise ValueError(f"operands must be integers, not {inputs[0].dtype}")
+    return [(np.broadcast_shapes(*(v.shape for v in inputs)), inputs[0].dtype)]
+
+
+def _bits(op: Op, scalar: ScalarFn, fn: Callable[..., np.ndarray], importer: Converter | None = None) -> OpDef:
+    """A bitwise op of integers, `fn` its numpy reference."""
+
+    def reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(fn(*args, **attrs)).astype(args[0].dtype, copy=False)]
+
+    return elementwise(op, scalar, reference, {op.value: importer or direct(op)}, shape=_bits_shape)
+
+
+def _shift_expr(a: list[Expr], at: Mapping[str, Any]) -> Expr:
+    """ONNX's shift: by a count outside [0, bits) every bit leaves (-1 for a negative number
+    shifted right); a left shift is done on the unsigned bits (C leaves a signed one undefined)."""
+    x, count = a
+    zero = te.const(0, count.dtype)
+    outside = (count < zero) | (count >= te.const(np.iinfo(np.dtype(x.dtype)).bits, count.dtype))
+    count = te.select(outside, zero, count)
+    if at["direction"] == "LEFT":
+        bits = "uint" + x.dtype.lstrip("u").removeprefix("int")
+        shifted = te.cast(x.dtype, call("shl", te.cast(bits, x), te.cast(bits, count)))
+        return te.select(outside, te.const(0, x.dtype), shifted)
+    gone: Expr = te.const(0, x.dtype)
+    if np.dtype(x.dtype).kind == "i":
+        gone = te.select(x < te.const(0, x.dtype), te.const(-1, x.dtype), gone)
+    return te.select(outside, gone, call("shr", x, count))
+
+
+def _shift(x: np.ndarray, y: np.ndarray, direction: str) -> np.ndarray:
+    x, y = np.broadcast_arrays(x, y)
+    outside = (y < 0) | (y >= np.iinfo(x.dtype).bits)
+    count = np.where(outside, 0, y).astype(x.dtype)
+    if direction == "LEFT":
+        bits = np.dtype(f"u{x.dtype.itemsize}")
+        return np.where(outside, 0, np.left_shift(x.view(bits), count.astype(bits)).view(x.dtype))
+    return np.where(outside, np.where(x < 0, -1, 0), np.right_shift(x, count))
+
+
+def _import_bit_shift(imp: Importer, node: OnnxNode) -> None:
+    direction = node.attr("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise node.error(f"direction must be LEFT or RIGHT, not {direction!r}")
+    imp.emit(node, Op.BIT_SHIFT, node.inputs, node.outputs, {"direction": direction})
 
 
 def _is_inf(a: list[Expr], at: Mapping[str, Any]) -> Expr:
@@ -137,4 +190,9 @@ RECORDS: tuple[OpDef, ...] = (
     elementwise(Op.WHERE, lambda a, at: te.select(a[0], a[1], a[2]), _where_reference,
                 {"Where": direct(Op.WHERE), "Trilu": Converter(_import_trilu, constant_inputs=(1,)),
                  "OneHot": Converter(_import_one_hot, constant_inputs=(1, 2))}, shape=_where_shape),
+    _bits(Op.BITWISE_AND, lambda a, at: call("bitand", *a), np.bitwise_and),
+    _bits(Op.BITWISE_OR, lambda a, at: call("bitor", *a), np.bitwise_or),
+    _bits(Op.BITWISE_XOR, lambda a, at: call("bitxor", *a), np.bitwise_xor),
+    _bits(Op.BITWISE_NOT, lambda a, at: call("bitnot", *a), np.invert),
+    _bits(Op.BIT_SHIFT, _shift_expr, _shift, Converter(_import_bit_shift)),
 )

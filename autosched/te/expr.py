@@ -29,6 +29,7 @@ INTRINSICS = {
     "exp": 1, "log": 1, "tanh": 1, "erf": 1, "sqrt": 1, "rsqrt": 1, "sigmoid": 1,
     "abs": 1, "floor": 1, "ceil": 1, "round": 1, "neg": 1, "not": 1, "pow": 2, "sin": 1, "cos": 1, "fmod": 2,
     **{name: 1 for name in LIBM_UNARY},
+    **{name: 2 for name in ("bitand", "bitor", "bitxor", "shl", "shr")}, "bitnot": 1,  # integers' bits
 }
 
 
