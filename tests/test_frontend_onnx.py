@@ -191,6 +191,43 @@ def test_opset_range():
 # Bad input ------------------------------------------------------------------
 
 
+F, I64, U8 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8
+BAD_NODES = [  # op, inputs (name, shape, type; "" an omitted one), outputs, attributes, opset, the error
+    ("Attention", [("q", [1, 4, 8], F), ("k", [1, 4, 8], F), ("v", [1, 4, 8], F)], 1, {}, 23,
+     "3-D inputs need the q_num_heads and kv_num_heads attributes"),
+    ("Attention", [("q", [1, 3, 4, 8], F), ("k", [1, 2, 4, 8], F), ("v", [1, 2, 4, 8], F)], 1, {}, 23,
+     "3 query heads are no multiple of 2 key/value heads"),
+    ("Attention", [("q", [1, 2, 4, 8], F), ("k", [1, 2, 4, 8], F), ("v", [1, 2, 4, 8], F), "", ("pk", [1, 2, 3, 8], F)],
+     1, {}, 23, "past_key and past_value come together"),
+    ("Attention", [("q", [1, 2, 4, 8], F), ("k", [1, 2, 4, 8], F), ("v", [1, 2, 4, 8], F), ("mask", [4, 9], F)], 1,
+     {}, 23, "attn_mask 'mask' covers 9 keys, more than the 4 there are"),
+    ("RotaryEmbedding", [("x", [1, 2, 4, 8], F), ("cos", [1, 4, 3], F), ("sin", [1, 4, 3], F)], 1,
+     {"rotary_embedding_dim": 7}, 23, "rotary_embedding_dim 7 must be even and at most the head size 8"),
+    ("RotaryEmbedding", [("x", [1, 2, 4, 8], F), ("cos", [1, 4, 3], F), ("sin", [1, 4, 3], F)], 1, {}, 23,
+     r"cos/sin 'cos' has shape \[1, 4, 3\], expected \[batch, sequence, 4\]"),
+    ("RMSNormalization", [("x", [2, 8], F), ("scale", [8], F)], 1, {"stash_type": 10}, 23, "stash_type 10"),
+    ("TopK", [("x", [2, 8], F), ("count", None, I64)], 2, {}, 18, r"k must be one integer from 1 to 8 .* not \[9\]"),
+    ("LpPool", [("x", [1, 1, 5, 5], F)], 1, {"kernel_shape": [3, 3], "p": 0}, 18, "p must be positive, not 0"),
+    ("BitShift", [("x", [4], U8), ("y", [4], U8)], 1, {"direction": "UP"}, 18,
+     "direction must be LEFT or RIGHT, not 'UP'"),
+]
+
+
+@pytest.mark.parametrize("op, inputs, outputs, attrs, opset, message", BAD_NODES,
+                         ids=[f"{case[0]}-{i}" for i, case in enumerate(BAD_NODES)])
+def test_bad_attention_and_lookup_nodes_are_clear_errors(op, inputs, outputs, attrs, opset, message):
+    """Each names the node and what is wrong with it."""
+    given = [i for i in inputs if i]
+    values = [_tensor(n, shape, elem) for n, shape, elem in given if shape is not None]
+    inits = [_init(n, np.array([9], np.int64)) for n, shape, _ in given if shape is None]
+    node = helper.make_node(op, [i[0] if i else "" for i in inputs], [f"y{j}" for j in range(outputs)], name="bad",
+                            **attrs)
+    model = helper.make_model(helper.make_graph([node], "g", values, [_tensor("y0", None)], inits),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    with pytest.raises(FrontendError, match=f"m.onnx: node 'bad' \\({op}\\): {message}"):
+        import_model(model, source="m.onnx")
+
+
 def test_unsupported_ops_are_listed_in_one_error():
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="fine"),
