@@ -13,6 +13,7 @@ from autosched.compile.evaluate import compare, kernel_times, onnxruntime_sessio
 from autosched.compile.model import build_model, group_arguments
 from autosched.errors import AutoschedError, FrontendError
 from autosched.frontend.onnx import import_model, load_onnx
+from autosched.graph.ir import Op
 from autosched.graph.passes import fuse, optimize
 from autosched.runtime import ModelError, load_model
 from autosched.target import Target
@@ -414,6 +415,30 @@ def test_a_decoder_block_of_opset_23_attention_ops_matches_onnxruntime(tmp_path)
     diffs = compare(model, onnxruntime_session(path, 2), feeds, rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_a_decode_step_stacks_the_query_heads_of_each_key_value_head(tmp_path):
+    """One new token over a K/V cache with grouped-query heads: no bias remains (the causal
+    frontier admits every key), so each K/V head's query heads are one matrix and K and V are
+    not repeated per query head (no Expand); the outputs and presents match onnxruntime."""
+    from onnx import TensorProto, helper
+
+    info = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    node = helper.make_node("Attention", ["q", "k", "v", "", "past_key", "past_value"], ["y", "present_key", "present_value"],
+                            is_causal=1)
+    graph = helper.make_graph([node], "decode", [info("q", f, [1, 4, 1, 8]), info("k", f, [1, 2, 1, 8]), info("v", f, [1, 2, 1, 8]),
+                                                 info("past_key", f, [1, 2, 7, 8]), info("past_value", f, [1, 2, 7, 8])],
+                              [info("y", f, [1, 4, 1, 8]), info("present_key", f, [1, 2, 8, 8]),
+                               info("present_value", f, [1, 2, 8, 8])])
+    path = tmp_path / "decode.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]), path)
+    graph = load_onnx(path)
+    assert Op.EXPAND not in {n.op for n in graph.nodes}
+    model = load_model(build_model(graph, tmp_path / "decode.so").library)
+    diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-4, atol=1e-5)
+    model.close()
+    assert len(diffs) == 3 and all(d.ok for d in diffs), diffs
 
 
 def test_top_k_routing_and_gather_nd_by_run_time_indices_match_onnxruntime(tmp_path):
