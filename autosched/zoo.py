@@ -198,17 +198,19 @@ def vit_block(seed: int = 0, side: int = 14, patch: int = 16, hidden: int = 384,
 
 
 def llama_block(seed: int = 0, seq: int = 128, hidden: int = 512, heads: int = 8, kv_heads: int = 2, ff: int = 1376,
-                padding_mask: bool = False) -> onnx.ModelProto:
-    """A Llama-style decoder block (batch 1, prefill of `seq` tokens) in opset 23's own ops, as a
-    newer exporter writes it: RMSNormalization, RotaryEmbedding of the 3-D projections by
-    position ids (K's as interleaved pairs), Attention with grouped-query heads and is_causal, a
-    SwiGLU MLP. With `padding_mask`, a boolean [1, 1, seq, seq] input says which keys each query
-    may see (a batch's padding)."""
+                padding_mask: bool = False, past: int = 0) -> onnx.ModelProto:
+    """A Llama-style decoder block (batch 1, `seq` new tokens) in opset 23's own ops, as a newer
+    exporter writes it: RMSNormalization, RotaryEmbedding of the 3-D projections by position ids
+    (K's as interleaved pairs), Attention with grouped-query heads and is_causal, a SwiGLU MLP.
+    With `padding_mask`, a boolean [1, 1, seq, past + seq] input says which keys each query may
+    see (a batch's padding); with `past`, a K/V cache of that many tokens comes in
+    (past_key/past_value) and goes out with the new ones (present_key/present_value): a decode
+    step is `seq=1`."""
     b = ModelBuilder(seed)
     size = hidden // heads
-    angles = np.arange(4 * seq)[:, None] / (10000 ** (np.arange(0, size, 2) / size))[None]
+    angles = np.arange(4 * (past + seq))[:, None] / (10000 ** (np.arange(0, size, 2) / size))[None]
     cos, sin = (b.constant(n, f(angles).astype(np.float32)) for n, f in (("cos_cache", np.cos), ("sin_cache", np.sin)))
-    positions = b.constant("position_ids", np.arange(seq, dtype=np.int64)[None])
+    positions = b.constant("position_ids", np.arange(past, past + seq, dtype=np.int64)[None])
 
     def rms(x: str, name: str) -> str:
         scale = b.constant(f"{name}.weight", (1 + 0.1 * b.rng.standard_normal(hidden)).astype(np.float32))
@@ -222,8 +224,11 @@ def llama_block(seed: int = 0, seq: int = 128, hidden: int = 512, heads: int = 8
     k = b.node("RotaryEmbedding", [proj(h, "k_proj", hidden, kv_heads * size), cos, sin, positions], "k_rope",
                num_heads=kv_heads, interleaved=1)
     v = proj(h, "v_proj", hidden, kv_heads * size)
-    o = b.node("Attention", [q, k, v] + ["attention_mask"] * padding_mask, "attn", is_causal=1, q_num_heads=heads,
-               kv_num_heads=kv_heads)
+    cache = ["past_key", "past_value"] if past else []
+    attention = [q, k, v] + (["attention_mask"] if padding_mask else [""] * bool(past)) + cache
+    o = "attn"
+    b.nodes.append(onnx.helper.make_node("Attention", attention, [o] + [f"present_{n[5:]}" for n in cache], name="attn",
+                                         is_causal=1, q_num_heads=heads, kv_num_heads=kv_heads))
     x = b.node("Add", ["hidden_states", proj(o, "o_proj", hidden, hidden)], "residual1")
     h = rms(x, "post_attention_layernorm")
     gate = proj(h, "gate_proj", hidden, ff)
@@ -232,8 +237,11 @@ def llama_block(seed: int = 0, seq: int = 128, hidden: int = 512, heads: int = 8
                                hidden)], "residual2")
     inputs = [tensor_info("hidden_states", (1, seq, hidden))]
     if padding_mask:
-        inputs.append(onnx.helper.make_tensor_value_info("attention_mask", onnx.TensorProto.BOOL, [1, 1, seq, seq]))
-    model = b.model("llama_block", inputs, [tensor_info(y, (1, seq, hidden))])
+        inputs.append(onnx.helper.make_tensor_value_info("attention_mask", onnx.TensorProto.BOOL, [1, 1, seq, past + seq]))
+    inputs += [tensor_info(n, (1, kv_heads, past, size)) for n in cache]
+    outputs = [tensor_info(y, (1, seq, hidden))] + [tensor_info(f"present_{n[5:]}", (1, kv_heads, past + seq, size))
+                                                    for n in cache]
+    model = b.model("llama_block", inputs, outputs)
     model.opset_import[0].version = 23
     return model
 
@@ -310,6 +318,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
 #: Models beside the zoo, written only when named: benchmarks' --models, the tests that use them
 OTHERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "llama_block": llama_block,
+    "llama_decode": lambda: llama_block(seq=1, past=255),
     "resnext_block": resnext_block,
     "squeezenet": squeezenet,
     "vit_block": vit_block,

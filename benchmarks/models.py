@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--models", help="comma-separated model names: the zoo's, llama_block, resnext_block, squeezenet, vit_block, "
+    p.add_argument("--models", help="comma-separated model names: the zoo's, llama_block, llama_decode, resnext_block, squeezenet, vit_block, "
                                     "autosched/zoo_blocks.py's, or paths of .onnx files (default: the zoo)")
     p.add_argument("--db", type=Path, metavar="PATH", help="tuning database: also build with its best schedules")
     p.add_argument("--baseline", type=Path, metavar="DIR",
