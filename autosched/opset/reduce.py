@@ -130,11 +130,7 @@ def _arg_extreme(extreme: Op) -> Converter:
         x = imp.value(node.inputs[0])
         axis = normalize_axes(node, [node.attr("axis", 0)], len(x.shape))[0]
         last = bool(node.attr("select_last_index", 0))
-        length = x.shape[axis]
-        positions, missing = f"{node.outputs[0]}:positions", f"{node.outputs[0]}:missing"
-        imp.add_constant(positions, np.arange(length, dtype=np.int64).reshape(
-            [length if d == axis else 1 for d in range(len(x.shape))]))
-        imp.add_constant(missing, np.array(-1 if last else length, dtype=np.int64))
+        positions, missing = _positions(imp, node, x.shape, axis, -1 if last else x.shape[axis])
         along = {"axes": (axis,), "keepdims": 1}
         top = imp.emit_step(node, "extreme", extreme, [x.name], along)
         hits = imp.emit_step(node, "hits", Op.EQUAL, [x.name, top], {})
@@ -143,6 +139,16 @@ def _arg_extreme(extreme: Op) -> Converter:
                  {"axes": (axis,), "keepdims": int(node.attr("keepdims", 1))})
 
     return Converter(convert)
+
+
+def _positions(imp: Importer, node: OnnxNode, shape: tuple[int, ...], axis: int, missing: int) -> tuple[str, str]:
+    """Constants of a search along `axis`: each position's index (broadcasting over the other
+    axes), and the index that stands for none."""
+    out = node.outputs[0] or node.name
+    imp.add_constant(f"{out}:positions", np.arange(shape[axis], dtype=np.int64).reshape(
+        [shape[axis] if d == axis else 1 for d in range(len(shape))]))
+    imp.add_constant(f"{out}:missing", np.array(missing, dtype=np.int64))
+    return f"{out}:positions", f"{out}:missing"
 
 
 MAX_TOP_K = 64  # TopK is k extractions of the extreme: k passes over the axis
@@ -163,12 +169,9 @@ def _import_top_k(imp: Importer, node: OnnxNode) -> None:
     largest = bool(node.attr("largest", 1))
     kind = np.dtype(x.dtype)
     fill = (-np.inf if largest else np.inf) if kind.kind == "f" else (np.iinfo(kind).min if largest else np.iinfo(kind).max)
-    out = node.outputs[0] or node.name
-    constants = {"positions": np.arange(length, dtype=np.int64).reshape([length if d == axis else 1 for d in range(len(x.shape))]),
-                 "missing": np.array(length, dtype=np.int64), "fill": np.array(fill, dtype=kind)}
-    for label, array in constants.items():
-        imp.add_constant(f"{out}:{label}", array)
-    positions, missing, fill_name = (f"{out}:{label}" for label in constants)
+    positions, missing = _positions(imp, node, x.shape, axis, length)
+    fill_name = f"{node.outputs[0] or node.name}:fill"
+    imp.add_constant(fill_name, np.array(fill, dtype=kind))
     along = {"axes": (axis,), "keepdims": 1}
     values, indices, taken = [], [], None
     for r in range(int(k[0])):
@@ -193,11 +196,7 @@ def _import_hardmax(imp: Importer, node: OnnxNode) -> None:
     """1 at the first maximum along the axis, 0 elsewhere."""
     x = imp.value(node.inputs[0])
     axis = normalize_axes(node, [node.attr("axis", -1)], len(x.shape))[0]
-    length = x.shape[axis]
-    positions, missing = f"{node.outputs[0]}:positions", f"{node.outputs[0]}:missing"
-    imp.add_constant(positions, np.arange(length, dtype=np.int64).reshape(
-        [length if d == axis else 1 for d in range(len(x.shape))]))
-    imp.add_constant(missing, np.array(length, dtype=np.int64))
+    positions, missing = _positions(imp, node, x.shape, axis, x.shape[axis])
     along = {"axes": (axis,), "keepdims": 1}
     hits = imp.emit_step(node, "hits", Op.EQUAL, [x.name, imp.emit_step(node, "max", Op.REDUCE_MAX, [x.name], along)], {})
     first = imp.emit_step(node, "first", Op.REDUCE_MIN, [imp.emit_step(node, "found", Op.WHERE, [hits, positions, missing], {})],

@@ -337,7 +337,7 @@ def _import_gather_nd(imp: Importer, node: OnnxNode) -> None:
     m = given.shape[-1]
     if np.dtype(given.dtype).kind not in "iu":
         raise node.error(f"indices '{given.name}' must be integers, not {given.dtype}")
-    if b + m > len(data.shape) or tuple(given.shape[:b]) != tuple(data.shape[:b]):
+    if m < 1 or b + m > len(data.shape) or tuple(given.shape[:b]) != tuple(data.shape[:b]):
         raise node.error(f"indices {list(given.shape)} with batch_dims {b} do not index data {list(data.shape)}")
     indexed = data.shape[b:b + m]
     strides = [int(np.prod(indexed[j + 1:])) for j in range(m)]
