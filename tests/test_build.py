@@ -1,5 +1,6 @@
 """Whole-model build and run: real gcc builds of every kernel, the C executor, onnxruntime as reference."""
 import json
+import re
 import subprocess
 import sys
 
@@ -554,10 +555,21 @@ def test_recurrent_layers_unroll_build_and_match_onnxruntime(tmp_path):
     tasks = extract_tasks(optimize(graph, Target.parse("llvm").capabilities.lanes(4)))
     steps = [t for t in tasks.tasks if t.op == "MatMul" and t.weight >= 20]
     assert steps, "each direction's 20 step products are one task"
-    model = load_model(build_model(graph, tmp_path / "rnn.so").library)
+    files = build_model(graph, tmp_path / "rnn.so")
+    model = load_model(files.library)
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
+    # the steps share one packed copy of their recurrent weights: one copy per step put 25 MB of
+    # copies in an LSTM's weights file, and each step read its own from memory (3x the time)
+    run_body = files.library.with_suffix(".c").read_text().split("int32_t autosched_model_run")[1]
+    packed = re.findall(r"(task\d+)\(.*\(model_weights \+ (\d+)\)\) != 0\)", run_body)
+    per_kernel: dict[str, set[str]] = {}
+    for symbol, offset in packed:
+        per_kernel.setdefault(symbol, set()).add(offset)
+    steps_kernels = [offsets for symbol, offsets in per_kernel.items()
+                     if sum(s == symbol for s, _ in packed) >= 20]
+    assert steps_kernels and all(len(offsets) <= 4 for offsets in steps_kernels), per_kernel
 
 
 def test_a_qdq_model_runs_as_the_rounding_it_stands_for(tmp_path):

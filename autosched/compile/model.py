@@ -105,8 +105,12 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
         plan = plans[key]
         args = [Arg(n) if used else Arg(None) for n, used in zip(names, plan.used)]
         for k, (pre, positions) in enumerate(plan.folded):
-            arrays = [graph.constants[names[p]] for p in positions]
-            args.append(Arg(weights.add(f"{group.name}:folded{k}", _run_precompute(pre, arrays))))
+            # named by the kernel and the weights it reads: groups that share both (the steps of an
+            # unrolled recurrence) share one copy, read from cache instead of one copy per step
+            folded = f"{renderer.symbol(plan.func)}:folded{k}:{','.join(names[p] for p in positions)}"
+            if folded not in weights.offsets:
+                weights.add(folded, _run_precompute(pre, [graph.constants[names[p]] for p in positions]))
+            args.append(Arg(folded))
         calls.append((group, renderer.symbol(plan.func), args))
     for name in dict.fromkeys(a.name for _, _, args in calls for a in args
                                  if a.name is not None and a.name in graph.constants):
