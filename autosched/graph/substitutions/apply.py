@@ -10,7 +10,7 @@ of a matched output at its replacement and drops what is left unread.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from autosched.graph.ir import Graph, Node, Value
@@ -46,6 +46,7 @@ class Matcher:
         self.producers = graph.producers()
         self.consumers = graph.consumers()
         self.outputs = {v.name for v in graph.outputs}
+        self.position = {id(node): k for k, node in enumerate(graph.nodes)}
         self.by_op: dict[str, list[Node]] = {}
         for node in graph.nodes:
             self.by_op.setdefault(node.op.value, []).append(node)
@@ -64,7 +65,7 @@ class Matcher:
         if not isinstance(term, App):
             return  # a bare variable is no pattern: it would match every value
         alg = symbol(term.op)
-        for node in self.by_op.get(alg.op.value, ()):
+        for node in self._candidates(term, binding):
             if alg.output >= len(node.outputs):
                 continue
             root = node.outputs[alg.output]
@@ -73,6 +74,24 @@ class Matcher:
             b, found = dict(binding), list(nodes)
             if self._match(term, root, b, found):
                 yield from self._roots(rule, k + 1, b, found, (*roots, root))
+
+    def _candidates(self, term: App, binding: Mapping[str, str]) -> Iterator[Node]:
+        """The nodes that may compute `term`: where it reads a variable an earlier root bound,
+        only those reached upward from that value along the term's path to it, else every node
+        of its op. Scanning every node for each root after the first made rules of two roots
+        quadratic: `autosched tasks` spent 22 s matching in an unrolled LSTM of 1,200 nodes."""
+        path = _bound_path(term, binding)
+        if path is None:
+            yield from self.by_op.get(symbol(term.op).op.value, ())
+            return
+        values, steps = {binding[path[0]]}, path[1]
+        for sub, arg in reversed(steps):
+            alg = symbol(sub.op)
+            values = {reader.outputs[alg.output] for v in values for reader in self.consumers.get(v, ())
+                      if reader.op is alg.op and alg.output < len(reader.outputs)
+                      and arg < len(reader.inputs) and reader.inputs[arg] == v}
+        yield from sorted({id(n): n for n in (self.producers[v] for v in values)}.values(),
+                          key=lambda n: self.position[id(n)])  # graph order, as the scan: deterministic
 
     def _match(self, term: Term, value: str, binding: dict[str, str], nodes: list[Node]) -> bool:
         if not isinstance(term, App):
@@ -105,7 +124,7 @@ class Matcher:
         computed = {out for n in nodes for out in n.outputs}
         if any(v in computed for v in binding.values()):  # a variable must be an input of the match
             return None
-        if len(roots) > 1 and self._downstream(roots) & set(binding.values()):
+        if len(roots) > 1 and self._after_a_root(binding.values(), roots) and self._downstream(roots) & set(binding.values()):
             return None  # dst would read a value computed from one of the outputs it replaces: a cycle
         for node in nodes:  # what the match computes besides its roots must be read only inside it
             for out in node.outputs:
@@ -114,6 +133,12 @@ class Matcher:
                 if out in self.outputs or any(id(r) not in inside for r in self.consumers.get(out, ())):
                     return None
         return Match(rule, dict(binding), dims, tuple(nodes), roots)
+
+    def _after_a_root(self, values: Iterable[str], roots: Sequence[str]) -> bool:
+        """Whether a node after the first root's computes one of `values`: only then can one be
+        computed from a root (nodes are in topological order), and the walk downstream is needed."""
+        first = min(self.position[id(self.producers[r])] for r in roots)
+        return any(v in self.producers and self.position[id(self.producers[v])] > first for v in values)
 
     def _downstream(self, roots: Sequence[str]) -> set[str]:
         """Every value computed from `roots`."""
@@ -126,6 +151,20 @@ class Matcher:
                         seen.add(out)
                         todo.append(out)
         return seen
+
+
+def _bound_path(term: App, binding: Mapping[str, str]) -> tuple[str, list[tuple[App, int]]] | None:
+    """The first variable of `term` that `binding` holds, with the path to it: (subterm, argument
+    position) from the root down; None where the term reads no bound variable."""
+    for k, arg in enumerate(term.args):
+        if isinstance(arg, Var):
+            if arg.name in binding:
+                return arg.name, [(term, k)]
+        elif isinstance(arg, App):
+            found = _bound_path(arg, binding)
+            if found is not None:
+                return found[0], [(term, k), *found[1]]
+    return None
 
 
 def unify(shapes: Mapping[str, tuple[int, ...]], symbolic: Mapping[str, SymShape]) -> dict[str, int] | None:
