@@ -40,7 +40,7 @@ from autosched.graph.ir import Graph
 from autosched.graph.passes import optimize
 from autosched.measure import Builder, Runner
 from autosched.measure.caches import model_caches
-from autosched.model_check import ModelCheck, check_in_model
+from autosched.model_check import SHORTLIST, ModelCheck, check_in_model
 from autosched.substitution import SubstitutionReport, substitute
 from autosched.target import Target
 from autosched.task import Task, extract_tasks
@@ -144,7 +144,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
          shapes: Mapping[str, Sequence[int]] | None = None,
          builder: Builder | None = None, runner: Runner | None = None, emulate: bool = False,
          callbacks: Sequence[Callback] = (), substitutions: bool = True, model_check: bool = True,
-         ab_tasks: int = 3, caches: str = "warm", shipped: bool | PathLike = True) -> TuneOutcome:
+         ab_tasks: int = 3, caches: str = "warm", shipped: bool | PathLike = True,
+         shortlist: int = SHORTLIST) -> TuneOutcome:
     """Spend `trials` new measurements on `model`'s tasks and commit each to `db` (a Database, a
     path or URL; None: `AUTOSCHED_DB` or the per-user file). Candidates are built and timed by
     the target's back end on this machine (gcc and the CPU worker; nvcc and the GPU worker for
@@ -157,9 +158,9 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     begins (a `TunePlan`) and ends, however it ends. `substitutions`: the tasks are those of the
     graph the verified substitutions rewrite the model into (see `prepare_graph`), as `build`
     builds it. `model_check` (targets measured on this machine's CPU or GPU): the tune ends by timing the
-    tuned build against the untuned one in the model, after A/B-testing there the `ab_tasks`
-    tuned configs with the largest estimated gains (`autosched.model_check`); configs that lose
-    are kept out of builds. `caches` (CPU targets and GPUs, not the emulation): the cache state
+    tuned build against the untuned one in the model, after timing there each task's `shortlist`
+    fastest configs kernel by kernel and A/B-testing the `ab_tasks` tuned configs with the
+    largest estimated gains (`autosched.model_check`); configs that lose are kept out of builds. `caches` (CPU targets and GPUs, not the emulation): the cache state
     candidates are timed in (`autosched.measure.caches`: warm, cold, flushed, or "auto": cold
     where the model's weights exceed the last-level cache of what runs them, this machine's or
     the GPU's L2, else warm). A runner passed in that cannot change how it times keeps its own
@@ -204,8 +205,8 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
                 with SharedTuning(database, session, since) as peers:
                     summary = tune_tasks(tasks, target, trials, builder, runner, tuner, round_trials,
                                          [writer, *callbacks], seed, found, scheduler, peers, context)
-                checked = (_check_in_model(model, graph, tasks, target, database, ab_tasks, runner, session, shipped)
-                           if model_check else None)
+                checked = (_check_in_model(model, graph, tasks, target, database, ab_tasks, runner, session, shipped,
+                                           shortlist) if model_check else None)
                 status = "done"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -245,13 +246,15 @@ def _shipped(shipped: bool | PathLike, load: Callable[[PathLike | None], Databas
 
 
 def _check_in_model(model: PathLike, graph: Graph, tasks: list[Task], target: Target, database: Database,
-                    ab_tasks: int, runner: Runner, session: int, shipped: bool | PathLike) -> ModelCheck | None:
+                    ab_tasks: int, runner: Runner, session: int, shipped: bool | PathLike,
+                    shortlist: int) -> ModelCheck | None:
     """The model check after a tune; one that cannot build or run the model is a warning, never a
     failed tune: every record is committed by then."""
     fallback = _shipped(shipped, shipped_database)
     try:
         return check_in_model(graph, tasks, target, database, fallback, ab_tasks,
-                              threads=getattr(getattr(runner, "options", None), "threads", None), session=session)
+                              threads=getattr(getattr(runner, "options", None), "threads", None), session=session,
+                              shortlist=shortlist)
     except AutoschedError as e:
         log.warning("%s: the model check after tuning could not run, the records are kept: %s", model, e)
         return None

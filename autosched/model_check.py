@@ -1,10 +1,16 @@
-"""The end of a tune: the tuned build timed against the untuned one in the model, and the tuned
-choices with the largest expected gains A/B-tested there.
+"""The end of a tune: each task's fastest configs timed kernel by kernel in the model, the
+tuned build timed against the untuned one there, and the tuned choices with the largest
+expected gains A/B-tested there.
 
 Records time each kernel alone with its data warm; the model runs it after kernels that
 evicted its weights, beside the executor's threads. Issue 18 measured tuned builds 4-15%
 slower than untuned ones while their records summed to less. So every tune ends by asking the
-model: the `ab_tasks` tuned configs with the largest estimated gains (task weight × the
+model. First, each task's `shortlist` fastest configs alone are built into as many builds (the
+j-th fastest of every task in build j) and profiled in turn with the untuned build: per task,
+the fastest kernel in the model wins if it beats the default's beyond noise, and the configs it
+or the default beat beyond noise lose (`kernel_verdicts`). On a MobileNetV2 tuned for 400
+trials (Xeon, 2 threads; shortlists of 6) the fastest config alone lost in the model for 18 of
+22 judged tasks, and a config ranked 2nd to 6th alone won for 10. Then the `ab_tasks` tuned configs with the largest estimated gains (task weight × the
 default's record − the config's) are each timed in the model against the same build with only
 that task on its default schedule, in alternating blocks; a config that loses by more than
 in-model noise gets a verdict that keeps it out of builds (`autosched.database.verdicts`), one
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,16 +33,26 @@ from autosched.compile.evaluate import alternate, sample_inputs
 from autosched.compile.model import build_model, default_kernel
 from autosched.database import Database, TunedSchedules
 from autosched.database.model_times import BuildTiming, record_build_timing, record_kernel_time
-from autosched.database.queries import Best, config_cost
-from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, record_verdict
+from autosched.database.queries import Best, config_cost, fastest
+from autosched.database.stored import config_text
+from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, losers, record_verdict
 from autosched.graph.ir import Graph
 from autosched.runtime import Model, load_model
+from autosched.space import Config
 from autosched.target import Target
 from autosched.task import Task
 from autosched.tempdirs import temp_dir
-from autosched.templates import get_template
+from autosched.templates import TemplateError, get_template
 
 log = logging.getLogger("autosched.model_check")
+
+#: configs per task the check times in the model, kernel by kernel: its fastest alone
+SHORTLIST = 3
+#: rounds of profiling the shortlists' builds in turn
+KERNEL_ROUNDS = 5
+#: kernels faster than this in the untuned build are not judged: the per-call medians of a 0.1 ms
+#: classifier moved by 18% between two loads of one ResNet-18 build, its convolutions' by 6% at most
+MIN_JUDGED_S = 50e-6
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,21 @@ class TaskVerdict:
 
 
 @dataclass(frozen=True)
+class KernelVerdict:
+    """A task's shortlist timed kernel by kernel in the model: its default and each of its
+    fastest configs alone, each in a build of its own rank."""
+    task: str                       # task key
+    op: str
+    default_ms: float               # the task's kernel per call in the untuned build
+    configs_ms: tuple[float, ...]   # each shortlisted config's kernel per call, fastest alone first
+    verdicts: tuple[bool | None, ...]  # per config: won (the one built), lost, or within noise
+
+    @property
+    def chosen(self) -> int | None:
+        return next((j for j, wins in enumerate(self.verdicts) if wins), None)
+
+
+@dataclass(frozen=True)
 class ModelCheck:
     untuned_ms: float
     first_tuned_ms: float      # the tuned build before this check's verdicts
@@ -57,6 +89,7 @@ class ModelCheck:
     declined: int              # tuned configs the final comparison declined (the tuned build was slower)
     runs: int                  # timed runs of each build per comparison
     threads: int
+    kernels: tuple[KernelVerdict, ...] = ()  # the shortlists timed kernel by kernel, before the A/B tests
 
     @property
     def speedup(self) -> float:
@@ -134,9 +167,93 @@ def judge(with_ms: float, without_ms: float) -> bool | None:
     return None
 
 
+def kernel_verdicts(default_s: float, configs_s: Sequence[float]) -> tuple[bool | None, ...]:
+    """Per shortlisted config, from kernel times in the model: the fastest wins if it beats the
+    default by more than noise, and then configs slower than it by more than noise lose (so a
+    build takes the winner over a config faster only alone); if none beats the default, those
+    slower than the default by more than noise lose. Everything else is left unjudged."""
+    j_best = min(range(len(configs_s)), key=lambda j: configs_s[j])
+    fastest = configs_s[j_best]
+    if fastest < (1 - IN_MODEL_NOISE) * default_s:
+        return tuple(True if j == j_best else (False if c > (1 + IN_MODEL_NOISE) * fastest else None)
+                     for j, c in enumerate(configs_s))
+    return tuple(False if c > (1 + IN_MODEL_NOISE) * default_s else None for c in configs_s)
+
+
+def _shortlists(db: Database, tasks: list[Task], target: Target, size: int) -> dict[str, list[Config]]:
+    """Task key -> its `size` fastest configs timed on this machine, neither its default nor one
+    the model judged a loss."""
+    out: dict[str, list[Config]] = {}
+    for task in tasks:
+        try:
+            default = get_template(task.op, target.kind).fallback(task, target)
+        except TemplateError:
+            continue
+        if default is None:
+            continue
+        exclude = losers(db, task, target) | {config_text(default.to_json())}
+        if configs := fastest(db, task, target, size, exclude):
+            out[task.key] = configs
+    return out
+
+
+def _kernel_seconds(builds: _Builds, models: list[Model], rounds: int, runs: int) -> list[dict[str, float]]:
+    """Per model, task key -> its kernel's seconds per call: the median over `rounds` rounds, each
+    profiling every model in turn (`runs` runs each), so that the host's drift meets all alike."""
+    samples: list[dict[str, list[float]]] = [{} for _ in models]
+    for _ in range(rounds):
+        for model, sample in zip(models, samples):
+            keys = [t["key"] for t in model.manifest["tasks"]]
+            per: dict[str, list[float]] = {}
+            for call in model.profile(builds.feeds, runs=runs):
+                per.setdefault(keys[call.task], []).append(call.seconds)
+            for key, seconds in per.items():
+                sample.setdefault(key, []).append(sum(seconds) / len(seconds))
+    return [{key: float(np.median(v)) for key, v in sample.items()} for sample in samples]
+
+
+def _judge_shortlists(builds: _Builds, untuned: Model, tasks: list[Task], target: Target, db: Database, size: int,
+                      rounds: int, runs: int, session: int | None) -> list[KernelVerdict]:
+    """Time each task's shortlist in the model, kernel by kernel, and record the verdicts.
+
+    Build j gives every task its j-th fastest config alone (its default where it has fewer), so
+    `size` builds time every shortlist. A kernel's time in the model depends mostly on its own
+    config: the convolutions' per-call medians moved by at most 6% between two loads of one
+    ResNet-18 build (Xeon, 2 threads), where the whole model moved by up to 17%. So a task is
+    judged on its own kernel, every task at once, where an A/B test of the whole model judges one
+    task per pair of builds and only beyond the model's noise."""
+    by_key = {t.key: t for t in tasks}
+    lists = _shortlists(db, tasks, target, size)
+    if not lists:
+        return []
+
+    def rank(j: int):
+        def schedule_for(task: Task, tgt: Target):
+            configs = lists.get(task.key, ())
+            if j < len(configs):
+                return get_template(task.op, tgt.kind).apply(task, configs[j], tgt)
+            return default_kernel(task, tgt)
+        return schedule_for
+
+    variants = [builds.build(rank(j)) for j in range(max(map(len, lists.values())))]
+    times = _kernel_seconds(builds, [untuned, *variants], rounds, runs)
+    out: list[KernelVerdict] = []
+    for key, configs in lists.items():
+        default_s = times[0].get(key)
+        if default_s is None or default_s < MIN_JUDGED_S:
+            continue
+        configs_s = [times[1 + j][key] for j in range(len(configs))]
+        said = kernel_verdicts(default_s, configs_s)
+        for config, seconds, wins in zip(configs, configs_s, said):
+            if wins is not None:
+                record_verdict(db, by_key[key], target, config, Verdict(wins, 1e3 * seconds, 1e3 * default_s, session))
+        out.append(KernelVerdict(key, by_key[key].op, 1e3 * default_s, tuple(1e3 * c for c in configs_s), said))
+    return out
+
+
 def check_in_model(graph: Graph, tasks: list[Task], target: Target, db: Database, fallback: Database | None = None,
                    ab_tasks: int = 3, runs: int = 20, threads: int | None = None,
-                   session: int | None = None) -> ModelCheck:
+                   session: int | None = None, shortlist: int = SHORTLIST) -> ModelCheck:
     """A/B-test `graph`'s tuned build in the model (see the module's docstring) and record the
     verdicts in `db`; `fallback` is the database of shipped records a build also reads."""
     threads = threads or os.cpu_count() or 1
@@ -148,6 +265,11 @@ def check_in_model(graph: Graph, tasks: list[Task], target: Target, db: Database
             schedules = TunedSchedules(db, fallback)
             tuned = builds.build(schedules)
             _, first_ms = builds.time(untuned, tuned, runs)
+            kernels = _judge_shortlists(builds, untuned, tasks, target, db, shortlist, KERNEL_ROUNDS,
+                                        max(1, runs // KERNEL_ROUNDS), session) if shortlist > 0 else []
+            if any(v is not None for k in kernels for v in k.verdicts):
+                schedules = TunedSchedules(db, fallback)  # with the kernels' verdicts
+                tuned = builds.build(schedules)
             gains = {key: gain for key, found in schedules.used.items()
                      if key in by_key and (gain := estimated_gain(db, by_key[key], target, found)) is not None}
             ranked = sorted(gains, key=lambda k: -gains[k])[:ab_tasks]
@@ -183,4 +305,4 @@ def check_in_model(graph: Graph, tasks: list[Task], target: Target, db: Database
             _keep_timings(db, tasks, target, tuned, builds.feeds, final, untuned_ms, tuned_ms, threads, session)
         finally:
             builds.close()
-    return ModelCheck(untuned_ms, first_ms, tuned_ms, tuple(tested), declined, runs, threads)
+    return ModelCheck(untuned_ms, first_ms, tuned_ms, tuple(tested), declined, runs, threads, tuple(kernels))

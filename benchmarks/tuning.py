@@ -22,7 +22,8 @@ issue 9's scheduler comparison; `--caches` (warm, cold, flushed or auto) is the 
 `tune` times candidates in, so curves of two modes compare which ranks configs as the model
 runs them on this host. `--json` prints one object: `threads`, `runs`, `scheduler`, `caches`, `shipped` and per
 model `untuned` and `shipped` (`ms`, `ratio`, ...) and `checkpoints` (per checkpoint `trials`,
-`tune_wall_s`, `estimated_ms`, `model_estimate_ms`, `check`, `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
+`tune_wall_s`, `estimated_ms`, `model_estimate_ms`, `check` (with `kernels`: tasks the check timed kernel by
+kernel in the model, `chosen` where a config beat the default there, `lost` configs), `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
 `onnxruntime_ms`, `ok`). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
 """
 from __future__ import annotations
@@ -98,6 +99,9 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
                 "check": None if check is None else {
                     "tuned_ms": round(check.tuned_ms, 3), "untuned_ms": round(check.untuned_ms, 3),
                     "first_tuned_ms": round(check.first_tuned_ms, 3), "declined": check.declined,
+                    "kernels": {"judged": len(check.kernels), "chosen": sum(k.chosen is not None for k in check.kernels),
+                                "chosen_not_fastest_alone": sum(k.chosen not in (None, 0) for k in check.kernels),
+                                "lost": sum(v is False for k in check.kernels for v in k.verdicts)},
                     "tested": [{"op": v.op, "wins": v.wins, "with_ms": round(v.with_ms, 3),
                                 "without_ms": round(v.without_ms, 3)} for v in check.tested]},
                 "tuned_ms": round(tuned_ms, 3), "tuned_ratio": round(tuned_ms / ort_ms, 3),
@@ -156,13 +160,19 @@ def _print(name: str, r: dict) -> None:
           f"shipped records only {s['ms']:.3f} ms (ratio {s['ratio']:.3f}, {s['tasks_from_shipped']} of "
           f"{s['tasks']} tasks)")
     print(f"  {'trials':>6} {'tune s':>7} {'est. ms':>8} {'model est.':>10} {'tuned ms':>9} {'ratio':>6} {'untuned ms':>11} "
-          f"{'ratio':>6} {'ORT ms':>7}  check")
+          f"{'ratio':>6} {'ORT ms':>7} {'kernel wins':>11}  check")
     for c in r["checkpoints"]:
         est = "-" if c["estimated_ms"] is None else f"{c['estimated_ms']:.3f}"
         print(f"  {c['trials']:6d} {c['tune_wall_s']:7.1f} {est:>8} {c['model_estimate_ms']:10.3f} {c['tuned_ms']:9.3f} "
               f"{c['tuned_ratio']:6.3f} "
-              f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['onnxruntime_ms']:7.3f}  "
+              f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['onnxruntime_ms']:7.3f} {_kernel_wins(c):>11}  "
               f"{'ok' if c['ok'] else 'MISMATCH'}")
+
+
+def _kernel_wins(checkpoint: dict) -> str:
+    """Tasks whose config fastest in the model beat their default, of those the check judged."""
+    kernels = (checkpoint["check"] or {}).get("kernels")
+    return "-" if not kernels else f"{kernels['chosen']}/{kernels['judged']}"
 
 
 if __name__ == "__main__":

@@ -9,11 +9,12 @@ from autosched.api import model_tasks
 from autosched.cli import main
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
-from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, record_verdict, verdict_of
+from autosched.database.queries import fastest
+from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, losers, record_verdict, verdict_of
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult
-from autosched.model_check import check_in_model, judge
+from autosched.model_check import check_in_model, judge, kernel_verdicts
 from autosched.target import CpuInfo, Target
 from autosched.task import extract_tasks
 from autosched.templates import get_template
@@ -69,10 +70,8 @@ def test_isolated_wins_within_noise_are_built_only_once_the_model_says_they_win_
     assert verdict_of(db, task, Target.parse("llvm"), clear) is None  # verdicts are per machine
 
 
-def test_a_config_whose_isolated_time_lies_is_caught_in_the_model_and_kept_out_of_builds(mlp_model, tmp_path):
-    """A 1×(one vector) register tile recorded 100× faster than the default: what a build used to trust.
-    Timed in the model, it loses to the default by several times (far above a shared
-    machine's noise), gets a verdict, and builds leave it out."""
+def _lying_record(mlp_model, tmp_path):
+    """The MLP's largest task with a 1×(one vector) register tile recorded 100× faster than its default."""
     target = Target.parse("llvm")
     graph = load_onnx(mlp_model)
     tasks = extract_tasks(optimize(graph, target.layout_lanes)).tasks
@@ -82,11 +81,20 @@ def test_a_config_whose_isolated_time_lies_is_caught_in_the_model_and_kept_out_o
     assert (slow["mr"], slow["nr"]) == (1, target.capabilities.lanes(4)) and slow.index != default.index
     db = Database(tmp_path / "t.db")
     db.commit([_record(task, target, default, 1e-4), _record(task, target, slow, 1e-6)])
+    return target, graph, tasks, task, slow, default, db
+
+
+def test_a_config_whose_isolated_time_lies_is_caught_in_the_model_and_kept_out_of_builds(mlp_model, tmp_path):
+    """A 1×(one vector) register tile recorded 100× faster than the default: what a build used to trust.
+    Timed in the model, it loses to the default by several times (far above a shared
+    machine's noise), gets a verdict, and builds leave it out."""
+    target, graph, tasks, task, slow, default, db = _lying_record(mlp_model, tmp_path)
     before = TunedSchedules(db)
     build_model(graph, tmp_path / "before.so", target, before)
     assert before.used[task.key].config.index == slow.index
 
-    check = check_in_model(graph, tasks, target, db, runs=10, threads=1)
+    check = check_in_model(graph, tasks, target, db, runs=10, threads=1, shortlist=0)  # the A/B test alone
+    assert not check.kernels
     [tested] = check.tested
     assert tested.task == task.key and not tested.wins and tested.with_ms > tested.without_ms
     assert tested.estimated_gain_ms == pytest.approx(task.weight * (1e-4 - 1e-6) * 1e3)
@@ -94,6 +102,30 @@ def test_a_config_whose_isolated_time_lies_is_caught_in_the_model_and_kept_out_o
     after = TunedSchedules(db)
     build_model(graph, tmp_path / "after.so", target, after)
     assert task.key in after.declined and task.key not in after.used
+
+
+def test_a_shortlist_timed_kernel_by_kernel_in_the_model_declines_the_config_whose_isolated_time_lies(
+        mlp_model, tmp_path):
+    """The same lying record, now timed with the task's other shortlisted configs in builds of
+    their own: its kernel loses to the default's in the model, so it gets a verdict before any
+    A/B test of the whole model, and the A/B tests are left nothing of it to try."""
+    target, graph, tasks, task, slow, default, db = _lying_record(mlp_model, tmp_path)
+    check = check_in_model(graph, tasks, target, db, runs=10, threads=1)
+    [kernel] = check.kernels
+    assert kernel.task == task.key and kernel.verdicts == (False,) and kernel.chosen is None
+    assert kernel.configs_ms[0] > kernel.default_ms > 0
+    said = verdict_of(db, task, target, slow)
+    assert said.wins is False and said.with_ms == pytest.approx(kernel.configs_ms[0])
+    assert not check.tested  # the A/B tests had no tuned config left to weigh
+    assert fastest(db, task, target, 3, losers(db, task, target)) == [default]  # a later shortlist skips it
+
+
+def test_the_kernel_verdicts_build_the_fastest_in_the_model_where_it_beats_the_default_beyond_noise():
+    # the 2nd fastest alone is fastest in the model: it wins, the 1st (slower there beyond noise) loses
+    assert kernel_verdicts(1.0, [0.97, 0.8, 0.83]) == (False, True, None)
+    # none beats the default by more than noise: only those beyond noise slower than it lose
+    assert kernel_verdicts(1.0, [0.97, 1.04, 1.2]) == (None, None, False)
+    assert kernel_verdicts(1.0, [0.9]) == (True,)
 
 
 def test_build_and_db_best_say_which_tasks_give_way_to_a_config_that_won_in_the_model(mlp_model, tmp_path, capsys):
@@ -130,7 +162,9 @@ def test_tune_ends_with_the_model_check_and_the_cli_reports_it(small_model, tmp_
     check = out.model_check
     assert check is not None and check.untuned_ms > 0 and check.tuned_ms > 0 and len(check.tested) <= 1
     judged = sum(v.wins is not None for v in check.tested)  # a test within noise gives no verdict
-    assert execute(tmp_path / "a.db", "SELECT count(*) FROM verdicts") == [(judged + check.declined,)]
+    kernels = sum(v is not None for k in check.kernels for v in k.verdicts)
+    [(verdicts,)] = execute(tmp_path / "a.db", "SELECT count(*) FROM verdicts")
+    assert kernels <= verdicts <= kernels + judged + check.declined  # a config judged twice keeps the last
     assert tune(small_model, "llvm", 2, db=tmp_path / "b.db", tuner="random", model_check=False).model_check is None
 
     assert main(["tune", str(small_model), "--trials", "4", "--round", "2", "--tuner", "random",

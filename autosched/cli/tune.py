@@ -13,7 +13,7 @@ from autosched.cli.args import add_db_argument, add_model_arguments
 from autosched.cli.progress import JsonLinesProgress, display_for, summary_table
 from autosched.database.location import shown
 from autosched.measure.caches import CACHE_CHOICES
-from autosched.model_check import ModelCheck
+from autosched.model_check import SHORTLIST, ModelCheck
 from autosched.target import Target
 
 
@@ -41,6 +41,9 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
                              "that lose are kept out of builds)")
     parser.add_argument("--ab-tasks", type=int, default=3, metavar="N",
                         help="tuned configs A/B-tested in the model at the end (default 3)")
+    parser.add_argument("--shortlist", type=int, default=SHORTLIST, metavar="N",
+                        help=f"configs per task (its fastest alone) timed in the model kernel by kernel at the end; "
+                             f"the fastest there is built if it beats the default (default {SHORTLIST}, 0: none)")
     parser.add_argument("--caches", default="warm", choices=CACHE_CHOICES,
                         help="the cache state kernels are timed in: warm (calls back to back, the default), "
                              "cold (weights flushed from the caches, inputs read back in, as a model too big for "
@@ -69,7 +72,8 @@ def run_tune(args: argparse.Namespace) -> int:
         out = tune(args.model, target, args.trials, db=args.db, tuner=args.tuner, round_trials=args.round,
                    seed=args.seed, scheduler=args.scheduler, shapes=dict(args.shape), builder=builder, runner=runner,
                    emulate=args.emulate, callbacks=[display], substitutions=args.substitutions, caches=args.caches,
-                   model_check=args.model_check, ab_tasks=args.ab_tasks, shipped=not args.no_shipped)
+                   model_check=args.model_check, ab_tasks=args.ab_tasks, shipped=not args.no_shipped,
+                   shortlist=args.shortlist)
     summary = out.summary
     if isinstance(display, JsonLinesProgress):  # --progress json-lines
         display.emit("summary", session=out.session, **display.tally.snapshot(),
@@ -95,7 +99,19 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def _print_check(check: ModelCheck) -> None:
-    """The in-model A/B tests, one line each, then the tuned build against the untuned one."""
+    """The shortlists timed kernel by kernel, the in-model A/B tests, one line each, then the
+    tuned build against the untuned one."""
+    if check.kernels:
+        chosen = [k for k in check.kernels if k.chosen is not None]
+        lost = sum(v is False for k in check.kernels for v in k.verdicts)
+        faster_alone = sum(k.chosen not in (None, 0) for k in check.kernels)
+        print(f"in the model, kernel by kernel: {len(check.kernels)} tasks' fastest configs timed; {len(chosen)} "
+              f"beat their default ({faster_alone} with a config other than the fastest alone), {lost} configs "
+              f"lost")
+        for k in check.kernels:
+            if (j := k.chosen) is not None:
+                print(f"  {k.op:<12} {k.configs_ms[j]:.3f} ms per call against {k.default_ms:.3f} on its default "
+                      f"(the {_ordinal(j)} fastest alone)")
     for v in check.tested:
         said = {True: "kept", False: "declined", None: "within noise, not judged"}[v.wins]
         print(f"in the model: {v.op:<12} tuned config {said}: {v.with_ms:.3f} ms with it, "
@@ -103,3 +119,7 @@ def _print_check(check: ModelCheck) -> None:
     declined = f", {check.declined} untested tuned configs declined" if check.declined else ""
     print(f"in the model ({check.threads} threads, medians of {check.runs} runs): tuned {check.tuned_ms:.3f} ms, "
           f"untuned {check.untuned_ms:.3f} ms, {check.speedup:.2f}x{declined}")
+
+
+def _ordinal(j: int) -> str:
+    return {0: "1st", 1: "2nd", 2: "3rd"}.get(j, f"{j + 1}th")

@@ -223,6 +223,30 @@ def best(db: Database, task: Task, target: Target, among: frozenset[str] | None 
     return None
 
 
+def fastest(db: Database, task: Task, target: Target, count: int, exclude: frozenset[str] = frozenset()) -> list[Config]:
+    """The `count` fastest distinct valid configs of `task` timed on this machine, in the cache
+    mode of its newest record, leaving out `exclude` (as `config_text` writes them): the
+    shortlist the model check times in the model."""
+    space = space_of(task, target)
+    if space is None or count <= 0:
+        return []
+    common = (workloads.c.key == task.key, records.c.cost.is_not(None), targets.c.fingerprint == target.fingerprint)
+    newest = _rows(db, *common, limit=1, order=records.c.id.desc())
+    if not newest:
+        return []
+    out: list[Config] = []
+    seen = set(exclude)
+    rows = _rows(db, *common, _CACHES == (newest[0]["caches"] or "warm"), order=records.c.cost)
+    for _, config in _usable(db, rows, task, space):
+        text = config_text(config.to_json())
+        if text not in seen:
+            seen.add(text)
+            out.append(config)
+            if len(out) == count:
+                break
+    return out
+
+
 def other_isas(db: Database, task: Task, target: Target) -> set[str]:
     """The ISA classes, other than the target's, that hold successful records of `task`."""
     query = (select(targets.c.isa).distinct().join(records, records.c.target_id == targets.c.id)

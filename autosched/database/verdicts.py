@@ -32,7 +32,7 @@ IN_MODEL_NOISE = 0.05
 @dataclass(frozen=True)
 class Verdict:
     wins: bool
-    with_ms: float     # the model's median latency with the config
+    with_ms: float     # the model's median latency with the config (a kernel verdict: the task's kernel, per call)
     without_ms: float  # with this task on its default schedule instead
     session: int | None
 
@@ -52,8 +52,18 @@ def verdict_of(db: Database, task: Task, target: Target, config: Config) -> Verd
 
 def winners(db: Database, task: Task, target: Target) -> frozenset[str]:
     """The configs (as the records key them) the model judged wins for `task` on this machine."""
+    return _judged(db, task, target, True)
+
+
+def losers(db: Database, task: Task, target: Target) -> frozenset[str]:
+    """The configs (as the records key them) the model judged losses for `task` on this machine."""
+    return _judged(db, task, target, False)
+
+
+def _judged(db: Database, task: Task, target: Target, wins: bool) -> frozenset[str]:
     query = select(verdicts.c.config).where(verdicts.c.task == task_digest(task.key),
-                                            verdicts.c.fingerprint == target.fingerprint, verdicts.c.wins != 0)
+                                            verdicts.c.fingerprint == target.fingerprint,
+                                            verdicts.c.wins != 0 if wins else verdicts.c.wins == 0)
     with db.reading() as conn:
         return frozenset(conn.execute(query).scalars())
 
