@@ -4,7 +4,7 @@ import onnx
 import pytest
 from db_helpers import AVX512, HERE, execute
 
-from autosched import tune
+from autosched import model_check, tune
 from autosched.api import model_tasks
 from autosched.cli import main
 from autosched.compile.model import build_model
@@ -118,6 +118,29 @@ def test_a_shortlist_timed_kernel_by_kernel_in_the_model_declines_the_config_who
     assert said.wins is False and said.with_ms == pytest.approx(kernel.configs_ms[0])
     assert not check.tested  # the A/B tests had no tuned config left to weigh
     assert fastest(db, task, target, 3, losers(db, task, target)) == [default]  # a later shortlist skips it
+
+
+def test_a_config_its_kernel_judged_a_win_is_built_and_not_judged_again_by_the_whole_models_noise(
+        mlp_model, tmp_path, monkeypatch):
+    """The kernels' times are made up here (the machine decides them otherwise): the 2nd fastest
+    config alone is 20% faster than the default in the model, the 1st 5% slower than it. The 2nd
+    is built, the 1st is kept out, and no A/B test of the whole model weighs the task again."""
+    target, graph, tasks, task, slow, default, db = _lying_record(mlp_model, tmp_path)
+    second = next(c for c in map(template_space(task, target).get, range(1, 50)) if c.index != default.index)
+    db.commit([_record(task, target, second, 2e-6)])
+    monkeypatch.setattr(model_check, "_kernel_seconds", lambda builds, models, rounds, runs: [
+        {task.key: 100e-6}, {task.key: 105e-6}, {task.key: 80e-6}][:len(models)])
+    check = check_in_model(graph, tasks, target, db, runs=4, threads=1, ab_tasks=3)
+    [kernel] = check.kernels
+    assert kernel.verdicts == (False, True) and kernel.chosen == 1
+    assert task.key not in {v.task for v in check.tested}
+    schedules = TunedSchedules(db)
+    schedules(task, target)
+    assert schedules.used[task.key].config.index == second.index
+
+
+def template_space(task, target):
+    return get_template(task.op, target.kind).space(task, target)
 
 
 def test_the_kernel_verdicts_build_the_fastest_in_the_model_where_it_beats_the_default_beyond_noise():
