@@ -10,8 +10,9 @@ j-th fastest of every task in build j) and profiled in turn with the untuned bui
 the fastest kernel in the model wins if it beats the default's beyond noise, and the configs it
 or the default beat beyond noise lose (`kernel_verdicts`). On a MobileNetV2 tuned for 400
 trials (Xeon, 2 threads; shortlists of 6) the fastest config alone lost in the model for 18 of
-22 judged tasks, and a config ranked 2nd to 6th alone won for 10. Then the `ab_tasks` tuned configs with the largest estimated gains (task weight × the
-default's record − the config's) are each timed in the model against the same build with only
+22 judged tasks, and a config ranked 2nd to 6th alone won for 10. Then the `ab_tasks` tuned
+configs not so judged with the largest estimated gains (task weight × the default's record −
+the config's) are each timed in the model against the same build with only
 that task on its default schedule, in alternating blocks; a config that loses by more than
 in-model noise gets a verdict that keeps it out of builds (`autosched.database.verdicts`), one
 that wins by more gets one that keeps it in, and within noise nothing is decided. Last, the tuned build is timed against the untuned one; if it is still slower, every
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,9 +120,13 @@ class _Builds:
         times = alternate([lambda: a.run_into(ins, outs[0]), lambda: b.run_into(ins, outs[1])], runs)
         return 1e3 * float(np.median(times[0])), 1e3 * float(np.median(times[1]))
 
-    def close(self) -> None:
-        for model in self.models:
+    def discard(self, models: list[Model]) -> None:
+        for model in models:
             model.close()
+            self.models.remove(model)
+
+    def close(self) -> None:
+        self.discard(list(self.models))
 
 
 def _keep_timings(db: Database, tasks: list[Task], target: Target, model: Model, feeds, schedules: TunedSchedules,
@@ -181,8 +186,9 @@ def kernel_verdicts(default_s: float, configs_s: Sequence[float]) -> tuple[bool 
 
 
 def _shortlists(db: Database, tasks: list[Task], target: Target, size: int) -> dict[str, list[Config]]:
-    """Task key -> its `size` fastest configs timed on this machine, neither its default nor one
-    the model judged a loss."""
+    """Task key -> its `size` fastest configs timed on this machine that ran faster alone than its
+    default (what a tune found; where the default was never timed, any), neither the default nor
+    one the model judged a loss."""
     out: dict[str, list[Config]] = {}
     for task in tasks:
         try:
@@ -192,12 +198,12 @@ def _shortlists(db: Database, tasks: list[Task], target: Target, size: int) -> d
         if default is None:
             continue
         exclude = losers(db, task, target) | {config_text(default.to_json())}
-        if configs := fastest(db, task, target, size, exclude):
+        if configs := fastest(db, task, target, size, exclude, faster_than=default):
             out[task.key] = configs
     return out
 
 
-def _kernel_seconds(builds: _Builds, models: list[Model], rounds: int, runs: int) -> list[dict[str, float]]:
+def _kernel_seconds(feeds: Mapping[str, np.ndarray], models: list[Model], rounds: int, runs: int) -> list[dict[str, float]]:
     """Per model, task key -> its kernel's seconds per call: the median over `rounds` rounds, each
     profiling every model in turn (`runs` runs each), so that the host's drift meets all alike."""
     samples: list[dict[str, list[float]]] = [{} for _ in models]
@@ -205,7 +211,7 @@ def _kernel_seconds(builds: _Builds, models: list[Model], rounds: int, runs: int
         for model, sample in zip(models, samples):
             keys = [t["key"] for t in model.manifest["tasks"]]
             per: dict[str, list[float]] = {}
-            for call in model.profile(builds.feeds, runs=runs):
+            for call in model.profile(feeds, runs=runs):
                 per.setdefault(keys[call.task], []).append(call.seconds)
             for key, seconds in per.items():
                 sample.setdefault(key, []).append(sum(seconds) / len(seconds))
@@ -236,7 +242,8 @@ def _judge_shortlists(builds: _Builds, untuned: Model, tasks: list[Task], target
         return schedule_for
 
     variants = [builds.build(rank(j)) for j in range(max(map(len, lists.values())))]
-    times = _kernel_seconds(builds, [untuned, *variants], rounds, runs)
+    times = _kernel_seconds(builds.feeds, [untuned, *variants], rounds, runs)
+    builds.discard(variants)  # each holds the model's weights
     out: list[KernelVerdict] = []
     for key, configs in lists.items():
         default_s = times[0].get(key)

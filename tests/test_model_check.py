@@ -128,7 +128,7 @@ def test_a_config_its_kernel_judged_a_win_is_built_and_not_judged_again_by_the_w
     target, graph, tasks, task, slow, default, db = _lying_record(mlp_model, tmp_path)
     second = next(c for c in map(template_space(task, target).get, range(1, 50)) if c.index != default.index)
     db.commit([_record(task, target, second, 2e-6)])
-    monkeypatch.setattr(model_check, "_kernel_seconds", lambda builds, models, rounds, runs: [
+    monkeypatch.setattr(model_check, "_kernel_seconds", lambda feeds, models, rounds, runs: [
         {task.key: 100e-6}, {task.key: 105e-6}, {task.key: 80e-6}][:len(models)])
     check = check_in_model(graph, tasks, target, db, runs=4, threads=1, ab_tasks=3)
     [kernel] = check.kernels

@@ -223,10 +223,12 @@ def best(db: Database, task: Task, target: Target, among: frozenset[str] | None 
     return None
 
 
-def fastest(db: Database, task: Task, target: Target, count: int, exclude: frozenset[str] = frozenset()) -> list[Config]:
+def fastest(db: Database, task: Task, target: Target, count: int, exclude: frozenset[str] = frozenset(),
+            faster_than: Config | None = None) -> list[Config]:
     """The `count` fastest distinct valid configs of `task` timed on this machine, in the cache
-    mode of its newest record, leaving out `exclude` (as `config_text` writes them): the
-    shortlist the model check times in the model."""
+    mode of its newest record, leaving out `exclude` (as `config_text` writes them) and those
+    no faster than `faster_than`'s fastest timing where it has one: the shortlist the model
+    check times in the model."""
     space = space_of(task, target)
     if space is None or count <= 0:
         return []
@@ -234,9 +236,12 @@ def fastest(db: Database, task: Task, target: Target, count: int, exclude: froze
     newest = _rows(db, *common, limit=1, order=records.c.id.desc())
     if not newest:
         return []
+    mode = newest[0]["caches"] or "warm"
+    bound = None if faster_than is None else config_cost(db, task, target, faster_than, mode)
     out: list[Config] = []
     seen = set(exclude)
-    rows = _rows(db, *common, _CACHES == (newest[0]["caches"] or "warm"), order=records.c.cost)
+    rows = _rows(db, *common, _CACHES == mode, *(() if bound is None else (records.c.cost < bound,)),
+                 order=records.c.cost)
     for _, config in _usable(db, rows, task, space):
         text = config_text(config.to_json())
         if text not in seen:
