@@ -475,6 +475,51 @@ def test_top_k_routing_and_gather_nd_by_run_time_indices_match_onnxruntime(tmp_p
     assert len(diffs) == 6 and all(d.ok for d in diffs), diffs
 
 
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_scatters_by_run_time_indices_match_onnxruntime(tmp_path, target):
+    """A K/V cache written at run-time positions (ScatterND, the position a model input, one
+    negative), ScatterElements adding into rows with a repeated index, and a ScatterND taking
+    the maximum of two updates of one row."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(12)
+    info = helper.make_tensor_value_info
+    nodes = [helper.make_node("ScatterND", ["cache", "at", "new"], ["cache_out"]),
+             helper.make_node("ScatterElements", ["counts", "where", "adds"], ["summed"], axis=1, reduction="add"),
+             helper.make_node("ScatterND", ["cache", "twice", "two"], ["peaks"], reduction="max")]
+    graph = helper.make_graph(nodes, "scatter", [
+        info("cache", TensorProto.FLOAT, [2, 6, 8]), info("at", TensorProto.INT64, [2, 1, 2]),
+        info("new", TensorProto.FLOAT, [2, 1, 8]), info("counts", TensorProto.FLOAT, [3, 5]),
+        info("where", TensorProto.INT64, [3, 4]), info("adds", TensorProto.FLOAT, [3, 4]),
+        info("twice", TensorProto.INT64, [2, 2]), info("two", TensorProto.FLOAT, [2, 8])],
+        [info("cache_out", TensorProto.FLOAT, [2, 6, 8]), info("summed", TensorProto.FLOAT, [3, 5]),
+         info("peaks", TensorProto.FLOAT, [2, 6, 8])])
+    path = tmp_path / "scatter.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    model = load_model(build_model(load_onnx(path), tmp_path / "scatter.so", target).library)
+    feeds = {"cache": rng.standard_normal((2, 6, 8)).astype(np.float32),
+             "at": np.array([[[0, 3]], [[1, -1]]], np.int64), "new": rng.standard_normal((2, 1, 8)).astype(np.float32),
+             "counts": rng.standard_normal((3, 5)).astype(np.float32),
+             "where": np.array([[0, 0, 4, 2], [1, -1, 3, 3], [2, 2, 2, 0]], np.int64),
+             "adds": rng.standard_normal((3, 4)).astype(np.float32),
+             "twice": np.array([[1, 2], [1, 2]], np.int64), "two": rng.standard_normal((2, 8)).astype(np.float32)}
+    diffs = compare(model, onnxruntime_session(path, 2), feeds, rtol=1e-5, atol=1e-6)
+    model.close()
+    assert len(diffs) == 3 and all(d.ok for d in diffs), diffs
+
+
+def test_a_scatter_too_large_to_compare_every_row_with_every_index_is_refused_by_name():
+    from onnx import TensorProto, helper
+    info = helper.make_tensor_value_info
+    node = helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="big_scatter", axis=0)
+    graph = helper.make_graph([node], "big", [info("x", TensorProto.FLOAT, [1 << 14, 64]),
+                                              info("i", TensorProto.INT64, [1 << 10, 64]),
+                                              info("u", TensorProto.FLOAT, [1 << 10, 64])],
+                              [info("y", TensorProto.FLOAT, [1 << 14, 64])])
+    with pytest.raises(FrontendError, match="big_scatter.*more than the"):
+        import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+
+
 def test_check_takes_the_inputs_random_values_would_not_be(tmp_path, capsys):
     """Run-time indices: random int64 values fall outside the table, onnxruntime refuses them, and
     `check` says so in one line; `--inputs` gives them (an unknown name is an error)."""

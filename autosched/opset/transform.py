@@ -328,6 +328,37 @@ def _gather_compute(args: ComputeArgs) -> list[Tensor]:
     return [te.compute(args.out_shapes[0], body, name="gather", tag="injective")]
 
 
+def _flat_positions(imp: Importer, node: OnnxNode, given: str, indexed: Sequence[int], label: str,
+                    scale: int = 1) -> str:
+    """Each index tuple along the last axis of `given` (entries counted from their axis' end
+    where negative) as one position among the elements of a tensor of shape `indexed`, times
+    `scale`: a value of `given`'s shape but its last axis, in int64."""
+    shape = imp.value(given).shape
+    lead, m = tuple(shape[:-1]), shape[-1]
+    strides = [scale * int(np.prod(indexed[j + 1:])) for j in range(m)]
+    out = node.outputs[0]
+    step = lambda name, op, inputs, attrs: imp.emit_step(node, f"{label}{name}", op, inputs, attrs)  # noqa: E731
+    flat = None
+    for j in range(m):
+        column = step(f"column{j}", Op.SLICE, [given], {
+            "starts": (0,) * len(lead) + (j,), "ends": lead + (j + 1,), "steps": (1,) * len(shape)})
+        column = step(f"column{j}/flat", Op.RESHAPE, [column], {"shape": lead})
+        if imp.value(given).dtype != "int64":
+            column = step(f"column{j}/int64", Op.CAST, [column], {"to": "int64"})
+        constants = {}
+        for name, array in ((f"dim{j}", indexed[j]), (f"stride{j}", strides[j]), ("zero", 0)):
+            constants[name] = f"{out}:{label}{name}"
+            if constants[name] not in imp.constants:
+                imp.add_constant(constants[name], np.array(array, dtype=np.int64))
+        negative = step(f"column{j}/negative", Op.LESS, [column, constants["zero"]], {})
+        column = step(f"column{j}/wrapped", Op.WHERE, [negative, step(f"column{j}/from_end", Op.ADD, [
+            column, constants[f"dim{j}"]], {}), column], {})
+        term = step(f"term{j}", Op.MUL, [column, constants[f"stride{j}"]], {})
+        flat = term if flat is None else step(f"position{j}", Op.ADD, [flat, term], {})
+    assert flat is not None
+    return flat
+
+
 def _import_gather_nd(imp: Importer, node: OnnxNode) -> None:
     """GatherND as a Gather of flat positions: the data's batch and indexed axes merged into one,
     each index tuple (negative entries counted from their axis' end) made one position into it,
@@ -340,26 +371,10 @@ def _import_gather_nd(imp: Importer, node: OnnxNode) -> None:
     if m < 1 or b + m > len(data.shape) or tuple(given.shape[:b]) != tuple(data.shape[:b]):
         raise node.error(f"indices {list(given.shape)} with batch_dims {b} do not index data {list(data.shape)}")
     indexed = data.shape[b:b + m]
-    strides = [int(np.prod(indexed[j + 1:])) for j in range(m)]
     out = node.outputs[0]
     step = lambda label, op, inputs, attrs: imp.emit_step(node, label, op, inputs, attrs)  # noqa: E731
     lead = tuple(given.shape[:-1])
-    flat = None
-    for j in range(m):
-        column = step(f"column{j}", Op.SLICE, [given.name], {
-            "starts": (0,) * (len(given.shape) - 1) + (j,), "ends": lead + (j + 1,), "steps": (1,) * len(given.shape)})
-        column = step(f"column{j}/flat", Op.RESHAPE, [column], {"shape": lead})
-        if given.dtype != "int64":
-            column = step(f"column{j}/int64", Op.CAST, [column], {"to": "int64"})
-        for label, array in ((f"dim{j}", indexed[j]), (f"stride{j}", strides[j]), ("zero", 0)):
-            if f"{out}:{label}" not in imp.constants:
-                imp.add_constant(f"{out}:{label}", np.array(array, dtype=np.int64))
-        negative = step(f"column{j}/negative", Op.LESS, [column, f"{out}:zero"], {})
-        column = step(f"column{j}/wrapped", Op.WHERE, [negative, step(f"column{j}/from_end", Op.ADD, [
-            column, f"{out}:dim{j}"], {}), column], {})
-        term = step(f"term{j}", Op.MUL, [column, f"{out}:stride{j}"], {})
-        flat = term if flat is None else step(f"position{j}", Op.ADD, [flat, term], {})
-    assert flat is not None
+    flat = _flat_positions(imp, node, given.name, indexed, "")
     batch = int(np.prod(data.shape[:b]))
     if b:  # each batch's positions after the previous batches' elements
         imp.add_constant(f"{out}:batch_start", (np.arange(batch, dtype=np.int64) * int(np.prod(indexed))).reshape(
@@ -367,6 +382,105 @@ def _import_gather_nd(imp: Importer, node: OnnxNode) -> None:
         flat = step("batched", Op.ADD, [flat, f"{out}:batch_start"], {})
     rows = step("rows", Op.RESHAPE, [data.name], {"shape": (batch * int(np.prod(indexed)),) + data.shape[b + m:]})
     imp.emit(node, Op.GATHER, [rows, flat], node.outputs, {"axis": 0})
+
+
+#: the most elements a scatter's match of every output row against every update may span: it
+#: compares each row with each index, which is what a static-shape graph can do without a loop
+MAX_SCATTER_PAIRS = 1 << 26
+
+#: per reduction: the elementwise op that folds the updates into the data, the reduction over the
+#: updates that match a row, and the value of an update that does not match
+_SCATTER_REDUCTIONS = {"add": (Op.ADD, Op.REDUCE_SUM, lambda dt: 0), "mul": (Op.MUL, Op.REDUCE_PROD, lambda dt: 1),
+                       "max": (Op.MAX, Op.REDUCE_MAX, lambda dt: _lowest(dt)),
+                       "min": (Op.MIN, Op.REDUCE_MIN, lambda dt: -_lowest(dt) if dt.kind == "f" else np.iinfo(dt).max)}
+
+
+def _lowest(dt: np.dtype):
+    return -np.inf if dt.kind == "f" else np.iinfo(dt).min
+
+
+def _scatter_rows(imp: Importer, node: OnnxNode, rows: str, positions: str, updates: str) -> str:
+    """`rows` [N, R] with each row at positions [K] replaced by (or, with a reduction, folded
+    with) the updates [K, R] whose position it is: every row compared with every position, the
+    last matching update taken (ONNX leaves duplicates undefined without a reduction; this is
+    the order numpy's reference assigns in), or the matching ones reduced. Positions outside the
+    rows match none."""
+    n, r = imp.value(rows).shape
+    k = imp.value(positions).shape[0]
+    reduction = node.attr("reduction", "none")
+    if isinstance(reduction, bytes):
+        reduction = reduction.decode()
+    if reduction != "none" and reduction not in _SCATTER_REDUCTIONS:
+        raise node.error(f"unknown reduction '{reduction}' (none, add, mul, max or min)")
+    pairs = n * k * (r if reduction != "none" else 1)
+    if pairs > MAX_SCATTER_PAIRS:
+        raise node.error(f"{k} updates into {n} rows of {r} elements: {pairs} comparisons, more than the "
+                         f"{MAX_SCATTER_PAIRS} a scatter is compiled for")
+    out = node.outputs[0]
+    step = lambda label, op, inputs, attrs: imp.emit_step(node, label, op, inputs, attrs)  # noqa: E731
+    imp.add_constant(f"{out}:row_numbers", np.arange(n, dtype=np.int64).reshape(n, 1))
+    at = step("positions_row", Op.RESHAPE, [positions], {"shape": (1, k)})
+    match = step("match", Op.EQUAL, [f"{out}:row_numbers", at], {})  # [N, K]
+    if reduction == "none":
+        imp.add_constant(f"{out}:order", np.arange(k, dtype=np.int64).reshape(1, k))
+        imp.add_constant(f"{out}:none", np.array(-1, dtype=np.int64))
+        imp.add_constant(f"{out}:first", np.array(0, dtype=np.int64))
+        last = step("last", Op.REDUCE_MAX, [step("order_matched", Op.WHERE, [match, f"{out}:order", f"{out}:none"], {})],
+                    {"axes": (1,), "keepdims": 1})  # [N, 1]: the last update of each row, -1 for none
+        taken = step("taken", Op.GATHER, [updates, step("last_flat", Op.RESHAPE, [
+            step("last_valid", Op.MAX, [last, f"{out}:first"], {})], {"shape": (n,)})], {"axis": 0})
+        return step("scattered", Op.WHERE, [step("untouched", Op.LESS, [last, f"{out}:first"], {}), rows, taken], {})
+    fold, reduce, neutral = _SCATTER_REDUCTIONS[reduction]
+    dtype = np.dtype(imp.value(rows).dtype)
+    imp.add_constant(f"{out}:neutral", np.array(neutral(dtype), dtype=dtype))
+    each = step("each", Op.WHERE, [step("match3", Op.RESHAPE, [match], {"shape": (n, k, 1)}),
+                                  step("updates3", Op.RESHAPE, [updates], {"shape": (1, k, r)}), f"{out}:neutral"], {})
+    return step("scattered", fold, [rows, step("reduced", reduce, [each], {"axes": (1,), "keepdims": 0})], {})
+
+
+def _import_scatter_nd(imp: Importer, node: OnnxNode) -> None:
+    """ScatterND: the data's indexed axes merged into rows, each index tuple one position among
+    them (as GatherND's), the updates one row each."""
+    data, given, updates = (imp.value(i) for i in node.inputs[:3])
+    m = given.shape[-1]
+    if np.dtype(given.dtype).kind not in "iu":
+        raise node.error(f"indices '{given.name}' must be integers, not {given.dtype}")
+    if m < 1 or m > len(data.shape) or tuple(updates.shape) != tuple(given.shape[:-1]) + tuple(data.shape[m:]):
+        raise node.error(f"indices {list(given.shape)} and updates {list(updates.shape)} do not scatter into "
+                         f"data {list(data.shape)}")
+    k, r = int(np.prod(given.shape[:-1])), int(np.prod(data.shape[m:]))
+    positions = _flat_positions(imp, node, given.name, data.shape[:m], "")
+    step = lambda label, op, inputs, attrs: imp.emit_step(node, label, op, inputs, attrs)  # noqa: E731
+    rows = step("rows", Op.RESHAPE, [data.name], {"shape": (int(np.prod(data.shape[:m])), r)})
+    done = _scatter_rows(imp, node, rows, step("positions_flat", Op.RESHAPE, [positions], {"shape": (k,)}),
+                         step("update_rows", Op.RESHAPE, [updates.name], {"shape": (k, r)}))
+    imp.emit(node, Op.RESHAPE, [done], node.outputs, {"shape": data.shape})
+
+
+def _import_scatter_elements(imp: Importer, node: OnnxNode) -> None:
+    """ScatterElements (and the deprecated Scatter): each element of the updates goes to the
+    data element at its own coordinates but the index along the axis: a flat position, the
+    element's coordinates a constant and the index times the axis' stride."""
+    data, given, updates = (imp.value(i) for i in node.inputs[:3])
+    axis = normalize_axis(node, node.attr("axis", 0), len(data.shape))
+    if np.dtype(given.dtype).kind not in "iu":
+        raise node.error(f"indices '{given.name}' must be integers, not {given.dtype}")
+    if tuple(given.shape) != tuple(updates.shape) or len(given.shape) != len(data.shape) or any(
+            g > d for j, (g, d) in enumerate(zip(given.shape, data.shape)) if j != axis):
+        raise node.error(f"indices {list(given.shape)} and updates {list(updates.shape)} do not scatter into "
+                         f"data {list(data.shape)} along axis {axis}")
+    out = node.outputs[0]
+    coords = np.indices(given.shape, dtype=np.int64)
+    coords[axis] = 0
+    imp.add_constant(f"{out}:base", np.ravel_multi_index(tuple(coords), data.shape).astype(np.int64))
+    step = lambda label, op, inputs, attrs: imp.emit_step(node, label, op, inputs, attrs)  # noqa: E731
+    column = step("indices_column", Op.RESHAPE, [given.name], {"shape": (*given.shape, 1)})
+    along = _flat_positions(imp, node, column, (data.shape[axis],), "along/", scale=int(np.prod(data.shape[axis + 1:])))
+    k, n = int(np.prod(given.shape)), int(np.prod(data.shape))
+    positions = step("positions_flat", Op.RESHAPE, [step("positions", Op.ADD, [f"{out}:base", along], {})], {"shape": (k,)})
+    done = _scatter_rows(imp, node, step("rows", Op.RESHAPE, [data.name], {"shape": (n, 1)}), positions,
+                         step("update_rows", Op.RESHAPE, [updates.name], {"shape": (k, 1)}))
+    imp.emit(node, Op.RESHAPE, [done], node.outputs, {"shape": data.shape})
 
 
 def _import_gather(imp: Importer, node: OnnxNode) -> None:
@@ -529,7 +643,9 @@ RECORDS: tuple[OpDef, ...] = (
     _injective(Op.SLICE, _slice_shape, _slice_reference, _slice_compute,
                {"Slice": Converter(_import_slice, constant_inputs=(1, 2, 3, 4))}),
     _injective(Op.GATHER, _gather_shape, _gather_reference, _gather_compute,
-               {"Gather": Converter(_import_gather), "GatherND": Converter(_import_gather_nd)}),
+               {"Gather": Converter(_import_gather), "GatherND": Converter(_import_gather_nd),
+                "ScatterND": Converter(_import_scatter_nd), "ScatterElements": Converter(_import_scatter_elements),
+                "Scatter": Converter(_import_scatter_elements)}),
     _injective(Op.GATHER_ELEMENTS, _gather_elements_shape, _gather_elements_reference, _gather_elements_compute,
                {"GatherElements": Converter(_import_gather_elements)}),
     _injective(Op.PAD, _pad_shape, _pad_reference, _pad_compute,
