@@ -160,10 +160,10 @@ def tune(model: PathLike, target: Target | str = "llvm", trials: int = 1000, *, 
     builds it. `model_check` (targets measured on this machine's CPU or GPU): the tune ends by timing the
     tuned build against the untuned one in the model, after timing there each task's `shortlist`
     fastest configs kernel by kernel and A/B-testing the `ab_tasks` tuned configs with the
-    largest estimated gains (`autosched.model_check`); configs that lose are kept out of builds. `caches` (CPU targets and GPUs, not the emulation): the cache state
-    candidates are timed in (`autosched.measure.caches`: warm, cold, flushed, or "auto": cold
-    where the model's weights exceed the last-level cache of what runs them, this machine's or
-    the GPU's L2, else warm). A runner passed in that cannot change how it times keeps its own
+    largest estimated gains (`autosched.model_check`); configs that lose are kept out of builds.
+    `caches` (CPU targets and GPUs, not the emulation): the cache state candidates are timed in
+    (`autosched.measure.caches`: warm, cold, flushed, or "auto": cold where the model's weights
+    exceed the last-level cache of what runs them, this machine's or the GPU's L2, else warm). A runner passed in that cannot change how it times keeps its own
     way under "auto". `shipped` (True: the package's `tuning_logs/`, a directory, or False for
     none): its records stand in for tasks the database has none for when graphs are costed and
     the model checked, as in `build`, and its training logs warm-start the cost models with other
