@@ -1,7 +1,7 @@
-"""The ConvNCHWc template's untuned tiles on Intel's AVX-512 cores, against the generic ones
-(search_spaces/llvm/conv2d_nchwc.py `_intel_window_tile`, conv2d_winograd.py
-`blocked_fallback_values`): which tasks get them, which cores keep the generic tile, and that
-they compute the convolution (checked by the runner against the numpy reference where the host
+"""The ConvNCHWc template's untuned tiles on AVX-512 cores, against the generic ones
+(search_spaces/llvm/conv2d_nchwc.py `_window_tile`, conv2d_winograd.py `blocked_fallback_values`
+on Intel's): which tasks get them, which cores keep the generic tile, and that they compute
+the convolution (checked by the runner against the numpy reference where the host
 runs AVX-512; rendered for every target anywhere)."""
 from __future__ import annotations
 
@@ -44,21 +44,20 @@ def test_amd_avx512_is_named_as_amd():
     assert INTEL.capabilities.vendor == "intel" and INTEL.capabilities.vector_registers == 32
 
 
-def test_intel_window_tiles_fill_28_accumulators_with_pixels_first():
+@pytest.mark.parametrize("target", [INTEL, AMD], ids=["intel-avx512", "amd-avx512"])
+def test_avx512_window_tiles_fill_28_accumulators_with_pixels_first(target):
     """56->28: 1 block x 4 rows x 7 columns; 28->14: 1 x 2 x 14; 14->7 (7 columns, 1 row): 4 blocks x 7;
-    kw unrolled in each."""
-    assert _tile(STRIDE2_56, INTEL) == (1, 4, 7, True)
-    assert _tile(STRIDE2_28, INTEL) == (1, 2, 14, True)
-    assert _tile(STRIDE2_14, INTEL) == (4, 1, 7, True)
+    kw unrolled in each, on both vendors' AVX-512 cores."""
+    assert _tile(STRIDE2_56, target) == (1, 4, 7, True)
+    assert _tile(STRIDE2_28, target) == (1, 2, 14, True)
+    assert _tile(STRIDE2_14, target) == (4, 1, 7, True)
 
 
-@pytest.mark.parametrize("target", [AMD, INTEL_AVX2], ids=["amd-avx512", "intel-avx2"])
-def test_other_cores_keep_the_generic_tile(target):
-    """Two vectors of output channels by one row of up to 8 columns, kw rolled."""
+def test_avx2_cores_keep_the_generic_tile():
+    """16 vector registers leave no room for 28 accumulators: one row of up to 8 columns, kw rolled."""
     for task in (STRIDE2_56, STRIDE2_28):
-        tile_oc, tile_oh, columns, unroll = _tile(task, target)
+        _, tile_oh, columns, unroll = _tile(task, INTEL_AVX2)
         assert (tile_oh, unroll) == (1, False) and columns <= 8
-        assert tile_oc == 2 or target is INTEL_AVX2  # blocks of 16 are two ymm vectors on AVX2
 
 
 def test_one_by_one_plain_input_and_grouped_convolutions_keep_the_generic_tile():
@@ -66,7 +65,9 @@ def test_one_by_one_plain_input_and_grouped_convolutions_keep_the_generic_tile()
     plain = blocked_conv_task((1, 3, 56, 56), (64, 3, 3, 3), 0, 16, stride=2, pad=1)
     grouped = blocked_conv_task((1, 128, 28, 28), (128, 32, 3, 3), 16, 16, pad=1, groups=4)
     for task in (one, plain, grouped):
-        assert _tile(task, INTEL) == _tile(task, AMD), task.shapes
+        tile_oc, tile_oh, columns, unroll = _tile(task, AMD)
+        assert _tile(task, INTEL) == (tile_oc, tile_oh, columns, unroll), task.shapes
+        assert (tile_oh, unroll) == (1, False) and columns <= 8, task.shapes
 
 
 def test_intel_winograd_tiles_hold_16_accumulators():
@@ -77,12 +78,13 @@ def test_intel_winograd_tiles_hold_16_accumulators():
     assert TEMPLATE.fallback(WIDE_3X3, INTEL_AVX2)["wino_tile_t"] == 7  # 16 ymm registers: no room
 
 
-def test_intel_fallbacks_compute_the_convolution(measure):
+@pytest.mark.parametrize("target", [INTEL, AMD], ids=["intel-avx512", "amd-avx512"])
+def test_avx512_fallbacks_compute_the_convolution(measure, target):
     tasks = (STRIDE2_56, STRIDE2_14, WIDE_3X3)
-    inputs = [MeasureInput(task, INTEL, TEMPLATE.fallback(task, INTEL)) for task in tasks]
-    if not runs_here(INTEL):
+    inputs = [MeasureInput(task, target, TEMPLATE.fallback(task, target)) for task in tasks]
+    if not runs_here(target):
         for inp in inputs:
-            assert "f32x16" in renderer_for("llvm").render(lower(*TEMPLATE.apply(inp.task, inp.config, INTEL), "k"))
+            assert "f32x16" in renderer_for("llvm").render(lower(*TEMPLATE.apply(inp.task, inp.config, target), "k"))
         pytest.skip("the host cannot run AVX-512 code (rendered above)")
     results = measure(inputs)
     assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
