@@ -33,6 +33,7 @@ CASES = {"matmul_1024": (1024, 1024, 1024), "matmul_128x768x3072": (128, 3072, 7
 
 
 def autosched_gemm(m: int, n: int, k: int, threads: int, target: Target):
+    """A call of the default schedule on bound arguments (checked once against numpy), and its kernel."""
     a = te.placeholder((m, k), name="A")
     b = te.placeholder((k, n), name="B")
     c = matmul(a, b, packing=default_packing(m, n, target.capabilities))
@@ -46,7 +47,7 @@ def autosched_gemm(m: int, n: int, k: int, threads: int, target: Target):
     if err > 1e-2 * np.sqrt(k):
         raise SystemExit(f"autosched matmul {m}x{n}x{k} is wrong: max abs error {err}")
     bound = kern.bind(args)
-    return lambda: kern.run(bound)
+    return (lambda: kern.run(bound)), kern
 
 
 def numpy_child(threads: int, coretype: str | None) -> subprocess.Popen:
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     blas = json.loads(child.stdout.readline())["blas"]
     results = {}
     for name, (m, n, k) in CASES.items():
-        run = autosched_gemm(m, n, k, args.threads, target)
+        run, _ = autosched_gemm(m, n, k, args.threads, target)
         ours, theirs = 0.0, 0.0
         for _ in range(1 if args.quick else args.rounds):
             ours = max(ours, 2 * m * n * k / best_seconds(run) / 1e9)

@@ -25,6 +25,12 @@ TIMING = {"autosched_gflops": None, "numpy_gflops": None, "ratio": None}
 FIELDS: dict[str, Any] = {
     "gemm": {"host": {"cpu": None, "isa": None}, "target": {"target": None, "isa": None, "register_tile": None},
              "matmul_1024": TIMING, "matmul_128x768x3072": TIMING},
+    "host": {"host": {"cpu": None, "isa": None}, "threads": None, "window_s": None, "windows": None,
+             "one_thread_ms": {"p10": None, "p50": None, "p90": None}, "n_threads_ms": {"p50": None},
+             "speedup": {"p10": None, "p50": None, "p90": None, "min": None, "max": None},
+             "speedup_histogram": {"*": None}, "full_speed_share": None,
+             "slow_phases": {"count": None, "median_s": None, "longest_s": None},
+             "spread": {"one_thread": None, "n_threads": None}},
     "models": {"*": {"autosched_ms": None, "onnxruntime_ms": None, "ratio": None, "tasks": None,
                      "kernel_calls": None, "matches_onnxruntime": None, "tuned_ms": None, "tuned_ratio": None,
                      "speedup_vs_untuned": None, "tuned_tasks": None, "baseline_ms": None,
