@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autosched.measure import Builder, MeasureBatch, MeasureInput, Record, Runner, measure_with
+from autosched.measure import Builder, MeasureBatch, MeasureInput, MeasureResult, Record, Runner, measure_with
 from autosched.measure.interface import PipelinedRunner
 from autosched.space import Config
 from autosched.target import Target
@@ -55,6 +55,8 @@ class TaskProgress:
     # the task's kernel in the model over the same kernel alone, where a model check profiled both
     # (`autosched.database.model_times.context_factors`): weights evicted by the kernels before it
     context: float = 1.0
+    # the task's default config, timed once more beside each of its rounds (None: not re-timed)
+    reference: MeasureInput | None = None
 
     @property
     def model_seconds(self) -> float:
@@ -142,7 +144,35 @@ def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[s
     fallback = template.fallback(task, target)
     if fallback is not None:
         search.queue([fallback.index])
-    return TaskProgress(task, search, best=search.best, best_cost=search.best_cost)
+    reference = None if fallback is None or target.emulated else MeasureInput(task, target, fallback)
+    return TaskProgress(task, search, best=search.best, best_cost=search.best_cost, reference=reference)
+
+
+def with_reference(p: TaskProgress, inputs: Sequence[MeasureInput]) -> list[MeasureInput]:
+    """A round's batch with the task's default appended, unless the batch holds it already.
+
+    Why: on a shared host a timing can fall in a phase where a core is taken (two threads then
+    ran a GEMM no faster than one for 0.5-3.5 s at a time, `benchmarks/host.py`), and a config
+    timed once may carry that phase for the whole tune. The default is what every tuned config
+    is weighed against (the model check's shortlist, a build's trust in an isolated win), by its
+    fastest timing: re-timed in every round, that is a timing from the host's usual state."""
+    ref = p.reference
+    if ref is None or any(inp.config.index == ref.config.index for inp in inputs):
+        return list(inputs)
+    return [*inputs, ref]
+
+
+def without_reference(inputs: Sequence[MeasureInput], measured: Sequence[MeasureInput],
+                      results: Sequence[MeasureResult], callbacks: Sequence[Callback]) -> list[MeasureResult]:
+    """The results of `inputs` out of those of `measured` (`with_reference`'s batch); the
+    default's re-timing goes to the callbacks that record it (a `reference(inp, res)` method),
+    never to the tuner or the trial count."""
+    if len(measured) == len(inputs):
+        return list(results)
+    for callback in callbacks:
+        if hasattr(callback, "reference"):
+            callback.reference(measured[-1], results[-1])
+    return list(results[:len(inputs)])
 
 
 def check_arguments(trials: int, tuner: str, scheduler: str) -> None:
@@ -218,10 +248,17 @@ def _rounds(rounds: Rounds, trials: int, measure: MeasureBatch, callbacks: list[
         p = rounds.pick()
         if p is None:
             break
-        summary = p.tuner.tune(min(rounds.round_trials, trials - spent), measure, callbacks)
+        summary = p.tuner.tune(min(rounds.round_trials, trials - spent), _referenced(measure, p, callbacks), callbacks)
         _searched(callbacks, summary.search_s)
         spent += summary.trials
         rounds.account(p, summary.trials, summary.best, summary.best_cost)
+
+
+def _referenced(measure: MeasureBatch, p: TaskProgress, callbacks: list[Callback]) -> MeasureBatch:
+    def batch(inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        measured = with_reference(p, inputs)
+        return without_reference(inputs, measured, measure(measured), callbacks)
+    return batch
 
 
 def _searched(callbacks: list[Callback], seconds: float) -> None:
@@ -243,7 +280,8 @@ def _overlapped_rounds(rounds: Rounds, trials: int, builder: Builder, runner: Pi
     results. Nothing is measured twice (a config is visited from the moment `ask` gives it),
     and every round is told and recorded in the order it was submitted."""
     spent = 0  # trials submitted
-    in_flight: deque[tuple[TaskProgress, list[MeasureInput], int, float]] = deque()  # ..., ticket, asking s
+    in_flight: deque[tuple[TaskProgress, list[MeasureInput], list[MeasureInput], int, float]] = deque()
+    # (task, its inputs, the inputs measured: with its default, ticket, asking s)
     while True:
         while len(in_flight) < ROUNDS_IN_FLIGHT and spent < trials:
             p = rounds.pick()
@@ -255,11 +293,12 @@ def _overlapped_rounds(rounds: Rounds, trials: int, builder: Builder, runner: Pi
                 p.exhausted = True
                 continue
             spent += len(inputs)
-            in_flight.append((p, inputs, runner.submit(builder, inputs), p.tuner.search_s - searched))
+            measured = with_reference(p, inputs)
+            in_flight.append((p, inputs, measured, runner.submit(builder, measured), p.tuner.search_s - searched))
         if not in_flight:
             return
-        p, inputs, ticket, asking_s = in_flight.popleft()
-        results = runner.wait(ticket)
+        p, inputs, measured, ticket, asking_s = in_flight.popleft()
+        results = without_reference(inputs, measured, runner.wait(ticket), callbacks)
         searched = p.tuner.search_s
         p.tuner.tell(inputs, results)
         for callback in callbacks:

@@ -82,6 +82,7 @@ def records(db):
         return 0
     with sqlite3.connect(db) as conn:
         try:
-            return conn.execute("SELECT count(*) FROM records").fetchone()[0]
+            # trials: not the defaults re-timed beside rounds (`task_scheduler.with_reference`)
+            return conn.execute("SELECT count(*) FROM records WHERE coalesce(tuner, '') != 'reference'").fetchone()[0]
         except sqlite3.OperationalError:
             return 0

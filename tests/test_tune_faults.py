@@ -13,9 +13,12 @@ from autosched.database import Database, best
 from autosched.target import Target
 
 
-def measured(db):
+def measured(db, tuner: str = "trials"):
+    """(workload, target, config) of each trial record, or of each default re-timed beside a
+    round (`tuner="reference"`)."""
+    where = "= 'reference'" if tuner == "reference" else "!= 'reference'"
     with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT workload_id, target_id, config FROM records").fetchall()
+        return conn.execute(f"SELECT workload_id, target_id, config FROM records WHERE coalesce(tuner, '') {where}").fetchall()
 
 
 @pytest.mark.parametrize("after", [0, 2])
@@ -47,14 +50,15 @@ def test_kill_9_leaves_no_process_and_a_resumed_tune_loses_nothing_and_repeats_n
     proc.kill()
     proc.communicate()
     wait_for(lambda: not marked(mark))  # every child died with its tuner
-    kept = measured(db)
+    kept, retimed = measured(db), measured(db, "reference")
     again = start_tune(small_model, db, 8, uuid.uuid4().hex)
     out, err = finish(again, 300)
     assert again.returncode == 0, err
-    assert f"resuming from {len(kept)} records" in out
+    assert f"resuming from {len(kept) + len(retimed)} records" in out
     after = measured(db)
     assert set(kept) <= set(after) and len(after) == len(kept) + 8
-    assert len(set(after)) == len(after)  # no (workload, target, config) measured twice
+    assert len(set(after)) == len(after)  # no (workload, target, config) measured twice as a trial
+    assert set(measured(db, "reference")) <= set(after)  # re-timings are of measured defaults only
 
 
 @pytest.mark.slow  # 19 s; the default suite's three tuners on one SQLite file (test_claims_tuners.py) cover it

@@ -38,7 +38,8 @@ def test_scheduler_spends_the_budget_in_rounds_and_commits_everything(small_mode
     assert [p.task.op for p in summary.progress] == ["Gemm", "Gemm"]
     assert summary.progress[0].task.flops > summary.progress[1].task.flops  # biggest share first
     assert all(p.trials >= 4 for p in summary.progress)  # every task had its first round
-    assert db.stats()["records"] == 12
+    # 12 trials and the third round's task's default re-timed beside it (the first rounds held it)
+    assert db.stats()["records"] == 13
 
     schedules = TunedSchedules(db)
     files = build_model(load_onnx(small_model), tmp_path / "tuned.so", Target.parse("llvm"), schedules)
@@ -50,6 +51,34 @@ def test_scheduler_spends_the_budget_in_rounds_and_commits_everything(small_mode
     import onnxruntime as ort
     want = ort.InferenceSession(str(small_model)).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_each_round_retimes_its_tasks_default_beside_it_and_records_it_apart(small_model, tmp_path):
+    """Rounds after a task's first (which measures its default as a trial) time the default once
+    more, in the same batch; those timings are recorded under the tuner "reference", are not
+    trials of the session, and the default's fastest of them is what tuned configs are weighed
+    against (`config_cost`)."""
+    from autosched.database.queries import config_cost
+    from autosched.database.writer import REFERENCE_TUNER
+    from autosched.templates import get_template
+
+    (task, *_) = sorted(extract_tasks(optimize(load_onnx(small_model))).tasks, key=lambda t: -t.flops)
+    target = Target.parse("llvm")
+    db = Database(tmp_path / "ref.db")
+    session = db.start_session("small", target, 12)
+    with LocalRunner(RunnerOptions(repeat=2, min_repeat_ms=1.0, threads=1)) as runner:
+        summary = tune_tasks([task], target, 12, LocalBuilder(n_parallel=2), runner, tuner="random",
+                             round_trials=4, callbacks=[RecordWriter(db, session, "random")])
+    assert summary.trials == 12
+    default = get_template(task.op, "llvm").fallback(task, target)
+    rows = execute(tmp_path / "ref.db", "SELECT config, cost, tuner FROM records")
+    retimed = [cost for config, cost, tuner in rows if tuner == REFERENCE_TUNER]
+    assert len(retimed) == 2 and len(rows) == 14  # rounds 2 and 3
+    default_costs = [cost for config, cost, _ in rows if json.loads(config)["index"] == default.index]
+    assert len(default_costs) == 3 and all(c is not None for c in default_costs)
+    assert config_cost(db, task, target, default) == min(default_costs)
+    (row,) = [s for s in db.sessions() if s["id"] == session]
+    assert row["trials_done"] == 12
 
 
 def test_cli_tune_then_build_from_the_database(small_model, db_url, tmp_path, capsys):
@@ -140,8 +169,10 @@ def test_cli_tune_resumes_from_the_database_without_measuring_a_config_twice(sma
                      "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "resuming from 8 records of 2 tasks" in out
-    pairs = execute(db, "SELECT workload_id, target_id, config FROM records")
+    pairs = execute(db, "SELECT workload_id, target_id, config FROM records WHERE tuner != 'reference'")
     assert len(pairs) == 16 and len(set(pairs)) == 16
+    # the second run's rounds re-timed each task's default beside them (the first run's held it)
+    assert len(execute(db, "SELECT id FROM records WHERE tuner = 'reference'")) == 2
     with Database(db) as database:  # the XGBoost tuners' fits and proposals, for the report
         assert all(s["search_s"] > 0 for s in database.sessions())
 

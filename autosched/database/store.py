@@ -174,15 +174,18 @@ class Database:
                 yield conn
 
     # --- writing -----------------------------------------------------------------------------
-    def commit(self, measured: Sequence[Record], session: int | None = None, tuner: str | None = None) -> int:
-        """Store a measured batch in one transaction; returns how many rows were new."""
-        return self.insert([StoredRecord.of(rec, tuner) for rec in measured], session)
+    def commit(self, measured: Sequence[Record], session: int | None = None, tuner: str | None = None,
+               trials: bool = True) -> int:
+        """Store a measured batch in one transaction; returns how many rows were new. `trials`:
+        whether they count as the session's trials (a default re-timed beside a round does not)."""
+        return self.insert([StoredRecord.of(rec, tuner) for rec in measured], session, trials)
 
-    def insert(self, stored: Iterable[StoredRecord], session: int | None = None) -> int:
+    def insert(self, stored: Iterable[StoredRecord], session: int | None = None, trials: bool = True) -> int:
         """Store records in one transaction, creating their target and workload rows; a record
         already present (same workload, target, config and time) is not stored twice. The claims
         on their configs (`claims.py`) go in the same transaction: a config is never both
-        unclaimed and unrecorded between its measurement and its record."""
+        unclaimed and unrecorded between its measurement and its record. New rows count toward
+        `session`'s trials unless `trials` is False."""
         stored = list(stored)
         if not stored:
             return 0
@@ -208,7 +211,7 @@ class Database:
             if conn.execute(select(exists().select_from(claims))).scalar():
                 conn.execute(delete(claims).where(tuple_(*CLAIM_KEY).in_(
                     {(r["workload_id"], r["target_id"], r["config"]) for r in rows})))
-            if session is not None:
+            if session is not None and trials:
                 conn.execute(update(sessions).where(sessions.c.id == session)
                              .values(trials_done=sessions.c.trials_done + added))
         return added

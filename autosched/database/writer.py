@@ -8,6 +8,9 @@ from collections.abc import Sequence
 from autosched.database.store import Database
 from autosched.measure import MeasureInput, MeasureResult
 
+#: the `tuner` of the records of defaults re-timed beside a round
+REFERENCE_TUNER = "reference"
+
 
 class RecordWriter:
     """A `Callback` committing each batch to `db` under `session`."""
@@ -20,6 +23,12 @@ class RecordWriter:
     def __call__(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         start = time.perf_counter()
         self.written += self.db.commit(list(zip(inputs, results)), self.session, self.tuner)
+        self.seconds += time.perf_counter() - start
+
+    def reference(self, inp: MeasureInput, res: MeasureResult) -> None:
+        """A task's default re-timed beside a round (`task_scheduler`): recorded, not a trial."""
+        start = time.perf_counter()
+        self.db.commit([(inp, res)], self.session, REFERENCE_TUNER, trials=False)
         self.seconds += time.perf_counter() - start
 
     def searched(self, seconds: float) -> None:
