@@ -47,6 +47,36 @@ def test_faults_become_error_kinds_and_tuning_goes_on(measure):
     assert all(r.costs == () for r, k in zip(results, kinds) if k is not ErrorKind.NO_ERROR)
 
 
+class RecordingRunner(LocalRunner):
+    """A LocalRunner that notes what it asks its (real) worker."""
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.asked = []
+
+    def _exchange(self, req, limit, build_s):
+        self.asked.append(("time", sorted(map(int, req["slots"]))) if "slots" in req
+                          else ("hold", req["hold"]) if "hold" in req else ("alone", req["manifest"]))
+        return super()._exchange(req, limit, build_s)
+
+
+def test_a_batch_is_checked_one_by_one_then_timed_together_and_a_crash_loses_no_candidate(tmp_path):
+    """Candidates held before a kernel crashed the worker are timed alone afterwards; those
+    checked after it are timed together, one repeat of each in turn, in one request."""
+    runner = RecordingRunner(RunnerOptions(repeat=3, min_repeat_ms=1.0, timeout=3.0, threads=1, stop_factor=0))
+    builder = LocalBuilder(n_parallel=2, cache_dir=tmp_path, instantiate=instantiate)
+    try:
+        results = measure_with(builder, runner)(_inputs("good", "segfault", "good", "good_vec", "wrong"))
+    finally:
+        runner.close()
+    kinds = [r.error_kind for r in results]
+    assert kinds == [ErrorKind.NO_ERROR, ErrorKind.RUNTIME_ERROR, ErrorKind.NO_ERROR, ErrorKind.NO_ERROR,
+                     ErrorKind.WRONG_ANSWER]
+    assert all(len(r.costs) == 3 for r in results if r.ok)
+    assert [kind for kind, _ in runner.asked] == ["hold"] * 5 + ["time", "alone"]
+    assert runner.asked[5] == ("time", [2, 3])
+
+
 def test_compile_timeout_is_reported(tmp_path):
     builder = LocalBuilder(n_parallel=1, timeout=0.001, cache_dir=tmp_path, instantiate=instantiate)
     (res,) = builder.build(_inputs("good"))

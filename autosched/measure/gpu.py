@@ -28,6 +28,7 @@ class GpuRunner(LocalRunner):
 
     WORKER = "autosched.measure.gpu_worker"
     ON_HOST = False
+    INTERLEAVED = False  # the GPU worker times one candidate per request; its clock is the GPU's
 
     def __init__(self, options: RunnerOptions = RunnerOptions(), start_timeout: float = 60.0):
         super().__init__(options)

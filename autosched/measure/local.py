@@ -174,6 +174,8 @@ class LocalRunner(Runner):
     WORKER = "autosched.measure.worker"
     #: whether kernels run on this machine's cores, so that records say how many threads they had
     ON_HOST = True
+    #: whether a batch's candidates are timed together, one repeat of each in turn (`_run_interleaved`)
+    INTERLEAVED = True
 
     def __init__(self, options: RunnerOptions = RunnerOptions()):
         self.options = options
@@ -229,19 +231,33 @@ class LocalRunner(Runner):
 
     # --- running ----------------------------------------------------------------------------
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
-        return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
+        if not self.INTERLEAVED or len(inputs) < 2:
+            return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
+        return self._run_interleaved(inputs, builds)
 
-    def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
+    def _request(self, inp: MeasureInput, build: BuildResult) -> dict[str, Any]:
+        """What the worker needs to check and time one candidate."""
         o = self.options
         best = self._best.get(inp.task.key)
         # a target that rounds (cuda -precision=tf32, fp16, bf16) is checked within what its rounding implies
         rtol, atol = (max(mine, implied) for mine, implied in zip((o.rtol, o.atol), inp.target.tolerance))
-        threads = o.threads or os.cpu_count() or 1
-        req = {"manifest": build.artifact, "data": self._data_file(inp.task), "threads": threads,
-               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "flush_bytes": self.flush_bytes(),
-               "weights": constant_inputs(inp.task) if o.caches == "cold" else None,
-               "stop_above": best * o.stop_factor if best and o.stop_factor else 0.0, "rtol": rtol, "atol": atol}
-        limit = o.timeout + 3 * o.repeat * o.min_repeat_ms / 1e3
+        return {"manifest": build.artifact, "data": self._data_file(inp.task), "threads": self._threads(),
+                "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "flush_bytes": self.flush_bytes(),
+                "weights": constant_inputs(inp.task) if o.caches == "cold" else None,
+                "stop_above": best * o.stop_factor if best and o.stop_factor else 0.0, "rtol": rtol, "atol": atol}
+
+    def _threads(self) -> int:
+        return self.options.threads or os.cpu_count() or 1
+
+    def _limit(self, candidates: int) -> float:
+        """Seconds the worker may take to time `candidates` (beyond `timeout`)."""
+        o = self.options
+        return o.timeout + 3 * candidates * o.repeat * o.min_repeat_ms / 1e3
+
+    def _exchange(self, req: dict[str, Any], limit: float, build_s: float) -> dict[str, Any] | MeasureResult:
+        """The worker's reply to `req`, or the failure it came to: no reply within `limit` seconds
+        (the worker is killed) or a dead worker (a kernel crashed it); either way the next
+        request gets a fresh worker."""
         proc = self._worker()
         stdin, stdout = proc.stdin, proc.stdout
         if stdin is None or stdout is None:  # _worker always opens both pipes
@@ -257,18 +273,64 @@ class LocalRunner(Runner):
         if line is None:
             self._kill()
             return MeasureResult.failure(ErrorKind.RUN_TIMEOUT, f"no result within {limit:.1f} s; worker restarted",
-                                         build.build_s, now)
+                                         build_s, now)
         if not line:
             code = proc.wait()
             self._proc = None
             why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
             return MeasureResult.failure(ErrorKind.RUNTIME_ERROR, f"the kernel killed its worker ({why}); "
-                                         "worker restarted", build.build_s, now)
+                                         "worker restarted", build_s, now)
         reply = json.loads(line)
         if "error" in reply:
-            return MeasureResult.failure(ErrorKind[reply["error"]], reply["msg"], build.build_s, now)
-        costs = tuple(reply["costs"])
-        cost = float(np.median(costs))
-        self._best[inp.task.key] = min(cost, best or cost)
-        return MeasureResult(costs, ErrorKind.NO_ERROR, "", build.build_s, now, caches=o.caches,
-                             threads=threads if self.ON_HOST else None)
+            return MeasureResult.failure(ErrorKind[reply["error"]], reply["msg"], build_s, now)
+        return reply
+
+    def _timed(self, inp: MeasureInput, costs: Sequence[float], build_s: float) -> MeasureResult:
+        result = MeasureResult(tuple(costs), ErrorKind.NO_ERROR, "", build_s, time.time(), caches=self.options.caches,
+                               threads=self._threads() if self.ON_HOST else None)
+        best = self._best.get(inp.task.key)
+        self._best[inp.task.key] = min(result.cost, best or result.cost)
+        return result
+
+    def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
+        reply = self._exchange(self._request(inp, build), self._limit(1), build.build_s)
+        return reply if isinstance(reply, MeasureResult) else self._timed(inp, reply["costs"], build.build_s)
+
+    def _run_interleaved(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        """Check every candidate one by one (a crash or a wrong answer is its own result), then
+        time those that passed together, one repeat of each in turn (`worker.time_held`): the
+        candidates of a batch then meet the host in the same states, and their repeats are
+        spread over the batch. Each repeat is given `min_repeat_ms × (repeat + 1) / (2 × repeat)`,
+        so that a batch takes as long as timing its candidates one by one did (each repeat then
+        has its own calibration). A candidate whose check crashed the worker lost the others
+        held so far, and a timing that failed as a whole loses them all: those are measured one
+        by one instead."""
+        o = self.options
+        out: list[MeasureResult | None] = [None] * len(inputs)
+        held: dict[int, float] = {}  # slot → its stop_above
+        alone: list[int] = []
+        for k, (inp, build) in enumerate(zip(inputs, builds)):
+            req = {**self._request(inp, build), "hold": k}
+            reply = self._exchange(req, o.timeout, build.build_s)
+            if isinstance(reply, MeasureResult):
+                out[k] = reply
+                if self._proc is None:  # the worker died, and the kernels it held with it
+                    alone += list(held)
+                    held.clear()
+            elif "held" in reply:
+                held[k] = req["stop_above"]
+            else:  # an emulated GPU kernel's static estimate
+                out[k] = self._timed(inp, reply["costs"], build.build_s)
+        if held:
+            req = {"slots": {str(k): stop for k, stop in held.items()}, "repeat": o.repeat,
+                   "min_repeat_ms": o.min_repeat_ms * (o.repeat + 1) / (2 * o.repeat), "flush_bytes": self.flush_bytes()}
+            reply = self._exchange(req, self._limit(len(held)), 0.0)
+            if isinstance(reply, MeasureResult):
+                alone += list(held)
+            else:
+                for k in held:
+                    out[k] = self._timed(inputs[k], reply["costs"][str(k)], builds[k].build_s)
+        for k in sorted(alone):
+            out[k] = self._run_one(inputs[k], builds[k])
+        assert all(r is not None for r in out)
+        return [r for r in out if r is not None]

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from dataclasses import dataclass
 
 import numpy as np
 
 from autosched.lower.ir import Buffer
 from autosched.measure.lifetime import die_with_parent
 from autosched.runtime import Kernel
+from autosched.runtime.module import BoundArgs
 
 _DATA: dict[str, tuple[list, list]] = {}
 
@@ -61,7 +63,27 @@ def activations(n_inputs: int, weights: list[int] | None) -> tuple[int, ...]:
     return () if weights is None else tuple(k for k in range(n_inputs) if k not in weights)
 
 
-def handle(req: dict) -> dict:
+@dataclass
+class Loaded:
+    """A checked kernel bound to its task's arrays, ready to time."""
+
+    kern: Kernel
+    args: BoundArgs
+    n_inputs: int
+    weights: list[int] | None
+
+    def time(self, repeat: int, min_repeat_ms: float, flush_bytes: int, stop_above: float) -> list[float]:
+        return self.kern.time(self.args, repeat=repeat, min_repeat_ms=min_repeat_ms, flush_bytes=flush_bytes,
+                              stop_above=stop_above, warm=activations(self.n_inputs, self.weights))
+
+
+#: kernels checked and held for one interleaved timing (`time_held`), by the runner's slot number
+_HELD: dict[int, Loaded] = {}
+
+
+def load_checked(req: dict) -> Loaded | dict:
+    """The request's kernel loaded, run once and compared with the reference; else the reply
+    saying why not (a wrong answer), or a GPU kernel emulation's static estimate."""
     manifest = json.loads(open(req["manifest"]).read())
     params = [Buffer(p["name"], p["dtype"], tuple(p["shape"])) for p in manifest["params"]]
     kern = Kernel(manifest["lib"], manifest["symbol"], params, "")
@@ -75,10 +97,41 @@ def handle(req: dict) -> dict:
         return wrong
     if "static_estimate" in manifest:  # a GPU kernel's emulation: its time is the model's, not this CPU's
         return {"costs": [manifest["static_estimate"]["seconds"]]}
-    costs = kern.time(args, repeat=int(req["repeat"]), min_repeat_ms=float(req["min_repeat_ms"]),
-                      flush_bytes=int(req["flush_bytes"]), stop_above=float(req["stop_above"]),
-                      warm=activations(len(inputs), req.get("weights")))
-    return {"costs": costs}
+    return Loaded(kern, args, len(inputs), req.get("weights"))
+
+
+def time_held(req: dict) -> dict:
+    """Time the held kernels of `req["slots"]` (slot → its stop_above) in turn, one repeat of
+    each per pass, so that every pass meets the host in the same state for all of them and each
+    kernel's repeats are spread over the whole batch (on a shared host a core can be taken for
+    seconds at a time, `benchmarks/host.py`). A kernel slower than its stop_above (0: none) is
+    not timed again. The held kernels are released."""
+    try:
+        stops = {int(k): float(v) for k, v in req["slots"].items()}
+        costs: dict[int, list[float]] = {k: [] for k in stops}
+        live = list(stops)
+        for _ in range(int(req["repeat"])):
+            for k in live:
+                costs[k] += _HELD[k].time(1, float(req["min_repeat_ms"]), int(req["flush_bytes"]), stops[k])
+            live = [k for k in live if not (stops[k] and costs[k][-1] > stops[k])]
+        return {"costs": {str(k): c for k, c in costs.items()}}
+    finally:
+        _HELD.clear()
+
+
+def handle(req: dict) -> dict:
+    """One request: `slots` times held kernels (`time_held`); with `hold`, a kernel is checked
+    and held under that slot; else it is checked and timed at once."""
+    if "slots" in req:
+        return time_held(req)
+    loaded = load_checked(req)
+    if not isinstance(loaded, Loaded):
+        return loaded
+    if "hold" in req:
+        _HELD[int(req["hold"])] = loaded
+        return {"held": int(req["hold"])}
+    return {"costs": loaded.time(int(req["repeat"]), float(req["min_repeat_ms"]), int(req["flush_bytes"]),
+                                 float(req["stop_above"]))}
 
 
 def main() -> None:
