@@ -221,13 +221,22 @@ def test_the_latency_model_adds_untuned_kernels_in_the_model_and_the_executor_to
     record_build_timing(db, tasks, HERE, BuildTiming(3.5, 4.0, 3.1, 3, 2))
     schedules = TunedSchedules(db)
     model = estimate(db, tasks, HERE, {t.key: schedules.choose(t, HERE) for t in tasks})
-    assert [(p.source, p.ms, p.in_model_ms) for p in model.tasks] == [
-        ("record", pytest.approx(2.0), pytest.approx(2.6)), ("model", pytest.approx(0.4), pytest.approx(0.4)),
-        ("-", None, None)]
+    # the tuned task's record, 2.0 ms alone, counts at its in-model time: 1.3x
+    assert [(p.source, p.ms, p.in_model_ms, p.context) for p in model.tasks] == [
+        ("record", pytest.approx(2.6), pytest.approx(2.6), pytest.approx(1.3)),
+        ("model", pytest.approx(0.4), pytest.approx(0.4), 1.0), ("-", None, None, 1.0)]
     assert model.unknown == 1 and model.executor_ms == pytest.approx(0.4)
-    assert model.total_ms == pytest.approx(2.0 + 0.4 + 0.4) and model.measured.tuned_ms == 3.5
-    assert model.by_op() == {"Gemm": (pytest.approx(2.4), pytest.approx(3.0))}
+    assert model.alone_ms == pytest.approx(2.0) and model.records_ms == pytest.approx(2.6)
+    assert model.total_ms == pytest.approx(2.6 + 0.4 + 0.4) and model.measured.tuned_ms == 3.5
+    assert model.by_op() == {"Gemm": (pytest.approx(3.0), pytest.approx(3.0))}
     assert estimate(db, tasks, Target.parse("llvm"), {}).measured is None  # timings are per machine
+
+    # a faster config never profiled takes the task's context from the profiled one: 1.5 ms x 1.3
+    faster = template.space(tuned, HERE).get(6)
+    db.commit([_record(tuned, HERE, faster, 1.5e-3)])
+    model = estimate(db, tasks, HERE, {t.key: TunedSchedules(db).choose(t, HERE) for t in tasks})
+    assert model.tasks[0].best.config == faster and model.tasks[0].in_model_ms is None
+    assert model.tasks[0].ms == pytest.approx(1.95) and model.tasks[0].context == pytest.approx(1.3)
 
     # the task scheduler weighs a task by its time in the model: 1.3 × its record here
     from autosched.database.model_times import context_factors

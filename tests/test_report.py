@@ -29,8 +29,9 @@ def test_report_embeds_four_figures_and_the_task_table(tmp_path, tasks, capsys):
     tasks_table = page[page.index("<h2>Tasks</h2>"):]
     assert tasks_table.count("<tr>") == 3  # header and the two tasks with records
     # the third task's shipped record counts where this ISA has one (it is not timed here)
-    assert re.search(r"<h2>Latency model</h2><p>estimate 3(\.0\d*)? ms = records 3(\.0\d*)? \+ other kernels in the "
-                     r"model 0 \+ executor 0( \(1 tasks never timed\))?; no build of this model was timed here yet", page)
+    assert re.search(r"<h2>Latency model</h2><p>estimate 3(\.0\d*)? ms = records scaled to the model 3(\.0\d*)? "
+                     r"\(alone 3(\.0\d*)?\) \+ other kernels in the model 0 \+ executor 0( \(1 tasks never timed\))?; "
+                     r"no build of this model was timed here yet", page)
     assert "cost model and search (tuners): 1.8 s" in page
     assert "<p>substitutions: none lowers the estimated cost; " in page  # what the graph optimizer did
     assert "<td>Gemm</td><td>[[64, 784], [1024, 784], [1024]]</td><td>1</td><td>3</td><td>1</td><td>1</td>" in page

@@ -152,8 +152,9 @@ def _best(db, args) -> int:
 def _print_estimate(model: ModelEstimate) -> None:
     """The latency model's parts beside the last timed build, so the unexplained share shows."""
     unknown = f", {model.unknown} tasks never timed" if model.unknown else ""
-    print(f"estimated latency of the build: {model.total_ms:.4g} ms = records {model.records_ms:.4g} + other kernels in "
-          f"the model {model.others_ms:.4g} + executor {model.executor_ms:.4g}{unknown}")
+    print(f"estimated latency of the build: {model.total_ms:.4g} ms = records scaled to the model "
+          f"{model.records_ms:.4g} (alone {model.alone_ms:.4g}) + other kernels in the model {model.others_ms:.4g} + "
+          f"executor {model.executor_ms:.4g}{unknown}")
     timed = model.measured
     if timed is None:
         print("no build of this model was timed here yet ('autosched tune' ends by timing one)")

@@ -121,8 +121,9 @@ def _latency_model(db: Database, tasks: Sequence[Task], target: Target) -> str:
     schedules = TunedSchedules(db, shipped_database())  # as `autosched build` chooses
     model = estimate(db, tasks, target, {t.key: schedules.choose(t, target) for t in tasks})
     unknown = f" ({model.unknown} tasks never timed)" if model.unknown else ""
-    text = (f"estimate {model.total_ms:.4g} ms = records {model.records_ms:.4g} + other kernels in the model "
-            f"{model.others_ms:.4g} + executor {model.executor_ms:.4g}{unknown}; ")
+    text = (f"estimate {model.total_ms:.4g} ms = records scaled to the model {model.records_ms:.4g} (alone "
+            f"{model.alone_ms:.4g}) + other kernels in the model {model.others_ms:.4g} + executor "
+            f"{model.executor_ms:.4g}{unknown}; ")
     timed = model.measured
     text += ("no build of this model was timed here yet" if timed is None else
              f"last timed build here {timed.tuned_ms:.4g} ms (untuned {timed.untuned_ms:.4g} ms), "

@@ -265,10 +265,14 @@ def config_cost(db: Database, task: Task, target: Target, config: Config, caches
     """The fastest timing of one config of `task` measured on this machine in cache mode `caches`
     (None if never timed so): what a tuned config is weighed against, for the default config of
     its task."""
+    return fastest_record(db, task, target, config_text(config.to_json()), caches)
+
+
+def fastest_record(db: Database, task: Task, target: Target, config: str, caches: str = "warm") -> float | None:
+    """`config_cost` of a config as the records table keys it (`config_text`)."""
     query = (select(func.min(records.c.cost)).join(workloads, records.c.workload_id == workloads.c.id)
              .join(targets, records.c.target_id == targets.c.id)
              .where(workloads.c.key == task.key, targets.c.fingerprint == target.fingerprint,
-                    records.c.config == config_text(config.to_json()), records.c.cost.is_not(None),
-                    _CACHES == caches))
+                    records.c.config == config, records.c.cost.is_not(None), _CACHES == caches))
     with db.reading() as conn:
         return conn.execute(query).scalar_one()
