@@ -154,7 +154,8 @@ def task_context(db: Database, task: Task, target: Target, config: Config | None
     the 56x56 stage's 1.1-1.2x, and the estimate from records alone was 0.77 of the build."""
     where = and_(kernel_times.c.task == task_digest(task.key), kernel_times.c.fingerprint == target.fingerprint)
     with db.reading() as conn:
-        seen = dict(conn.execute(select(kernel_times.c.config, kernel_times.c.seconds).where(where)).tuples().all())
+        seen = {config: seconds for config, seconds in conn.execute(
+            select(kernel_times.c.config, kernel_times.c.seconds).where(where))}
     if not seen:
         return None
     default = get_template(task.op, target.kind).fallback(task, target)
