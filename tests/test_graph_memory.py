@@ -3,6 +3,7 @@
 import itertools
 
 import numpy as np
+from graph_helpers import built_matches_reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,16 +17,22 @@ from autosched.graph.passes.memory import ALIGNMENT
 
 def _check_plan(graph, groups, plan):
     external = {v.name for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
-    produced = {name for g in groups for name in g.outputs if name not in external}
+    produced = {plan.aliases.get(name, name) for g in groups for name in g.outputs if name not in external}
     assert set(plan.buffers) == produced
     for index, group in enumerate(groups):
         for name in group.outputs:
             if name in plan.buffers:
                 assert plan.buffers[name].first == index
+            elif name in plan.aliases:  # a concat's part, written into its root's bytes
+                assert plan.buffers[plan.aliases[name]].first <= index <= plan.buffers[plan.aliases[name]].last
         for name in group.inputs:
-            name = plan.aliases.get(name, name)  # a Reshape that is no kernel reads its root's bytes
+            name = plan.aliases.get(name, name)  # a view that is no kernel reads its root's bytes
             if name in plan.buffers:
                 assert plan.buffers[name].first < index <= plan.buffers[name].last
+    for alias, root in plan.aliases.items():  # an alias's bytes lie within its root's
+        if root in plan.buffers:
+            assert plan.offsets.get(alias, 0) % ALIGNMENT == 0
+            assert plan.offsets.get(alias, 0) + graph.values[alias].nbytes <= graph.values[root].nbytes
     for buffer in plan.buffers.values():
         assert buffer.offset % ALIGNMENT == 0 and buffer.size >= graph.values[buffer.name].nbytes
         assert buffer.offset + buffer.size <= plan.arena_size
@@ -135,3 +142,66 @@ def test_a_reshape_of_an_intermediate_is_no_kernel_and_keeps_its_root_alive(tmp_
             np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
     finally:
         model.close()
+
+
+def test_a_split_into_consecutive_bytes_is_no_kernel_and_its_parts_read_in_place(tmp_path):
+    """A Split along an axis with only unit axes before it cuts its input into consecutive byte
+    ranges: its parts are views of the input's buffer from their offsets (no group, no copy),
+    the root alive until the last reader of a part. Where a part would start off a 64-byte
+    boundary (the readers' vector loads), or a unit axis does not lead, or a part is a graph
+    output, the Split stays a kernel. The build runs as numpy."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 48, 4, 4))
+    s = b.node(Op.SIGMOID, [x], name="s")
+    b.node(Op.SPLIT, [s], name="cut", outputs=3, axis=1, split=(16, 8, 24))  # 1024 and 512 bytes in
+    b.node(Op.SPLIT, [s], name="odd", outputs=2, axis=1, split=(1, 47))  # 64 bytes: still aligned
+    b.node(Op.SPLIT, [s], name="rows", outputs=2, axis=2, split=(1, 3))  # channels lead: no view
+    t = b.input("t", (1, 12))
+    b.node(Op.SPLIT, [b.node(Op.TANH, [t], name="u")], name="fine", outputs=2, axis=1, split=(3, 9))  # 12 bytes
+    parts = [b.node(Op.RELU, [f"{name}:{i}"], name=f"{name}{i}") for name, n in (("cut", 3), ("odd", 2),
+                                                                               ("rows", 2), ("fine", 2))
+             for i in range(n)]
+    b.output(*parts)
+    graph = b.build()
+    groups = fuse(graph)
+    plan = plan_memory(graph, groups)
+    _check_plan(graph, groups, plan)
+    assert {g.name for g in groups if g.anchor.op is Op.SPLIT} == {"rows", "fine"}
+    assert {a: (plan.aliases[a], plan.offsets.get(a, 0)) for a in plan.aliases} == {
+        "cut:0": ("s", 0), "cut:1": ("s", 1024), "cut:2": ("s", 1536), "odd:0": ("s", 0), "odd:1": ("s", 64)}
+    views = plan.views
+    assert views["cut:2"].offset == plan.buffers["s"].offset + 1536 and views["cut:0"] is plan.buffers["s"]
+    assert plan.buffers["s"].last >= max(i for i, g in enumerate(groups) if "odd:1" in g.inputs)
+    built_matches_reference(graph, tmp_path / "m.so", "llvm", rtol=1e-6, atol=1e-6)
+
+
+def test_a_concat_of_intermediates_is_written_in_place(tmp_path):
+    """A Concat along an axis with only unit axes before it is its inputs' bytes side by side:
+    each producer writes straight into its range of the output (no group, no copy), and the
+    output's buffer lives from the first part's producer on, a part read later keeping it alive.
+    Where a part is a graph input, is already another value's bytes (a split's part), or would
+    start off a 64-byte boundary, the Concat stays a kernel. The build runs as numpy."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 16, 4, 4))
+    a = b.node(Op.SIGMOID, [x], name="a")
+    c = b.node(Op.TANH, [x], name="c")
+    cat = b.node(Op.CONCAT, [a, c], name="cat", axis=1)  # in place: a at 0, c at 1024
+    late = b.node(Op.RELU, [a], name="late")  # reads a part after the concat
+    with_input = b.node(Op.CONCAT, [a, x], name="with_input", axis=1)  # a graph input: a kernel
+    b.node(Op.SPLIT, [b.node(Op.EXP, [x], name="e")], name="cut", outputs=2, axis=1, split=(8, 8))
+    of_views = b.node(Op.CONCAT, ["cut:1", "cut:0"], name="of_views", axis=1)  # parts of another: a kernel
+    t = b.input("t", (1, 3))
+    fine = b.node(Op.CONCAT, [b.node(Op.NEG, [t], name="n"), b.node(Op.ABS, [t], name="m")], name="fine", axis=1)
+    outs = [b.node(Op.RELU, [v], name=f"out_{v}") for v in (cat, with_input, of_views, fine)]
+    b.output(*outs, late)
+    graph = b.build()
+    groups = fuse(graph)
+    plan = plan_memory(graph, groups)
+    _check_plan(graph, groups, plan)
+    names = {g.name for g in groups}
+    assert "cat" not in names and {"with_input", "of_views", "fine"} <= names
+    assert (plan.aliases["a"], plan.offsets.get("a", 0)) == ("cat", 0)
+    assert (plan.aliases["c"], plan.offsets["c"]) == ("cat", 1024)
+    assert plan.buffers["cat"].first <= min(i for i, g in enumerate(groups) if "a" in g.outputs)
+    assert plan.buffers["cat"].last >= max(i for i, g in enumerate(groups) if "a" in g.inputs)
+    built_matches_reference(graph, tmp_path / "m.so", "llvm", rtol=1e-6, atol=1e-6)

@@ -4,8 +4,8 @@ An anchor (Conv, Gemm, MatMul) absorbs the elementwise nodes after it
 — bias add, activation, residual add, a GELU written as an Erf chain — so
 their work happens while the anchor's result is still in registers.  A run
 of elementwise nodes with no anchor before it becomes one group the same
-way.  Reductions, pools and data movement are groups of their own, but for a Reshape of an
-intermediate, which is no kernel at all (`view_aliases`).
+way.  Reductions, pools and data movement are groups of their own, but for the Reshapes,
+Splits and Concats that only say where bytes live, which are no kernels at all (`aliases.py`).
 
 A node joins a group only if the group still has one way out: every value
 computed inside, except the group's single output, is read only inside the
@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autosched.graph.ir import Graph, Node, Op, toposort
+from autosched.graph.ir import Graph, Node, toposort
+from autosched.graph.passes.aliases import find_aliases
 from autosched.opset.record import OpKind
 from autosched.opset.registry import kind_of
 
@@ -76,26 +77,8 @@ def fuse(graph: Graph) -> list[FusedGroup]:
         assigned.update(id(member) for member in (node, *epilogue))
         groups.append(_make_group(node, epilogue))
     available = [*(v.name for v in graph.inputs), *graph.constants]
-    aliased = view_aliases(graph)
-    return [g for g in toposort(groups, available) if g.anchor.op is not Op.RESHAPE or g.outputs[0] not in aliased]
-
-
-def view_aliases(graph: Graph) -> dict[str, str]:
-    """Each Reshape output that needs no kernel → the value whose bytes it is (through chains of
-    them). A Reshape of a dense intermediate only renames its bytes, so its readers read its
-    input's buffer: no group, no copy (split-K's Reshape between a conv and its sum cost 10 µs
-    a call on an H200, 8% of ResNet-18). Not where the Reshape's output is a graph output (it
-    has a buffer of its own), nor where the bytes are a graph input, a constant or an output
-    (they live outside the arena)."""
-    outputs = {v.name for v in graph.outputs}
-    external = {v.name for v in graph.inputs} | set(graph.constants) | outputs
-    aliases: dict[str, str] = {}
-    for node in graph.nodes:  # producers first: a chain's earlier Reshape is resolved already
-        if node.op is Op.RESHAPE and node.outputs[0] not in outputs:
-            root = aliases.get(node.inputs[0], node.inputs[0])
-            if root not in external:
-                aliases[node.outputs[0]] = root
-    return aliases
+    free = find_aliases(graph).free
+    return [g for g in toposort(groups, available) if g.anchor.name not in free]
 
 
 def _epilogue(graph: Graph, start: int, readers: Callable[[str], set[int]], assigned: set[int]) -> list[Node]:

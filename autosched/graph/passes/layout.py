@@ -4,7 +4,7 @@ Per convolution that converts, the register tile becomes a vector of output chan
 fills the vector whatever the image's width (NCHW vectorizes along rows of 7, 14 or 56).
 Converting each convolution alone would pack its input and unpack its output at every layer;
 this pass instead keeps tensors blocked from one convolution to the next, through the
-elementwise ops (bias, activations, residual adds), pools, channel concats, spatial
+elementwise ops (bias, activations, residual adds), pools, channel concats and splits, spatial
 reductions and resizes between them, and converts back only where a plain-layout op (a reshape, a
 softmax, the model's outputs) reads a value. It is TVM's AlterOpLayout idea on this IR.
 
@@ -69,7 +69,7 @@ class _Planner:
     def run(self) -> Graph:
         for node in self.graph.nodes:
             if not (self._conv(node) or self._elementwise(node) or self._reduce(node) or self._pool(node)
-                    or self._concat(node) or self._resize(node)):
+                    or self._concat(node) or self._split(node) or self._resize(node)):
                 self._keep(node)
         if not self.blocked:
             return self.graph  # no convolution to block: nothing changes
@@ -118,6 +118,14 @@ class _Planner:
         self._add(Node(node.name, op or node.op, inputs, (copy,), dict(node.attrs if attrs is None else attrs)))
         self.blocked[out] = (copy, block)
         self.converted[(out, block)] = copy
+
+    def _produce_parts(self, node: Node, source: str, block: int, attrs: dict[str, Any]) -> None:
+        """Emit `node` computing each of its outputs in blocks of `block` from `source`."""
+        copies = tuple(self._new_value(out, block) for out in node.outputs)
+        self._add(Node(node.name, node.op, (source,), copies, attrs))
+        for out, copy in zip(node.outputs, copies):
+            self.blocked[out] = (copy, block)
+            self.converted[(out, block)] = copy
 
     def _add(self, node: Node) -> None:
         self.nodes.append(node)
@@ -213,13 +221,30 @@ class _Planner:
             return False
         if name in self.blocked:
             copy, block = self.blocked[name]
-        else:  # a plain input a convolution already converted (an inception block's input)
+        else:  # a plain input a convolution converts, before or after the pool (an inception block's input)
             block = channel_block(self.values[name].shape[1], self.lanes)
-            copy = self.converted.get((name, block), "")
-            if not copy:
+            if not block or ((name, block) not in self.converted and not self._conv_reads(name)):
                 return False
+            copy = self._in_block(name, block)
         self._produce_blocked(node, (copy,), block, attrs={**node.attrs, "block": block})
         return True
+
+    def _split(self, node: Node) -> bool:
+        """A split along channels of a blocked tensor into parts of whole blocks is the same split
+        along the channel-block axis (for a batch of one, a view of consecutive bytes: no kernel,
+        `aliases.py`), so the parts stay blocked."""
+        if node.op is not Op.SPLIT or node.attrs["axis"] != 1 or node.inputs[0] not in self.blocked:
+            return False
+        copy, block = self.blocked[node.inputs[0]]
+        if len(self.values[node.inputs[0]].shape) != 4 or any(size % block for size in node.attrs["split"]):
+            return False
+        self._produce_parts(node, copy, block, {**node.attrs, "split": tuple(s // block for s in node.attrs["split"])})
+        return True
+
+    def _conv_reads(self, name: str) -> bool:
+        """Whether a convolution with constant weights reads `name` (and so converts it)."""
+        return any(node.op is Op.CONV and node.inputs[0] == name and node.inputs[1] in self.constants
+                   for node in self.graph.nodes)
 
     def _resize(self, node: Node) -> bool:
         """A Resize of the spatial axes of a blocked tensor (an FPN's or a U-Net's upsampling)

@@ -10,12 +10,11 @@ already placed buffers whose lifetimes overlap it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autosched.graph.ir import Graph
-from autosched.graph.passes.fuse import FusedGroup, view_aliases
-
-ALIGNMENT = 64  # bytes; one cache line, and enough for any SIMD load
+from autosched.graph.passes.aliases import ALIGNMENT, find_aliases
+from autosched.graph.passes.fuse import FusedGroup
 
 
 @dataclass(frozen=True)
@@ -37,23 +36,33 @@ class Buffer:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Arena offsets of every intermediate; graph inputs and outputs live outside it. A Reshape
-    that is no kernel (`view_aliases`) has no buffer: its output is its root's bytes."""
+    """Arena offsets of every intermediate; graph inputs and outputs live outside it. A value
+    that is another's bytes (`aliases.py`: a Reshape's or a Split's output, a Concat's input)
+    has no buffer of its own: it is its root's bytes, from an offset."""
 
     buffers: Mapping[str, Buffer]
     arena_size: int
-    aliases: Mapping[str, str] = field(default_factory=dict)  # a Reshape's output → the value it renames
+    aliases: Mapping[str, str] = field(default_factory=dict)  # a view's output → the value whose bytes it is
+    offsets: Mapping[str, int] = field(default_factory=dict)  # a view's byte offset in them, where not 0
 
     @property
     def views(self) -> Mapping[str, Buffer]:
-        """Every arena value's bytes by name: the buffers, and each alias at its root's buffer."""
-        return {**self.buffers, **{alias: self.buffers[root] for alias, root in self.aliases.items()}}
+        """Every arena value's bytes by name: the buffers, and each alias at its root's buffer
+        (from its offset)."""
+        return {**self.buffers, **{alias: self._view(alias, root) for alias, root in self.aliases.items()}}
+
+    def _view(self, alias: str, root: str) -> Buffer:
+        offset = self.offsets.get(alias, 0)
+        buffer = self.buffers[root]
+        return buffer if not offset else replace(buffer, name=alias, offset=buffer.offset + offset,
+                                                 size=buffer.size - offset)
 
 
 def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALIGNMENT) -> MemoryPlan:
     """Assign arena offsets to the outputs of `groups`, executed in the given order."""
     external = {v.name for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
-    aliases = view_aliases(graph)
+    views = find_aliases(graph).views
+    aliases = {alias: root for alias, (root, _) in views.items()}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, group in enumerate(groups):
@@ -63,7 +72,9 @@ def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALI
                 last[name] = index
         for name in group.outputs:
             if name not in external:
-                first[name] = last[name] = index
+                name = aliases.get(name, name)  # a concat's part: its producer writes the root's bytes
+                first[name] = min(first.get(name, index), index)
+                last[name] = index
     sizes = {name: _round_up(graph.values[name].nbytes, alignment) for name in first}
     placed: list[Buffer] = []
     for name in sorted(first, key=lambda n: (-sizes[n], first[n], n)):
@@ -72,7 +83,8 @@ def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALI
         placed.append(Buffer(name, _best_fit(rivals, sizes[name]), sizes[name], first[name], last[name]))
     arena = max((b.offset + b.size for b in placed), default=0)
     return MemoryPlan({b.name: b for b in sorted(placed, key=lambda b: (b.first, b.name))}, arena,
-                      {alias: root for alias, root in aliases.items() if root in first})
+                      {alias: root for alias, root in aliases.items() if root in first},
+                      {alias: offset for alias, (root, offset) in views.items() if root in first and offset})
 
 
 def _best_fit(rivals: Sequence[Buffer], size: int) -> int:
