@@ -8,7 +8,8 @@ fingerprint classes, candidates, pruned, proved, unprovable, tested; enumerate, 
 test), or with `--generate MAX_OPS` of a fresh generation of rules of up to that many operators
 here (`autosched substitutions generate` without writing the file).
 
-Per model (the zoo's and a SqueezeNet 1.1, whose fire modules have parallel branches): the
+Per model (the zoo's, a SqueezeNet 1.1, whose fire modules have parallel branches, and an Inception
+block, whose three 1x1 convolutions read one input; any block of `autosched.zoo_blocks` by name): the
 rewrites the optimizer applies (from an empty database, as a first build sees it), kernel calls
 before and after, the estimated cost before and after, and the latency of the builds without and
 with substitutions against onnxruntime, all timed in one alternating run (medians; the same
@@ -21,7 +22,7 @@ is the database's best configs as they are), and the two tuned builds join the s
 `transformation`, `regions`, `corrected`, `checks`, `correction_share`, `estimated_ms_without`,
 `estimated_ms_with`; null without convolutions), `matches_onnxruntime`, `untuned` (`off_ms`,
 `on_ms`, `onnxruntime_ms`, `on_vs_off`) and `tuned` (the same with `trials`; null without `--trials`).
-`--quick` is a smoke run: rules of one operator generated, a 56×56 SqueezeNet, 3 runs, 2 trials.
+`--quick` is a smoke run: rules of one operator generated, the Inception block, 3 runs, 2 trials.
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ from autosched.runtime import load_model
 from autosched.substitution import prepare
 from autosched.target import Target
 from autosched.task import extract_tasks
+from autosched.zoo_blocks import BLOCKS
 
 
 def rules_figures(max_ops: int | None) -> dict:
@@ -137,27 +139,31 @@ def _calls(graph: Graph, target: Target) -> int:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--models", help="comma-separated: zoo model names and squeezenet (default: all of them)")
+    p.add_argument("--models", help="comma-separated: zoo model names, squeezenet and the zoo's blocks "
+                   "(default: the models, squeezenet and inception_block)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--trials", type=int, default=0, help="also tune each model this many trials per setting")
     p.add_argument("--generate", type=int, metavar="MAX_OPS", help="generate rules of up to MAX_OPS operators here")
-    p.add_argument("--quick", action="store_true", help="smoke run: 1-operator rules, a small SqueezeNet")
+    p.add_argument("--quick", action="store_true", help="smoke run: 1-operator rules, the Inception block")
     args = p.parse_args(argv)
     if args.quick:
         args.generate, args.runs, args.trials = 1, 3, 2
-    names = (args.models or ("squeezenet" if args.quick else ",".join([*zoo.MODELS, "squeezenet"]))).split(",")
+    names = (args.models or ("inception_block" if args.quick else ",".join([*zoo.MODELS, "squeezenet", "inception_block"])))
+    names = names.split(",")
     out: dict = {"threads": args.threads, "runs": args.runs, "rules": rules_figures(args.generate), "models": {}}
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as tmp:
         workdir = Path(tmp)
         for name in names:
             path = workdir / f"{name}.onnx"
             if name == "squeezenet":
-                onnx.save(zoo.squeezenet(size=56, classes=10) if args.quick else zoo.squeezenet(), path)
+                onnx.save(zoo.squeezenet(), path)
             elif name in zoo.MODELS:
                 onnx.save(zoo.MODELS[name](), path)
+            elif name in BLOCKS:
+                onnx.save(BLOCKS[name](), path)
             else:
-                p.error(f"unknown model {name!r}: expected one of {', '.join([*zoo.MODELS, 'squeezenet'])}")
+                p.error(f"unknown model {name!r}: expected one of {', '.join([*zoo.MODELS, 'squeezenet', *BLOCKS])}")
             out["models"][name] = bench_model(path, workdir, args.threads, args.runs, args.trials)
     if args.json:
         print(json.dumps(out))

@@ -175,11 +175,11 @@ def test_benchmark_quick_run(name, tmp_path, request):
         runs = out["runs"]
         assert set(runs) == {"none", "database", "shipped"} and runs["none"]["started_on"] == 0
         assert 0 < runs["shipped"]["started_on"] < runs["database"]["started_on"]
-    if name == "substitutions":  # the fire modules' expand convolutions merge: fewer kernels, the same outputs
+    if name == "substitutions":  # the Inception block's 1x1 convolutions merge: fewer kernels, the same outputs
         assert all(model["matches_onnxruntime"] for model in out["models"].values())
-        fire = out["models"]["squeezenet"]
-        assert fire["rewrites"] and fire["kernels_after"] < fire["kernels_before"]
-        assert fire["pet"]["costed"] > 0 and fire["pet"]["corrected"] and 0 < fire["pet"]["correction_share"] < 0.05
+        block = out["models"]["inception_block"]
+        assert block["rewrites"] and block["kernels_after"] < block["kernels_before"]
+        assert block["pet"]["costed"] > 0 and block["pet"]["corrected"] and 0 < block["pet"]["correction_share"] < 0.05
     if name == "cuda_templates":  # each row's fallback config: valid by definition
         assert all(row["pass_emulation"] == 1.0 for row in out["templates"].values())
         assert all(row["within_limits"] == 1.0 for row in out["templates"].values()) or not out["nvcc"]

@@ -55,7 +55,7 @@ def test_the_showcase_merges_ship(shipped):
     batches of rows; a 1x1 beside a 3x3
     convolution of one input merged through an enlarged, concatenated kernel, with a split
     (Inception) or, where the outputs are concatenated after their activations, without one
-    (SqueezeNet's fire module)."""
+    (SqueezeNet's fire module); 1x1 convolutions of one input stacked (Inception's branches)."""
     assert _has(shipped.rules, ["matmul(a,b)", "matmul(a,c)"],
                 ["split0_1[C](matmul(a,concat1(b,c)))", "split1_1[C](matmul(a,concat1(b,c)))"],
                 {"a": "A,B", "b": "B,C", "c": "B,D"})
@@ -74,6 +74,11 @@ def test_the_showcase_merges_ship(shipped):
     assert _has(shipped.rules, ["gemmt(a,b,c)", "gemmt(a,d,e)"],
                 ["split0_1[C](gemmt(a,concat0(b,d),concat0(c,e)))", "split1_1[C](gemmt(a,concat0(b,d),concat0(c,e)))"],
                 {"a": "A,B", "b": "C,B", "c": "C", "d": "D,B", "e": "D"})
+    # 1x1 convolutions of one input (an Inception block's branches), after their activations
+    assert _has(shipped.rules, ["relu(convb(a,b,c))", "relu(convb(a,d,e))"],
+                ["split0_1[E](relu(convb(a,concat0(b,d),concat0(c,e))))",
+                 "split1_1[E](relu(convb(a,concat0(b,d),concat0(c,e))))"],
+                {"a": "A,B,C,D", "b": "E,B,1,1", "c": "E", "d": "F,B,1,1", "e": "F"})
 
 
 def test_the_prover_refuses_a_wrong_rule_and_names_the_properties_of_a_right_one():

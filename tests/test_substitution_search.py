@@ -381,3 +381,26 @@ def test_roots_found_upward_from_a_bound_variable_are_every_root_a_scan_finds(ma
     scanned = found(Matcher(graph))
     assert pruned == scanned
     assert any(len(roots) > 1 for _, roots, _ in pruned)  # two-root rules matched here
+
+
+def test_an_inception_blocks_1x1_branches_merge_split_and_concatenate_in_place(tmp_path, capsys):
+    """The pointwise domain's rule: 1x1 convolutions reading the block's input (64, 96 and 16
+    channels) become one on stacked kernels, whose output is split back into the branches
+    without a kernel (views of channel blocks), and the branches are written straight into the
+    block's concatenated output (no Concat kernel). Merging the 64-channel branch too would make
+    the Concat a kernel again (that part would already be a view of the merged output), which
+    costs more than the kernel launch it saves, so the search merges the other two; onnxruntime agrees."""
+    import onnx
+
+    from autosched.zoo_blocks import inception_block
+    path = tmp_path / "inception.onnx"
+    onnx.save(inception_block(), path)
+    graph = _load(path)
+    rewritten, report = substitute(graph, LLVM)
+    assert report.applied and all(r.startswith("pointwise-") for r in report.applied), report.summary()
+    tasks = extract_tasks(optimize(rewritten, LLVM.layout_lanes)).tasks
+    pointwise = sorted(t.shapes[1][0] for t in tasks if t.op == "ConvNCHWc" and t.shapes[1][2:] == (1, 1))
+    assert pointwise == [32, 64, 112]  # the pool branch's, the 64-channel branch's, and 96 + 16 merged
+    assert not {"Split", "Concat"} & {t.op for t in tasks}
+    assert main(["check", str(path), "--db", str(tmp_path / "tuning.db"), "--no-shipped"]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out

@@ -94,6 +94,12 @@ DOMAINS: tuple[Domain, ...] = (
            (("M", 2), ("K", 3), ("N", 4), ("P", 5)),
            ("gemmt", "concat1", "split0_1", "split1_1"), anchors=("gemmt",),
            folded=("concat0(w,v)", "concat0(b,c)")),
+    # pointwise (1x1) convolutions reading one input: an Inception block's branches, whose kernels
+    # the conv domain's single 1x1 variable cannot stack
+    Domain("pointwise", (("x", "B,C,H,W"), ("u", "F,C,1,1"), ("t", "G,C,1,1"), ("b", "F"), ("c", "G")),
+           (("B", 1), ("C", 3), ("H", 4), ("W", 5), ("F", 2), ("G", 4)),
+           ("convb", "concat1", "split0_1", "split1_1"), anchors=("convb",),
+           folded=("concat0(u,t)", "concat0(b,c)")),
 )
 
 
