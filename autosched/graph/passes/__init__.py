@@ -23,6 +23,7 @@ from autosched.graph.passes.pad_channels import pad_channels
 from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
 from autosched.graph.passes.remove_identity import remove_identity
+from autosched.graph.passes.space_to_batch import space_to_batch
 from autosched.graph.passes.split_k import split_k
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "plan_memory",
     "reduce_pow",
     "remove_identity",
+    "space_to_batch",
     "split_k",
 ]
 
@@ -62,8 +64,9 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions a few channels short of
     whole vectors are padded to them, and convolutions and the ops between them are then
-    planned into channel blocks: the graph a target's tasks are extracted from
-    and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
+    planned into channel blocks, and a blocked dilated 3x3 convolution Winograd can take over its
+    input's phases becomes one over the phases (`space_to_batch`): the graph a target's tasks
+    are extracted from and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
     products too small to fill the GPU are split along K (`split_k`), and MatMuls read both
     operands through their views (a GPU kernel stages both through shared memory anyway).
     """
@@ -76,4 +79,4 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
         graph = fold_constants(split_k(graph, gpu_blocks))
     graph = fold_views(graph, dense_in_place=not gpu_blocks)
     graph = eliminate_dead_code(graph)
-    return plan_layout(pad_channels(graph, layout_lanes), layout_lanes) if layout_lanes else graph
+    return space_to_batch(plan_layout(pad_channels(graph, layout_lanes), layout_lanes)) if layout_lanes else graph
