@@ -309,3 +309,22 @@ def test_shifted_split_is_refused_where_points_accumulate():
     s = create_schedule(z)
     with pytest.raises(ScheduleError, match="shifted split takes factor"):
         s[z].split(s[z].op.axes[0], nparts=2, shift=True)
+
+
+def test_a_buffer_too_large_for_the_stack_is_still_its_readers():
+    """A stage computed at a loop whose region exceeds the stack limit is heap-allocated in a block
+    of its own (`codegen/c.py`); the loop's body that reads it must be inside that block. Before,
+    only the stage's own nest was, and gcc refused the reader ("undeclared")."""
+    rows, cols = 3, 70_000  # 280 KB of float32 per row: over the 256 KB stack limit
+    x = te.placeholder((rows, cols), name="x")
+    t = te.compute((rows, cols), lambda i, j: x[i, j] * 2.0, name="T")
+    y = te.compute((rows, cols), lambda i, j: t[i, cols - 1 - j] + 1.0, name="Y")
+    s = create_schedule(y)
+    s.compute_at(s[t], s[y], s[y].op.axes[0])
+    code = source(s, [x, y], "k")
+    assert "aligned_alloc" in code and "free(T)" in code
+    assert code.index("free(T)") > code.rindex("Y[")  # the reader before the buffer is freed
+    data = RNG.standard_normal((rows, cols)).astype(np.float32)
+    out = np.zeros((rows, cols), np.float32)
+    build_kernel(s, [x, y], "k")(data, out)
+    np.testing.assert_allclose(out, data[:, ::-1] * 2.0 + 1.0, rtol=1e-6)

@@ -332,7 +332,7 @@ class _Lowerer:
                 body = seq(init, body)
             if id(iv) in tensorized:
                 continue
-            body = seq(pre.get(id(iv)), body)
+            body = _enclose(pre.get(id(iv)), body)
             for var, e in reversed(lets.get(id(iv), [])):
                 body = Let(var, arith.simplify(e, self.ranges), body)
             kind, thread = kinds[k]
@@ -525,6 +525,16 @@ def _line_offsets(offset: arith.Linear, inner: dict, per_line: int) -> list[int]
         else:
             merged.append([start, start + run])
     return sorted({q for lo, hi in merged for q in [*range(lo, hi + 1, per_line), hi]})
+
+
+def _enclose(pre: Stmt | None, body: Stmt) -> Stmt:
+    """The nests of the stages computed at a loop, then the loop's body, each buffer's scope
+    reaching over everything after its nest: the readers follow the nest, and a buffer too large
+    for the stack (heap-allocated in its own block, `codegen/c.py`) must still be theirs."""
+    out = body
+    for s in reversed(pre.stmts if isinstance(pre, Seq) else (pre,) if pre is not None else ()):
+        out = Allocate(s.buffer, seq(s.body, out)) if isinstance(s, Allocate) else seq(s, out)
+    return out
 
 
 def _body_source(op: ComputeOp) -> Expr:
