@@ -15,8 +15,9 @@ mr × nr register block is unrolled with its columns vectorized. The knobs:
 - `parallel_depth`: how many outer tile loops (batch dims first) fuse into the parallel loop;
 - `pack_a`: A packed into mr-row panels at every call, or read in place (rows broadcast from
   mr row streams, no copy; offered where A is neither transposed nor seen through a view that
-  scatters its rows). In place, a row count that mr · mb does not divide reads A's padding
-  through a guard in the inner loop: correct, and slow, which the tuner learns.
+  scatters its rows). In place, where mr · mb does not divide the rows, the last row tile is
+  moved back to end at the last row (`Stage.split(shift=True)`: rows computed twice, alike);
+  only fewer rows than one tile read A's padding through a guard in the inner loop.
 """
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ def gemm_epilogue(c: Tensor | None, alpha: float, beta: float) -> tuple[Epilogue
 
 
 def _compute(task: Task, packing: mm.Packing, tile_rows: int) -> tuple[list[Tensor], Tensor]:
-    """The task's computation with A's rows zero-padded to whole tiles of `tile_rows`.
+    """The task's computation with A's rows zero-padded to whole tiles of `tile_rows`, unless
+    the row tiles are shifted (`packing.shifted`: every tile inside A's rows).
 
     A tile then never reads past the last packed panel, so its accumulator needs no guards
     (only the copy to the output does); the padded rows are dropped by an inlined stage.
@@ -127,7 +129,7 @@ def _compute(task: Task, packing: mm.Packing, tile_rows: int) -> tuple[list[Tens
     a, b = matmul_operands(task, tt)
     row_axis = a.ndim - 1 if trans_a else a.ndim - 2
     m = a.shape[row_axis]
-    extra = -(-m // tile_rows) * tile_rows - m
+    extra = 0 if packing.shifted else -(-m // tile_rows) * tile_rows - m
     if extra:
         a = pad(a, [(0, extra if d == row_axis else 0) for d in range(a.ndim)], name=f"{a.name}_rows")
     y = mm.matmul(a, b, trans_a, trans_b, packing=packing)
@@ -174,8 +176,9 @@ class MatmulTemplate(CpuTemplate):
         trans_a = not a_in_place(task)
         caps = cpu_capabilities(target)
         packing = mm.default_packing(d.m, d.n, caps, trans_a=trans_a, k=d.k)
-        if packing.pack_a and not trans_a:  # no in-place tile divides m: in place all the same if n is narrow
-            packing = mm.narrow_in_place_tile(d.m, d.n, caps) or packing
+        if packing.pack_a and not trans_a:  # no in-place tile divides m: in place all the same, guarded
+            # where n is narrow, else with the last row tile shifted back
+            packing = mm.narrow_in_place_tile(d.m, d.n, caps) or mm.shifted_in_place_tile(d.m, d.n, caps) or packing
         rows, widths = space.knob("mr").values, space.knob("nr").values
         block = mm.wide_k_block(d.m, d.n, d.k, caps)
         wide = block is not None and (packing.mr, packing.nr // caps.lanes(4)) == mm.WIDE_TILE
@@ -196,7 +199,9 @@ class MatmulTemplate(CpuTemplate):
         lanes = vector_lanes(target, task.dtypes[0])
         mr, nr, mb = config["mr"], config["nr"], config["mb"]
         _, k_mid, k_unroll = config["tile_k"]
-        args, out = _compute(task, mm.Packing(mr, nr, pack_a=config["pack_a"]), mr * mb)
+        d = matmul_dims(task)
+        shifted = not config["pack_a"] and d.m % (mr * mb) != 0 and d.m >= mr * mb
+        args, out = _compute(task, mm.Packing(mr, nr, pack_a=config["pack_a"], shifted=shifted), mr * mb)
         s = create_schedule(out)
         anchor = next(st for st in s.stages if st.op.tag == mm.MATMUL_TAG)
         inline_epilogue(s, out, tags=(ROWS_TAG, PAD_TAG, INJECTIVE_TAG))
@@ -212,7 +217,7 @@ class MatmulTemplate(CpuTemplate):
         o = s[out]
         axes = list(o.op.axes)
         batch = axes[:-2]
-        io, ii = o.split(axes[-2], mr * mb)
+        io, ii = o.split(axes[-2], mr * mb, shift=shifted)
         jo, ji = o.split(axes[-1], nr)
         tiles = {"i": io, "j": jo}
         outer = batch + [tiles[a] for a in config["tile_order"]]
