@@ -165,7 +165,8 @@ def wide_k_block(m: int, n: int, k: int, caps: CpuCapabilities, dtype_bytes: int
 
 
 def narrow_in_place_tile(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4) -> Packing | None:
-    """The register tile that reads A in place, its rows guarded where they do not divide m, for
+    """The register tile that reads A in place, its last row tile shifted back where the rows do
+    not divide m (the templates' shifted split; guarded before 2026-11-28), for
     a product of at least NARROW_MIN_ROWS rows whose n columns fit one panel of at most 4
     vectors, else None. Packing A pays where
     many column panels reuse it; with one panel it is a copy of all of A for nothing. ViT-S's
@@ -174,7 +175,7 @@ def narrow_in_place_tile(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int
     rows), 0.131 and 0.144 in place in 6 × 64, 0.168 and 0.132 in 4 × 64; AVX2 code on the same
     host, 6 heads of ·197×32, ·197×24 and ·197×16: 0.14-0.16, 0.12-0.14 and 0.06-0.11 ms in place
     (2 × 32, 4 × 24, 6 × 16) against 0.18-0.28, 0.18-0.29 and 0.18-0.31 packed in 6 × 16. Only the templates
-    guard rows (the op library's in-place tiles must divide m)."""
+    shift rows (the op library's in-place tiles must divide m)."""
     lanes = caps.lanes(dtype_bytes)
     vectors = -(-n // lanes)
     if lanes == 1 or vectors > 4 or m < NARROW_MIN_ROWS:
