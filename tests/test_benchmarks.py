@@ -30,7 +30,7 @@ FIELDS: dict[str, Any] = {
              "speedup": {"p10": None, "p50": None, "p90": None, "min": None, "max": None},
              "speedup_histogram": {"*": None}, "full_speed_share": None,
              "slow_phases": {"count": None, "median_s": None, "longest_s": None},
-             "spread": {"one_thread": None, "n_threads": None}},
+             "spread": {"one_thread": None, "n_threads": None}, "core_round_trip_ns": None},
     "models": {"*": {"autosched_ms": None, "onnxruntime_ms": None, "ratio": None, "tasks": None,
                      "kernel_calls": None, "matches_onnxruntime": None, "tuned_ms": None, "tuned_ratio": None,
                      "speedup_vs_untuned": None, "tuned_tasks": None, "baseline_ms": None,
@@ -180,6 +180,9 @@ def test_benchmark_quick_run(name, tmp_path, request):
         block = out["models"]["inception_block"]
         assert block["rewrites"] and block["kernels_after"] < block["kernels_before"]
         assert block["pet"]["costed"] > 0 and block["pet"]["corrected"] and 0 < block["pet"]["correction_share"] < 0.05
+    if name == "host" and len(os.sched_getaffinity(0)) > 1:  # the cores' round trip was measured
+        trips = out["core_round_trip_ns"]
+        assert 0 < trips["min"] <= trips["p50"] <= trips["max"] and 0 <= trips["far_share"] < 1
     if name == "cuda_templates":  # each row's fallback config: valid by definition
         assert all(row["pass_emulation"] == 1.0 for row in out["templates"].values())
         assert all(row["within_limits"] == 1.0 for row in out["templates"].values()) or not out["nvcc"]
