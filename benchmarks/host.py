@@ -11,14 +11,9 @@ carries that swing: a built model's median latency, a tuning record, an A/B test
 This benchmark tells whether a host can resolve a 5% difference at all before anyone tries.
 
 The GEMM, compute-bound, cannot see the other kind of phase: the two vCPUs placed far apart
-(another core complex or socket of the host), where a cache line written by one core reaches
-the other in 4-5 times the usual time. Kernels that read what the other thread wrote (a
-convolution reading both halves of its input; a Winograd GEMM reading both threads' transformed
-tiles) then slow down: on an EPYC Zen 4 guest, ResNet-18's untuned build ran 13.5-13.8 ms
-whenever a round trip between the two cores took 336-349 ns, 10.5-11.4 ms when it took 52-83 ns
-(30 alternated samples; layer1's Winograd convolutions 2x slower, layer4's, whose weights come
-from memory anyway, not at all). That was issue 18's 28% swing. So each window pair is followed
-by `--pings` round trips of a cache line between the first two cores this process may run on.
+(`autosched/measure/cores.py`), where kernels that read what the other thread wrote slow down
+and ResNet-18's untuned build runs 1.27x its usual time. So each window pair is followed by
+`--pings` round trips of a cache line between the first two cores this process may run on.
 
 autosched's default matmul schedule (512 x 512 x 512, float32, the target's register tile) is
 timed in windows of `--window` seconds, alternately on 1 thread and on `--threads`, for
@@ -31,9 +26,7 @@ phases' lengths). `--json` prints one object with the same fields; `--quick` run
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -43,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm import autosched_gemm  # noqa: E402
 
-from autosched.codegen.gcc import compile_c  # noqa: E402
+from autosched.measure.cores import FAR, core_probe  # noqa: E402
 from autosched.target import Target, read_cpuinfo  # noqa: E402
 
 SIZE = 512
@@ -51,65 +44,6 @@ SIZE = 512
 FULL_SPEED = 0.8
 #: speedup histogram edges, in multiples of one thread
 EDGES = (0.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 4.0, 8.0, 1e9)
-#: a round trip at least this many times the fastest one seen counts as a far phase
-FAR = 2.5
-
-PING_PONG = r"""
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <time.h>
-static _Atomic int ball __attribute__((aligned(64)));
-struct side { int cpu, n; };
-static void pin(int cpu) {
-  cpu_set_t set; CPU_ZERO(&set); CPU_SET(cpu, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
-static void* pong(void* arg) {
-  struct side* s = arg;
-  pin(s->cpu);
-  for (int i = 0; i < s->n; ++i) {
-    while (atomic_load_explicit(&ball, memory_order_acquire) != 1) {}
-    atomic_store_explicit(&ball, 0, memory_order_release);
-  }
-  return NULL;
-}
-/* Nanoseconds per round trip of one cache line between cpus a and b, over n trips. */
-double round_trip_ns(int a, int b, int n) {
-  pthread_t t;
-  struct side other = {b, n};
-  cpu_set_t saved;
-  pthread_getaffinity_np(pthread_self(), sizeof saved, &saved);
-  atomic_store(&ball, 0);
-  if (pthread_create(&t, NULL, pong, &other) != 0) return -1.0;
-  pin(a);
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (int i = 0; i < n; ++i) {
-    atomic_store_explicit(&ball, 1, memory_order_release);
-    while (atomic_load_explicit(&ball, memory_order_acquire) != 0) {}
-  }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  pthread_join(t, NULL);
-  pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
-  return ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n;
-}
-"""
-
-
-def core_round_trip():
-    """A function of no arguments: ns per round trip of a cache line between the first two CPUs
-    this process may run on, or None on a host with one."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return None
-    lib = ctypes.CDLL(str(compile_c(PING_PONG, ("-O2", "-shared", "-fPIC", "-pthread"))))
-    lib.round_trip_ns.restype = ctypes.c_double
-    lib.round_trip_ns.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
-    return lambda n=2000: float(lib.round_trip_ns(cpus[0], cpus[1], n))
-
-
 def window(run, threads: int, set_threads, seconds: float) -> float:
     """Seconds per call over one window of `seconds` on `threads`."""
     set_threads(threads)
@@ -162,14 +96,16 @@ def main() -> None:
     seconds = 3.0 if args.quick else args.seconds
     target = Target.parse("llvm")
     run, kern = autosched_gemm(SIZE, SIZE, SIZE, args.threads, target)
-    ping = core_round_trip()
+    probe = core_probe()
     one, many, trips = [], [], []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end or not one:
         one.append(window(run, 1, kern.set_num_threads, args.window))
         many.append(window(run, args.threads, kern.set_num_threads, args.window))
-        if ping is not None:
-            trips.append(ping(args.pings))
+        if probe is not None:
+            probe.pings = args.pings
+            time.sleep(probe.quiet_s)  # the GEMM's pool threads stop spinning first
+            trips.append(probe.round_trip_ns())
     t1, tn = np.array(one), np.array(many)
     speedup = t1 / tn
     full = speedup >= FULL_SPEED * args.threads
