@@ -11,8 +11,7 @@ carries that swing: a built model's median latency, a tuning record, an A/B test
 This benchmark tells whether a host can resolve a 5% difference at all before anyone tries.
 
 The GEMM, compute-bound, cannot see the other kind of phase: the two vCPUs placed far apart
-(`autosched/measure/cores.py`), where kernels that read what the other thread wrote slow down
-and ResNet-18's untuned build runs 1.27x its usual time. So each window pair is followed by
+(`autosched/measure/cores.py`), where ResNet-18's untuned build runs 1.27x its usual time. So each window pair is followed by
 `--pings` round trips of a cache line between the first two cores this process may run on.
 
 autosched's default matmul schedule (512 x 512 x 512, float32, the target's register tile) is

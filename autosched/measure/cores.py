@@ -3,9 +3,10 @@ between two threads pinned to them.
 
 Why: a virtual machine's vCPUs are placed by the host, and on the 2-vCPU EPYC guests this
 project is built on they sometimes sit on different core complexes (or sockets) for seconds to
-minutes. A cache line then takes 336-349 ns to go there and back instead of 52-83, and kernels that
-read what the other thread wrote slow down: ResNet-18's untuned build ran 13.5-13.8 ms in such
-phases against 10.5-11.4 ms (issue 18's 28% swing), and a compute-bound GEMM did not notice. A
+minutes. A cache line then takes 336-349 ns to go there and back instead of 52-83, and kernels
+whose activations outweigh their weights slow down: ResNet-18's untuned build ran 13.5-13.8 ms
+in such phases against 10.5-11.4 ms (issue 18's 28% swing), and a compute-bound GEMM did not
+notice. A
 timing taken in one phase says nothing about a build's speed in the other. `benchmarks/host.py`
 samples this probe to report how often a host is in such a phase. Retaking the alternated
 timings of a model that fell in one (tried: a round retaken when the probe said "far" before or
