@@ -37,9 +37,13 @@ from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import extract_tasks
 
+#: each side's timed runs last at least this long (`alternate`'s min_seconds): a sub-millisecond
+#: block's 20-30 runs alone are a few milliseconds of timing
+MIN_SECONDS = 0.25
+
 
 def timed_together(libraries: Sequence[Path], session, feeds: dict, threads: int,
-                   runs: int) -> tuple[list[float], float, list[bool]]:
+                   runs: int, min_seconds: float = 0.0) -> tuple[list[float], float, list[bool]]:
     """Median ms of each built library and of onnxruntime, timed in one alternation (so a tuned
     and an untuned build see the same drift of a shared machine), and whether each matches
     onnxruntime."""
@@ -48,7 +52,7 @@ def timed_together(libraries: Sequence[Path], session, feeds: dict, threads: int
         for model in models:
             model.set_num_threads(threads)
         oks = [all(d.ok for d in compare(model, session, feeds, rtol=1e-3, atol=1e-4)) for model in models]
-        ms, ort_ms = latencies(models, session, feeds, runs=runs)
+        ms, ort_ms = latencies(models, session, feeds, runs=runs, min_seconds=min_seconds)
         return ms, ort_ms, oks
     finally:
         for model in models:
@@ -71,7 +75,7 @@ def baseline_build(checkout: Path, model: Path, out: Path) -> Path:
 
 
 def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database | None,
-                baseline: Path | None = None) -> dict:
+                baseline: Path | None = None, min_seconds: float = 0.0) -> dict:
     path = workdir / f"{name}.onnx"
     graph = load_onnx(path)
     tasks = extract_tasks(optimize(graph, Target.parse("llvm").layout_lanes))
@@ -83,7 +87,7 @@ def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database 
         libraries.append(build_model(graph, workdir / f"{name}-tuned.so", schedule_for=schedules).library)
     if baseline is not None:
         libraries.append(baseline_build(baseline, path, workdir / "baseline" / f"{name}.so"))
-    ms, ort_ms, oks = timed_together(libraries, session, feeds, threads, runs)
+    ms, ort_ms, oks = timed_together(libraries, session, feeds, threads, runs, min_seconds)
     out = {"autosched_ms": round(ms[0], 3), "onnxruntime_ms": round(ort_ms, 3), "ratio": round(ms[0] / ort_ms, 3),
            "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups), "matches_onnxruntime": all(oks)}
     if db is not None:
@@ -100,6 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--min-seconds", type=float, default=MIN_SECONDS,
+                   help="more runs (in as many blocks) until each side's timed runs last this long")
     p.add_argument("--models", help="comma-separated model names: the zoo's, llama_block, llama_decode, resnext_block, squeezenet, vit_block, "
                                     "autosched/zoo_blocks.py's, or paths of .onnx files (default: the zoo)")
     p.add_argument("--db", type=Path, metavar="PATH", help="tuning database: also build with its best schedules")
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     files = {Path(n).stem: Path(n) for n in requested if n.endswith(".onnx")}
     names = [Path(n).stem if n.endswith(".onnx") else n for n in requested]
     runs = 3 if args.quick else args.runs
+    min_seconds = 0.0 if args.quick else args.min_seconds
     results = {}
     db = Database(args.db) if args.db else None
     if args.baseline is not None and not (args.baseline / "autosched" / "cli").is_dir():
@@ -124,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
         except (ValueError, OSError) as e:
             raise SystemExit(f"error: {e}") from None
         for name in names:
-            results[name] = bench_model(name, Path(tmp), args.threads, runs, db, args.baseline)
+            results[name] = bench_model(name, Path(tmp), args.threads, runs, db, args.baseline, min_seconds)
     if args.json:
         print(json.dumps(results))
     else:

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from models import timed_together  # noqa: E402  (benchmarks/ is the script's directory)
+from models import MIN_SECONDS, timed_together  # noqa: E402  (benchmarks/ is the script's directory)
 
 import autosched
 from autosched import zoo
@@ -65,7 +65,7 @@ def estimated_ms(db: Database, tasks, target: Target, fallback: Database | None)
 
 
 def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], scheduler: str,
-          threads: int, runs: int, shipped: bool, caches: str = "warm") -> dict:
+          threads: int, runs: int, shipped: bool, caches: str = "warm", min_seconds: float = 0.0) -> dict:
     path = workdir / f"{name}.onnx"
     target = Target.parse("llvm")
     session = onnxruntime_session(path, threads)
@@ -76,7 +76,7 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
     untuned = build(path, target, db=empty, output=workdir / f"{name}.so", shipped=False)
     first = build(path, target, db=empty, output=workdir / f"{name}-shipped.so")  # a first build: shipped records
     (untuned_ms, shipped_ms), ort_ms, (ok, shipped_ok) = timed_together(
-        [untuned.files.library, first.files.library], session, feeds, threads, runs)
+        [untuned.files.library, first.files.library], session, feeds, threads, runs, min_seconds)
     out["untuned"] = {"ms": round(untuned_ms, 3), "onnxruntime_ms": round(ort_ms, 3), "ratio": round(untuned_ms / ort_ms, 3),
                       "ok": ok}
     out["shipped"] = {"ms": round(shipped_ms, 3), "ratio": round(shipped_ms / ort_ms, 3),
@@ -91,7 +91,7 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
             done = trials
             library = build(path, target, db=db, output=workdir / f"{name}-{trials}.so", shipped=shipped).files.library
             (tuned_ms, again_ms), ort_ms, (tuned_ok, again_ok) = timed_together(
-                [library, untuned.files.library], session, feeds, threads, runs)
+                [library, untuned.files.library], session, feeds, threads, runs, min_seconds)
             _, tasks = model_tasks(path, target, db=db, shipped=shipped)
             records, whole = estimated_ms(db, tasks, target, shipped_database() if shipped else None)
             out["checkpoints"].append({
@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="the cache state candidates are timed in (tune --caches)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--min-seconds", type=float, default=MIN_SECONDS,
+                   help="more runs (in as many blocks) until each side's timed runs last this long")
     p.add_argument("--db-dir", type=Path, default=Path("tuning-curves"), help="one database per model, kept")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--shipped", action="store_true",
@@ -146,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"error: {e}") from None
         for name in names:
             results["models"][name] = r = curve(name, Path(tmp), dbs[name], checkpoints, args.scheduler,
-                                                args.threads, runs, args.shipped, args.caches)
+                                                args.threads, runs, args.shipped, args.caches,
+                                                0.0 if args.quick else args.min_seconds)
             if not args.json:
                 _print(name, r)
     if args.json:

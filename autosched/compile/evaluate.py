@@ -119,7 +119,7 @@ def latency(model: Model, session, feeds: dict[str, np.ndarray], runs: int = 30,
 
 
 def latencies(models: Sequence[Model], session, feeds: dict[str, np.ndarray], runs: int = 30, block: int = 10,
-              settle_s: float = 0.15) -> tuple[list[float], float]:
+              settle_s: float = 0.15, min_seconds: float = 0.0) -> tuple[list[float], float]:
     """Median milliseconds of each of `models` and of onnxruntime's `session`, all timed in one
     alternation (`alternate`): two builds compared on a shared machine see the same drift, which
     timing them one after the other (a 10-15% swing within minutes on 2 busy cores) does not."""
@@ -129,7 +129,7 @@ def latencies(models: Sequence[Model], session, feeds: dict[str, np.ndarray], ru
         ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
         outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
         runners.append(functools.partial(model.run_into, ins, outs))
-    *ours, theirs = alternate([*runners, lambda: session.run(names, feeds)], runs, block, settle_s)
+    *ours, theirs = alternate([*runners, lambda: session.run(names, feeds)], runs, block, settle_s, min_seconds)
     return [1e3 * float(np.median(t)) for t in ours], 1e3 * float(np.median(theirs))
 
 
@@ -186,7 +186,7 @@ def kernel_times(model: Model, model_path: Path, threads: int, feeds: dict[str, 
 
 
 def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: int = 10,
-              settle_s: float = 0.15) -> list[list[float]]:
+              settle_s: float = 0.15, min_seconds: float = 0.0) -> list[list[float]]:
     """Seconds of `runs` runs of each runner, timed in alternating blocks of `block` runs.
 
     Not run by run: after each run onnxruntime's pool threads spin-wait for more work, and
@@ -195,7 +195,17 @@ def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: in
     first five or six runs after onnxruntime's (about 60 ms of them), so each block starts with
     untimed runs for `settle_s` seconds, until the other's threads have gone to sleep; what is
     timed is each runtime in the steady state a user running only it sees. Alternating blocks
-    still expose all to the same drift of a shared machine."""
+    still expose all to the same drift of a shared machine.
+
+    `min_seconds`: runs and blocks grow alike (as many rounds) until every runner's timed runs
+    last at least that long (judged from one run of each). 20 runs of a 0.6 ms block are 12 ms of timing, two blocks
+    each side: on the 2-vCPU EPYC host an EfficientNet-style block's tuned build timed 1.22x its
+    untuned one that way at a tuning checkpoint, and 0.96x in 60 runs of the same two builds.
+    """
+    if min_seconds > 0:
+        fastest = min(_timed(run) for run in runners)
+        scale = max(1, -(-min_seconds // (runs * fastest)) if fastest > 0 else 1)
+        runs, block = int(runs * scale), int(block * scale)
     times: list[list[float]] = [[] for _ in runners]
     while len(times[0]) < runs:
         n = min(block, runs - len(times[0]))
@@ -206,6 +216,13 @@ def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: in
                 run()
                 out.append(time.perf_counter() - t0)
     return times
+
+
+def _timed(run: Callable[[], object]) -> float:
+    """Seconds of one run."""
+    t0 = time.perf_counter()
+    run()
+    return time.perf_counter() - t0
 
 
 def _settle(run: Callable[[], object], seconds: float) -> None:
