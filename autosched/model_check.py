@@ -54,6 +54,10 @@ KERNEL_ROUNDS = 5
 #: kernels faster than this in the untuned build are not judged: the per-call medians of a 0.1 ms
 #: classifier moved by 18% between two loads of one ResNet-18 build, its convolutions' by 6% at most
 MIN_JUDGED_S = 50e-6
+#: each build of a whole-model comparison is timed at least this long (`alternate`): 20 runs of
+#: a 0.6 ms block are 12 ms, and a tuned build measured 1.22x its untuned one that way, 0.96x
+#: in 60 runs (EfficientNet-style block, 2-vCPU EPYC)
+MIN_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -114,10 +118,11 @@ class _Builds:
         return model
 
     def time(self, a: Model, b: Model, runs: int) -> tuple[float, float]:
-        """Median ms of each, timed in alternating blocks."""
+        """Median ms of each, timed in alternating blocks, each for at least `MIN_SECONDS`."""
         ins = [np.ascontiguousarray(self.feeds[v["name"]]) for v in a.inputs]
         outs = [[np.empty(v["shape"], np.dtype(v["dtype"])) for v in m.outputs] for m in (a, b)]
-        times = alternate([lambda: a.run_into(ins, outs[0]), lambda: b.run_into(ins, outs[1])], runs)
+        times = alternate([lambda: a.run_into(ins, outs[0]), lambda: b.run_into(ins, outs[1])], runs,
+                          min_seconds=MIN_SECONDS)
         return 1e3 * float(np.median(times[0])), 1e3 * float(np.median(times[1]))
 
     def discard(self, models: list[Model]) -> None:
