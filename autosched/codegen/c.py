@@ -173,7 +173,7 @@ class CRenderer(CStyleRenderer):
         model's profile, 0.136 ms with glibc's trimming off, and the kernels after it slowed down
         too (softmax 0.101 against 0.054 ms). One workspace rather than one per temporary: a
         kernel's temporaries land where the previous kernel's were, in cache, and a model holds
-        the largest (ResNet-18: 1.8 MB) rather than all of them (19.8 MB). The cost is that a
+        the most one kernel needs at once (ResNet-18: 4.5 MB) rather than all of them (19.8 MB). The cost is that a
         kernel is not re-entrant, which a model's calls already are not (they share one arena).
         """
         if self._workspace_bytes == 0:

@@ -198,9 +198,10 @@ def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: in
     still expose all to the same drift of a shared machine.
 
     `min_seconds`: runs and blocks grow alike (as many rounds) until every runner's timed runs
-    last at least that long (judged from one run of each). 20 runs of a 0.6 ms block are 12 ms of timing, two blocks
-    each side: on the 2-vCPU EPYC host an EfficientNet-style block's tuned build timed 1.22x its
-    untuned one that way at a tuning checkpoint, and 0.96x in 60 runs of the same two builds.
+    last at least that long (judged from one run of each). 20 runs of a 0.6 ms block are 12 ms
+    of timing, two blocks each side: on the 2-vCPU EPYC host an EfficientNet-style block's tuned
+    build timed 1.22x its untuned one that way at a tuning checkpoint, and 0.96x in 60 runs of
+    the same two builds.
     """
     if min_seconds > 0:
         fastest = min(_timed(run) for run in runners)

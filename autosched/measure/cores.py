@@ -6,12 +6,11 @@ project is built on they sometimes sit on different core complexes (or sockets) 
 minutes. A cache line then takes 336-349 ns to go there and back instead of 52-83, and kernels
 whose activations outweigh their weights slow down: ResNet-18's untuned build ran 13.5-13.8 ms
 in such phases against 10.5-11.4 ms (issue 18's 28% swing), and a compute-bound GEMM did not
-notice. A
-timing taken in one phase says nothing about a build's speed in the other. `benchmarks/host.py`
-samples this probe to report how often a host is in such a phase. Retaking the alternated
-timings of a model that fell in one (tried: a round retaken when the probe said "far" before or
-after it, at most once per round) did not help here: these phases lasted minutes, longer than
-a whole alternation.
+notice. A timing taken in one phase says nothing about a build's speed in the other.
+`benchmarks/host.py` samples this probe to report how often a host is in such a phase.
+Retaking the alternated timings of a model that fell in one (tried: a round retaken when the
+probe said "far" before or after it, at most once per round) did not help here: these phases
+lasted minutes, longer than a whole alternation.
 """
 from __future__ import annotations
 
