@@ -56,15 +56,16 @@ def test_models_beside_the_zoo_match_onnxruntime(tmp_path, target, name, make):
     assert diffs and all(d.ok for d in diffs), diffs
 
 
-def test_grouped_convolutions_build_in_narrow_blocks_for_avx512(tmp_path):
-    """On a 16-float target ResNeXt's groups of 4 and 8 channels run in blocks of 4 and 8 (xmm and
-    ymm vectors): gcc compiles them for AVX-512 even on a host that cannot run them (compile only)."""
+@pytest.mark.parametrize("cpu, lanes", [("skylake-avx512", 16), ("znver3 -mattr=+avx512f", 16), ("haswell", 8)])
+def test_grouped_convolutions_build_in_whole_vectors(tmp_path, cpu, lanes):
+    """ResNeXt's groups of 4 and 8 channels run in blocks of the target's vector, several
+    groups per block (compile only: gcc builds them for each -mcpu whatever the host runs)."""
     files = build_model(import_model(zoo.resnext_block(size=8), source="resnext_block"), tmp_path / "rx.so",
-                        "llvm -mcpu=skylake-avx512")
+                        f"llvm -mcpu={cpu}")
     tasks = [json.loads(t["key"]) for t in json.loads(files.manifest.read_text())["tasks"]]
     grouped = sorted({dict(t["attrs"])["out_block"] for t in tasks if t["op"] == "ConvNCHWc"
                       and dict(t["attrs"]).get("group", 1) > 1})
-    assert grouped == [4, 8]
+    assert grouped == [lanes]
 
 
 def test_a_model_built_for_an_isa_this_cpu_lacks_is_refused(zoo_dir, tmp_path):

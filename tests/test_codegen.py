@@ -294,3 +294,26 @@ def test_heap_temporaries_of_a_module_share_one_workspace():
     out = np.zeros((2, n), np.float32)
     build_kernel(s, [x, c], "k")(data, out)
     np.testing.assert_allclose(out, (data * 2.0 + 1.0) * data * 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_lanes_reading_a_pattern_within_one_block_are_a_load_and_a_shuffle(rotate):
+    """y[b, j, l] = x[b, l // 4 * 4 + j]: every lane stays in block b, so the loop loads the block
+    and shuffles it by the lane pattern plus j. Rotated by 4j within the block instead, the
+    lanes' offsets from lane 0 depend on j, and the loop gathers lane by lane as before. Both
+    compute the same."""
+    x = te.placeholder((6, 16), name="x")
+    if rotate:
+        y = te.compute((6, 4, 16), lambda b, j, l: x[b, (l // 4 * 4 + j * 4) % 16] * 2.0, name="y")
+    else:
+        y = te.compute((6, 4, 16), lambda b, j, l: x[b, l // 4 * 4 + j] * 2.0, name="y")
+    s = create_schedule(y)
+    s[y].vectorize(s[y].op.axes[2])
+    kern = build_kernel(s, [x, y], f"lanes{int(rotate)}")
+    assert ("__builtin_shuffle(*(f32x16*)&x[" in kern.source) != rotate
+    xv = np.random.default_rng(0).standard_normal((6, 16)).astype(np.float32)
+    out = np.zeros((6, 4, 16), np.float32)
+    kern(xv, out)
+    lanes, j = np.arange(16), np.arange(4)[:, None]
+    index = (lanes // 4 * 4 + 4 * j) % 16 if rotate else lanes // 4 * 4 + j
+    np.testing.assert_array_equal(out, 2 * xv[:, index])

@@ -88,3 +88,37 @@ def test_avx512_fallbacks_compute_the_convolution(measure, target):
         pytest.skip("the host cannot run AVX-512 code (rendered above)")
     results = measure(inputs)
     assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
+
+
+def _lanes_tasks(block: int) -> list:
+    """ResNeXt's 3x3 layers in blocks of `block`, with their channels per group: 32 groups of 4
+    at 56x56, and of 8 at 28x28 where that is less than a block."""
+    tasks = [(blocked_conv_task((1, 128, 56, 56), (128, 4, 3, 3), block, block, pad=1, groups=32, bias=True), 4)]
+    if block > 8:
+        tasks.append((blocked_conv_task((1, 256, 28, 28), (256, 8, 3, 3), block, block, pad=1, groups=32, bias=True), 8))
+    return tasks
+
+
+@pytest.mark.parametrize("target", [INTEL, AMD, INTEL_AVX2], ids=["intel-avx512", "amd-avx512", "avx2"])
+def test_several_groups_per_block_get_one_block_by_one_row_and_a_shuffled_input(target):
+    """One block by 14 columns (at most 12 with 16 registers), the group's channels outermost,
+    kw unrolled; the input vector is one load of the block and a shuffle with a constant
+    pattern plus the reduction step, not a gather lane by lane."""
+    lanes = 16 if target.capabilities.vector_registers == 32 else 8
+    for task, groups in _lanes_tasks(lanes):
+        config = TEMPLATE.fallback(task, target)
+        assert (config["tile_oc"], config["tile_oh"]) == (1, 1)
+        assert config["tile_ow"][1] == 14 if lanes == 16 else 6 <= config["tile_ow"][1] <= 12
+        assert tuple(config["reduce_order"]) == ("ico", "ici", "kh", "kw") and config["unroll_kw"]
+        source = renderer_for("llvm").render(lower(*TEMPLATE.apply(task, config, target), "k"))
+        pattern = ", ".join(str(lane // groups * groups) for lane in range(lanes))
+        assert f"__builtin_shuffle(*(f32x{lanes}*)&conv2d_pad[" in source
+        assert f"((i32x{lanes}){{{pattern}}} + (int32_t)(icb))" in source
+
+
+def test_several_groups_per_block_compute_the_convolution(measure):
+    """Checked by the runner against the numpy reference, on this host's own ISA."""
+    target = Target.parse("llvm")
+    tasks = [task for task, _ in _lanes_tasks(target.capabilities.lanes(4))]
+    results = measure([MeasureInput(task, target, TEMPLATE.fallback(task, target)) for task in tasks])
+    assert all(r.ok for r in results), [r.error_msg[:300] for r in results]

@@ -64,6 +64,13 @@ TASKS = {
                                                            bias=True, residual=True), "conv2d_nchwc_layout_llvm"),
     "blocked_grouped_two_blocks_stride2": (lambda: blocked_conv_task((1, 64, 9, 8), (32, 16, 3, 3), 8, 8, stride=2,
                                                                      pad=1, groups=4), "conv2d_nchwc_layout_llvm"),
+    # several groups per block: a shuffle repeats each group's input channel across its lanes
+    "blocked_grouped_lanes_stride2": (lambda: blocked_conv_task((1, 32, 9, 8), (32, 4, 3, 3), 16, 16, stride=2,
+                                                                pad=1, groups=8, bias=True), "conv2d_nchwc_layout_llvm"),
+    "blocked_grouped_lanes_residual": (lambda: blocked_conv_task((1, 16, 7, 9), (16, 2, 3, 3), 8, 8, pad=1, groups=8,
+                                                                 residual=True), "conv2d_nchwc_layout_llvm"),
+    "blocked_grouped_lanes_1x1": (lambda: blocked_conv_task((1, 32, 5, 6), (32, 8, 1, 1), 16, 16, groups=4, bias=True),
+                                  "conv2d_nchwc_layout_llvm"),
     # 32 input blocks of 1 MiB in all: tiles of one row prefetch the next tile's pixels
     "blocked_conv1x1_prefetched": (lambda: blocked_conv_task((1, 256, 32, 32), (16, 256, 1, 1), 8, 8, bias=True),
                                    "conv2d_nchwc_layout_llvm"),
@@ -81,7 +88,7 @@ TASKS = {
 DIRECT = direct_values()
 # one task per template variant draws 20 configs in the fast suite; every task does under -m slow
 PRIMARY = ("matmul_relu", "conv3x3_bias_relu", "depthwise_bias", "blocked_conv3x3_residual",
-           "blocked_depthwise_stride2", "blocked_grouped_two_blocks_stride2")
+           "blocked_depthwise_stride2", "blocked_grouped_two_blocks_stride2", "blocked_grouped_lanes_stride2")
 
 
 @pytest.fixture(scope="module")
@@ -245,9 +252,9 @@ def test_fallback_configs_are_in_the_space_and_correct(measure, target):
             rows = config["tile_ow"][1]
         assert vectors * rows + vectors + 1 <= target.capabilities.vector_registers, name
         inputs.append(MeasureInput(task, target, config))
-    assert len(inputs) == 19
+    assert len(inputs) == sum(not variant.startswith("conv2d_grouped") for _, variant in TASKS.values())
     results = measure(inputs)
-    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * 19, [r.error_msg for r in results]
+    assert [r.error_kind for r in results] == [ErrorKind.NO_ERROR] * len(inputs), [r.error_msg for r in results]
 
 
 @pytest.mark.parametrize("make", [TASKS["dense_bias"][0], lambda: matmul_task((64, 96), (96, 80))],

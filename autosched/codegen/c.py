@@ -300,7 +300,7 @@ class CRenderer(CStyleRenderer):
         if isinstance(e, Load):
             idx = arith.linear(e.indices[0])
             if var_in_atoms(idx, v):
-                return None
+                return self._permuted_load(e, v, lanes, vt)
             c, name = idx.coeff(v), self._name(e.source)
             base = self._expr(arith.simplify(lane_zero(e.indices[0], v)))
             if c == 1:
@@ -341,6 +341,39 @@ class CRenderer(CStyleRenderer):
         if isinstance(e, Cast) and e.value.dtype in SHORT:
             return (f"__builtin_convertvector({bc[0]}, {vt})", True)
         return None
+
+    def _permuted_load(self, e: Load, v: Var, lanes: int, vt: str) -> tuple[str, bool] | None:
+        """A load whose lanes read elements of one aligned block of `lanes` in a fixed pattern:
+        one vector load of the block and a shuffle, instead of a gather lane by lane. A
+        convolution whose groups are narrower than the vector (ResNeXt's 4 channels per group
+        in blocks of 16) reads lane l's input at l // 4 * 4 + j: the shuffle repeats element j
+        of each group across the group's lanes. The block is the one holding lane 0's element,
+        which the loop reads anyway, so the wider load stays in bounds when the buffer is whole
+        blocks. The lanes' offsets from lane 0 must be constants, and the in-block remainder of
+        lane 0's index, as far as its bounds are known, must keep every lane in the block."""
+        mask_dtype = _MASK_DTYPE.get(e.dtype)
+        if mask_dtype is None or e.source.size % lanes:
+            return None
+        index = e.indices[0]
+        zero = arith.linear(lane_zero(index, v))
+        offsets = []
+        for k in range(lanes):
+            d = arith.linear(substitute(index, {v: Const(k, v.dtype)})).plus(zero, -1)
+            if not d.is_const():
+                return None
+            offsets.append(d.const)
+        block, rest = zero.split_by(lanes)
+        bound = arith.int_bound(rest.to_expr(), self._ranges)
+        if bound is None or bound[0] + min(offsets) < 0 or bound[1] + max(offsets) >= lanes:
+            return None
+        start = self._expr(arith.simplify(block.scaled(lanes).to_expr()))
+        mt = self._vtype(mask_dtype, lanes)
+        mask = "(" + mt + "){" + ", ".join(str(o) for o in offsets) + "}"
+        if bound[0] != bound[1]:
+            mask = f"({mask} + ({C_TYPES[mask_dtype]})({self._expr(arith.simplify(rest.to_expr()))}))"
+        elif bound[0]:
+            mask = "(" + mt + "){" + ", ".join(str(o + bound[0]) for o in offsets) + "}"
+        return (f"__builtin_shuffle(*({vt}*)&{self._name(e.source)}[{start}], {mask})", True)
 
     def _splat(self, code: str, dtype: str, lanes: int) -> str:
         """A scalar in every lane of a vector of `dtype`. A _Float16 scalar goes through a float

@@ -51,11 +51,15 @@ def convert(x: np.ndarray, src_block: int, dst_block: int) -> np.ndarray:
 def blocked_groups(c: int, oc: int, groups: int, in_block: int, out_block: int) -> str | None:
     """How a convolution of `groups` groups runs blocked: "dense" (one group), "depthwise" (one
     channel per group, equal blocks in and out), "grouped" (each group a whole number of blocks
-    in and out, equal blocks), or None when its groups cut through blocks."""
+    in and out, equal blocks), "lanes" (as many channels in as out per group, several whole
+    groups per block: each block of output channels reads the same block of input channels), or
+    None when its groups cut through blocks."""
     if groups == 1:
         return "dense"
     if c % groups or oc % groups or not in_block or in_block != out_block:
         return None
     if c // groups == 1 and oc == c:
         return "depthwise"
-    return "grouped" if (c // groups) % in_block == 0 and (oc // groups) % out_block == 0 else None
+    if (c // groups) % in_block == 0 and (oc // groups) % out_block == 0:
+        return "grouped"
+    return "lanes" if oc == c and in_block % (c // groups) == 0 else None

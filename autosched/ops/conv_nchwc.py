@@ -1,4 +1,4 @@
-"""2-D convolution computed in the blocked NCHW[x]c layout: dense, depthwise, or grouped by whole blocks.
+"""2-D convolution computed in the blocked NCHW[x]c layout: dense, depthwise, grouped by whole blocks or several groups per block.
 
 The output channels are cut into blocks of `oc_bn` and the block is the innermost axis of the
 result (N, OC/oc_bn, OH, OW, oc_bn): a vector of output channels is then contiguous in the
@@ -56,7 +56,12 @@ def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, paddin
     A depthwise convolution (one filter per channel) reads x in blocks of `out_block` and
     multiplies a vector of channels by a vector of their filters' taps. A grouped one whose
     groups are whole blocks (ResNeXt's 32 groups of 8 or more channels on 8-float vectors) is a
-    dense one whose reduction runs over its own group's input blocks only.
+    dense one whose reduction runs over its own group's input blocks only. One with several
+    groups per block (ResNeXt's groups of 4 or 8 channels in blocks of 16) reads, for output
+    lane `ob` and reduction step `icb`, input channel ob // icg * icg + icb of the same block:
+    one vector load and a shuffle that repeats each group's channel across its lanes
+    (codegen.c), against the vector of the lanes' weights, where blocks of one group each ran
+    4-float vectors.
     """
     n, c = x.shape[0], x.shape[1] * (in_block or 1)
     oc, icg, kh_, kw_ = w.shape
@@ -88,6 +93,13 @@ def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, paddin
         def body(b, o, y, z, ob):
             return te.sum(xp[b, icc, y * sh + kh * dh, z * sw + kw * dw, icb] * wp[o, icc, kh, kw, icb, ob],
                           [icc, kh, kw, icb])
+    elif kind == "lanes":
+        wp = pack_weights(w, out_block, icg)
+        icc, icb = te.reduce_axis(1, "icc"), te.reduce_axis(icg, "icb")
+
+        def body(b, o, y, z, ob):
+            return te.sum(xp[b, o + icc, y * sh + kh * dh, z * sw + kw * dw, ob // icg * icg + icb]
+                          * wp[o, icc, kh, kw, icb, ob], [icc, kh, kw, icb])
     else:
         wp = pack_weights(w, out_block, in_block)
         icc, icb = te.reduce_axis(icg // in_block, "icc"), te.reduce_axis(in_block, "icb")
