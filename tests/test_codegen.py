@@ -304,9 +304,9 @@ def test_lanes_reading_a_pattern_within_one_block_are_a_load_and_a_shuffle(rotat
     compute the same."""
     x = te.placeholder((6, 16), name="x")
     if rotate:
-        y = te.compute((6, 4, 16), lambda b, j, l: x[b, (l // 4 * 4 + j * 4) % 16] * 2.0, name="y")
+        y = te.compute((6, 4, 16), lambda b, j, c: x[b, (c // 4 * 4 + j * 4) % 16] * 2.0, name="y")
     else:
-        y = te.compute((6, 4, 16), lambda b, j, l: x[b, l // 4 * 4 + j] * 2.0, name="y")
+        y = te.compute((6, 4, 16), lambda b, j, c: x[b, c // 4 * 4 + j] * 2.0, name="y")
     s = create_schedule(y)
     s[y].vectorize(s[y].op.axes[2])
     kern = build_kernel(s, [x, y], f"lanes{int(rotate)}")
