@@ -100,30 +100,16 @@ def bert_layer(seed: int = 0, seq: int = 128, hidden: int = 768, heads: int = 12
                     "attention.self/Concat", axis=0)
     context = b.node("Reshape", [context, merged], "attention.self/Reshape")
     attended = b.dense(context, "attention.output.dense", hidden, hidden, 0.02)
-    x = layer_norm(b, b.node("Add", [attended, x], "attention.output/Add"), "attention.output.LayerNorm", hidden)
+    x = b.layer_norm(b.node("Add", [attended, x], "attention.output/Add"), "attention.output.LayerNorm", hidden)
     inner = b.dense(x, "intermediate.dense", hidden, 4 * hidden, 0.02)
-    inner = gelu(b, inner, "intermediate.gelu")
+    inner = b.gelu(inner, "intermediate.gelu")
     out = b.dense(inner, "output.dense", 4 * hidden, hidden, 0.02)
-    out = layer_norm(b, b.node("Add", [out, x], "output/Add"), "output.LayerNorm", hidden)
+    out = b.layer_norm(b.node("Add", [out, x], "output/Add"), "output.LayerNorm", hidden)
     return b.model(
         "bert_layer",
         [tensor_info("hidden_states", (1, seq, hidden)), tensor_info("attention_mask", (1, 1, 1, seq))],
         [tensor_info(out, (1, seq, hidden))],
     )
-
-
-def layer_norm(b: ModelBuilder, x: str, name: str, hidden: int) -> str:
-    scale = b.constant(f"{name}.weight", (1.0 + b.rng.standard_normal(hidden) * 0.05).astype(np.float32))
-    bias = b.constant(f"{name}.bias", (b.rng.standard_normal(hidden) * 0.05).astype(np.float32))
-    return b.node("LayerNormalization", [x, scale, bias], f"{name}/LayerNormalization", axis=-1, epsilon=1e-12)
-
-
-def gelu(b: ModelBuilder, x: str, name: str) -> str:
-    """GELU as x·½·(1 + erf(x/√2)), the chain PyTorch exports below opset 20."""
-    scaled = b.node("Div", [x, b.constant(f"{name}.sqrt2", np.array(math.sqrt(2.0), np.float32))], f"{name}/Div")
-    shifted = b.node("Add", [b.node("Erf", [scaled], f"{name}/Erf"), b.constant(f"{name}.one", np.array(1.0, np.float32))], f"{name}/Add")
-    product = b.node("Mul", [x, shifted], f"{name}/Mul")
-    return b.node("Mul", [product, b.constant(f"{name}.half", np.array(0.5, np.float32))], f"{name}/Mul_1")
 
 
 def layer_norm_written_out(b: ModelBuilder, x: str, name: str, hidden: int) -> str:

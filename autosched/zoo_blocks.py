@@ -3,9 +3,11 @@
 Each is a few layers of a family the zoo does not cover: VGG stacks, inception branches,
 squeeze-excitation, dilated and 5×5 kernels, MobileNetV3's and EfficientNet's inverted residuals
 (hard-swish, swish, 5×5 depthwise), DenseNet's pre-activation concatenations, 1-D convolutions,
-an FPN's top-down path (nearest and bilinear Resize) and a U-Net decoder (ConvTranspose). At
-2026-11-27 three of them did not import and four ran slower than onnxruntime untuned; the README
-("Blocks no developer had seen") has the figures. `python benchmarks/models.py --models
+an FPN's top-down path (nearest and bilinear Resize), a U-Net decoder (ConvTranspose), and since
+2026-11-29 ConvNeXt (7×7 depthwise, channels-last MLP), ShuffleNetV2 (split, 58-channel
+convolutions, channel shuffle), a YOLO-style C3 + SPPF neck and MLP-Mixer. At 2026-11-27 three of
+them did not import and four ran slower than onnxruntime untuned; at 2026-11-29 ShuffleNetV2's
+units took 1.8x onnxruntime's time. The README ("Blocks no developer had seen") has the figures. `python benchmarks/models.py --models
 se_block,fpn_block` builds and times them like the zoo's.
 """
 from __future__ import annotations
@@ -161,6 +163,78 @@ def unet_decoder(seed: int = 9) -> onnx.ModelProto:
                    [tensor_info(y, (1, 64, 56, 56))])
 
 
+def convnext_block(seed: int = 11, c: int = 96, side: int = 56) -> onnx.ModelProto:
+    """Two ConvNeXt blocks: a 7x7 depthwise convolution, a permute to channels-last, LayerNorm,
+    a 4x-wide MLP with GELU (MatMuls on 4-D activations), layer scale, and back, on 96 channels at 56x56."""
+    b, x = ModelBuilder(seed), "input"
+    for i in range(2):
+        y = b.node("Conv", [x, b.normal(f"b{i}.dw.w", (c, 1, 7, 7), 0.1), b.normal(f"b{i}.dw.b", (c,), 0.01)],
+                   f"b{i}/dw", kernel_shape=[7, 7], pads=[3, 3, 3, 3], group=c)
+        y = b.layer_norm(b.node("Transpose", [y], f"b{i}/perm", perm=[0, 2, 3, 1]), f"b{i}.ln", c, epsilon=1e-6)
+        y = b.dense(b.gelu(b.dense(y, f"b{i}.pw1", c, 4 * c, math.sqrt(1 / c)), f"b{i}.gelu"), f"b{i}.pw2", 4 * c, c,
+                    math.sqrt(1 / (4 * c)))
+        y = b.node("Mul", [y, b.constant(f"b{i}.gamma", np.full(c, 0.5, np.float32))], f"b{i}/scale")
+        x = b.node("Add", [x, b.node("Transpose", [y], f"b{i}/unperm", perm=[0, 3, 1, 2])], f"b{i}/add")
+    return b.model("convnext_block", [tensor_info("input", (1, c, side, side))], [tensor_info(x, (1, c, side, side))])
+
+
+def shufflenet_block(seed: int = 12, c: int = 116, side: int = 28) -> onnx.ModelProto:
+    """Three ShuffleNetV2 units of 116 channels at 28x28: a Split in halves, 1x1 -> 3x3
+    depthwise -> 1x1 on one half (58 channels, no whole vector), a Concat, and the channel
+    shuffle as Reshape -> Transpose -> Reshape."""
+    b, x, half = ModelBuilder(seed), "input", c // 2
+    for i in range(3):
+        left = b.node("Split", [x, b.constant(f"u{i}.split", np.array([half, half], np.int64))], f"u{i}/split",
+                      outputs=2, axis=1)
+        y = b.node("Relu", [b.conv_bn(f"u{i}/split:1", f"u{i}.c1", half, half, 1)], f"u{i}/r1")
+        y = b.node("Relu", [b.conv_bn(b.conv_bn(y, f"u{i}.dw", half, half, 3, group=half), f"u{i}.c2", half, half, 1)],
+                   f"u{i}/r2")
+        y = b.node("Reshape", [b.node("Concat", [left, y], f"u{i}/cat", axis=1),
+                               b.constant(f"u{i}.groups", np.array([1, 2, half, side, side], np.int64))], f"u{i}/rs1")
+        x = b.node("Reshape", [b.node("Transpose", [y], f"u{i}/shuffle", perm=[0, 2, 1, 3, 4]),
+                               b.constant(f"u{i}.shape", np.array([1, c, side, side], np.int64))], f"u{i}/rs2")
+    return b.model("shufflenet_block", [tensor_info("input", (1, c, side, side))], [tensor_info(x, (1, c, side, side))])
+
+
+def csp_block(seed: int = 13, c: int = 128, side: int = 40) -> onnx.ModelProto:
+    """A YOLOv5-style neck: a C3 block (two 1x1 branches, two residual bottlenecks on one,
+    concatenated, 1x1), SPPF (three chained 5x5 stride-1 max pools, concatenated) and a nearest
+    2x upsample, every convolution followed by SiLU (x·sigmoid(x)); 128 channels at 40x40."""
+    b = ModelBuilder(seed)
+
+    def conv_silu(x: str, name: str, cin: int, cout: int, kernel: int) -> str:
+        y = b.conv_bn(x, name, cin, cout, kernel)
+        return b.node("Mul", [y, b.node("Sigmoid", [y], f"{name}/sig")], f"{name}/silu")
+
+    a = conv_silu("input", "c3.cv1", c, c // 2, 1)
+    for i in range(2):
+        inner = conv_silu(conv_silu(a, f"c3.m{i}.cv1", c // 2, c // 2, 1), f"c3.m{i}.cv2", c // 2, c // 2, 3)
+        a = b.node("Add", [a, inner], f"c3.m{i}/add")
+    x = conv_silu(b.node("Concat", [a, conv_silu("input", "c3.cv2", c, c // 2, 1)], "c3/cat", axis=1), "c3.cv3", c, c, 1)
+    pooled = [conv_silu(x, "sppf.cv1", c, c // 2, 1)]
+    for i in range(3):
+        pooled.append(b.node("MaxPool", [pooled[-1]], f"sppf/pool{i}", kernel_shape=[5, 5], strides=[1, 1],
+                             pads=[2, 2, 2, 2]))
+    y = conv_silu(b.node("Concat", pooled, "sppf/cat", axis=1), "sppf.cv2", 2 * c, c, 1)
+    y = b.node("Resize", [y, "", b.constant("scales", np.array([1, 1, 2, 2], np.float32))], "up/Resize", mode="nearest")
+    return b.model("csp_block", [tensor_info("input", (1, c, side, side))], [tensor_info(y, (1, c, 2 * side, 2 * side))])
+
+
+def mixer_block(seed: int = 14, tokens: int = 196, c: int = 512) -> onnx.ModelProto:
+    """Two MLP-Mixer layers (Mixer-B/16's widths: 196 tokens of 512 channels, token MLP 256,
+    channel MLP 2048): LayerNorm, a transpose and a token-mixing MLP, then a channel-mixing MLP,
+    each with GELU and a residual."""
+    b, x = ModelBuilder(seed), "input"
+    for i in range(2):
+        t = b.node("Transpose", [b.layer_norm(x, f"l{i}.ln1", c, epsilon=1e-6)], f"l{i}/t1", perm=[0, 2, 1])
+        t = b.dense(b.gelu(b.dense(t, f"l{i}.tok1", tokens, 256, 0.07), f"l{i}.g1"), f"l{i}.tok2", 256, tokens, 0.06)
+        x = b.node("Add", [x, b.node("Transpose", [t], f"l{i}/t2", perm=[0, 2, 1])], f"l{i}/res1")
+        h = b.dense(b.gelu(b.dense(b.layer_norm(x, f"l{i}.ln2", c, epsilon=1e-6), f"l{i}.ch1", c, 2048, 0.04), f"l{i}.g2"),
+                    f"l{i}.ch2", 2048, c, 0.02)
+        x = b.node("Add", [x, h], f"l{i}/res2")
+    return b.model("mixer_block", [tensor_info("input", (1, tokens, c))], [tensor_info(x, (1, tokens, c))])
+
+
 BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "vgg_small": vgg_small,
     "inception_block": inception_block,
@@ -172,4 +246,8 @@ BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "conv1d_stack": conv1d_stack,
     "fpn_block": fpn_block,
     "unet_decoder": unet_decoder,
+    "convnext_block": convnext_block,
+    "shufflenet_block": shufflenet_block,
+    "csp_block": csp_block,
+    "mixer_block": mixer_block,
 }

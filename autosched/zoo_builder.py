@@ -78,6 +78,20 @@ class ModelBuilder:
         bias = self.normal(f"{name}.bias", (cout,), 0.02)
         return self.node("Add", [self.node("MatMul", [x, weight], f"{name}/MatMul"), bias], f"{name}/Add")
 
+    def layer_norm(self, x: str, name: str, hidden: int, epsilon: float = 1e-12) -> str:
+        """LayerNormalization over the last axis, its scale near 1 and its bias near 0."""
+        scale = self.constant(f"{name}.weight", (1.0 + self.rng.standard_normal(hidden) * 0.05).astype(np.float32))
+        bias = self.constant(f"{name}.bias", (self.rng.standard_normal(hidden) * 0.05).astype(np.float32))
+        return self.node("LayerNormalization", [x, scale, bias], f"{name}/LayerNormalization", axis=-1, epsilon=epsilon)
+
+    def gelu(self, x: str, name: str) -> str:
+        """GELU as x·½·(1 + erf(x/√2)), the chain PyTorch exports below opset 20."""
+        scaled = self.node("Div", [x, self.constant(f"{name}.sqrt2", np.array(math.sqrt(2.0), np.float32))], f"{name}/Div")
+        shifted = self.node("Add", [self.node("Erf", [scaled], f"{name}/Erf"),
+                                    self.constant(f"{name}.one", np.array(1.0, np.float32))], f"{name}/Add")
+        product = self.node("Mul", [x, shifted], f"{name}/Mul")
+        return self.node("Mul", [product, self.constant(f"{name}.half", np.array(0.5, np.float32))], f"{name}/Mul_1")
+
     def classifier_head(self, x: str, channels: int, classes: int) -> str:
         pooled = self.node("GlobalAveragePool", [x], "avgpool/GlobalAveragePool")
         flat = self.node("Flatten", [pooled], "flatten/Flatten", axis=1)

@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 import pytest
-from isa import AVX2, AVX512, HOST, ISAS, RUN_TARGETS
+from isa import AVX2, AVX512, HOST, ISAS, RUN_TARGETS, runs_here
 from task_helpers import (
     assert_matches_reference,
     attention_scores_task,
@@ -48,6 +48,9 @@ TASKS = {
     "conv1x1_residual": (lambda: conv_task((1, 16, 7, 7), (32, 16, 1, 1), epilogue="residual"), "conv2d_nchwc_llvm"),
     "conv_stride2_few_channels": (lambda: conv_task((2, 3, 13, 13), (8, 3, 3, 3), stride=2, pad=1),
                                   "conv2d_nchwc_llvm"),
+    # 29 channels: no whole vector divides them, blocks of whole vectors compute 32 (zero filters)
+    "conv1x1_padded_blocks": (lambda: conv_task((1, 29, 5, 6), (29, 29, 1, 1), bias=True, epilogue="relu"),
+                              "conv2d_nchwc_llvm"),
     "depthwise_bias": (lambda: conv_task((1, 16, 10, 12), (16, 1, 3, 3), pad=1, group=16, bias=True),
                        "conv2d_grouped_llvm"),
     "grouped_stride2": (lambda: conv_task((1, 8, 9, 9), (12, 4, 3, 3), stride=2, pad=1, group=2, epilogue="relu"),
@@ -400,3 +403,27 @@ def test_a_tie_between_register_tiles_of_blocks_goes_to_the_larger():
     task = blocked_conv_task((1, 512, 13, 13), (1008, 512, 1, 1), 16, 16, bias=True)
     fallback = get_template(task.op, "llvm").fallback(task, AVX512)
     assert (fallback["tile_oc"], fallback["tile_ow"]) == (3, (2, 7))
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_channels_no_vector_divides_compute_in_padded_whole_vectors(isa):
+    """ShuffleNetV2's 58 channels ran in blocks of 29 lanes (57 GFLOP/s on AVX-512): the space
+    now also has the whole vectors that pad the channels least (zero filters), the fallback
+    takes them, and the padded channels never reach the output. Counts that would pad by more
+    than a quarter keep their divisors only."""
+    target, _, lanes = ISAS[isa]
+    task = TASKS["conv1x1_padded_blocks"][0]()
+    template = get_template(task.op, "llvm")
+    space = template.space(task, target)
+    blocks = {k.name: k for k in space.knobs}["oc_bn"].values
+    assert set(blocks) == {1, 29} | ({8, 16, 32} if lanes == 8 else {16, 32})
+    fallback = template.fallback(task, target)
+    assert fallback["oc_bn"] % lanes == 0
+    code = source(*template.apply(task, fallback, target), "k", target)
+    assert f"f32x{lanes}" in code
+    if runs_here(target):
+        for block in (lanes, 32):
+            values = {k.name: fallback[k.name] for k in space.knobs} | {"oc_bn": block}
+            assert_matches_reference(task, *template.apply(task, space.from_values(values), target), target)
+    few = conv_task((1, 8, 5, 6), (10, 8, 1, 1))
+    assert {k.name: k for k in template.space(few, AVX512).knobs}["oc_bn"].values == (1, 2, 5, 10)

@@ -11,9 +11,11 @@ import math
 from collections.abc import Sequence
 
 from autosched import te
+from autosched.lower.arith import Linear, linear
 from autosched.ops.util import normalize_axis, vectorize_innermost
 from autosched.schedule import Schedule, create_schedule
-from autosched.te import Expr, Tensor
+from autosched.te import ComputeOp, Expr, Load, Tensor, Var
+from autosched.te.expr import children, free_vars, substitute
 
 PAD_TAG = "pad"
 INJECTIVE_TAG = "injective"
@@ -151,18 +153,74 @@ def strided_slice(x: Tensor, starts: Sequence[int], ends: Sequence[int], axes: S
                       name=name, tag=INJECTIVE_TAG)
 
 
-def schedule_injective(out: Tensor, vector_lanes: int) -> Schedule:
-    """Outer axes fused and parallel, the innermost split by the vector width and vectorized.
+def copy_suffix(out: Tensor) -> int:
+    """The first axis of the longest run of trailing axes of `out` (the innermost one at
+    least) along which each element read, through the stages inlined into it, lies at the
+    output's own row-major offsets times one scale per read (1 for a copy, a step for a
+    strided slice, 0 for a broadcast), and on which no condition or value depends: fused,
+    that run is one loop that every load follows at a constant stride. A channel shuffle's
+    transpose [0, 2, 1, 3, 4] of 1x2x58x28x28 copied 28-float rows in 4-float vectors (0.051
+    ms, AVX-512, 2 threads); fused, its 784-float runs copy in 16-float vectors (0.0097 ms)."""
+    if not isinstance(out.op, ComputeOp) or math.prod(out.shape) == 0:
+        return out.ndim - 1
+    axes = out.op.axes
+    ranges = {a.var: (0, a.extent - 1) for a in axes}
+    loads: list[Linear] = []
+    used: set[Var] = set()  # variables read outside load indices: conditions, computed values
 
-    The innermost axis is kept whole because copies index their input through it: it stays
-    affine in the lane (contiguous or strided loads) where fusing every axis would bury it
-    under // and %.
+    def visit(e: Expr) -> None:
+        if isinstance(e, Load) and isinstance(e.source.op, ComputeOp):
+            visit(substitute(e.source.op.body, {a.var: i for a, i in zip(e.source.op.axes, e.indices)}))
+        elif isinstance(e, Load):
+            flat: Expr = te.const(0, "int32")
+            for i, n in zip(e.indices, e.source.shape):
+                flat = flat * n + i
+            loads.append(linear(flat, ranges))
+        elif isinstance(e, Var):
+            used.add(e)
+        else:
+            for c in children(e):
+                visit(c)
+
+    visit(out.op.body)
+    strides = [math.prod(a.extent for a in axes[k + 1:]) for k in range(len(axes))]
+    start = len(axes) - 1
+    for d in range(len(axes) - 1, -1, -1):
+        run = {a.var.key(): k for k, a in enumerate(axes) if k >= d and a.extent > 1}
+        if any(v.key() in run for v in used) or not all(_follows(lin, run, strides) for lin in loads):
+            break
+        start = d
+    return start
+
+
+def _follows(lin: Linear, run: dict, strides: list[int]) -> bool:
+    """Whether the flat index `lin` moves by one scale times the output's stride along every
+    axis of `run` (variable key -> axis), and depends on those axes in no other way."""
+    scales = set()
+    for coeff, atom in lin.terms.values():
+        if isinstance(atom, Var) and atom.key() in run:
+            k = run[atom.key()]
+            if coeff % strides[k]:
+                return False
+            scales.add(coeff // strides[k])
+        elif any(v.key() in run for v in free_vars(atom)):
+            return False
+    found = sum(isinstance(a, Var) and a.key() in run for _, a in lin.terms.values())
+    return len(scales) <= 1 and (found == len(run) or not scales)
+
+
+def schedule_injective(out: Tensor, vector_lanes: int) -> Schedule:
+    """Outer axes fused and parallel, the innermost run of `copy_suffix` fused, split by the
+    vector width and vectorized.
+
+    Only that run is fused because copies index their input through it: it stays affine in the
+    lane (contiguous or strided loads) where fusing every axis would bury it under // and %.
     """
     s = create_schedule(out)
     for st in s.stages:
         if st.op is not out.op:
             s.compute_inline(st)
-    vectorize_innermost(s[out], vector_lanes)
+    vectorize_innermost(s[out], vector_lanes, fuse_from=copy_suffix(out))
     return s
 
 

@@ -47,8 +47,8 @@ import numpy as np
 
 from autosched import te
 from autosched.ops.conv import conv_geometry
-from autosched.ops.conv_nchwc import UNPACK_TAG, pack_data, pack_weights
-from autosched.ops.epilogue import EpilogueFn, apply_epilogue, bias_add
+from autosched.ops.conv_nchwc import pack_data, pack_weights, unpack_nchw, whole_blocks
+from autosched.ops.epilogue import EpilogueFn, apply_epilogue
 from autosched.ops.transform import pad
 from autosched.te import Expr, Tensor
 
@@ -281,12 +281,9 @@ def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: i
     c = x.shape[1]
     if ic_bn < 1 or c % ic_bn:
         raise ValueError(f"{name}: input channel block {ic_bn} does not divide {c} channels")
-    blocked = conv2d_winograd_nchwc(pack_data(x, ic_bn), w, None, padding, m=m, oc_bn=oc_bn, name=name)
-    n, _, oh_, ow_, _ = blocked.shape
-    y = te.compute((n, w.shape[0], oh_, ow_), lambda b, o, r, s: blocked[b, o // oc_bn, r, s, o % oc_bn], name=name,
-                   tag=UNPACK_TAG)
-    pre = (bias_add(bias, 1),) if bias is not None else ()
-    return apply_epilogue(y, pre + tuple(epilogue))
+    blocked = conv2d_winograd_nchwc(pack_data(x, ic_bn), whole_blocks(w, oc_bn), None, padding, m=m, oc_bn=oc_bn,
+                                    name=name)
+    return unpack_nchw(blocked, w.shape[0], bias, epilogue, name)
 
 
 __all__ = ["winograd_matrices", "conv2d_winograd", "conv2d_winograd_nchwc", "weight_transform", "input_transform",

@@ -13,6 +13,7 @@ from autosched import te
 from autosched.frontend.context import Converter, Importer, OnnxNode, ints, normalize_axes, normalize_axis
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import transform
+from autosched.ops.util import vectorize_innermost
 from autosched.opset.algebra import AlgebraOp, concat, split
 from autosched.opset.elementwise import broadcast_operand
 from autosched.opset.record import (
@@ -36,6 +37,16 @@ def schedule_outputs(outs: list[Tensor], lanes: int) -> Schedule:
     """For kernels with several outputs: every stage at root, its outermost loop parallel."""
     s = create_schedule(outs)
     s.parallel_outermost()
+    return s
+
+
+def schedule_split(outs: list[Tensor], lanes: int) -> Schedule:
+    """Each part a copy loop of its own, parallel, its contiguous run (`transform.copy_suffix`)
+    vectorized: at the root with only the outermost loop parallel, a ShuffleNet unit's split of
+    1x116x28x28 ran on one thread in scalar code (0.059 ms in the model, AVX-512)."""
+    s = create_schedule(outs)
+    for out in outs:
+        vectorize_innermost(s[out], lanes, fuse_from=transform.copy_suffix(out))
     return s
 
 
@@ -638,7 +649,7 @@ RECORDS: tuple[OpDef, ...] = (
                lambda args: [transform.concat(list(args.inputs), args.attrs["axis"])],
                {"Concat": Converter(_import_concat)}, algebra=(concat(0), concat(1), concat(2))),
     _injective(Op.SPLIT, _split_shape, _split_reference, _split_compute,
-               {"Split": Converter(_import_split, constant_inputs=(1,))}, schedule=schedule_outputs,
+               {"Split": Converter(_import_split, constant_inputs=(1,))}, schedule=schedule_split,
                algebra=tuple(split(axis, part) for axis in (0, 1, 2) for part in (0, 1))),
     _injective(Op.SLICE, _slice_shape, _slice_reference, _slice_compute,
                {"Slice": Converter(_import_slice, constant_inputs=(1, 2, 3, 4))}),

@@ -49,6 +49,7 @@ TILE_OH = (1, 2, 4)
 OUTER_ORDERS = (("oc", "oh", "ow"), ("oh", "oc", "ow"), ("oh", "ow", "oc"))
 REDUCE_ORDERS = (("ico", "kh", "kw", "ici"), ("ico", "ici", "kh", "kw"), ("kh", "kw", "ico", "ici"))
 MAX_CHANNEL_BLOCKS = 4
+MAX_PADDED_CHANNELS = 1 / 4
 MAX_GROUPED_TILE_OC = 8
 MAX_FALLBACK_COLUMNS = 8
 
@@ -84,9 +85,16 @@ def conv_dims(task: Task) -> ConvDims:
 
 
 def _channel_blocks(channels: int, lanes: int) -> tuple[int, ...]:
-    """Whole vectors of channels that divide the count; else its largest small divisors."""
+    """Whole vectors of channels that divide the count; else its largest small divisors, and
+    the whole vectors that pad it least where that padding is at most `MAX_PADDED_CHANNELS`
+    of the computed channels (`conv2d_nchwc` pads the filters with zeros)."""
     whole = tuple(lanes * v for v in range(1, MAX_CHANNEL_BLOCKS + 1) if channels % (lanes * v) == 0)
-    return whole or divisors(channels, MAX_CHANNEL_BLOCKS * lanes)[-MAX_CHANNEL_BLOCKS:]
+    if whole:
+        return whole
+    least = -(-channels // lanes) * lanes
+    padded = tuple(lanes * v for v in range(1, MAX_CHANNEL_BLOCKS + 1) if -(-channels // (lanes * v)) * lanes * v == least)
+    return divisors(channels, MAX_CHANNEL_BLOCKS * lanes)[-MAX_CHANNEL_BLOCKS:] + (
+        padded if least - channels <= MAX_PADDED_CHANNELS * least else ())
 
 
 class ConvOutput(Protocol):
