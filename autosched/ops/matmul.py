@@ -25,6 +25,12 @@ MAX_PANEL_ROWS = 6
 #: (rows of A, vectors of B) per register tile when A is read in place, first choice first (see
 #: default_packing); each has at least 12 accumulators to hide the FMA latency
 UNPACKED_TILES = ((8, 2), (6, 2), (4, 3))
+#: where the target has this many vector registers, the in-place tiles of three vectors are not
+#: defaults: gcc reads their B vectors from memory at every FMA (12 vector loads and 4 broadcasts
+#: per 12 FMAs), and MLP-Mixer's 196 x 512 · 512 x 2048 ran at 112 GFLOP/s in 4 x 48 against
+#: 221 in 8 x 32 with the last row tile shifted (AVX-512, EPYC Zen 4, 2 threads; 100 x 512 ·
+#: 512 x 512: 116 against 219). With 16 registers, 4 x 24 keeps them in registers (219 GFLOP/s).
+WIDE_REGISTER_FILE = 32
 #: the packed tile's time over an in-place tile's of the same shape (packing A's copy; ~6% on
 #: the measurements in default_packing), against which the in-place tiles' column padding weighs
 PACKING_COST = 1.06
@@ -237,7 +243,9 @@ def default_packing(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4,
         # packed, 4 µs in place (AVX-512, 2 threads)
         return Packing(mr=m, nr=nr, pack_a=False)
     # a narrow B (one vector or less) has room for rows: the tiles of one vector
-    tiles = UNPACKED_TILES if vectors == 2 else ((8, 1), (6, 1))
+    tiles: tuple[tuple[int, int], ...] = UNPACKED_TILES if vectors == 2 else ((8, 1), (6, 1))
+    if caps.vector_registers >= WIDE_REGISTER_FILE:
+        tiles = tuple(t for t in tiles if t[1] <= 2)
     options = []  # (work computed per useful output, preference, tile)
     for rank, (rows, width) in enumerate(tiles):
         fits = rows * width + width + 1 <= caps.vector_registers
