@@ -141,6 +141,22 @@ def test_groups_that_cut_through_every_block_stay_plain():
     assert not any(n.op is Op.CONV_NCHWC for n in plan_layout(b.build(), 8).nodes)
 
 
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_groups_in_blocks_that_do_not_divide_the_channels_take_narrower_blocks(lanes):
+    """RegNet's 104 channels in 13 groups of 8: a vector of 16 holds two whole groups but 16
+    does not divide 104, so the convolution runs in blocks of 8 (it crashed the planner)."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 104, 6, 6))
+    b.output(b.node(Op.RELU, [_conv(b, x, 104, group=13, name="g")]))
+    graph = b.build()
+    planned = plan_layout(graph, lanes)
+    assert [n.attrs["out_block"] for n in planned.nodes if n.op is Op.CONV_NCHWC] == [8]
+    feeds = random_inputs(graph.inputs, 0)
+    want, got = run_graph(graph, feeds), run_graph(planned, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
 def test_a_depthwise_convolution_keeps_the_usual_blocks_or_none():
     """The narrow blocks are for groups of several channels: a depthwise convolution on 12
     channels (no block of 8 or 16 divides them) stays plain, as it did."""

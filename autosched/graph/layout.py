@@ -53,10 +53,11 @@ def blocked_groups(c: int, oc: int, groups: int, in_block: int, out_block: int) 
     channel per group, equal blocks in and out), "grouped" (each group a whole number of blocks
     in and out, equal blocks), "lanes" (as many channels in as out per group, several whole
     groups per block: each block of output channels reads the same block of input channels), or
-    None when its groups cut through blocks."""
+    None when its groups cut through blocks or the blocks do not divide the channels (104
+    channels in groups of 8 make no blocks of 16)."""
     if groups == 1:
         return "dense"
-    if c % groups or oc % groups or not in_block or in_block != out_block:
+    if c % groups or oc % groups or not in_block or in_block != out_block or c % in_block or oc % out_block:
         return None
     if c // groups == 1 and oc == c:
         return "depthwise"
