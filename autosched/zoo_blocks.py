@@ -5,9 +5,11 @@ squeeze-excitation, dilated and 5×5 kernels, MobileNetV3's and EfficientNet's i
 (hard-swish, swish, 5×5 depthwise), DenseNet's pre-activation concatenations, 1-D convolutions,
 an FPN's top-down path (nearest and bilinear Resize), a U-Net decoder (ConvTranspose), and since
 2026-11-29 ConvNeXt (7×7 depthwise, channels-last MLP), ShuffleNetV2 (split, 58-channel
-convolutions, channel shuffle), a YOLO-style C3 + SPPF neck and MLP-Mixer. At 2026-11-27 three of
+convolutions, channel shuffle), a YOLO-style C3 + SPPF neck and MLP-Mixer, and a DCGAN generator
+(strided 4x4 ConvTranspose) and RegNet (groups of 8 in 104 channels). At 2026-11-27 three of
 them did not import and four ran slower than onnxruntime untuned; at 2026-11-29 ShuffleNetV2's
-units took 1.8x onnxruntime's time. The README ("Blocks no developer had seen") has the figures. `python benchmarks/models.py --models
+units took 1.8x onnxruntime's time, RegNet crashed the layout planner and the DCGAN generator
+took 3.6x. The README ("Blocks no developer had seen") has the figures. `python benchmarks/models.py --models
 se_block,fpn_block` builds and times them like the zoo's.
 """
 from __future__ import annotations
@@ -235,6 +237,39 @@ def mixer_block(seed: int = 14, tokens: int = 196, c: int = 512) -> onnx.ModelPr
     return b.model("mixer_block", [tensor_info("input", (1, tokens, c))], [tensor_info(x, (1, tokens, c))])
 
 
+def dcgan_generator(seed: int = 15) -> onnx.ModelProto:
+    """A DCGAN generator: 4x4 ConvTransposes from a 100-value code (stride 1 on its 1x1 input,
+    then stride 2, padding 1) to 512, 256, 128, 64 channels and a 64x64 RGB image, BatchNorm +
+    ReLU between them, Tanh at the end."""
+    b, x, cin = ModelBuilder(seed), "z", 100
+    for i, (cout, stride, pad) in enumerate(((512, 1, 0), (256, 2, 1), (128, 2, 1), (64, 2, 1), (3, 2, 1))):
+        w = b.normal(f"g{i}.weight", (cin, cout, 4, 4), math.sqrt(1 / (cin * 4)))
+        x = b.node("ConvTranspose", [x, w], f"g{i}/ConvTranspose", kernel_shape=[4, 4], strides=[stride, stride],
+                   pads=[pad] * 4)
+        x = (b.node("Relu", [b.batch_norm(x, f"g{i}.bn", cout, (0.5, 1.0))], f"g{i}/Relu") if cout != 3
+             else b.node("Tanh", [x], "out/Tanh"))
+        cin = cout
+    return b.model("dcgan_generator", [tensor_info("z", (1, 100, 1, 1))], [tensor_info(x, (1, 3, 64, 64))])
+
+
+def regnet_block(seed: int = 16) -> onnx.ModelProto:
+    """RegNetY-400MF-style stages: bottlenecks of width 104 (13 groups of 8) at 28x28, then 208 at
+    14x14, each with a squeeze-excitation gate of 1x1 convolutions; a 48-channel input at 56x56."""
+    b, x, cin = ModelBuilder(seed), "input", 48
+    for i, (w, stride) in enumerate(((104, 2), (104, 1), (208, 2), (208, 1))):
+        y = b.node("Relu", [b.conv_bn(x, f"b{i}.a", cin, w, 1)], f"b{i}/Relu_a")
+        y = b.node("Relu", [b.conv_bn(y, f"b{i}.b", w, w, 3, stride=stride, group=w // 8)], f"b{i}/Relu_b")
+        s = b.node("GlobalAveragePool", [y], f"b{i}/gap")
+        s = b.node("Relu", [b.node("Conv", [s, b.normal(f"b{i}.se1.w", (cin // 4, w, 1, 1), 0.1),
+                                            b.normal(f"b{i}.se1.b", (cin // 4,), 0.01)], f"b{i}/se1")], f"b{i}/se_r")
+        s = b.node("Sigmoid", [b.node("Conv", [s, b.normal(f"b{i}.se2.w", (w, cin // 4, 1, 1), 0.1),
+                                               b.normal(f"b{i}.se2.b", (w,), 0.01)], f"b{i}/se2")], f"b{i}/se_s")
+        y = b.conv_bn(b.node("Mul", [y, s], f"b{i}/se"), f"b{i}.c", w, w, 1)
+        shortcut = x if cin == w and stride == 1 else b.conv_bn(x, f"b{i}.proj", cin, w, 1, stride=stride)
+        x, cin = b.node("Relu", [b.node("Add", [y, shortcut], f"b{i}/add")], f"b{i}/Relu_c"), w
+    return b.model("regnet_block", [tensor_info("input", (1, 48, 56, 56))], [tensor_info(x, (1, 208, 14, 14))])
+
+
 BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "vgg_small": vgg_small,
     "inception_block": inception_block,
@@ -250,4 +285,6 @@ BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "shufflenet_block": shufflenet_block,
     "csp_block": csp_block,
     "mixer_block": mixer_block,
+    "dcgan_generator": dcgan_generator,
+    "regnet_block": regnet_block,
 }

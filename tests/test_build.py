@@ -237,51 +237,61 @@ def test_weight_packing_happens_at_build_time(tmp_path):
     assert "NULL" in run_body  # the unpacked weights are not even passed
 
 
-def _conv_transpose_model(kernel, stride, pads=(0, 0, 0, 0), output_padding=(0, 0), bias=True):
+def _conv_transpose_model(kernel, stride, pads=(0, 0, 0, 0), output_padding=(0, 0), bias=True, size=(5, 6),
+                          group=1, dilation=1):
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(3)
-    inits = [numpy_helper.from_array((0.3 * rng.standard_normal((16, 8, kernel, kernel))).astype(np.float32), "w")]
+    inits = [numpy_helper.from_array((0.3 * rng.standard_normal((16, 8 // group, kernel, kernel))).astype(np.float32), "w")]
     inputs = ["x", "w"]
     if bias:
         inits.append(numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"))
         inputs.append("b")
     up = helper.make_node("ConvTranspose", inputs, ["up"], strides=[stride, stride], pads=list(pads),
-                          output_padding=list(output_padding))
+                          output_padding=list(output_padding), group=group, dilations=[dilation, dilation])
     out = helper.make_node("Relu", ["up"], ["y"])
-    size = [stride * 5 + output_padding[0] + kernel - stride - pads[0] - pads[2],
-            stride * 6 + output_padding[1] + kernel - stride - pads[1] - pads[3]]
-    graph = helper.make_graph([up, out], "ct", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 5, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, *size])], inits)
+    span = dilation * (kernel - 1) + 1
+    out_size = [stride * (n - 1) + e + span - p - q for n, e, p, q in zip(size, output_padding, pads[:2], pads[2:])]
+    graph = helper.make_graph([up, out], "ct", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, *size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, *out_size])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
 
 
-@pytest.mark.parametrize("kernel, stride, pads, output_padding, bias, zeros", [
-    (2, 2, (0, 0, 0, 0), (0, 0), True, False),  # a U-Net's upsampling: a 1x1 convolution and a patch spread
-    (2, 2, (0, 0, 0, 0), (0, 0), False, False),
-    (3, 2, (1, 1, 1, 1), (1, 1), True, True),  # zeros inserted, then an ordinary convolution
-    (4, 2, (1, 1, 1, 1), (0, 0), True, True),  # a GAN generator's
+@pytest.mark.parametrize("kernel, stride, pads, output_padding, bias, size, group, dilation", [
+    (2, 2, (0, 0, 0, 0), (0, 0), True, (5, 6), 1, 1),  # a U-Net's upsampling: a 1x1 convolution, then the shuffle
+    (2, 2, (0, 0, 0, 0), (0, 0), False, (5, 6), 1, 1),
+    (3, 2, (1, 1, 1, 1), (1, 1), True, (5, 6), 1, 1),  # taps of 2 and 1 per phase, a crop
+    (4, 2, (1, 1, 1, 1), (0, 0), True, (5, 6), 1, 1),  # a GAN generator's
+    (4, 1, (0, 0, 0, 0), (0, 0), True, (1, 1), 1, 1),  # its first layer: a 1x1 input's whole output is one patch
+    (5, 3, (4, 1, 0, 2), (2, 0), True, (4, 3), 1, 1),  # padding past a whole phase row
+    (3, 2, (1, 0, 1, 0), (0, 1), True, (5, 6), 2, 2),  # groups and dilation
+    (3, 1, (1, 1, 1, 1), (0, 0), True, (5, 6), 1, 1),  # no stride: an ordinary convolution
 ])
-def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, output_padding, bias, zeros):
+def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, output_padding, bias, size, group, dilation):
+    """Strided ConvTranspose is one convolution of every output phase, a shuffle and a crop: it
+    multiplies no inserted zero (the Pad that inserted them is gone)."""
     path = tmp_path / "ct.onnx"
-    onnx.save(_conv_transpose_model(kernel, stride, pads, output_padding, bias), path)
+    onnx.save(_conv_transpose_model(kernel, stride, pads, output_padding, bias, size, group, dilation), path)
     graph = load_onnx(path)
-    assert any(n.op.value == "Pad" for n in graph.nodes) == zeros
+    assert not any(n.op.value == "Pad" for n in graph.nodes)
+    convs = [n for n in graph.nodes if n.op.value == "Conv"]
+    assert len(convs) == 1 and (convs[0].attrs["strides"], convs[0].attrs["dilations"]) == ((1, 1), (1, 1))
     model = load_model(build_model(graph, tmp_path / "ct.so").library)
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
     assert diffs and all(d.ok for d in diffs), diffs
 
 
-@pytest.mark.parametrize("name", ["conv1d_stack", "fpn_block", "unet_decoder", "shufflenet_block",
+@pytest.mark.parametrize("name", ["conv1d_stack", "fpn_block", "unet_decoder", "shufflenet_block", "dcgan_generator",
                                   *[pytest.param(n, marks=pytest.mark.slow) for n in
                                     ("vgg_small", "inception_block", "se_block", "dilated_block", "mbv3_block",
-                                     "effnet_block", "dense_block", "convnext_block", "csp_block", "mixer_block")]])
+                                     "effnet_block", "dense_block", "convnext_block", "csp_block", "mixer_block",
+                                     "regnet_block")]])
 def test_blocks_no_developer_had_seen_match_onnxruntime(tmp_path, name):
     """`zoo_blocks`: 1-D convolutions, Resize and ConvTranspose (the fast suite's three: they did
-    not import before 2026-11-27) and ShuffleNetV2's split, padded channel blocks and shuffle,
-    the others under -m slow."""
+    not import before 2026-11-27), ShuffleNetV2's split, padded channel blocks and shuffle, and
+    the DCGAN generator's strided ConvTransposes; the others under -m slow."""
     from autosched.zoo_blocks import BLOCKS
 
     path = tmp_path / f"{name}.onnx"
