@@ -18,6 +18,7 @@ from pathlib import Path
 
 from autosched.codegen.errors import CompileError
 from autosched.codegen.errors import format_diagnostics as compiler_diagnostics
+from autosched.codegen.process import run_compiler
 from autosched.target import CpuCapabilities, Target, TargetError, gcc_isa_flags
 from autosched.tempdirs import temp_dir
 
@@ -77,8 +78,7 @@ def compile_c(source: str, flags: Sequence[str], cache_dir: Path | None = None,
         src.write_text(source)
         obj = Path(tmp) / "kernel.so"
         try:
-            proc = subprocess.run([cc, *flags, str(src), "-o", str(obj), "-lm"], capture_output=True, text=True,
-                                  timeout=timeout)
+            proc = run_compiler([cc, *flags, str(src), "-o", str(obj), "-lm"], timeout)
         except subprocess.TimeoutExpired:
             raise CompileError(f"{cc} did not finish within {timeout:.0f} s") from None
         if proc.returncode != 0:

@@ -20,6 +20,7 @@ from pathlib import Path
 from autosched.codegen.errors import CompileError
 from autosched.codegen.errors import format_diagnostics as compiler_diagnostics
 from autosched.codegen.gcc import default_cache_dir
+from autosched.codegen.process import run_compiler
 from autosched.tempdirs import temp_dir
 
 DEFAULT_FLAGS = ("-O3", "--use_fast_math")
@@ -77,8 +78,8 @@ def compile_cuda(source: str, arch: str, flags: Sequence[str] = DEFAULT_FLAGS, c
         src.write_text(source)
         out = Path(tmp) / f"kernel.{output}"
         try:
-            proc = subprocess.run([nvcc, *OUTPUTS[output], f"-arch={arch}", "--resource-usage", *flags, str(src),
-                                   "-o", str(out)], capture_output=True, text=True, timeout=timeout)
+            proc = run_compiler([nvcc, *OUTPUTS[output], f"-arch={arch}", "--resource-usage", *flags, str(src),
+                                 "-o", str(out)], timeout)
         except subprocess.TimeoutExpired:
             raise CompileError(f"nvcc did not finish within {timeout:.0f} s") from None
         if proc.returncode != 0:
