@@ -344,10 +344,12 @@ class Schedule:
         parent._leaf(iv)
         if not isinstance(st.op, ComputeOp) or st is parent:
             raise st._err(f"cannot compute_at into itself ({parent.name})")
-        if st not in self._consumed_by(parent):
-            raise st._err(f"compute_at target {parent.name} does not read this stage's tensor", iv)
-        others = [r for r in self.readers(st)
-                  if r is not parent and r.attach is not Attach.INLINE and not self._nested_in(r, parent, iv)]
+        readers = [r for r in self.readers(st) if r is not parent and r.attach is not Attach.INLINE]
+        nested = [r for r in readers if self._nested_in(r, parent, iv)]
+        if st not in self._consumed_by(parent) and not nested:
+            raise st._err(f"compute_at target {parent.name} does not read this stage's tensor, "
+                          "nor does a stage computed inside that loop", iv)
+        others = [r for r in readers if r not in nested]
         if others:
             raise st._err(f"compute_at {parent.name}: the tensor is also read by {others[0].name}, "
                           "which could not see a buffer local to that loop", iv)

@@ -488,6 +488,11 @@ class Config:
         pos = self.space.position(name)
         return self.space.knobs[pos].values[self.digits[pos]]
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """Knob `name`'s value, or `default` where this space has no such knob (a knob offered
+        only for some tasks of a template)."""
+        return self[name] if name in self.space._by_name else default
+
     def to_json(self) -> dict[str, Any]:
         return {
             "template": self.space.template,

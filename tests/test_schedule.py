@@ -195,6 +195,46 @@ def test_compute_at_stage_that_does_not_consume():
         s.compute_at(s[p], s[q], s[q].op.axes[0])
 
 
+def test_compute_at_an_outer_loop_of_the_readers_consumer():
+    """A panel copy computed at a batch loop of the output, read by an accumulator computed at
+    the tile loops inside it: the copy covers the batch element's panels (bound inference
+    through the accumulator's reads), not one tile's, nor the whole tensor."""
+    batch, m, n, k = 3, 10, 12, 5
+    a = te.placeholder((batch, m, k), name="A")
+    b = te.placeholder((batch, k, n), name="B")
+    bp = te.compute((batch, n, k), lambda z, j, r: b[z, r, j], name="BP")  # B's columns, k contiguous
+    r = te.reduce_axis(k, "r")
+    c = te.compute((batch, m, n), lambda z, i, j: te.sum(a[z, i, r] * bp[z, j, r], r), name="C")
+    y = te.compute((batch, m, n), lambda z, i, j: c[z, i, j] + 1.0, name="Y")
+    s = create_schedule(y)
+    s[c].set_scope("local")
+    z, i, j = s[y].op.axes
+    io, ii = s[y].split(i, 4)  # the last row tile is partial: the panel still covers every row's reads
+    s[y].parallel(z)
+    s.compute_at(s[c], s[y], io)
+    s.compute_at(s[bp], s[y], z)
+    code = source(s, [a, b, y])
+    assert "float BP[60]" in code  # one batch element's n x k panel
+    kern = build_kernel(s, [a, b, y], "panel_at_batch")
+    av = RNG.standard_normal((batch, m, k)).astype(np.float32)
+    bv = RNG.standard_normal((batch, k, n)).astype(np.float32)
+    yv = np.zeros((batch, m, n), np.float32)
+    kern(av, bv, yv)
+    np.testing.assert_allclose(yv, av @ bv + 1.0, rtol=1e-5, atol=1e-5)
+
+
+def test_compute_at_a_loop_none_of_whose_stages_read_the_tensor():
+    x = te.placeholder((8,), name="x")
+    p = te.compute((8,), lambda i: x[i] * 2.0, name="P")
+    q = te.compute((8,), lambda i: p[i] + 1.0, name="Q")
+    r = te.compute((8,), lambda i: x[i] - 1.0, name="R")
+    out = te.compute((8,), lambda i: q[i] + r[i], name="O")
+    s = create_schedule(out)
+    s.compute_at(s[r], s[out], s[out].op.axes[0])
+    with pytest.raises(ScheduleError, match=r"compute_at target R does not read this stage's tensor, nor does"):
+        s.compute_at(s[p], s[r], s[r].op.axes[0])
+
+
 def test_vectorize_non_innermost_fails_at_lowering():
     a, b, c = _matmul(4, 8, 4)
     s = create_schedule(c)

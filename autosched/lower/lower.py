@@ -9,7 +9,7 @@ ranges in hand.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import cast
 
 import numpy as np
@@ -413,10 +413,9 @@ class _Lowerer:
         if st.scope == "shared":
             inner = {**self.block_shared, **inner}
         lo_hi: list[list] = [[] for _ in op.axes]
-        for x in walk(consumer_body):
-            if isinstance(x, Load) and isinstance(x.source, Tensor) and self.sched.stage_of(x.source) is st:
-                for d, i in enumerate(x.indices):  # simplified first: a fused axis's (p // c)·c + p % c is p
-                    lo_hi[d].append(arith.symbolic_interval(arith.simplify(i, self.ranges), inner))
+        for indices, ranges in self._reads_of(st, consumer_body, inner):
+            for d, i in enumerate(indices):  # simplified first: a fused axis's (p // c)·c + p % c is p
+                lo_hi[d].append(arith.symbolic_interval(arith.simplify(i, self.ranges), ranges))
         mins, exts = [], []
         for d, a in enumerate(op.axes):
             lo, e = self._cover(lo_hi[d], a.extent)
@@ -436,6 +435,23 @@ class _Lowerer:
         if st.scope == "shared" and not st.pipeline_stages:  # a pipeline synchronizes once for all its stages
             nest = seq(nest, Barrier()) if st.double_buffer else seq(Barrier(), nest, Barrier())
         return Allocate(buf, nest)
+
+    def _reads_of(self, st: Stage, body: Expr, inner: dict) -> Iterator[tuple[tuple[Expr, ...], dict]]:
+        """The indices at which `body` reads `st`'s tensor, with the ranges of the loops they vary
+        over: read directly, or by a stage computed at a loop inside the consumer, whose body is
+        then read at the consumer's indices of it, its reductions over their whole extent. So a
+        stage can be computed at an outer loop of its reader's consumer (a matmul's panels packed
+        per parallel iteration, read by the accumulator tile computed inside it)."""
+        for x in walk(body):
+            if not (isinstance(x, Load) and isinstance(x.source, Tensor)):
+                continue
+            reader = self.sched.stage_of(x.source)
+            if reader is st:
+                yield x.indices, inner
+            elif reader is not None and isinstance(reader.attach, ComputeAt):
+                through = substitute(_body_source(reader.op), {a.var: i for a, i in zip(reader.op.axes, x.indices)})
+                ranges = {**inner, **{r.var: (0, r.extent - 1) for r in reader.op.reduce_axes}}
+                yield from self._reads_of(st, self._expand_inline(through), ranges)
 
     def _offset(self, st: Stage | None, index: Expr) -> Expr:
         """`index` in the copy of a double-buffered stage that the current iteration uses."""

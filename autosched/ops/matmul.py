@@ -23,14 +23,16 @@ MATMUL_TAG = "matmul"
 #: partial tile is computed whole)
 MAX_PANEL_ROWS = 6
 #: (rows of A, vectors of B) per register tile when A is read in place, first choice first (see
-#: default_packing); each has at least 12 accumulators to hide the FMA latency
-UNPACKED_TILES = ((8, 2), (6, 2), (4, 3))
-#: where the target has this many vector registers, the in-place tiles of three vectors are not
-#: defaults: gcc reads their B vectors from memory at every FMA (12 vector loads and 4 broadcasts
-#: per 12 FMAs), and MLP-Mixer's 196 x 512 · 512 x 2048 ran at 112 GFLOP/s in 4 x 48 against
-#: 221 in 8 x 32 with the last row tile shifted (AVX-512, EPYC Zen 4, 2 threads; 100 x 512 ·
-#: 512 x 512: 116 against 219). With 16 registers, 4 x 24 keeps them in registers (219 GFLOP/s).
-WIDE_REGISTER_FILE = 32
+#: default_packing); each has at least 12 accumulators to hide the FMA latency. No tile of three
+#: vectors: gcc reads their B vectors from memory at every FMA (12 vector loads and 4 broadcasts
+#: per 12 FMAs, where two vectors' tiles keep B in registers), with 32 vector registers as with 16.
+#: MLP-Mixer's 196 x 512 · 512 x 2048 ran at 112 GFLOP/s in 4 x 48 against 221 in 8 x 32 with the
+#: last row tile shifted (AVX-512, EPYC Zen 4, 2 threads; 100 x 512 · 512 x 512: 116 against 219);
+#: on an AVX2 EPYC Zen 3 (2 threads, the template's kernels alone) 4 x 24 against 6 x 16 in place,
+#: its last row tile shifted where 6 does not divide m: BERT's 128 x 768 · 768 x 768 1.91-1.96 ms
+#: against 1.07-1.08, 128 x 3072 · 3072 x 768 7.8-8.1 against 4.6-5.1, the MLP's 64 x 1024 ·
+#: 1024 x 1024 1.06-1.30 against 0.93-0.97, Swin's 3136 x 384 · 384 x 96 2.6-3.9 against 1.4-1.7
+UNPACKED_TILES = ((8, 2), (6, 2))
 #: the packed tile's time over an in-place tile's of the same shape (packing A's copy; ~6% on
 #: the measurements in default_packing), against which the in-place tiles' column padding weighs
 PACKING_COST = 1.06
@@ -114,11 +116,17 @@ def matmul(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False,
 
 
 def _panel(t: Tensor, batch_idx: tuple, row, k, extent: int, width: int, transposed: bool):
-    """t's element at (row, k) — or (k, row) when `transposed` — and 0 in the padding of the last panel."""
-    idx = tuple(batch_idx) + ((k, row) if transposed else (row, k))
-    if extent % width:
-        return te.select(row < extent, t[idx], te.const(0, t.dtype))
-    return t[idx]
+    """t's element at (row, k) — or (k, row) when `transposed` — and 0 in the padding of the last panel.
+
+    The padding reads the last row (then selects 0): an index known to stay below `extent`
+    simplifies through the views of `t` (a reshape's `row // extent` is 0), where a guarded
+    `row` left a division and a remainder per element of the copy. Swin's 49-token K panels,
+    packed through a transpose, slice and reshape view, cost more than the product reading them."""
+    if extent % width == 0:
+        return t[tuple(batch_idx) + ((k, row) if transposed else (row, k))]
+    inside = te.min(row, extent - 1)
+    idx = tuple(batch_idx) + ((k, inside) if transposed else (inside, k))
+    return te.select(row < extent, t[idx], te.const(0, t.dtype))
 
 
 def _broadcast(sa: tuple, sb: tuple, name: str) -> tuple:
@@ -194,13 +202,13 @@ def shifted_in_place_tile(m: int, n: int, caps: CpuCapabilities, dtype_bytes: in
     """The in-place register tile of `default_packing` for rows that none of UNPACKED_TILES
     divides (ViT's 197 tokens), its last row tile shifted back instead of A packed: the first of
     them whose accumulators fit and whose columns pad n least, on at least two tiles of rows;
-    None for a B narrower than two vectors (`narrow_in_place_tile` has those), and on targets
-    with fewer than 32 vector registers (not measured there). ViT-S's MLP and projections (197
-    rows, AVX-512, EPYC Zen 4, 2 threads) ran at 153-180 GFLOP/s with A packed in 6 × 32, where
-    the same products on 128 rows in place in 8 × 32 ran at 212-228 (the llama block); in
-    place with the last tile shifted, 0.80-0.96 of the packed time (summed kernels 0.92)."""
+    None for a B narrower than two vectors (`narrow_in_place_tile` has those). ViT-S's MLP and
+    projections (197 rows, AVX-512, EPYC Zen 4, 2 threads) ran at 153-180 GFLOP/s with A packed
+    in 6 × 32, where the same products on 128 rows in place in 8 × 32 ran at 212-228 (the llama
+    block); in place with the last tile shifted, 0.80-0.96 of the packed time (summed kernels
+    0.92). With AVX2's 16 registers the tile is 6 × 16 (figures at UNPACKED_TILES)."""
     lanes = caps.lanes(dtype_bytes)
-    if n < 2 * lanes or caps.vector_registers < 32:
+    if n < 2 * lanes:
         return None
     options = [(_padded(n, width * lanes), rank, Packing(mr=rows, nr=width * lanes, pack_a=False, shifted=True))
                for rank, (rows, width) in enumerate(UNPACKED_TILES)
@@ -244,8 +252,6 @@ def default_packing(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int = 4,
         return Packing(mr=m, nr=nr, pack_a=False)
     # a narrow B (one vector or less) has room for rows: the tiles of one vector
     tiles: tuple[tuple[int, int], ...] = UNPACKED_TILES if vectors == 2 else ((8, 1), (6, 1))
-    if caps.vector_registers >= WIDE_REGISTER_FILE:
-        tiles = tuple(t for t in tiles if t[1] <= 2)
     options = []  # (work computed per useful output, preference, tile)
     for rank, (rows, width) in enumerate(tiles):
         fits = rows * width + width + 1 <= caps.vector_registers

@@ -106,7 +106,7 @@ class PointwiseTemplate(GpuTemplate):
 
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         args, outs = _compute(task, target)
-        way = config["row_reduce"] if "row_reduce" in {k.name for k in config.space.knobs} else None
+        way = config.get("row_reduce")
         threads = config["threads"]
         by_rows = [way is not None and bool(_row_reductions(o)) for o in outs]
         if way in (BLOCK_ROWS, SHUFFLE_ROWS):

@@ -57,8 +57,7 @@ def winograd_knobs() -> list[Knob]:
 
 def algorithm(config: Config) -> str:
     """The config's algorithm; "direct" in a space without the knob."""
-    names = {k.name for k in config.space.knobs}
-    return config["algorithm"] if "algorithm" in names else DIRECT
+    return config.get("algorithm", DIRECT)
 
 
 def tile_size(config: Config) -> int:

@@ -17,7 +17,12 @@ mr × nr register block is unrolled with its columns vectorized. The knobs:
   mr row streams, no copy; offered where A is neither transposed nor seen through a view that
   scatters its rows). In place, where mr · mb does not divide the rows, the last row tile is
   moved back to end at the last row (`Stage.split(shift=True)`: rows computed twice, alike);
-  only fewer rows than one tile read A's padding through a guard in the inner loop.
+  only fewer rows than one tile read A's padding through a guard in the inner loop;
+- `pack_at` (batched products of activations only, attention's QKᵀ and PV): the packs run at
+  root, each a parallel loop over the whole batch into the workspace, or inside the parallel
+  tile loop, each iteration packing the panels its tiles read into a buffer of its own, still
+  in L1 when they are read. Small matrices (Swin's 49 × 32 · 32 × 49 windows) spent more in
+  the root packs and their barriers than in the product.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from autosched.ops.util import broadcast_load
 from autosched.schedule import Schedule, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob, SplitKnob
 from autosched.target import Target
-from autosched.task import Task
+from autosched.task import WEIGHT_INPUTS_ATTR, Task
 from autosched.te import Tensor
 from autosched.templates import TemplateError
 from search_spaces.llvm.common import (
@@ -100,6 +105,19 @@ def a_in_place(task: Task) -> bool:
     return keeps_rows(task.shapes[0], operand_views(task.attrs)[0])
 
 
+def packs_vary_by_batch(task: Task) -> bool:
+    """Whether B's packed panels differ from one batch element to the next and are packed at every
+    call: a batched MatMul whose B is an activation with batch dims of its own (never a weight,
+    whose packing the build folds)."""
+    if task.op != "MatMul" or 1 in dict(task.attrs).get(WEIGHT_INPUTS_ATTR, ()):
+        return False
+    b = view_shape(task.shapes[1], operand_views(task.attrs)[1])
+    return len(b) > 2 and any(n > 1 for n in b[:-2])
+
+
+PACK_AT = ("root", "tile")
+
+
 def _nr_choices(n: int, lanes: int) -> tuple[int, ...]:
     """Whole vectors up to the (rounded-up) width; a narrow output gets one exact panel."""
     if n < lanes:
@@ -159,6 +177,7 @@ class MatmulTemplate(CpuTemplate):
             ReorderKnob("tile_order", TILE_ORDERS),
             ChoiceKnob("parallel_depth", tuple(range(1, outer + 1))),
             ChoiceKnob("pack_a", (True, False) if a_in_place(task) else (True,)),
+            *([ChoiceKnob("pack_at", PACK_AT)] if packs_vary_by_batch(task) else []),
         ))
 
     def fallback(self, task: Task, target: Target) -> Config:
@@ -185,13 +204,15 @@ class MatmulTemplate(CpuTemplate):
         tile_k = (d.k // block, block // 4, 4) if wide and block is not None else (1, d.k, 1)
         if tile_k not in {tuple(v) for v in space.knob("tile_k").values}:
             tile_k = (1, d.k, 1)
+        per_tile = packs_vary_by_batch(task)
         return space.from_values({
+            **({"pack_at": PACK_AT[per_tile]} if per_tile else {}),
             "mr": max([r for r in rows if r <= packing.mr] or rows[:1]),
             "nr": min(widths, key=lambda w: (abs(w - packing.nr), w)),
             "mb": 1,
             "tile_k": tile_k,
             "tile_order": TILE_ORDERS[0],
-            "parallel_depth": len(d.batch) + 2,
+            "parallel_depth": len(d.batch) if per_tile else len(d.batch) + 2,
             "pack_a": packing.pack_a,
         })
 
@@ -205,8 +226,10 @@ class MatmulTemplate(CpuTemplate):
         s = create_schedule(out)
         anchor = next(st for st in s.stages if st.op.tag == mm.MATMUL_TAG)
         inline_epilogue(s, out, tags=(ROWS_TAG, PAD_TAG, INJECTIVE_TAG))
-        for st in s.stages:
-            if st.op.tag == "pack":
+        per_tile = config.get("pack_at") == "tile"
+        packs = [st for st in s.stages if st.op.tag == "pack"]
+        if not per_tile:
+            for st in packs:
                 parallel_copy(st)
         if out.op is anchor.op:
             acc = s[s.cache_write(out, "local")]
@@ -223,11 +246,14 @@ class MatmulTemplate(CpuTemplate):
         outer = batch + [tiles[a] for a in config["tile_order"]]
         o.reorder(*outer, ii, ji)
         depth = config["parallel_depth"]
-        o.parallel(o.fuse(*outer[:depth]))
+        tile = o.fuse(*outer[:depth])
+        o.parallel(tile)
         jv = lanes if nr % lanes == 0 else nr
         _, jiv = o.split(ji, jv)
         o.vectorize(jiv)
         s.compute_at(acc, o, o.leaf_axes[len(outer) - depth])
+        for st in packs if per_tile else ():
+            s.compute_at(st, o, tile)  # the panels this iteration's tiles read, and only those
 
         acc_axes = list(acc.op.axes)
         ci, cj = acc_axes[-2:]
