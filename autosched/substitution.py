@@ -33,8 +33,10 @@ from autosched.graph.substitutions import pet
 from autosched.graph.substitutions.apply import directions
 from autosched.graph.substitutions.properties import PROPERTIES
 from autosched.graph.substitutions.rules import SHIPPED, Rule, load_rules
-from autosched.graph.substitutions.terms import App, Term, subterms
+from autosched.graph.substitutions.terms import App, Term, subterms, symbol
 from autosched.graph_cost import GraphCost
+from autosched.opset.record import OpKind
+from autosched.opset.registry import kind_of
 from autosched.target import Target
 
 log = logging.getLogger("autosched")
@@ -96,10 +98,20 @@ def _rules(path: Path) -> tuple[Rule, ...]:
 def _reorders(rule: Rule) -> bool:
     """Whether the rule only reorders its operators (commutativity, associativity): such a
     rewrite never changes the kernels a graph runs, and searching through them only multiplies
-    graphs of equal cost."""
-    def ops(terms: tuple[Term, ...]) -> Counter[str]:
-        return Counter(t.op for term in terms for t in subterms(term) if isinstance(t, App))
+    graphs of equal cost. An elementwise operator moved onto an anchor's result, or off it,
+    changes them: there it runs in the anchor's epilogue, elsewhere as a kernel of its own
+    (`scale(bmatmul(q, k), s)` for `bmatmul(scale(q, s), k)`: Swin's scaled queries, read
+    through views of one projection, cost a copy of all three of Q, K and V)."""
+    def ops(terms: tuple[Term, ...]) -> Counter[tuple[str, bool]]:
+        return Counter((t.op, _fused(t)) for term in terms for t in subterms(term) if isinstance(t, App))
     return ops(rule.src) == ops(rule.dst)
+
+
+def _fused(term: App) -> bool:
+    """Whether `term` is an elementwise operator applied to an anchor's result (its epilogue)."""
+    first = term.args[0] if term.args else None
+    return (kind_of(symbol(term.op).op) is OpKind.ELEMWISE and isinstance(first, App)
+            and kind_of(symbol(first.op).op) is OpKind.ANCHOR)
 
 
 def _wraps(rule: Rule) -> bool:

@@ -6,7 +6,8 @@ squeeze-excitation, dilated and 5×5 kernels, MobileNetV3's and EfficientNet's i
 an FPN's top-down path (nearest and bilinear Resize), a U-Net decoder (ConvTranspose), and since
 2026-11-29 ConvNeXt (7×7 depthwise, channels-last MLP), ShuffleNetV2 (split, 58-channel
 convolutions, channel shuffle), a YOLO-style C3 + SPPF neck and MLP-Mixer, and a DCGAN generator
-(strided 4x4 ConvTranspose) and RegNet (groups of 8 in 104 channels). At 2026-11-27 three of
+(strided 4x4 ConvTranspose) and RegNet (groups of 8 in 104 channels), and since 2026-12-01 Swin
+(window attention over 49 tokens, shifted windows with their mask). At 2026-11-27 three of
 them did not import and four ran slower than onnxruntime untuned; at 2026-11-29 ShuffleNetV2's
 units took 1.8x onnxruntime's time, RegNet crashed the layout planner and the DCGAN generator
 took 3.6x. The README ("Blocks no developer had seen") has the figures. `python benchmarks/models.py --models
@@ -270,6 +271,85 @@ def regnet_block(seed: int = 16) -> onnx.ModelProto:
     return b.model("regnet_block", [tensor_info("input", (1, 48, 56, 56))], [tensor_info(x, (1, 208, 14, 14))])
 
 
+def swin_block(seed: int = 17, side: int = 56, c: int = 96, heads: int = 3, window: int = 7) -> onnx.ModelProto:
+    """Two Swin-T stage-1 blocks (56x56 tokens of 96 channels, 3 heads): window partition and
+    reverse as Reshape/Transpose chains, attention inside 7x7 windows (64 windows of 49 tokens, a
+    length no vector divides) with a relative position bias gathered from its table, and in the
+    second block the windows shifted by a Slice/Concat roll (as torch.roll exports) with the
+    additive mask of the shifted regions; pre-LayerNorm, a 4x-wide GELU MLP."""
+    b, x = ModelBuilder(seed), "input"
+    n, nw, hd = window * window, (side // window) ** 2, c // heads
+    grid = side // window
+    coords = np.stack(np.meshgrid(np.arange(window), np.arange(window), indexing="ij")).reshape(2, -1)
+    rel = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0) + window - 1
+    index = (rel[..., 0] * (2 * window - 1) + rel[..., 1]).reshape(-1)
+    region = np.zeros((side, side), np.int64)
+    shift = window // 2
+    for i, rows in enumerate((slice(0, -window), slice(-window, -shift), slice(-shift, None))):
+        for j, cols in enumerate((slice(0, -window), slice(-window, -shift), slice(-shift, None))):
+            region[rows, cols] = 3 * i + j
+    windows = region.reshape(grid, window, grid, window).transpose(0, 2, 1, 3).reshape(nw, n)
+    mask = np.where(windows[:, :, None] != windows[:, None, :], -100.0, 0.0).astype(np.float32)
+
+    def shape(name: str, dims: tuple[int, ...]) -> str:
+        return b.constant(name, np.array(dims, np.int64))
+
+    def roll(y: str, name: str, by: int) -> str:
+        """torch.roll over H and W as exported: each axis a Slice of its tail concatenated before its head."""
+        for axis in (1, 2):
+            cut = (side - by) % side
+            tail = b.node("Slice", [y, shape(f"{name}.t{axis}.s", (cut,)), shape(f"{name}.t{axis}.e", (side,)),
+                                    shape(f"{name}.t{axis}.a", (axis,))], f"{name}/Slice_t{axis}")
+            head = b.node("Slice", [y, shape(f"{name}.h{axis}.s", (0,)), shape(f"{name}.h{axis}.e", (cut,)),
+                                    shape(f"{name}.h{axis}.a", (axis,))], f"{name}/Slice_h{axis}")
+            y = b.node("Concat", [tail, head], f"{name}/Concat{axis}", axis=axis)
+        return y
+
+    for i in range(2):
+        p, shifted = f"layers.0.blocks.{i}", i == 1
+        y = b.node("Reshape", [b.layer_norm(x, f"{p}.norm1", c, epsilon=1e-5), shape(f"{p}.hw", (1, side, side, c))],
+                   f"{p}/Reshape_hw")
+        if shifted:
+            y = roll(y, f"{p}.roll", -shift)
+        y = b.node("Reshape", [y, shape(f"{p}.part", (1, grid, window, grid, window, c))], f"{p}/Reshape_part")
+        y = b.node("Transpose", [y], f"{p}/Transpose_part", perm=[0, 1, 3, 2, 4, 5])
+        y = b.node("Reshape", [y, shape(f"{p}.windows", (nw, n, c))], f"{p}/Reshape_windows")
+        qkv = b.node("Reshape", [b.dense(y, f"{p}.attn.qkv", c, 3 * c, 0.05), shape(f"{p}.qkv", (nw, n, 3, heads, hd))],
+                     f"{p}.attn/Reshape")
+        qkv = b.node("Transpose", [qkv], f"{p}.attn/Transpose", perm=[2, 0, 3, 1, 4])
+        b.node("Split", [qkv], f"{p}.attn/Split", outputs=3, axis=0)
+        q, k, v = (b.node("Squeeze", [f"{p}.attn/Split:{j}", shape(f"{p}.attn.axis{j}", (0,))], f"{p}.attn/Squeeze_{j}")
+                   for j in range(3))
+        q = b.node("Mul", [q, b.constant(f"{p}.attn.scale", np.array(hd ** -0.5, np.float32))], f"{p}.attn/Mul")
+        scores = b.node("MatMul", [q, b.node("Transpose", [k], f"{p}.attn/Transpose_k", perm=[0, 1, 3, 2])],
+                        f"{p}.attn/MatMul")
+        table = b.normal(f"{p}.attn.relative_position_bias_table", ((2 * window - 1) ** 2, heads), 0.02)
+        bias = b.node("Gather", [table, b.constant(f"{p}.attn.relative_position_index", index)], f"{p}.attn/Gather")
+        bias = b.node("Transpose", [b.node("Reshape", [bias, shape(f"{p}.bias", (n, n, heads))], f"{p}.attn/Reshape_b")],
+                      f"{p}.attn/Transpose_b", perm=[2, 0, 1])
+        scores = b.node("Add", [scores, b.node("Unsqueeze", [bias, shape(f"{p}.attn.ax0", (0,))], f"{p}.attn/Unsqueeze")],
+                        f"{p}.attn/Add")
+        if shifted:
+            scores = b.node("Reshape", [scores, shape(f"{p}.attn.nw", (1, nw, heads, n, n))], f"{p}.attn/Reshape_m")
+            scores = b.node("Add", [scores, b.constant(f"{p}.attn.mask", mask[None, :, None])], f"{p}.attn/Add_mask")
+            scores = b.node("Reshape", [scores, shape(f"{p}.attn.flat", (nw, heads, n, n))], f"{p}.attn/Reshape_f")
+        context = b.node("MatMul", [b.node("Softmax", [scores], f"{p}.attn/Softmax", axis=-1), v], f"{p}.attn/MatMul_1")
+        context = b.node("Reshape", [b.node("Transpose", [context], f"{p}.attn/Transpose_1", perm=[0, 2, 1, 3]),
+                                     shape(f"{p}.attn.merged", (nw, n, c))], f"{p}.attn/Reshape_1")
+        y = b.dense(context, f"{p}.attn.proj", c, c, 0.05)
+        y = b.node("Reshape", [y, shape(f"{p}.rev", (1, grid, grid, window, window, c))], f"{p}/Reshape_rev")
+        y = b.node("Transpose", [y], f"{p}/Transpose_rev", perm=[0, 1, 3, 2, 4, 5])
+        y = b.node("Reshape", [y, shape(f"{p}.grid", (1, side, side, c))], f"{p}/Reshape_grid")
+        if shifted:
+            y = roll(y, f"{p}.unroll", shift)
+        x = b.node("Add", [x, b.node("Reshape", [y, shape(f"{p}.tokens", (1, side * side, c))], f"{p}/Reshape_tokens")],
+                   f"{p}/Add")
+        h = b.dense(b.gelu(b.dense(b.layer_norm(x, f"{p}.norm2", c, epsilon=1e-5), f"{p}.mlp.fc1", c, 4 * c, 0.05),
+                           f"{p}.mlp.act"), f"{p}.mlp.fc2", 4 * c, c, 0.03)
+        x = b.node("Add", [x, h], f"{p}/Add_1")
+    return b.model("swin_block", [tensor_info("input", (1, side * side, c))], [tensor_info(x, (1, side * side, c))])
+
+
 BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "vgg_small": vgg_small,
     "inception_block": inception_block,
@@ -287,4 +367,5 @@ BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "mixer_block": mixer_block,
     "dcgan_generator": dcgan_generator,
     "regnet_block": regnet_block,
+    "swin_block": swin_block,
 }

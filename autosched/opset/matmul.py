@@ -198,7 +198,10 @@ RECORDS: tuple[OpDef, ...] = (
           algebra=(AlgebraOp("matmul", Op.MATMUL, (2, 2), lambda a, n: (a[0][0], a[1][1]),
                              lambda a: [(a[0][1], a[1][0])], no_attrs),
                    AlgebraOp("matmul3", Op.MATMUL, (3, 2), lambda a, n: (a[0][0], a[0][1], a[1][1]),
-                             lambda a: [(a[0][2], a[1][0])], no_attrs))),
+                             lambda a: [(a[0][2], a[1][0])], no_attrs),
+                   # attention's products of activations, [batch, heads, rows, k] by [batch, heads, k, cols]
+                   AlgebraOp("bmatmul", Op.MATMUL, (4, 4), lambda a, n: (a[0][0], a[0][1], a[0][2], a[1][3]),
+                             lambda a: [(a[0][0], a[1][0]), (a[0][1], a[1][1]), (a[0][3], a[1][2])], no_attrs))),
     OpDef(Op.GEMM, OpKind.ANCHOR, _gemm_shape, _gemm_reference, _gemm_compute,
           on_output(mm_ops.schedule_matmul), {"Gemm": Converter(_import_gemm)},
           # a linear layer as PyTorch exports it: x [M, K] by a weight [N, K], plus a bias [N]

@@ -100,6 +100,11 @@ DOMAINS: tuple[Domain, ...] = (
            (("B", 1), ("C", 3), ("H", 4), ("W", 5), ("F", 2), ("G", 4)),
            ("convb", "concat1", "split0_1", "split1_1"), anchors=("convb",),
            folded=("concat0(u,t)", "concat0(b,c)")),
+    # attention's products of activations, a scalar factor on either operand or on the product
+    # (queries scaled before QK^T, as timm's and Swin's attention write it)
+    Domain("attention", (("q", "B,H,M,K"), ("k", "B,H,K,N"), ("v", "B,H,N,P"), ("s", ""), ("t", "")),
+           (("B", 2), ("H", 2), ("M", 3), ("K", 4), ("N", 5), ("P", 3)),
+           ("scale", "bmatmul"), anchors=("bmatmul",)),
 )
 
 

@@ -112,6 +112,11 @@ PROPERTIES: tuple[Property, ...] = (
     _p("split1-concat2", "x:B,M,N; y:B,M,P", "split1_2[N](concat2(x,y))", "y"),
     _p("concat2-split", "x:B,M,N+P", "concat2(split0_2[N](x),split1_2[N](x))", "x"),
     _p("concat2-associative", "x:B,M,N; y:B,M,P; z:B,M,Q", "concat2(concat2(x,y),z)", "concat2(x,concat2(y,z))"),
+    # products of batched activations (attention's scores and context): a scalar factor passes through
+    _p("bmatmul-scale-left", "x:B,H,M,K; y:B,H,K,N; s:", "bmatmul(scale(x,s),y)", "scale(bmatmul(x,y),s)"),
+    _p("bmatmul-scale-right", "x:B,H,M,K; y:B,H,K,N; s:", "bmatmul(x,scale(y,s))", "scale(bmatmul(x,y),s)"),
+    _p("bmatmul-distributes-left", "x:B,H,M,K; y:B,H,K,N; z:B,H,K,N", "bmatmul(x,add(y,z))",
+       "add(bmatmul(x,y),bmatmul(x,z))"),
     # convolution: bilinear, and concatenations of inputs and kernels
     _p("conv-distributes-input", CONV, "conv(add(x,y),w)", "add(conv(x,w),conv(y,w))"),
     _p("conv-distributes-kernel", CONV, "conv(x,add(w,v))", "add(conv(x,w),conv(x,v))"),
