@@ -60,6 +60,21 @@ def test_avx2_cores_keep_the_generic_tile():
         assert (tile_oh, unroll) == (1, False) and columns <= 8
 
 
+def test_avx2_rows_of_7_and_14_columns_take_one_block_by_7(measure):
+    """ResNet-18's 7- and 14-wide layers on AVX2 (blocks of 8): the generic tile, two blocks by at
+    most 6 columns, would be 2 x 1 on a row of 7 (the 512-channel 3x3 ran 7.6-10.4 ms so, 3.4 in
+    1 x 7, EPYC Zen 3) and 2 x 2 on 14; one block by 7 columns holds more accumulators. A row of
+    56 keeps two blocks by 4 columns; both compute the convolution where the host runs AVX2."""
+    layer4 = blocked_conv_task((1, 512, 7, 7), (512, 512, 3, 3), 8, 8, pad=1, bias=True, residual=True)
+    to14 = blocked_conv_task((1, 128, 28, 28), (256, 128, 3, 3), 8, 8, stride=2, pad=1, bias=True)
+    to28 = blocked_conv_task((1, 64, 56, 56), (128, 64, 3, 3), 8, 8, stride=2, pad=1, bias=True)
+    assert _tile(layer4, INTEL_AVX2) == (1, 1, 7, False) and _tile(to14, INTEL_AVX2) == (1, 1, 7, False)
+    assert _tile(to28, INTEL_AVX2) == (2, 1, 4, False)
+    if runs_here(INTEL_AVX2):
+        results = measure([MeasureInput(t, INTEL_AVX2, TEMPLATE.fallback(t, INTEL_AVX2)) for t in (layer4, to14)])
+        assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
+
+
 def test_one_by_one_plain_input_and_grouped_convolutions_keep_the_generic_tile():
     one = blocked_conv_task((1, 64, 56, 56), (128, 64, 1, 1), 16, 16, stride=2)
     plain = blocked_conv_task((1, 3, 56, 56), (64, 3, 3, 3), 0, 16, stride=2, pad=1)

@@ -27,7 +27,7 @@ from autosched.lower.lower import CACHE_LINE_BYTES, MAX_PREFETCH_LINES
 from autosched.ops import conv_nchwc
 from autosched.ops.epilogue import apply_epilogue
 from autosched.schedule import Schedule, Stage, create_schedule
-from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob
+from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob
 from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
@@ -113,8 +113,11 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         space = self.space(task, target)
         knobs = {k.name: k for k in space.knobs}
         tile_oc = 1 if d.depthwise else _fallback_tile_oc(knobs["tile_oc"].values, _blocks_per_vector(d, task, target))
+        tile_ow = fallback_columns(knobs["tile_ow"], target, tile_oc)
+        if not d.depthwise:
+            tile_oc, tile_ow = _fewer_blocks_for_columns(tile_oc, tile_ow, knobs["tile_ow"], target)
         values = {
-            "tile_ow": fallback_columns(knobs["tile_ow"], target, tile_oc),
+            "tile_ow": tile_ow,
             "tile_oh": 1,
             "pad": knobs["pad"].values[-1 if d.depthwise else 0],  # ("root", "inline") or ("none",)
             "outer_order": OUTER_ORDERS[0],
@@ -210,6 +213,18 @@ def _fallback_tile_oc(values: tuple[int, ...], per_vector: int) -> int:
     in the model."""
     want = 2 * per_vector
     return min(values, key=lambda v: (abs(v - want), -v))
+
+
+def _fewer_blocks_for_columns(tile_oc: int, tile_ow: tuple[int, int], knob: Knob,
+                              target: Target) -> tuple[int, tuple[int, int]]:
+    """One block of output channels where its register tile holds more accumulators than the
+    `tile_oc` blocks' do: a row whose only column tiles are 1 and all of it (ResNet-18's 7-wide
+    layer4) fits 2 blocks x 7 columns in AVX-512's registers, but AVX2's 16 took 2 blocks x 1
+    column, two accumulators for the FMA latency to stall on. EPYC Zen 3, 2 threads, the 3x3
+    512 -> 512 convolution on 7x7 alone: 7.6-10.4 ms so, 3.4 ms in 1 block x 7 columns."""
+    columns = min(MAX_FALLBACK_COLUMNS, cpu_capabilities(target).vector_registers - 2)  # one weight vector, one broadcast
+    single = min((w for w in knob.values if w[1] <= columns), key=lambda w: (w[0], w[1]))
+    return (1, single) if single[1] > tile_oc * tile_ow[1] else (tile_oc, tile_ow)
 
 
 #: accumulators of `_window_tile`'s register tile: the 32 registers less the weight vector, the
