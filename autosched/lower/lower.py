@@ -9,7 +9,7 @@ ranges in hand.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
@@ -436,22 +436,30 @@ class _Lowerer:
             nest = seq(nest, Barrier()) if st.double_buffer else seq(Barrier(), nest, Barrier())
         return Allocate(buf, nest)
 
-    def _reads_of(self, st: Stage, body: Expr, inner: dict) -> Iterator[tuple[tuple[Expr, ...], dict]]:
+    def _reads_of(self, st: Stage, body: Expr, inner: dict) -> list[tuple[tuple[Expr, ...], dict]]:
         """The indices at which `body` reads `st`'s tensor, with the ranges of the loops they vary
-        over: read directly, or by a stage computed at a loop inside the consumer, whose body is
-        then read at the consumer's indices of it, its reductions over their whole extent. So a
-        stage can be computed at an outer loop of its reader's consumer (a matmul's panels packed
-        per parallel iteration, read by the accumulator tile computed inside it)."""
-        for x in walk(body):
-            if not (isinstance(x, Load) and isinstance(x.source, Tensor)):
-                continue
+        over. Where it reads none of them directly, those of the stages it reads that are computed
+        at a loop inside the consumer, their bodies read at the consumer's indices of them, their
+        reductions over their whole extent: so a stage can be computed at an outer loop of its
+        reader's consumer (a matmul's panels packed per parallel iteration, read by the
+        accumulator tile computed inside it). Only then: following every nested stage's loads
+        of a row op's chain of reductions took minutes."""
+        loads = [x for x in walk(body) if isinstance(x, Load) and isinstance(x.source, Tensor)]
+        direct = [(x.indices, inner) for x in loads if self.sched.stage_of(x.source) is st]
+        if direct:
+            return direct
+        found: list[tuple[tuple[Expr, ...], dict]] = []
+        seen: set = set()
+        for x in loads:
             reader = self.sched.stage_of(x.source)
-            if reader is st:
-                yield x.indices, inner
-            elif reader is not None and isinstance(reader.attach, ComputeAt):
-                through = substitute(_body_source(reader.op), {a.var: i for a, i in zip(reader.op.axes, x.indices)})
-                ranges = {**inner, **{r.var: (0, r.extent - 1) for r in reader.op.reduce_axes}}
-                yield from self._reads_of(st, self._expand_inline(through), ranges)
+            key = (id(reader), tuple(i.key() for i in x.indices))
+            if reader is None or not isinstance(reader.attach, ComputeAt) or key in seen:
+                continue
+            seen.add(key)
+            through = substitute(_body_source(reader.op), {a.var: i for a, i in zip(reader.op.axes, x.indices)})
+            ranges = {**inner, **{r.var: (0, r.extent - 1) for r in reader.op.reduce_axes}}
+            found += self._reads_of(st, self._expand_inline(through), ranges)
+        return found
 
     def _offset(self, st: Stage | None, index: Expr) -> Expr:
         """`index` in the copy of a double-buffered stage that the current iteration uses."""
