@@ -287,7 +287,7 @@ def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, outp
                                   *[pytest.param(n, marks=pytest.mark.slow) for n in
                                     ("vgg_small", "inception_block", "se_block", "dilated_block", "mbv3_block",
                                      "effnet_block", "dense_block", "convnext_block", "csp_block", "mixer_block",
-                                     "regnet_block")]])
+                                     "regnet_block", "swin_block")]])
 def test_blocks_no_developer_had_seen_match_onnxruntime(tmp_path, name):
     """`zoo_blocks`: 1-D convolutions, Resize and ConvTranspose (the fast suite's three: they did
     not import before 2026-11-27), ShuffleNetV2's split, padded channel blocks and shuffle, and

@@ -222,6 +222,8 @@ def _fewer_blocks_for_columns(tile_oc: int, tile_ow: tuple[int, int], knob: Knob
     layer4) fits 2 blocks x 7 columns in AVX-512's registers, but AVX2's 16 took 2 blocks x 1
     column, two accumulators for the FMA latency to stall on. EPYC Zen 3, 2 threads, the 3x3
     512 -> 512 convolution on 7x7 alone: 7.6-10.4 ms so, 3.4 ms in 1 block x 7 columns."""
+    if tile_oc == 1:
+        return tile_oc, tile_ow
     columns = min(MAX_FALLBACK_COLUMNS, cpu_capabilities(target).vector_registers - 2)  # one weight vector, one broadcast
     single = min((w for w in knob.values if w[1] <= columns), key=lambda w: (w[0], w[1]))
     return (1, single) if single[1] > tile_oc * tile_ow[1] else (tile_oc, tile_ow)
