@@ -218,10 +218,14 @@ def test_products_of_activations_pack_their_panels_in_the_parallel_loop(isa):
     """Attention's batched products of two activations offer `pack_at`: their fallback packs each
     batch element's panels inside the parallel loop over the batch, into a buffer of that
     iteration (no root copy loops, no workspace), and both places compute the reference. A
-    product whose B is a weight (packed once by the build) has no such knob."""
+    product whose B is a weight (packed once by the build) has no such knob, and one whose panels
+    of one batch element outgrow PER_TILE_PANEL_BYTES packs at root."""
+    from search_spaces.llvm.matmul import PER_TILE_PANEL_BYTES
     target, _, lanes = ISAS[isa]
     template = get_template("MatMul", "llvm")
     assert "pack_at" not in {k.name for k in template.space(TASKS["batched_matmul"][0](), target).knobs}
+    large = viewed_attention_task(1024, 2, 64, key=False)  # P·V: 1024 x 64 panels of B, 256 KiB
+    assert 1024 * 64 * 4 > PER_TILE_PANEL_BYTES and template.fallback(large, target)["pack_at"] == "root"
     for name in ("attention_views", "context_views"):
         task = TASKS[name][0]()
         fallback = template.fallback(task, target)

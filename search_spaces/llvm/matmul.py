@@ -116,6 +116,11 @@ def packs_vary_by_batch(task: Task) -> bool:
 
 
 PACK_AT = ("root", "tile")
+#: the fallback packs per parallel iteration where one batch element's panels of B take at most
+#: this much (attention's: Swin's 49-token windows 8 KiB, BERT's 128 tokens 32 KiB, ViT's 197
+#: 53 KiB), well inside any x86 core's L2; a larger product keeps the root packs, whose tiles
+#: parallelize within one matrix (not measured per iteration)
+PER_TILE_PANEL_BYTES = 128 * 1024
 
 
 def _nr_choices(n: int, lanes: int) -> tuple[int, ...]:
@@ -204,9 +209,10 @@ class MatmulTemplate(CpuTemplate):
         tile_k = (d.k // block, block // 4, 4) if wide and block is not None else (1, d.k, 1)
         if tile_k not in {tuple(v) for v in space.knob("tile_k").values}:
             tile_k = (1, d.k, 1)
-        per_tile = packs_vary_by_batch(task)
+        varies = packs_vary_by_batch(task)
+        per_tile = varies and d.k * -(-d.n // packing.nr) * packing.nr * 4 <= PER_TILE_PANEL_BYTES
         return space.from_values({
-            **({"pack_at": PACK_AT[per_tile]} if per_tile else {}),
+            **({"pack_at": "tile" if per_tile else "root"} if varies else {}),
             "mr": max([r for r in rows if r <= packing.mr] or rows[:1]),
             "nr": min(widths, key=lambda w: (abs(w - packing.nr), w)),
             "mb": 1,
