@@ -15,6 +15,7 @@ from autosched.measure import MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.target import Target
 from autosched.templates import get_template
+from search_spaces.llvm.conv2d_nchwc import _spills
 
 INTEL = Target.parse("llvm -mcpu=skylake-avx512")
 INTEL_AVX2 = Target.parse("llvm -mcpu=haswell")
@@ -60,19 +61,59 @@ def test_avx2_cores_keep_the_generic_tile():
         assert (tile_oh, unroll) == (1, False) and columns <= 8
 
 
-def test_avx2_rows_of_7_and_14_columns_take_one_block_by_7(measure):
+def test_avx2_rows_of_7_and_14_columns_take_seven_columns(measure):
     """ResNet-18's 7- and 14-wide layers on AVX2 (blocks of 8): the generic tile, two blocks by at
     most 6 columns, would be 2 x 1 on a row of 7 (the 512-channel 3x3 ran 7.6-10.4 ms so, 3.4 in
-    1 x 7, EPYC Zen 3) and 2 x 2 on 14; one block by 7 columns holds more accumulators. A row of
-    56 keeps two blocks by 4 columns; both compute the convolution where the host runs AVX2."""
+    1 x 7, EPYC Zen 3) and 2 x 2 on 14. A blocked input takes 2 x 7, the blocks innermost; a
+    plain input, which keeps the generic rule, one block by 7. Both compute the convolution
+    where the host runs AVX2."""
     layer4 = blocked_conv_task((1, 512, 7, 7), (512, 512, 3, 3), 8, 8, pad=1, bias=True, residual=True)
     to14 = blocked_conv_task((1, 128, 28, 28), (256, 128, 3, 3), 8, 8, stride=2, pad=1, bias=True)
-    to28 = blocked_conv_task((1, 64, 56, 56), (128, 64, 3, 3), 8, 8, stride=2, pad=1, bias=True)
-    assert _tile(layer4, INTEL_AVX2) == (1, 1, 7, False) and _tile(to14, INTEL_AVX2) == (1, 1, 7, False)
-    assert _tile(to28, INTEL_AVX2) == (2, 1, 4, False)
+    plain = blocked_conv_task((1, 3, 7, 7), (64, 3, 3, 3), 0, 8, pad=1)
+    assert _tile(layer4, INTEL_AVX2) == (2, 1, 7, False) and _tile(to14, INTEL_AVX2) == (2, 1, 7, False)
+    assert _tile(plain, INTEL_AVX2) == (1, 1, 7, False)
     if runs_here(INTEL_AVX2):
-        results = measure([MeasureInput(t, INTEL_AVX2, TEMPLATE.fallback(t, INTEL_AVX2)) for t in (layer4, to14)])
+        results = measure([MeasureInput(t, INTEL_AVX2, TEMPLATE.fallback(t, INTEL_AVX2)) for t in (layer4, to14, plain)])
         assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
+
+
+#: ResNeXt's 1x1 256 -> 512 on 28x28, channels in blocks of 8: 784 KiB of input, 512 KiB of weights
+RESNEXT_1X1 = blocked_conv_task((1, 256, 28, 28), (512, 256, 1, 1), 8, 8, bias=True, residual=True)
+
+
+def test_avx2_blocked_tiles_take_seven_columns_with_the_blocks_innermost(measure):
+    """16 registers: two blocks by as many columns as leave one for the broadcast (7), in the
+    fewest column tiles and of those the narrowest (a row of 17: 3 tiles of 6, not of 7); the
+    blocks go innermost, where each FMA reads its weight vector from memory. A plain input keeps
+    the generic 2 x 6 (here on 111 columns), and AVX-512's 32 registers keep 8 columns."""
+    config = TEMPLATE.fallback(RESNEXT_1X1, INTEL_AVX2)
+    assert _tile(RESNEXT_1X1, INTEL_AVX2) == (2, 1, 7, False) and _spills(2, config, INTEL_AVX2)
+    row17 = blocked_conv_task((1, 128, 16, 16), (256, 128, 2, 2), 8, 8, pad=1)
+    assert _tile(row17, INTEL_AVX2)[2] == 6
+    plain = blocked_conv_task((1, 3, 224, 224), (64, 3, 3, 3), 0, 8, stride=2)
+    assert _tile(plain, INTEL_AVX2) == (2, 1, 6, False)
+    wide = blocked_conv_task((1, 256, 28, 28), (512, 256, 1, 1), 16, 16, bias=True)
+    assert _tile(wide, INTEL)[2] == _tile(wide, AMD)[2] == 7  # the row's widest tile of at most 8
+    if runs_here(INTEL_AVX2):
+        results = measure([MeasureInput(RESNEXT_1X1, INTEL_AVX2, config)])
+        assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
+
+
+@pytest.mark.parametrize("target", [INTEL_AVX2, INTEL, AMD], ids=["avx2", "intel-avx512", "amd-avx512"])
+def test_rows_outermost_where_the_input_outweighs_the_weights(target):
+    """Each thread re-reads the operand its outer loop does not index: rows outermost where the
+    input is the larger (ResNeXt's 1x1), the blocks of output channels where the weights are
+    (ResNet-18's layer4); depthwise and grouped layers read only their own channels and keep
+    the blocks outermost, on every target."""
+    block = 8 if target is INTEL_AVX2 else 16
+    rows, blocks = ("oh", "oc", "ow"), ("oc", "oh", "ow")
+    layer4 = blocked_conv_task((1, 512, 7, 7), (512, 512, 3, 3), block, block, pad=1)
+    depthwise = blocked_conv_task((1, 144, 56, 56), (144, 1, 3, 3), block, block, pad=1, depthwise=True)
+    grouped = blocked_conv_task((1, 256, 28, 28), (256, 64, 3, 3), block, block, pad=1, groups=4)
+    resnext = blocked_conv_task((1, 256, 28, 28), (512, 256, 1, 1), block, block, bias=True)
+    assert TEMPLATE.fallback(resnext, target)["outer_order"] == rows
+    for task in (layer4, depthwise, grouped):
+        assert TEMPLATE.fallback(task, target)["outer_order"] == blocks, task.shapes
 
 
 def test_one_by_one_plain_input_and_grouped_convolutions_keep_the_generic_tile():

@@ -146,9 +146,12 @@ def fallback_columns(knob: Knob, target: Target, tile_oc: int = 2) -> tuple[int,
     tiles as the row allows, and of those the narrowest (shifted tiles then recompute the
     fewest columns; exact divisors have one width per tile count)."""
     vectors = max(2, tile_oc)
-    columns = min(MAX_FALLBACK_COLUMNS, (cpu_capabilities(target).vector_registers - 1 - vectors) // vectors)
-    widths = [w for w in knob.values if w[1] <= columns]
-    return min(widths, key=lambda w: (w[0], w[1]))
+    return fewest_column_tiles(knob, min(MAX_FALLBACK_COLUMNS, (cpu_capabilities(target).vector_registers - 1 - vectors) // vectors))
+
+
+def fewest_column_tiles(knob: Knob, columns: int) -> tuple[int, int]:
+    """The tile_ow of at most `columns` columns in the fewest tiles, and of those the narrowest."""
+    return min((w for w in knob.values if w[1] <= columns), key=lambda w: (w[0], w[1]))
 
 
 def place_pad(s: Schedule, config: Config) -> None:

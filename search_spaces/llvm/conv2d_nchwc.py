@@ -43,7 +43,15 @@ from search_spaces.llvm.common import (
     task_tensors,
     vector_lanes,
 )
-from search_spaces.llvm.conv2d import OUTER_ORDERS, REDUCE_ORDERS, conv_knobs, fallback_columns, place_pad, split_columns
+from search_spaces.llvm.conv2d import (
+    OUTER_ORDERS,
+    REDUCE_ORDERS,
+    conv_knobs,
+    fallback_columns,
+    fewest_column_tiles,
+    place_pad,
+    split_columns,
+)
 
 MAX_TILE_OC = 4
 MAX_FALLBACK_COLUMNS = 8
@@ -104,7 +112,8 @@ class Conv2dNCHWcTemplate(CpuTemplate):
 
     def fallback(self, task: Task, target: Target) -> Config:
         """Dense: two blocks of output channels (two vectors) by as many columns as leave
-        16), one row, padding at root: inline, every load of the hot loop carries the four
+        registers (`_columns_with_weights_from_memory` on 16), one row, rows or blocks outermost
+        by which operand is smaller (`_fallback_outer_order`), padding at root: inline, every load of the hot loop carries the four
         bounds checks (ResNet-18's 3×3 layers ran 30% slower that way, 1 thread), where the
         copy costs one pass over the input. Depthwise: one block by up to 8 columns, the window
         unrolled, padding inline: there the copy costs as much as the convolution (MobileNetV2's
@@ -115,12 +124,13 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         tile_oc = 1 if d.depthwise else _fallback_tile_oc(knobs["tile_oc"].values, _blocks_per_vector(d, task, target))
         tile_ow = fallback_columns(knobs["tile_ow"], target, tile_oc)
         if not d.depthwise:
+            tile_ow = _columns_with_weights_from_memory(d, tile_oc, tile_ow, knobs["tile_ow"], target)
             tile_oc, tile_ow = _fewer_blocks_for_columns(tile_oc, tile_ow, knobs["tile_ow"], target)
         values = {
             "tile_ow": tile_ow,
             "tile_oh": 1,
             "pad": knobs["pad"].values[-1 if d.depthwise else 0],  # ("root", "inline") or ("none",)
-            "outer_order": OUTER_ORDERS[0],
+            "outer_order": _fallback_outer_order(d, task),
             "parallel_depth": 3,
         }
         if d.depthwise:
@@ -218,15 +228,52 @@ def _fallback_tile_oc(values: tuple[int, ...], per_vector: int) -> int:
 def _fewer_blocks_for_columns(tile_oc: int, tile_ow: tuple[int, int], knob: Knob,
                               target: Target) -> tuple[int, tuple[int, int]]:
     """One block of output channels where its register tile holds more accumulators than the
-    `tile_oc` blocks' do: a row whose only column tiles are 1 and all of it (ResNet-18's 7-wide
-    layer4) fits 2 blocks x 7 columns in AVX-512's registers, but AVX2's 16 took 2 blocks x 1
-    column, two accumulators for the FMA latency to stall on. EPYC Zen 3, 2 threads, the 3x3
-    512 -> 512 convolution on 7x7 alone: 7.6-10.4 ms so, 3.4 ms in 1 block x 7 columns."""
+    `tile_oc` blocks' do: on a row whose only column tiles are 1 and all of it, AVX2's 16
+    registers took 2 blocks x 1 column under the generic rule, two accumulators for the FMA
+    latency to stall on (EPYC Zen 3, 2 threads: ResNet-18's 3x3 512 -> 512 on 7x7 alone ran
+    7.6-10.4 ms so, 3.4 ms in 1 block x 7 columns). Blocked inputs now get 2 x 7 there
+    (`_columns_with_weights_from_memory`, 0.78-0.85 of the 1 x 7 tile's time in the model);
+    this serves the plain inputs that rule leaves alone."""
     if tile_oc == 1:
         return tile_oc, tile_ow
-    columns = min(MAX_FALLBACK_COLUMNS, cpu_capabilities(target).vector_registers - 2)  # one weight vector, one broadcast
-    single = min((w for w in knob.values if w[1] <= columns), key=lambda w: (w[0], w[1]))
+    single = fewest_column_tiles(knob, min(MAX_FALLBACK_COLUMNS, cpu_capabilities(target).vector_registers - 2))
     return (1, single) if single[1] > tile_oc * tile_ow[1] else (tile_oc, tile_ow)
+
+
+def _columns_with_weights_from_memory(d: BlockedConvDims, tile_oc: int, tile_ow: tuple[int, int], knob: Knob,
+                                      target: Target) -> tuple[int, int]:
+    """On 16 vector registers, a blocked input's tile of several blocks takes as many columns as
+    leave one register for the broadcast input: beyond the generic tile's count (which keeps a
+    register per weight vector), `_spills` puts the blocks innermost, where each FMA takes its
+    weight vector from memory as an operand. Rows of 28 and 56 then get 2 blocks x 7 columns (14
+    accumulators), where the generic rule gave 2 x 4: 8 accumulators, and 2 weight loads and 4
+    broadcasts per 8 FMAs. EPYC Zen 3, 2 threads, `benchmarks/in_model.py` and a scan of the
+    tile and order: ResNeXt's 1x1 256 -> 512 on 28x28 ran 3.1 ms in 2 x 4, 2.5 in 2 x 7 (rows
+    outermost in both: 2.3 and 2.0). Still the fewest column tiles, and of those the narrowest:
+    a row of 17 keeps 3 tiles of 6 rather than 3 of 7 (a DCGAN's transposed-convolution phase ran
+    1.17-1.34x slower recomputing 4 columns). A plain input keeps the generic tile: SqueezeNet's
+    first layer (3 channels, stride 2) ran 0.48 ms in 2 x 6, 0.66-0.84 in 2 x 7."""
+    caps = cpu_capabilities(target)
+    if tile_oc == 1 or not d.in_block or caps.vector_registers > 16:
+        return tile_ow
+    return fewest_column_tiles(knob, (caps.vector_registers - 2) // tile_oc)
+
+
+def _fallback_outer_order(d: BlockedConvDims, task: Task) -> tuple[str, str, str]:
+    """Rows outermost where a dense convolution's input takes more bytes than its weights, else
+    the blocks of output channels. Each thread's share of the outer loops re-reads the operand
+    the outer loop does not index: with the blocks outermost, the whole input once per block
+    tile; with rows outermost, the weights once per row. Streaming the smaller one keeps it in
+    L2. ResNeXt's 1x1 layers (0.8-3.2 MiB of input, 128-512 KiB of weights) on an EPYC Zen 3
+    (512 KiB of L2 a core), 2 threads: up to 2x faster in the model, with the 7-column tile of
+    `_columns_with_weights_from_memory` (both builds loaded side by side, profiled alternately
+    kernel by kernel). ResNet-18's deep layers, whose weights dwarf a 7x7 or 14x14 input, keep
+    the blocks outermost. Depthwise and grouped convolutions read only their own channels'
+    input, so neither order re-reads more: they keep the blocks outermost (rows first ran no
+    faster on RegNet's grouped and MobileNetV2's depthwise layers)."""
+    if d.depthwise or d.groups != 1:
+        return OUTER_ORDERS[0]
+    return OUTER_ORDERS[1] if np.prod(task.shapes[0]) > np.prod(task.shapes[1]) else OUTER_ORDERS[0]
 
 
 #: accumulators of `_window_tile`'s register tile: the 32 registers less the weight vector, the
