@@ -84,7 +84,8 @@ RESNEXT_1X1 = blocked_conv_task((1, 256, 28, 28), (512, 256, 1, 1), 8, 8, bias=T
 def test_avx2_blocked_tiles_take_seven_columns_with_the_blocks_innermost(measure):
     """16 registers: two blocks by as many columns as leave one for the broadcast (7), in the
     fewest column tiles and of those the narrowest (a row of 17: 3 tiles of 6, not of 7); the
-    blocks go innermost, where each FMA reads its weight vector from memory. A plain input keeps
+    blocks go innermost, where each FMA reads its weight vector from memory. A prime number of
+    blocks, one per tile, takes 14 columns. A plain input keeps
     the generic 2 x 6 (here on 111 columns), and AVX-512's 32 registers keep 8 columns."""
     config = TEMPLATE.fallback(RESNEXT_1X1, INTEL_AVX2)
     assert _tile(RESNEXT_1X1, INTEL_AVX2) == (2, 1, 7, False) and _spills(2, config, INTEL_AVX2)
@@ -92,10 +93,12 @@ def test_avx2_blocked_tiles_take_seven_columns_with_the_blocks_innermost(measure
     assert _tile(row17, INTEL_AVX2)[2] == 6
     plain = blocked_conv_task((1, 3, 224, 224), (64, 3, 3, 3), 0, 8, stride=2)
     assert _tile(plain, INTEL_AVX2) == (2, 1, 6, False)
+    regnet = blocked_conv_task((1, 104, 28, 28), (104, 104, 1, 1), 8, 8, bias=True)  # 13 blocks: one per tile
+    assert _tile(regnet, INTEL_AVX2) == (1, 1, 14, False) and not _spills(1, TEMPLATE.fallback(regnet, INTEL_AVX2), INTEL_AVX2)
     wide = blocked_conv_task((1, 256, 28, 28), (512, 256, 1, 1), 16, 16, bias=True)
     assert _tile(wide, INTEL)[2] == _tile(wide, AMD)[2] == 7  # the row's widest tile of at most 8
     if runs_here(INTEL_AVX2):
-        results = measure([MeasureInput(RESNEXT_1X1, INTEL_AVX2, config)])
+        results = measure([MeasureInput(t, INTEL_AVX2, TEMPLATE.fallback(t, INTEL_AVX2)) for t in (RESNEXT_1X1, regnet)])
         assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
 
 

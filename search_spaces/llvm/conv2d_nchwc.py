@@ -242,19 +242,27 @@ def _fewer_blocks_for_columns(tile_oc: int, tile_ow: tuple[int, int], knob: Knob
 
 def _columns_with_weights_from_memory(d: BlockedConvDims, tile_oc: int, tile_ow: tuple[int, int], knob: Knob,
                                       target: Target) -> tuple[int, int]:
-    """On 16 vector registers, a blocked input's tile of several blocks takes as many columns as
-    leave one register for the broadcast input: beyond the generic tile's count (which keeps a
-    register per weight vector), `_spills` puts the blocks innermost, where each FMA takes its
-    weight vector from memory as an operand. Rows of 28 and 56 then get 2 blocks x 7 columns (14
-    accumulators), where the generic rule gave 2 x 4: 8 accumulators, and 2 weight loads and 4
-    broadcasts per 8 FMAs. EPYC Zen 3, 2 threads, `benchmarks/in_model.py` and a scan of the
-    tile and order: ResNeXt's 1x1 256 -> 512 on 28x28 ran 3.1 ms in 2 x 4, 2.5 in 2 x 7 (rows
-    outermost in both: 2.3 and 2.0). Still the fewest column tiles, and of those the narrowest:
-    a row of 17 keeps 3 tiles of 6 rather than 3 of 7 (a DCGAN's transposed-convolution phase ran
-    1.17-1.34x slower recomputing 4 columns). A plain input keeps the generic tile: SqueezeNet's
-    first layer (3 channels, stride 2) ran 0.48 ms in 2 x 6, 0.66-0.84 in 2 x 7."""
+    """On 16 vector registers, a blocked input's tile takes as many columns as leave one
+    register for the broadcast input and one to spare: 7 for two blocks, 14 for one.
+    - Two blocks: beyond the generic tile's count (which keeps a register per weight vector),
+      `_spills` puts the blocks innermost, where each FMA takes its weight vector from memory
+      as an operand. Rows of 28 and 56 then get 2 x 7 (14 accumulators), where the generic
+      rule gave 2 x 4: 8 accumulators, and 2 weight loads and 4 broadcasts per 8 FMAs. EPYC
+      Zen 3, 2 threads, `benchmarks/in_model.py` and a scan of the tile and order: ResNeXt's
+      1x1 256 -> 512 on 28x28 ran 3.1 ms in 2 x 4, 2.5 in 2 x 7 (rows outermost in both: 2.3
+      and 2.0).
+    - One block (a channel count of a prime number of blocks, 5 or 13: `_fallback_tile_oc`):
+      the generic rule gave 1 x 4. RegNet's 104-channel 1x1 layers, alone: 48 -> 104 on 56x56
+      0.46 ms in 1 x 4, 0.24 in 1 x 14; 104 -> 104 on 28x28 0.26-0.28 against 0.13-0.17. In
+      the model (both builds loaded, profiled alternately kernel by kernel) 0.60-0.65 of the
+      1 x 4 tile's time, and so were the 40-channel projections of MobileNetV3- and
+      EfficientNet-style blocks.
+    Still the fewest column tiles, and of those the narrowest: a row of 17 keeps 3 tiles of 6
+    rather than 3 of 7 (a DCGAN's transposed-convolution phase ran 1.17-1.34x slower
+    recomputing 4 columns). A plain input keeps the generic tile: SqueezeNet's first layer (3
+    channels, stride 2) ran 0.48 ms in 2 x 6, 0.66-0.84 in 2 x 7."""
     caps = cpu_capabilities(target)
-    if tile_oc == 1 or not d.in_block or caps.vector_registers > 16:
+    if not d.in_block or caps.vector_registers > 16:
         return tile_ow
     return fewest_column_tiles(knob, (caps.vector_registers - 2) // tile_oc)
 
