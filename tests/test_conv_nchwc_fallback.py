@@ -65,8 +65,7 @@ def test_avx2_rows_of_7_and_14_columns_take_seven_columns(measure):
     """ResNet-18's 7- and 14-wide layers on AVX2 (blocks of 8): the generic tile, two blocks by at
     most 6 columns, would be 2 x 1 on a row of 7 (the 512-channel 3x3 ran 7.6-10.4 ms so, 3.4 in
     1 x 7, EPYC Zen 3) and 2 x 2 on 14. A blocked input takes 2 x 7, the blocks innermost; a
-    plain input, which keeps the generic rule, one block by 7. Both compute the convolution
-    where the host runs AVX2."""
+    plain input one block by 7. All compute the convolution where the host runs AVX2."""
     layer4 = blocked_conv_task((1, 512, 7, 7), (512, 512, 3, 3), 8, 8, pad=1, bias=True, residual=True)
     to14 = blocked_conv_task((1, 128, 28, 28), (256, 128, 3, 3), 8, 8, stride=2, pad=1, bias=True)
     plain = blocked_conv_task((1, 3, 7, 7), (64, 3, 3, 3), 0, 8, pad=1)
@@ -85,20 +84,20 @@ def test_avx2_blocked_tiles_take_seven_columns_with_the_blocks_innermost(measure
     """16 registers: two blocks by as many columns as leave one for the broadcast (7), in the
     fewest column tiles and of those the narrowest (a row of 17: 3 tiles of 6, not of 7); the
     blocks go innermost, where each FMA reads its weight vector from memory. A prime number of
-    blocks, one per tile, takes 14 columns. A plain input keeps
-    the generic 2 x 6 (here on 111 columns), and AVX-512's 32 registers keep 8 columns."""
+    blocks, one per tile, takes 14 columns, and so does a plain input in one block (first
+    layers: 111 columns here, in 8 tiles). AVX-512's 32 registers keep 8 columns."""
     config = TEMPLATE.fallback(RESNEXT_1X1, INTEL_AVX2)
     assert _tile(RESNEXT_1X1, INTEL_AVX2) == (2, 1, 7, False) and _spills(2, config, INTEL_AVX2)
     row17 = blocked_conv_task((1, 128, 16, 16), (256, 128, 2, 2), 8, 8, pad=1)
     assert _tile(row17, INTEL_AVX2)[2] == 6
     plain = blocked_conv_task((1, 3, 224, 224), (64, 3, 3, 3), 0, 8, stride=2)
-    assert _tile(plain, INTEL_AVX2) == (2, 1, 6, False)
+    assert _tile(plain, INTEL_AVX2) == (1, 1, 14, False)
     regnet = blocked_conv_task((1, 104, 28, 28), (104, 104, 1, 1), 8, 8, bias=True)  # 13 blocks: one per tile
     assert _tile(regnet, INTEL_AVX2) == (1, 1, 14, False) and not _spills(1, TEMPLATE.fallback(regnet, INTEL_AVX2), INTEL_AVX2)
     wide = blocked_conv_task((1, 256, 28, 28), (512, 256, 1, 1), 16, 16, bias=True)
     assert _tile(wide, INTEL)[2] == _tile(wide, AMD)[2] == 7  # the row's widest tile of at most 8
     if runs_here(INTEL_AVX2):
-        results = measure([MeasureInput(t, INTEL_AVX2, TEMPLATE.fallback(t, INTEL_AVX2)) for t in (RESNEXT_1X1, regnet)])
+        results = measure([MeasureInput(t, INTEL_AVX2, TEMPLATE.fallback(t, INTEL_AVX2)) for t in (RESNEXT_1X1, regnet, plain)])
         assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
 
 

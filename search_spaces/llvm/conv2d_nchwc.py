@@ -54,7 +54,6 @@ from search_spaces.llvm.conv2d import (
 )
 
 MAX_TILE_OC = 4
-MAX_FALLBACK_COLUMNS = 8
 WINDOW_UNROLL = ("none", "kw", "kh_kw")
 
 
@@ -112,7 +111,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
 
     def fallback(self, task: Task, target: Target) -> Config:
         """Dense: two blocks of output channels (two vectors) by as many columns as leave
-        registers (`_columns_with_weights_from_memory` on 16), one row, rows or blocks outermost
+        registers (`_sixteen_register_tile` on 16), one row, rows or blocks outermost
         by which operand is smaller (`_fallback_outer_order`), padding at root: inline, every load of the hot loop carries the four
         bounds checks (ResNet-18's 3×3 layers ran 30% slower that way, 1 thread), where the
         copy costs one pass over the input. Depthwise: one block by up to 8 columns, the window
@@ -124,8 +123,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         tile_oc = 1 if d.depthwise else _fallback_tile_oc(knobs["tile_oc"].values, _blocks_per_vector(d, task, target))
         tile_ow = fallback_columns(knobs["tile_ow"], target, tile_oc)
         if not d.depthwise:
-            tile_ow = _columns_with_weights_from_memory(d, tile_oc, tile_ow, knobs["tile_ow"], target)
-            tile_oc, tile_ow = _fewer_blocks_for_columns(tile_oc, tile_ow, knobs["tile_ow"], target)
+            tile_oc, tile_ow = _sixteen_register_tile(d, tile_oc, tile_ow, knobs["tile_ow"], target)
         values = {
             "tile_ow": tile_ow,
             "tile_oh": 1,
@@ -225,46 +223,37 @@ def _fallback_tile_oc(values: tuple[int, ...], per_vector: int) -> int:
     return min(values, key=lambda v: (abs(v - want), -v))
 
 
-def _fewer_blocks_for_columns(tile_oc: int, tile_ow: tuple[int, int], knob: Knob,
-                              target: Target) -> tuple[int, tuple[int, int]]:
-    """One block of output channels where its register tile holds more accumulators than the
-    `tile_oc` blocks' do: on a row whose only column tiles are 1 and all of it, AVX2's 16
-    registers took 2 blocks x 1 column under the generic rule, two accumulators for the FMA
-    latency to stall on (EPYC Zen 3, 2 threads: ResNet-18's 3x3 512 -> 512 on 7x7 alone ran
-    7.6-10.4 ms so, 3.4 ms in 1 block x 7 columns). Blocked inputs now get 2 x 7 there
-    (`_columns_with_weights_from_memory`, 0.78-0.85 of the 1 x 7 tile's time in the model);
-    this serves the plain inputs that rule leaves alone."""
-    if tile_oc == 1:
-        return tile_oc, tile_ow
-    single = fewest_column_tiles(knob, min(MAX_FALLBACK_COLUMNS, cpu_capabilities(target).vector_registers - 2))
-    return (1, single) if single[1] > tile_oc * tile_ow[1] else (tile_oc, tile_ow)
-
-
-def _columns_with_weights_from_memory(d: BlockedConvDims, tile_oc: int, tile_ow: tuple[int, int], knob: Knob,
-                                      target: Target) -> tuple[int, int]:
-    """On 16 vector registers, a blocked input's tile takes as many columns as leave one
-    register for the broadcast input and one to spare: 7 for two blocks, 14 for one.
+def _sixteen_register_tile(d: BlockedConvDims, tile_oc: int, tile_ow: tuple[int, int], knob: Knob,
+                           target: Target) -> tuple[int, tuple[int, int]]:
+    """On 16 vector registers, the tile takes as many columns as leave one register for the
+    broadcast input and one to spare: 7 for two blocks, 14 for one. Where 32 registers hold
+    the generic tile's 8 columns, nothing changes. EPYC Zen 3, 2 threads; alone: a scan of the
+    tile and order; in the model: both builds loaded, profiled alternately kernel by kernel.
     - Two blocks: beyond the generic tile's count (which keeps a register per weight vector),
       `_spills` puts the blocks innermost, where each FMA takes its weight vector from memory
       as an operand. Rows of 28 and 56 then get 2 x 7 (14 accumulators), where the generic
-      rule gave 2 x 4: 8 accumulators, and 2 weight loads and 4 broadcasts per 8 FMAs. EPYC
-      Zen 3, 2 threads, `benchmarks/in_model.py` and a scan of the tile and order: ResNeXt's
-      1x1 256 -> 512 on 28x28 ran 3.1 ms in 2 x 4, 2.5 in 2 x 7 (rows outermost in both: 2.3
-      and 2.0).
+      rule gave 2 x 4: 8 accumulators, and 2 weight loads and 4 broadcasts per 8 FMAs.
+      ResNeXt's 1x1 256 -> 512 on 28x28 alone ran 3.1 ms in 2 x 4, 2.5 in 2 x 7 (rows
+      outermost in both: 2.3 and 2.0). On a row of 7 the generic rule gave 2 x 1, two
+      accumulators for the FMA latency to stall on: ResNet-18's 3x3 512 -> 512 on 7x7 ran
+      7.6-10.4 ms so, 3.4 ms in 1 x 7, and 2 x 7 takes 0.78-0.85 of 1 x 7's time in the model.
     - One block (a channel count of a prime number of blocks, 5 or 13: `_fallback_tile_oc`):
-      the generic rule gave 1 x 4. RegNet's 104-channel 1x1 layers, alone: 48 -> 104 on 56x56
+      the generic rule gave 1 x 4. RegNet's 104-channel 1x1 layers alone: 48 -> 104 on 56x56
       0.46 ms in 1 x 4, 0.24 in 1 x 14; 104 -> 104 on 28x28 0.26-0.28 against 0.13-0.17. In
-      the model (both builds loaded, profiled alternately kernel by kernel) 0.60-0.65 of the
-      1 x 4 tile's time, and so were the 40-channel projections of MobileNetV3- and
-      EfficientNet-style blocks.
+      the model 0.60-0.65 of the 1 x 4 tile's time, and so were the 40-channel projections of
+      MobileNetV3- and EfficientNet-style blocks.
+    - A plain input (a model's first layer, 3 channels, stride 2) takes one block by 14
+      columns. Alone, MobileNetV2's 3 -> 32 ran 0.50 ms in the generic 2 x 4, 0.36 in 1 x 14;
+      ResNet-18's 7x7 3 -> 64 3.9 against 2.6; SqueezeNet's 3 -> 64 0.49-0.50 against 0.46.
+      Not 2 x 7: 0.66-0.86, 3.2 and 0.57 ms.
     Still the fewest column tiles, and of those the narrowest: a row of 17 keeps 3 tiles of 6
     rather than 3 of 7 (a DCGAN's transposed-convolution phase ran 1.17-1.34x slower
-    recomputing 4 columns). A plain input keeps the generic tile: SqueezeNet's first layer (3
-    channels, stride 2) ran 0.48 ms in 2 x 6, 0.66-0.84 in 2 x 7."""
-    caps = cpu_capabilities(target)
-    if not d.in_block or caps.vector_registers > 16:
-        return tile_ow
-    return fewest_column_tiles(knob, (caps.vector_registers - 2) // tile_oc)
+    recomputing 4 columns)."""
+    registers = cpu_capabilities(target).vector_registers
+    if registers > 16:
+        return tile_oc, tile_ow
+    tile_oc = tile_oc if d.in_block else 1
+    return tile_oc, fewest_column_tiles(knob, (registers - 2) // tile_oc)
 
 
 def _fallback_outer_order(d: BlockedConvDims, task: Task) -> tuple[str, str, str]:
@@ -274,7 +263,7 @@ def _fallback_outer_order(d: BlockedConvDims, task: Task) -> tuple[str, str, str
     tile; with rows outermost, the weights once per row. Streaming the smaller one keeps it in
     L2. ResNeXt's 1x1 layers (0.8-3.2 MiB of input, 128-512 KiB of weights) on an EPYC Zen 3
     (512 KiB of L2 a core), 2 threads: up to 2x faster in the model, with the 7-column tile of
-    `_columns_with_weights_from_memory` (both builds loaded side by side, profiled alternately
+    `_sixteen_register_tile` (both builds loaded side by side, profiled alternately
     kernel by kernel). ResNet-18's deep layers, whose weights dwarf a 7x7 or 14x14 input, keep
     the blocks outermost. Depthwise and grouped convolutions read only their own channels'
     input, so neither order re-reads more: they keep the blocks outermost (rows first ran no
