@@ -111,10 +111,10 @@ class Conv2dNCHWcTemplate(CpuTemplate):
 
     def fallback(self, task: Task, target: Target) -> Config:
         """Dense: two blocks of output channels (two vectors) by as many columns as leave
-        registers (`_sixteen_register_tile` on 16), one row, rows or blocks outermost
-        by which operand is smaller (`_fallback_outer_order`), padding at root: inline, every load of the hot loop carries the four
-        bounds checks (ResNet-18's 3×3 layers ran 30% slower that way, 1 thread), where the
-        copy costs one pass over the input. Depthwise: one block by up to 8 columns, the window
+        registers (`_sixteen_register_tile` on 16), one row, rows or blocks outermost by which
+        operand is smaller (`_fallback_outer_order`), padding at root: inline, every load of
+        the hot loop carries the four bounds checks (ResNet-18's 3×3 layers ran 30% slower that
+        way, 1 thread), where the copy costs one pass over the input. Depthwise: one block by up to 8 columns, the window
         unrolled, padding inline: there the copy costs as much as the convolution (MobileNetV2's
         depthwise layers, 1 thread: 0.45-0.59 ms inline, 1.4-1.6 ms with the copy at root)."""
         d = blocked_conv_dims(task)
