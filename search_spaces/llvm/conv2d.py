@@ -150,7 +150,8 @@ def fallback_columns(knob: Knob, target: Target, tile_oc: int = 2) -> tuple[int,
 
 
 def fewest_column_tiles(knob: Knob, columns: int) -> tuple[int, int]:
-    """The tile_ow of at most `columns` columns in the fewest tiles, and of those the narrowest."""
+    """The tile_ow of at most `columns` columns in the fewest tiles (each loads and stores its
+    accumulators once), and of those the narrowest (a shifted last tile recomputes the fewest)."""
     return min((w for w in knob.values if w[1] <= columns), key=lambda w: (w[0], w[1]))
 
 
