@@ -5,11 +5,15 @@ the convolution (checked by the runner against the numpy reference where the hos
 runs AVX-512; rendered for every target anywhere)."""
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 from isa import runs_here
 from task_helpers import blocked_conv_task
 
 from autosched.backend import renderer_for
+from autosched.compile.kernel import build_kernel
 from autosched.lower import lower
 from autosched.measure import MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
@@ -26,6 +30,12 @@ STRIDE2_56 = blocked_conv_task((1, 64, 56, 56), (128, 64, 3, 3), 16, 16, stride=
 STRIDE2_28 = blocked_conv_task((1, 128, 28, 28), (256, 128, 3, 3), 16, 16, stride=2, pad=1, bias=True)
 STRIDE2_14 = blocked_conv_task((1, 256, 14, 14), (512, 256, 3, 3), 16, 16, stride=2, pad=1, bias=True)
 WIDE_3X3 = blocked_conv_task((1, 64, 56, 56), (64, 64, 3, 3), 16, 16, pad=1, bias=True, residual=True)
+
+
+def _assembly(task, config, target, tmp_path) -> str:
+    """`objdump -d` of the config's kernel built for `target` (on any x86-64 host)."""
+    kern = build_kernel(*TEMPLATE.apply(task, config, target), "k", target=target, cache_dir=tmp_path)
+    return subprocess.run(["objdump", "-d", str(kern.path)], capture_output=True, text=True, check=True).stdout
 
 
 def _tile(task, target) -> tuple:
@@ -80,14 +90,17 @@ def test_avx2_rows_of_7_and_14_columns_take_seven_columns(measure):
 RESNEXT_1X1 = blocked_conv_task((1, 256, 28, 28), (512, 256, 1, 1), 8, 8, bias=True, residual=True)
 
 
-def test_avx2_blocked_tiles_take_seven_columns_with_the_blocks_innermost(measure):
-    """16 registers: two blocks by as many columns as leave one for the broadcast (7), in the
-    fewest column tiles and of those the narrowest (a row of 17: 3 tiles of 6, not of 7); the
-    blocks go innermost, where each FMA reads its weight vector from memory. A prime number of
+def test_avx2_blocked_tiles_take_seven_columns_with_the_blocks_innermost(measure, tmp_path):
+    """16 registers: two blocks by 7 columns, in the fewest column tiles and of those the
+    narrowest (a row of 17: 3 tiles of 6, not of 7), the blocks innermost; compiled for
+    -mcpu=haswell on any host, its reduction step issues 14 ymm FMAs and touches no zmm
+    register (13 accumulators in registers, one on the stack). A prime number of
     blocks, one per tile, takes 14 columns, and so does a plain input in one block (first
     layers: 111 columns here, in 8 tiles). AVX-512's 32 registers keep 8 columns."""
     config = TEMPLATE.fallback(RESNEXT_1X1, INTEL_AVX2)
     assert _tile(RESNEXT_1X1, INTEL_AVX2) == (2, 1, 7, False) and _spills(2, config, INTEL_AVX2)
+    asm = _assembly(RESNEXT_1X1, config, INTEL_AVX2, tmp_path)
+    assert "%zmm" not in asm and len(re.findall(r"vfmadd\w*ps\s[^\n]*%ymm", asm)) >= 14
     row17 = blocked_conv_task((1, 128, 16, 16), (256, 128, 2, 2), 8, 8, pad=1)
     assert _tile(row17, INTEL_AVX2)[2] == 6
     plain = blocked_conv_task((1, 3, 224, 224), (64, 3, 3, 3), 0, 8, stride=2)
@@ -102,18 +115,21 @@ def test_avx2_blocked_tiles_take_seven_columns_with_the_blocks_innermost(measure
 
 
 @pytest.mark.parametrize("target", [INTEL_AVX2, INTEL, AMD], ids=["avx2", "intel-avx512", "amd-avx512"])
-def test_rows_outermost_where_the_input_outweighs_the_weights(target):
+def test_rows_outermost_where_the_input_outweighs_the_weights(target, tmp_path):
     """Each thread re-reads the operand its outer loop does not index: rows outermost where the
     input is the larger (ResNeXt's 1x1), the blocks of output channels where the weights are
     (ResNet-18's layer4); depthwise and grouped layers read only their own channels and keep
-    the blocks outermost, on every target."""
+    the blocks outermost, on every target. The rows-first tile compiles to the target's FMAs."""
     block = 8 if target is INTEL_AVX2 else 16
     rows, blocks = ("oh", "oc", "ow"), ("oc", "oh", "ow")
     layer4 = blocked_conv_task((1, 512, 7, 7), (512, 512, 3, 3), block, block, pad=1)
     depthwise = blocked_conv_task((1, 144, 56, 56), (144, 1, 3, 3), block, block, pad=1, depthwise=True)
     grouped = blocked_conv_task((1, 256, 28, 28), (256, 64, 3, 3), block, block, pad=1, groups=4)
     resnext = blocked_conv_task((1, 256, 28, 28), (512, 256, 1, 1), block, block, bias=True)
-    assert TEMPLATE.fallback(resnext, target)["outer_order"] == rows
+    config = TEMPLATE.fallback(resnext, target)
+    assert config["outer_order"] == rows
+    register = "%ymm" if target is INTEL_AVX2 else "%zmm"  # compiled for the target on any host
+    assert len(re.findall(rf"vfmadd\w*ps\s[^\n]*{register}", _assembly(resnext, config, target, tmp_path))) >= 14
     for task in (layer4, depthwise, grouped):
         assert TEMPLATE.fallback(task, target)["outer_order"] == blocks, task.shapes
 

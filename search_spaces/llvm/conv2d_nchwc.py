@@ -225,14 +225,15 @@ def _fallback_tile_oc(values: tuple[int, ...], per_vector: int) -> int:
 
 def _sixteen_register_tile(d: BlockedConvDims, tile_oc: int, tile_ow: tuple[int, int], knob: Knob,
                            target: Target) -> tuple[int, tuple[int, int]]:
-    """On 16 vector registers, the tile takes as many columns as leave one register for the
-    broadcast input and one to spare: 7 for two blocks, 14 for one. Where 32 registers hold
-    the generic tile's 8 columns, nothing changes. EPYC Zen 3, 2 threads; alone: a scan of the
-    tile and order; in the model: both builds loaded, profiled alternately kernel by kernel.
-    - Two blocks: beyond the generic tile's count (which keeps a register per weight vector),
-      `_spills` puts the blocks innermost, where each FMA takes its weight vector from memory
-      as an operand. Rows of 28 and 56 then get 2 x 7 (14 accumulators), where the generic
-      rule gave 2 x 4: 8 accumulators, and 2 weight loads and 4 broadcasts per 8 FMAs.
+    """On 16 vector registers, the tile takes as many columns as leave two registers besides
+    its accumulators: 7 for two blocks, 14 for one. Where 32 registers hold the generic tile's
+    8 columns, nothing changes. EPYC Zen 3, 2 threads; alone: a scan of the tile and order; in
+    the model: both builds loaded, profiled alternately kernel by kernel.
+    - Two blocks: one column beyond what the generic rule leaves room for (14 accumulators,
+      two weight vectors and the broadcast are 17), so `_spills` puts the blocks innermost;
+      gcc then keeps 13 accumulators in registers and one on the stack, a load and a store per
+      reduction step (read in `objdump -d`, -mcpu=haswell). Rows of 28 and 56 get 2 x 7, where
+      the generic rule gave 2 x 4: 8 accumulators, 2 weight loads and 4 broadcasts per 8 FMAs.
       ResNeXt's 1x1 256 -> 512 on 28x28 alone ran 3.1 ms in 2 x 4, 2.5 in 2 x 7 (rows
       outermost in both: 2.3 and 2.0). On a row of 7 the generic rule gave 2 x 1, two
       accumulators for the FMA latency to stall on: ResNet-18's 3x3 512 -> 512 on 7x7 ran
