@@ -3,6 +3,7 @@ it started (an orphaned cc1 once held a core of a 2-core machine through every l
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -34,11 +35,12 @@ def _wait_dead(pid: int, seconds: float) -> bool:
 
 
 def _fake_gcc(tmp_path, pidfile):
-    """gcc for its queries (version, ISA), a driver whose child spins forever for a build."""
+    """gcc for its queries (version, ISA), a driver whose child spins forever for a build after
+    writing a temporary file where cc1 writes its assembly."""
     script = tmp_path / "slowcc"
     script.write_text(f"""#!/bin/sh
 case " $* " in
-  *" -o "*) sh -c '{BUSY}' & echo $! > {pidfile}; wait ;;
+  *" -o "*) mktemp "${{TMPDIR:-/tmp}}/ccXXXXXX.s" > /dev/null; sh -c '{BUSY}' & echo $! > {pidfile}; wait ;;
   *) exec gcc "$@" ;;
 esac
 """)
@@ -46,20 +48,25 @@ esac
     return str(script)
 
 
-def test_a_build_timeout_kills_the_compilers_children(tmp_path):
+def test_a_build_timeout_kills_the_compilers_children_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    system_tmp = tmp_path / "tmp"  # the system's temporary directory, as this build sees it
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
     pidfile = tmp_path / "child.pid"
     with pytest.raises(CompileError, match="did not finish within 1 s"):
         compile_c("int f(void) { return 1; }", ("-O2", "-shared", "-fPIC"), cache_dir=tmp_path / "cache",
                   timeout=1.0, cc=_fake_gcc(tmp_path, pidfile))
     child = int(pidfile.read_text())
     assert _wait_dead(child, 2.0), f"the compiler's child {child} outlived the timeout"
+    assert list(system_tmp.iterdir()) == []  # a killed gcc's ccXXXXXX.s went with the build's directory
 
 
 def test_a_compiler_child_nobody_is_left_to_kill_ends_at_its_cpu_limit(tmp_path):
     """The driver exits and leaves a spinning child (as when a build worker is terminated):
     the CPU-time limit it inherited ends it."""
     pidfile = tmp_path / "child.pid"
-    run_compiler(["sh", "-c", f"sh -c '{BUSY}' > /dev/null 2>&1 & echo $! > {pidfile}"], timeout=1.0)
+    run_compiler(["sh", "-c", f"sh -c '{BUSY}' > /dev/null 2>&1 & echo $! > {pidfile}"], 1.0, tmp_path)
     child = int(pidfile.read_text())
     try:
         assert _alive(child)
@@ -69,8 +76,8 @@ def test_a_compiler_child_nobody_is_left_to_kill_ends_at_its_cpu_limit(tmp_path)
             os.kill(child, 9)
 
 
-def test_a_compiler_within_its_time_returns_its_output():
-    proc = run_compiler(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10.0)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "err\n")
+def test_a_compiler_within_its_time_returns_its_output(tmp_path):
+    proc = run_compiler(["sh", "-c", "echo out; echo err >&2; echo $TMPDIR; exit 3"], 10.0, tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, f"out\n{tmp_path}\n", "err\n")
     with pytest.raises(subprocess.TimeoutExpired):
-        run_compiler(["sleep", "5"], timeout=0.2)
+        run_compiler(["sleep", "5"], 0.2, tmp_path)

@@ -78,7 +78,7 @@ def compile_c(source: str, flags: Sequence[str], cache_dir: Path | None = None,
         src.write_text(source)
         obj = Path(tmp) / "kernel.so"
         try:
-            proc = run_compiler([cc, *flags, str(src), "-o", str(obj), "-lm"], timeout)
+            proc = run_compiler([cc, *flags, str(src), "-o", str(obj), "-lm"], timeout, tmp)
         except subprocess.TimeoutExpired:
             raise CompileError(f"{cc} did not finish within {timeout:.0f} s") from None
         if proc.returncode != 0:
@@ -94,7 +94,7 @@ def format_diagnostics(stderr: str, source: str, src_path: str) -> str:
     return compiler_diagnostics("gcc", stderr, source, src_path, "kernel.c", r":(\d+):(\d+): (?:fatal )?error")
 
 
-def optimization_report(source: str, flags: Sequence[str], cc: str = "gcc") -> str:
+def optimization_report(source: str, flags: Sequence[str], cc: str = "gcc", timeout: float = 120.0) -> str:
     """gcc's own account of which loops it vectorized and unrolled, lines naming `kernel.c`.
 
     For a user checking that a schedule's annotations reached the machine code.
@@ -102,8 +102,11 @@ def optimization_report(source: str, flags: Sequence[str], cc: str = "gcc") -> s
     with temp_dir("cc") as tmp:
         src = Path(tmp) / "kernel.c"
         src.write_text(source)
-        proc = subprocess.run([cc, *flags, "-fopt-info-vec-optimized", "-fopt-info-loop-optimized", str(src),
-                               "-o", str(Path(tmp) / "kernel.so"), "-lm"], capture_output=True, text=True)
+        try:
+            proc = run_compiler([cc, *flags, "-fopt-info-vec-optimized", "-fopt-info-loop-optimized", str(src),
+                                 "-o", str(Path(tmp) / "kernel.so"), "-lm"], timeout, tmp)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"{cc} did not finish within {timeout:.0f} s") from None
         if proc.returncode != 0:
             raise CompileError(format_diagnostics(proc.stderr, source, str(src)))
         return proc.stderr.replace(str(src), "kernel.c")

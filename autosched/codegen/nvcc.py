@@ -79,7 +79,7 @@ def compile_cuda(source: str, arch: str, flags: Sequence[str] = DEFAULT_FLAGS, c
         out = Path(tmp) / f"kernel.{output}"
         try:
             proc = run_compiler([nvcc, *OUTPUTS[output], f"-arch={arch}", "--resource-usage", *flags, str(src),
-                                 "-o", str(out)], timeout)
+                                 "-o", str(out)], timeout, tmp)
         except subprocess.TimeoutExpired:
             raise CompileError(f"nvcc did not finish within {timeout:.0f} s") from None
         if proc.returncode != 0:

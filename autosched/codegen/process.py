@@ -7,6 +7,10 @@ OpenMP barriers at the scheduler's 4 ms ticks (a batched 49x49 matmul measured 1
 against 0.4 ms in the model). So on a timeout every descendant is killed, and each of them
 also carries a CPU-time limit of its own (inherited through fork and exec), which ends it even
 when whoever should have killed it is gone (a build worker terminated mid-compile).
+
+A killed compiler cannot remove its own temporary files (gcc's cc1 writes its assembly to a
+``ccXXXXXX.s`` in $TMPDIR for `as` to read): the compiler runs with $TMPDIR in the caller's own
+scratch directory, which goes with everything in it when the build's `with` block ends.
 """
 from __future__ import annotations
 
@@ -48,17 +52,18 @@ def _kill_tree(proc: subprocess.Popen[str]) -> None:
     proc.communicate()
 
 
-def run_compiler(cmd: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def run_compiler(cmd: Sequence[str], timeout: float, scratch: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
     """`cmd`'s output, or subprocess.TimeoutExpired after `timeout` seconds with the command
     and everything it started killed. Ctrl-C still reaches them all (they stay in the caller's
-    process group), and is passed on after they are killed."""
+    process group), and is passed on after they are killed. The compiler's temporary files go
+    to `scratch` (a directory the caller removes)."""
     cpu_seconds = math.ceil(timeout) + 1
 
     def limit_cpu() -> None:  # soft limit: SIGXCPU; hard limit a second later: SIGKILL
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
 
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=limit_cpu)
+                            preexec_fn=limit_cpu, env={**os.environ, "TMPDIR": os.fspath(scratch)})
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except BaseException:  # the timeout, Ctrl-C, or the caller's own exception
