@@ -8,8 +8,9 @@ while it builds: builds overlap each other, and builds and timings alternate on 
 while other nodes (whose locks are other files) go on untouched. Two CPU devices offered by one
 node time one at a time too: they share its cores as much as a build does.
 
-The lock is two `flock` files per node in the machine's temp directory: a turnstile and the
-lock itself. A timing waits at the turnstile for the lock, so builds that arrive meanwhile
+The lock is two `flock` files per node in the Ray session's own directory (where Ray keeps its
+logs and sockets, and which goes with them: a file per node in /tmp outlived every test
+cluster): a turnstile and the lock itself. A timing waits at the turnstile for the lock, so builds that arrive meanwhile
 queue behind it instead of starving it (flock alone favours no one). Locks belong to open
 files: a process that dies releases them, and children never inherit them (close_fds).
 """
@@ -17,10 +18,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -37,10 +37,11 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class NodeLock:
-    """The lock of one node (a Ray node id; nodes that share a machine have one each)."""
+    """The lock of one node (a Ray node id; nodes that share a machine have one each), its files
+    in `directory`."""
 
     node_id: str
-    directory: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "autosched-node-locks")
+    directory: Path
 
     def _hold(self, mode: int) -> ExitStack:
         """The lock in `mode`, taken through the turnstile in the same mode: a waiting timing

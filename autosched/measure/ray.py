@@ -98,7 +98,10 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 def _this_node(exclusive_timing: bool) -> NodeLock | None:
     """This process's node's lock, where timings exclude builds."""
-    return NodeLock(ray.get_runtime_context().get_node_id()) if exclusive_timing else None
+    if not exclusive_timing:
+        return None
+    context = ray.get_runtime_context()
+    return NodeLock(context.get_node_id(), Path(context.get_temp_dir()) / context.get_session_name() / "autosched-node-locks")
 
 
 def _while_building(lock: NodeLock | None) -> AbstractContextManager:
