@@ -8,9 +8,9 @@ while it builds: builds overlap each other, and builds and timings alternate on 
 while other nodes (whose locks are other files) go on untouched. Two CPU devices offered by one
 node time one at a time too: they share its cores as much as a build does.
 
-The lock is two `flock` files per node in the Ray session's own directory (where Ray keeps its
-logs and sockets, and which goes with them: a file per node in /tmp outlived every test
-cluster): a turnstile and the lock itself. A timing waits at the turnstile for the lock, so builds that arrive meanwhile
+The lock is two `flock` files per node in the Ray session's own directory, beside its logs and
+sockets (in /tmp itself, two files per node of every cluster ever started stayed there): a
+turnstile and the lock itself. A timing waits at the turnstile for the lock, so builds that arrive meanwhile
 queue behind it instead of starving it (flock alone favours no one). Locks belong to open
 files: a process that dies releases them, and children never inherit them (close_fds).
 """
