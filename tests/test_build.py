@@ -418,12 +418,14 @@ def test_an_embedding_of_run_time_token_ids_builds_and_matches_onnxruntime(tmp_p
 def test_a_decoder_block_of_opset_23_attention_ops_matches_onnxruntime(tmp_path):
     """zoo.llama_block, small: RMSNormalization, RotaryEmbedding (halves and interleaved pairs),
     Attention with grouped-query heads, is_causal and a padding mask that leaves the first two
-    queries nothing to attend (their rows are 0, not NaN)."""
+    queries nothing to attend (their rows are 0, not NaN). Its 16 tokens are enough rows for the
+    SwiGLU gate's sigmoid to be a kernel of its own (`fuse._keeps_out`)."""
     path = tmp_path / "decoder.onnx"
-    onnx.save(zoo.llama_block(seq=12, hidden=64, heads=4, kv_heads=2, ff=96, padding_mask=True), path)
+    onnx.save(zoo.llama_block(seq=16, hidden=64, heads=4, kv_heads=2, ff=96, padding_mask=True), path)
     graph = load_onnx(path)
+    assert any(task.op == "Sigmoid" for task in extract_tasks(optimize(graph)).tasks)
     model = load_model(build_model(graph, tmp_path / "decoder.so").library)
-    keep = np.broadcast_to(np.arange(12) >= 2, (1, 1, 12, 12))  # the first 2 keys are padding
+    keep = np.broadcast_to(np.arange(16) >= 2, (1, 1, 16, 16))  # the first 2 keys are padding
     feeds = {**sample_inputs(graph, 1), "attention_mask": keep}
     diffs = compare(model, onnxruntime_session(path, 2), feeds, rtol=1e-3, atol=1e-4)
     model.close()

@@ -45,6 +45,30 @@ def test_value_with_two_readers_ends_the_group():
     assert groups[0].outputs == (y,)
 
 
+def _swiglu(rows):
+    """Llama's MLP gate, in its exporter's order: silu(x @ gate) * (x @ up)."""
+    b = GraphBuilder()
+    x = b.input("x", (1, rows, 16))
+    gate = b.node(Op.MATMUL, [x, b.constant("gate", _f32(16, 24))])
+    silu = b.node(Op.MUL, [gate, b.node(Op.SIGMOID, [gate])])
+    b.output(b.node(Op.MUL, [silu, b.node(Op.MATMUL, [x, b.constant("up", _f32(16, 24))])]))
+    return b.build()
+
+
+def test_a_sigmoid_stays_out_of_a_matrix_product_with_rows_to_spare():
+    assert _summary(fuse(_swiglu(16))) == [(Op.MATMUL, []), (Op.MATMUL, []), (Op.SIGMOID, [Op.MUL, Op.MUL])]
+    # one row (a decode step): the extra kernel would cost more than the epilogue does
+    assert _summary(fuse(_swiglu(1))) == [(Op.MATMUL, []), (Op.MATMUL, [Op.SIGMOID, Op.MUL, Op.MUL])]
+
+
+def test_a_convolution_keeps_its_sigmoid():
+    b = GraphBuilder()
+    x = b.input("x", (1, 4, 8, 8))
+    y = _conv(b, x, "conv")
+    b.output(b.node(Op.MUL, [y, b.node(Op.SIGMOID, [y])]))
+    assert _summary(fuse(b.build())) == [(Op.CONV, [Op.SIGMOID, Op.MUL])]
+
+
 def test_erf_gelu_diamond_fuses_into_matmul():
     b = GraphBuilder()
     x = b.input("x", (8, 16))

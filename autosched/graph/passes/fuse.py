@@ -11,14 +11,18 @@ A node joins a group only if the group still has one way out: every value
 computed inside, except the group's single output, is read only inside the
 group.  That allows diamonds (GELU reads its input twice) but never a
 kernel whose intermediate someone else needs.
+
+A sigmoid ends a matrix product's epilogue where the product has rows to
+spare (`_keeps_out`): the SiLU chain after it is a kernel of its own.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autosched.graph.ir import Graph, Node, toposort
+from autosched.graph.ir import Graph, Node, Op, toposort
 from autosched.graph.passes.aliases import find_aliases
 from autosched.opset.record import OpKind
 from autosched.opset.registry import kind_of
@@ -26,6 +30,8 @@ from autosched.opset.registry import kind_of
 # Longest epilogue considered; far beyond any real activation chain, it only
 # bounds the search in pathological graphs.
 MAX_EPILOGUE = 32
+#: rows of a matrix product from which a sigmoid stays out of its epilogue (`_keeps_out`)
+SIGMOID_OUT_ROWS = 16
 
 _GRAPH_OUTPUT = -1  # stands for "read by the caller" among a value's readers
 
@@ -98,6 +104,7 @@ def _epilogue(graph: Graph, start: int, readers: Callable[[str], set[int]], assi
             or len(node.outputs) != 1
             or graph.values[node.outputs[0]].shape != chain_shape
             or len(members) == MAX_EPILOGUE
+            or _keeps_out(anchor, node, chain_shape)
         ):
             break
         members.append(node)
@@ -108,6 +115,26 @@ def _epilogue(graph: Graph, start: int, readers: Callable[[str], set[int]], assi
         if not any(pending for name, pending in unread.items() if name != out):
             best = list(members)
     return best
+
+
+def _keeps_out(anchor: Node, node: Node, shape: tuple[int, ...]) -> bool:
+    """Whether `node` stays out of the epilogue of `anchor`: a sigmoid after a MatMul or Gemm
+    of at least `SIGMOID_OUT_ROWS` rows.
+
+    Why: Llama's SwiGLU gate projection (128 x 512 by 512 x 1376, then x * sigmoid(x) * up)
+    ran 1.93-2.05 ms with the chain in its epilogue against 1.42-1.46 for the up projection of
+    the same shape, and 1.47 plus 0.09 for the chain as a kernel of its own; the whole block ran
+    0.94 of the fused build's time in two alternated runs, 0.96 at width 768 and 64 tokens,
+    0.98 at 256 tokens (EPYC Zen 3, AVX2, 2 threads). Inlined, outlined into a function, with
+    its operand prefetched or with loops aligned, the epilogue stayed slow; why is not known
+    (no hardware counters on these hosts). A decode step's single row went the other way
+    (1.02: the extra kernel costs more than the epilogue), and so did convolutions' SiLU
+    (an EfficientNet block 1.2x slower with its sigmoids apart), which keep it; tanh and erf
+    GELU epilogues (ViT's, BERT's) cost the same fused.
+    """
+    if node.op is not Op.SIGMOID or anchor.op not in (Op.MATMUL, Op.GEMM):
+        return False
+    return math.prod(shape[:-1]) >= SIGMOID_OUT_ROWS
 
 
 def _make_group(anchor: Node, epilogue: list[Node]) -> FusedGroup:
