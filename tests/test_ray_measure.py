@@ -384,7 +384,7 @@ def test_no_build_on_a_node_while_it_times_and_nodes_do_not_wait_for_each_other(
     assert [_overlaps(timings[n], gcc[n]) for n in "ab"] == [0, 0]
     across = _overlaps(timings["a"], gcc["b"] + timings["b"]) + _overlaps(timings["b"], gcc["a"])
     assert across > 0
-    # the locks' files are the Ray session's, and go with it: none is left in the system's temp directory
+    # the locks' files lie in the Ray session's directory, beside its logs: none is left in the system's temp directory
     locks = Path(cluster.head_node.get_session_dir_path()) / "autosched-node-locks"
     assert {n.node_id for n in nodes} <= {p.stem for p in locks.iterdir()}
     assert not any((Path(tempfile.gettempdir()) / "autosched-node-locks" / f"{n.node_id}.lock").exists() for n in nodes)
