@@ -16,9 +16,12 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # free once closed: nothing listens there
 
 
-@pytest.mark.parametrize("address, said", [(f"127.0.0.1:{_closed_port()}", "no Ray head answers at 127.0.0.1:"),
+# the closed port is chosen when the case runs: test ids must be the same in every collection
+# (pytest-xdist's workers each collect the suite and compare)
+@pytest.mark.parametrize("address, said", [("127.0.0.1:{port}", "no Ray head answers at 127.0.0.1:"),
                                            ("head-without-port", "is not a Ray head's HOST:PORT")])
 def test_a_bad_fleet_address_is_not_reported_as_a_missing_token(small_model, tmp_path, address, said):
+    address = address.format(port=_closed_port())
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_TOKEN")}
     env.update(HOME=str(tmp_path), PYTHONPATH=str(ROOT))  # no ~/.ray/auth_token either
     db = tmp_path / "t.db"
