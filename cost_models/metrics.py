@@ -8,14 +8,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
+
+# scipy.stats is imported when a metric is computed: it alone takes ~1 s to import, and the tuner
+# imports this module
 
 
 def spearman(predicted: Sequence[float], actual: Sequence[float]) -> float:
+    from scipy import stats
     return float(stats.spearmanr(predicted, actual).statistic)
 
 
 def kendall(predicted: Sequence[float], actual: Sequence[float]) -> float:
+    from scipy import stats
     return float(stats.kendalltau(predicted, actual).statistic)
 
 

@@ -7,13 +7,19 @@ is all a tuner needs and is immune to the scale differences between tasks;
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import xgboost as xgb
 
 from autosched.measure import TaskLike
 from autosched.space import ConfigSpace
 from cost_models.base import FeatureModel
 from cost_models.features import FeatureExtractor, KnobFeatures
+
+if TYPE_CHECKING:
+    import xgboost as xgb
+# xgboost (and the scikit-learn it imports) is imported when a model first trains: together they
+# take ~2.5 s, which every `autosched build`, `check` or `db` paid for nothing
 
 # XGBoost >= 2 builds ranking pairs around each group's top k by default; the
 # annealer needs the whole order to leave poor regions, so pairs are sampled
@@ -41,6 +47,7 @@ class XGBCostModel(FeatureModel):
         self._booster: xgb.Booster | None = None
 
     def _train(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> None:
+        import xgboost as xgb
         order = np.argsort(groups, kind="stable")  # ranking needs rows grouped by query id
         data = xgb.DMatrix(x[order], label=y[order], qid=groups[order])
         self._booster = xgb.train(self.params, data, num_boost_round=self.rounds)

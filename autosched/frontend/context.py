@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
-import onnx
-from onnx import helper
 
 from autosched.errors import FrontendError, GraphError
 from autosched.graph.ir import DTYPES, Node, Op, Value
+
+if TYPE_CHECKING:
+    import onnx
+# onnx itself is imported where a proto is read: the op records import this module, and every
+# process that builds or measures a kernel imports them (Ray's workers among them), while
+# `import onnx` alone takes 1-2 s (ml_dtypes' extension)
 
 #: output values of a node given its input values (`autosched.graph.shapes.infer`)
 InferFn = Callable[[Node, Sequence[Value]], list[Value]]
@@ -29,6 +33,7 @@ EvalFn = Callable[[Node, Sequence[np.ndarray]], list[np.ndarray]]
 
 def numpy_dtype(elem_type: int) -> str | None:
     """Numpy name of an ONNX element type, or None if the IR cannot carry it."""
+    from onnx import helper
     try:
         name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
@@ -38,6 +43,7 @@ def numpy_dtype(elem_type: int) -> str | None:
 
 def type_name(elem_type: int) -> str:
     """ONNX's name for an element type, for messages."""
+    import onnx
     try:
         return onnx.TensorProto.DataType.Name(elem_type)
     except ValueError:
@@ -72,6 +78,8 @@ class OnnxNode:
 
     @staticmethod
     def from_proto(proto: onnx.NodeProto, index: int, source: str) -> OnnxNode:
+        import onnx
+        from onnx import helper
         attrs = {}
         for attr in proto.attribute:
             value = helper.get_attribute_value(attr)
