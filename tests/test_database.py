@@ -404,3 +404,29 @@ def test_the_checkout_ships_records_for_both_x86_isa_classes():
     shipped = shipped_database()
     assert {s.target.isa for s in shipped.stored()} == {"x86_64-avx512", "x86_64-avx2"}
     assert all(s.result.ok for s in shipped.stored())
+
+
+def test_an_interrupt_between_a_statement_and_its_rows_leaves_no_write_lock_behind(tmp_path, monkeypatch):
+    """Ctrl-C landing after a SELECT inside a write transaction: SQLAlchemy closes the connection,
+    which SQLite keeps alive while the statement's cursor lives (kept by the traceback's cycle),
+    and with it the write lock. The tuner's writes after the interrupt (claims given back, the
+    session closed) then waited out the busy timeout and failed: a Ctrl-C'd tune hung 120 s. The
+    interrupt is raised from an event hook, where a signal handler would raise it."""
+    from sqlalchemy import event
+
+    from autosched.database import location
+    monkeypatch.setattr(location, "BUSY_TIMEOUT_MS", 1000)
+    db = Database(tmp_path / "t.db")
+    session = db.start_session("m", Target.parse("llvm"), 4)
+    armed = [True]
+
+    def interrupt(conn, cursor, statement, *_):
+        if armed and statement.startswith("SELECT"):
+            armed.clear()
+            raise KeyboardInterrupt
+
+    event.listen(db._engine, "after_cursor_execute", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        db.end_session(session, "done")  # an UPDATE, then the SELECT of its trials
+    assert db.end_session(session, "interrupted") == 0  # inside the interrupt's lifetime, as the tuner does
+    assert [s["status"] for s in db.sessions()] == ["interrupted"]

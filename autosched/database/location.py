@@ -12,6 +12,7 @@ read-only open makes every transaction READ ONLY on the server.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -171,5 +172,20 @@ def make_engine(location: str, read_only: bool = False) -> Engine:
     def _begin(conn) -> None:
         reads = read_only or conn.get_execution_options().get("autosched_read", False)
         conn.exec_driver_sql("BEGIN" if reads else "BEGIN IMMEDIATE")
+
+    @event.listens_for(engine, "handle_error")
+    def _interrupted(context) -> None:
+        # A KeyboardInterrupt (Ctrl-C, or SIGTERM, which the tuner turns into one) between a
+        # statement and its rows makes SQLAlchemy close the connection, but SQLite keeps a
+        # connection with a pending statement open (a "zombie") until that statement's cursor is
+        # freed, and the traceback's reference cycle keeps the cursor until the next garbage
+        # collection. A zombie inside a write transaction holds the write lock: the tuner's last
+        # writes (its claims given back, its session closed) each waited out the busy timeout and
+        # failed, a Ctrl-C'd tune hanging 120 s in a test. Closing the cursor ends the statement.
+        if not isinstance(context.original_exception, Exception) and context.execution_context is not None:
+            cursor = context.execution_context.cursor
+            if cursor is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    cursor.close()
 
     return engine
