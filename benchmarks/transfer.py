@@ -24,11 +24,12 @@ run in `runs`: `started_on` (records of other workloads the cost models started 
 `curve` (trials → ms), `final_ms`, `trials_to_5pct`, `trials_to_match`. `--quick` is a smoke
 run: a small MLP tuned 12 trials as the source, whose records, sampled two a task as `db export
 --sample` writes a training log, stand in for the shipped ones, and one of other shapes (the same
-templates) 8 trials as the target, rounds of 2.
+templates) 8 trials as the target, rounds of 2, each candidate timed once for at least 1 ms.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import shutil
@@ -41,6 +42,7 @@ import onnx
 from autosched import zoo
 from autosched.api import model_tasks, tune
 from autosched.database import Database, export_jsonl
+from autosched.measure.local import LocalRunner, RunnerOptions
 from autosched.target import Target
 from autosched.task_scheduler import tunable
 
@@ -81,8 +83,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="smoke run: two small MLPs, a few trials")
     args = p.parse_args(argv)
     target = Target.parse("llvm")
-    with tempfile.TemporaryDirectory(prefix="autosched-transfer-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="autosched-transfer-") as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
+        # --quick times each candidate once for at least 1 ms (the default, 3 x 40 ms, is most of a
+        # smoke run's time); a full run times as `tune` does
+        runner = stack.enter_context(LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=1.0))) if args.quick else None
         if args.quick:
             sources = {"mlp-small": zoo.mlp(batch=16, sizes=(64, 96, 10))}
             unseen = ("mlp-other", zoo.mlp(batch=24, sizes=(80, 112, 10)))
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name, model in sources.items():
             onnx.save(model, workdir / f"{name}.onnx")
             tune(workdir / f"{name}.onnx", target, args.source_trials, db=informed, seed=args.seed,
-                 round_trials=args.round, model_check=False, substitutions=False, shipped=False)
+                 round_trials=args.round, model_check=False, substitutions=False, shipped=False, runner=runner)
         shipped: bool | Path = True
         if args.quick:  # a sample of the source's records as a shipped training log, as `db export --sample 2` writes it
             shipped = workdir / "shipped"
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
         for run, uses in (("none", False), ("database", False), ("shipped", shipped)):
             db_path = workdir / f"{run}.db"
             outcome = tune(path, target, args.trials, db=db_path, seed=args.seed, round_trials=args.round,
-                           model_check=False, substitutions=False, shipped=uses)
+                           model_check=False, substitutions=False, shipped=uses, runner=runner)
             points = curve(db_path, outcome.session, path, target)
             out["runs"][run] = {"started_on": outcome.transferred + outcome.pretrained, "curve": points,
                                 "final_ms": points[max(points)] if points else None}
