@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from autosched import te
 from autosched.lower.arith import Linear, linear
-from autosched.ops.util import normalize_axis, vectorize_innermost
+from autosched.ops.util import normalize_axis, vector_width, vectorize_innermost
 from autosched.schedule import Schedule, create_schedule
 from autosched.te import ComputeOp, Expr, Load, Tensor, Var
 from autosched.te.expr import children, free_vars, substitute
@@ -209,18 +209,38 @@ def _follows(lin: Linear, run: dict, strides: list[int]) -> bool:
     return len(scales) <= 1 and (found == len(run) or not scales)
 
 
+#: iterations the parallel loop of a copy with a short innermost run needs (threads, and chunks
+#: to balance them); the axes inside stay nested loops
+PARALLEL_ITERATIONS = 64
+
+
 def schedule_injective(out: Tensor, vector_lanes: int) -> Schedule:
     """Outer axes fused and parallel, the innermost run of `copy_suffix` fused, split by the
     vector width and vectorized.
 
     Only that run is fused because copies index their input through it: it stays affine in the
     lane (contiguous or strided loads) where fusing every axis would bury it under // and %.
+    Where the run is shorter than a vector, the outer axes are fused only until the parallel
+    loop has `PARALLEL_ITERATIONS`, and those inside stay nested loops: a flat loop over every
+    outer axis divides its index again for each element. A transposed convolution's
+    interleave of its phases (1x64x2x2x17x17 to 1x64x17x2x17x2, pairs of floats) took 0.082 ms
+    in DCGAN with 36992 flat iterations (AVX2, 2 threads).
     """
     s = create_schedule(out)
     for st in s.stages:
         if st.op is not out.op:
             s.compute_inline(st)
-    vectorize_innermost(s[out], vector_lanes, fuse_from=copy_suffix(out))
+    k, st = copy_suffix(out), s[out]
+    axes = list(st.op.axes)
+    run = math.prod(a.extent for a in axes[k:])
+    if not axes or run >= vector_lanes:
+        vectorize_innermost(st, vector_lanes, fuse_from=k)
+        return s
+    j = next((j for j in range(1, k + 1) if math.prod(a.extent for a in axes[:j]) >= PARALLEL_ITERATIONS), k)
+    _, lanes = st.split(st.fuse(*axes[k:]), vector_width(run, vector_lanes))
+    if j:
+        st.parallel(st.fuse(*axes[:j]))
+    st.vectorize(lanes)
     return s
 
 
