@@ -10,6 +10,7 @@ from process_helpers import finish, marked, records, start_tune, wait_for
 
 import autosched
 from autosched.database import Database, best
+from autosched.database.verdicts import winners
 from autosched.target import Target
 
 
@@ -81,10 +82,17 @@ def test_python_api_tunes_then_builds_each_task_from_its_best_record(small_model
     target = Target.parse("llvm")
     with Database(db) as database, sqlite3.connect(db) as conn:
         for key, used in built.used.items():
+            task = next(p.task for p in out.summary.progress if p.task.key == key)
             fastest = conn.execute("SELECT r.id FROM records r JOIN workloads w ON r.workload_id = w.id "
                                    "WHERE w.key = ? AND r.cost IS NOT NULL ORDER BY r.cost LIMIT 1", (key,)).fetchone()
-            assert used.record == fastest[0]
-            assert best(database, next(p.task for p in out.summary.progress if p.task.key == key), target) == used
+            if key in built.superseded:
+                # the tune's model check found its fastest no win in the model (timings of half a
+                # microsecond, on a busy machine): the fastest config it did judge a win is built
+                assert built.superseded[key].record == fastest[0] != used.record
+                assert best(database, task, target, among=winners(database, task, target)) == used
+            else:
+                assert used.record == fastest[0]
+                assert best(database, task, target) == used
 
 
 def test_an_interrupt_before_anything_is_measured_says_so_and_records_the_session(small_model, tmp_path,
