@@ -21,13 +21,27 @@ def test_runs_are_as_asked_without_a_minimum_time():
 
 
 def test_fast_runners_run_until_each_has_been_timed_for_the_minimum():
-    """20 runs of 1 ms are 20 ms; asked for 0.1 s, each side runs at least 100 times, in the same
-    two rounds (blocks grown alike), whichever runner is faster."""
+    """20 runs of 1 ms are 20 ms; asked for 0.1 s, each side runs until its timed runs last that
+    long, in the same rounds (blocks grown alike), whichever runner is faster. How many runs that
+    takes depends on how long a 1 ms sleep lasts on a loaded machine, so the count is not asserted."""
     (_, a), (_, b) = counting(0.001), counting(0.003)
     times = alternate([a, b], runs=20, block=10, settle_s=0.0, min_seconds=0.1)
-    assert len(times[0]) == len(times[1]) >= 100
+    assert len(times[0]) == len(times[1]) > 20
     assert sum(times[0]) >= 0.1 and sum(times[1]) >= 0.1
-    assert len(times[0]) % 2 == 0 and len(times[0]) <= 200  # two blocks; the faster one decides
+    assert len(times[0]) <= 200  # the faster runner decides; the slower one would have needed 40
+
+
+def test_a_first_run_longer_than_the_rest_is_made_up_by_more_rounds():
+    """One run judges the scale; when it was slow (a loaded machine), whole rounds are added until
+    the timed runs reach the minimum, so the minimum holds whatever that one run measured."""
+    calls = []
+
+    def run() -> None:
+        calls.append(1)
+        time.sleep(0.02 if len(calls) == 1 else 0.001)
+    times = alternate([run, run], runs=4, block=2, settle_s=0.0, min_seconds=0.05)
+    assert len(times[0]) == len(times[1]) and len(times[0]) % 2 == 0
+    assert sum(times[0]) >= 0.05 and sum(times[1]) >= 0.05
 
 
 def test_slow_runners_keep_the_runs_asked_for():

@@ -198,7 +198,8 @@ def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: in
     still expose all to the same drift of a shared machine.
 
     `min_seconds`: runs and blocks grow alike (as many rounds) until every runner's timed runs
-    last at least that long (judged from one run of each). 20 runs of a 0.6 ms block are 12 ms
+    last at least that long, judged first from one run of each and then, should a loaded machine
+    have made that run short of the rest, topped up by whole rounds until the timed runs do. 20 runs of a 0.6 ms block are 12 ms
     of timing, two blocks each side: on the 2-vCPU EPYC host an EfficientNet-style block's tuned
     build timed 1.22x its untuned one that way at a tuning checkpoint, and 0.96x in 60 runs of
     the same two builds.
@@ -208,8 +209,8 @@ def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: in
         scale = max(1, -(-min_seconds // (runs * fastest)) if fastest > 0 else 1)
         runs, block = int(runs * scale), int(block * scale)
     times: list[list[float]] = [[] for _ in runners]
-    while len(times[0]) < runs:
-        n = min(block, runs - len(times[0]))
+    while len(times[0]) < runs or min(sum(out) for out in times) < min_seconds:
+        n = min(block, runs - len(times[0])) if len(times[0]) < runs else block
         for run, out in zip(runners, times):
             _settle(run, settle_s)
             for _ in range(n):
