@@ -24,6 +24,7 @@ from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
 from autosched.graph.passes.remove_identity import remove_identity
 from autosched.graph.passes.space_to_batch import space_to_batch
+from autosched.graph.passes.space_to_depth import space_to_depth
 from autosched.graph.passes.split_k import split_k
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "reduce_pow",
     "remove_identity",
     "space_to_batch",
+    "space_to_depth",
     "split_k",
 ]
 
@@ -79,4 +81,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
         graph = fold_constants(split_k(graph, gpu_blocks))
     graph = fold_views(graph, dense_in_place=not gpu_blocks)
     graph = eliminate_dead_code(graph)
-    return space_to_batch(plan_layout(pad_channels(graph, layout_lanes), layout_lanes)) if layout_lanes else graph
+    if not layout_lanes:
+        return graph
+    graph = space_to_depth(space_to_batch(plan_layout(pad_channels(graph, layout_lanes), layout_lanes)))
+    return collapse_views(graph)  # a phase rearrangement undone by the next one's: nothing moves
