@@ -196,3 +196,21 @@ def test_several_groups_per_block_compute_the_convolution(measure):
     tasks = [task for task, _ in _lanes_tasks(target.capabilities.lanes(4))]
     results = measure([MeasureInput(task, target, TEMPLATE.fallback(task, target)) for task in tasks])
     assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
+
+
+@pytest.mark.parametrize("target", [INTEL, AMD, INTEL_AVX2], ids=["intel-avx512", "amd-avx512", "avx2"])
+def test_grouped_layers_of_few_channels_a_group_pad_inline_and_dense_ones_at_root(target):
+    """The copy at root is one pass over the input; a grouped layer of 16 channels a group (whole
+    blocks) at stride 2 does 36 multiply-adds per input element, a depthwise one 9, and both pad
+    in the loads; the same layer at stride 1 (144) and a dense one pad in a copy."""
+    lanes = target.capabilities.lanes(4)
+    grouped = dict(pad=1, groups=16, bias=True)
+    strided = blocked_conv_task((1, 256, 28, 28), (256, 16, 3, 3), lanes, lanes, stride=2, **grouped)
+    same = blocked_conv_task((1, 256, 28, 28), (256, 16, 3, 3), lanes, lanes, **grouped)
+    depthwise = blocked_conv_task((1, 64, 28, 28), (64, 1, 3, 3), lanes, lanes, pad=1, depthwise=True)
+    dense = blocked_conv_task((1, 64, 56, 56), (128, 64, 3, 3), lanes, lanes, stride=2, pad=1)
+    pads = {name: TEMPLATE.fallback(task, target)["pad"]
+            for name, task in [("strided", strided), ("same", same), ("depthwise", depthwise), ("dense", dense)]}
+    assert pads == {"strided": "inline", "same": "root", "depthwise": "inline", "dense": "root"}
+    several = _lanes_tasks(lanes)[0][0]  # groups of 4: a block holds several, loaded whole from the copy
+    assert TEMPLATE.fallback(several, target)["pad"] == "root"

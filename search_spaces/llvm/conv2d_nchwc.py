@@ -114,9 +114,11 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         registers (`_sixteen_register_tile` on 16), one row, rows or blocks outermost by which
         operand is smaller (`_fallback_outer_order`), padding at root: inline, every load of
         the hot loop carries the four bounds checks (ResNet-18's 3×3 layers ran 30% slower that
-        way, 1 thread), where the copy costs one pass over the input. Depthwise: one block by up to 8 columns, the window
-        unrolled, padding inline: there the copy costs as much as the convolution (MobileNetV2's
-        depthwise layers, 1 thread: 0.45-0.59 ms inline, 1.4-1.6 ms with the copy at root)."""
+        way, 1 thread), where the copy costs one pass over the input, except in grouped layers
+        of few channels a group (`_pad_inline`). Depthwise: one block by up to 8 columns, the
+        window unrolled, padding inline: there the copy costs as much as the convolution
+        (MobileNetV2's depthwise layers, 1 thread: 0.45-0.59 ms inline, 1.4-1.6 ms with the copy
+        at root)."""
         d = blocked_conv_dims(task)
         space = self.space(task, target)
         knobs = {k.name: k for k in space.knobs}
@@ -127,7 +129,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         values = {
             "tile_ow": tile_ow,
             "tile_oh": 1,
-            "pad": knobs["pad"].values[-1 if d.depthwise else 0],  # ("root", "inline") or ("none",)
+            "pad": knobs["pad"].values[-1 if _pad_inline(d) else 0],  # ("root", "inline") or ("none",)
             "outer_order": _fallback_outer_order(d, task),
             "parallel_depth": 3,
         }
@@ -195,6 +197,26 @@ class Conv2dNCHWcTemplate(CpuTemplate):
             acc.unroll(axis)
         acc.vectorize(ocb)
         return s, list(tt.args) + [out]
+
+
+#: multiply-adds per input element up to which the fallback pads inline (`_pad_inline`)
+INLINE_PAD_MACS = 36
+
+
+def _pad_inline(d: BlockedConvDims) -> bool:
+    """Whether the fallback pads in the hot loop's loads rather than in a copy at root: where the
+    convolution does at most `INLINE_PAD_MACS` multiply-adds per input element (taps x output
+    channels per group / stride²), the copy's one pass over the input is as much work as the
+    bounds checks it saves. Depthwise layers do 9; grouped layers of 8 channels a group 72 at
+    stride 1 and 18 at stride 2, where the copy cost most (in isolation, 2 threads: ResNeXt's
+    56 -> 28 layer of 32 groups 0.84 -> 0.49 ms, RegNet's 28 -> 14 one of 26 groups 0.19 -> 0.08);
+    dense ones 9 x their output channels and more. Several groups a block ("lanes") keep the
+    copy: their hot loop loads whole blocks of it and shuffles the groups' channels into place."""
+    if d.depthwise:
+        return True
+    per_input = d.kh * d.kw * (d.oc // d.groups) / (d.stride[0] * d.stride[1])
+    kind = blocked_groups(d.c, d.oc, d.groups, d.in_block, d.out_block)
+    return kind == "grouped" and per_input <= INLINE_PAD_MACS
 
 
 def _blocks_per_vector(d: BlockedConvDims, task: Task, target: Target) -> int:
