@@ -1,5 +1,6 @@
 """Whole-model build and run: real gcc builds of every kernel, the C executor, onnxruntime as reference."""
 import json
+import math
 import re
 import subprocess
 import sys
@@ -258,25 +259,33 @@ def _conv_transpose_model(kernel, stride, pads=(0, 0, 0, 0), output_padding=(0, 
     return model
 
 
-@pytest.mark.parametrize("kernel, stride, pads, output_padding, bias, size, group, dilation", [
-    (2, 2, (0, 0, 0, 0), (0, 0), True, (5, 6), 1, 1),  # a U-Net's upsampling: a 1x1 convolution, then the shuffle
-    (2, 2, (0, 0, 0, 0), (0, 0), False, (5, 6), 1, 1),
-    (3, 2, (1, 1, 1, 1), (1, 1), True, (5, 6), 1, 1),  # taps of 2 and 1 per phase, a crop
-    (4, 2, (1, 1, 1, 1), (0, 0), True, (5, 6), 1, 1),  # a GAN generator's
-    (4, 1, (0, 0, 0, 0), (0, 0), True, (1, 1), 1, 1),  # its first layer: a 1x1 input's whole output is one patch
-    (5, 3, (4, 1, 0, 2), (2, 0), True, (4, 3), 1, 1),  # padding past a whole phase row
-    (3, 2, (1, 0, 1, 0), (0, 1), True, (5, 6), 2, 2),  # groups and dilation
-    (3, 1, (1, 1, 1, 1), (0, 0), True, (5, 6), 1, 1),  # no stride: an ordinary convolution
+@pytest.mark.parametrize("kernel, stride, pads, output_padding, bias, size, group, dilation, phases", [
+    (2, 2, (0, 0, 0, 0), (0, 0), True, (5, 6), 1, 1, 1),  # a U-Net's upsampling: a 1x1 convolution, then the shuffle
+    (2, 2, (0, 0, 0, 0), (0, 0), False, (5, 6), 1, 1, 1),
+    (3, 2, (1, 1, 1, 1), (1, 1), True, (5, 6), 1, 1, 1),  # taps of 2 and 1 per phase, a crop
+    (4, 2, (1, 1, 1, 1), (0, 0), True, (5, 6), 1, 1, 1),  # a GAN generator's: one convolution does 1.4x the work
+    (4, 2, (1, 1, 1, 1), (0, 0), True, (4, 4), 1, 1, 4),  # on 4x4, 1.56x: a convolution per phase
+    (3, 2, (1, 1, 1, 1), (1, 1), False, (3, 4), 2, 1, 4),  # the same with groups, taps of 2 and 1: 1.67x
+    (4, 1, (0, 0, 0, 0), (0, 0), True, (1, 1), 1, 1, 1),  # its first layer: a 1x1 input's whole output is one patch
+    (5, 3, (4, 1, 0, 2), (2, 0), True, (4, 3), 1, 1, 1),  # padding past a whole phase row; 3 divides no output side
+    (3, 2, (1, 0, 1, 0), (0, 1), True, (5, 6), 2, 2, 1),  # groups and dilation, outputs of odd sides
+    (3, 1, (1, 1, 1, 1), (0, 0), True, (5, 6), 1, 1, 1),  # no stride: an ordinary convolution
 ])
-def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, output_padding, bias, size, group, dilation):
-    """Strided ConvTranspose is one convolution of every output phase, a shuffle and a crop: it
-    multiplies no inserted zero (the Pad that inserted them is gone)."""
+def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, output_padding, bias, size, group, dilation,
+                                            phases):
+    """Strided ConvTranspose is one convolution of every output phase, a shuffle and a crop, or,
+    where the phases need different rows and the stride divides the output, one convolution per
+    phase over its own rows and the shuffle: it multiplies no inserted zero (the Pad that
+    inserted them is gone)."""
     path = tmp_path / "ct.onnx"
     onnx.save(_conv_transpose_model(kernel, stride, pads, output_padding, bias, size, group, dilation), path)
     graph = load_onnx(path)
     assert not any(n.op.value == "Pad" for n in graph.nodes)
     convs = [n for n in graph.nodes if n.op.value == "Conv"]
-    assert len(convs) == 1 and (convs[0].attrs["strides"], convs[0].attrs["dilations"]) == ((1, 1), (1, 1))
+    assert len(convs) == phases and all((c.attrs["strides"], c.attrs["dilations"]) == ((1, 1), (1, 1)) for c in convs)
+    if phases > 1:  # each computes what it needs and no more: nothing to crop
+        assert not any(n.op.value == "Slice" for n in graph.nodes)
+        assert sum(math.prod(graph.values[c.outputs[0]].shape) for c in convs) == math.prod(graph.outputs[0].shape)
     model = load_model(build_model(graph, tmp_path / "ct.so").library)
     diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-3, atol=1e-4)
     model.close()
