@@ -222,6 +222,23 @@ def test_an_interleave_of_pairs_nests_its_loops_inside_a_parallel_one(isa, cpu_t
 
 
 @pytest.mark.parametrize("isa", sorted(ISAS))
+def test_a_gather_of_one_vector_a_pixel_nests_its_loops_too(isa, cpu_target):
+    """Channels last, one vector's worth of them (1xLx64x28 to 1x64x28xL, each vector gathered
+    across strides of the image): one vector a pixel, so a flat loop over every pixel would
+    divide its index for each; the parallel loop covers the 64 rows and the columns are a
+    nested loop."""
+    lanes = ISAS[isa][2]
+    x = te.placeholder((1, lanes, 64, 28), name="x")
+    y = ops.transpose(x, (0, 2, 3, 1))
+    code = source(ops.schedule_injective(y, lanes), [x, y], "last")
+    loops = code[code.index("#pragma omp parallel for"):].split("return")[0]
+    assert re.search(r"parallel for\s+for \(int32_t \w+ = 0; \w+ < 64;", loops), loops
+    assert loops.count("for (int32_t") == 2 and " / " not in loops and " % " not in loops, loops
+    data = rand(1, lanes, 64, 28)
+    np.testing.assert_array_equal(run(y, [x], [data], ops.schedule_injective, cpu_target), np.transpose(data, (0, 2, 3, 1)))
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
 def test_split_parts_are_parallel_vector_copies(isa):
     """A ShuffleNetV2 unit's split of 1x116x28x28 in two: each part one parallel loop of whole
     vectors. At the root with only its outermost (unit) loop parallel, it ran on one thread in

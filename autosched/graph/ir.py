@@ -125,6 +125,8 @@ class Op(str, enum.Enum):
     # tensors between them into, channels cut into blocks that are the innermost axis
     CONV_NCHWC = "ConvNCHWc"
     LAYOUT_TRANSFORM = "LayoutTransform"
+    # not ONNX: a chain of copies composed into one (graph/passes/fuse_copies.py)
+    COPY_CHAIN = "CopyChain"
 
     def __str__(self) -> str:
         return self.value

@@ -220,7 +220,7 @@ def schedule_injective(out: Tensor, vector_lanes: int) -> Schedule:
 
     Only that run is fused because copies index their input through it: it stays affine in the
     lane (contiguous or strided loads) where fusing every axis would bury it under // and %.
-    Where the run is shorter than a vector, the outer axes are fused only until the parallel
+    Where the run is no longer than a vector, the outer axes are fused only until the parallel
     loop has `PARALLEL_ITERATIONS`, and those inside stay nested loops: a flat loop over every
     outer axis divides its index again for each element. A transposed convolution's
     interleave of its phases (1x64x2x2x17x17 to 1x64x17x2x17x2, pairs of floats) took 0.082 ms
@@ -233,7 +233,7 @@ def schedule_injective(out: Tensor, vector_lanes: int) -> Schedule:
     k, st = copy_suffix(out), s[out]
     axes = list(st.op.axes)
     run = math.prod(a.extent for a in axes[k:])
-    if not axes or run >= vector_lanes:
+    if not axes or run > vector_lanes:
         vectorize_innermost(st, vector_lanes, fuse_from=k)
         return s
     j = next((j for j in range(1, k + 1) if math.prod(a.extent for a in axes[:j]) >= PARALLEL_ITERATIONS), k)

@@ -16,6 +16,7 @@ from autosched.graph.passes.fold_constants import fold_constants
 from autosched.graph.passes.fold_layer_norm import fold_layer_norm
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
+from autosched.graph.passes.fuse_copies import fuse_copies
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.lift_1d import lift_1d
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
@@ -40,6 +41,7 @@ __all__ = [
     "fold_views",
     "lift_1d",
     "fuse",
+    "fuse_copies",
     "optimize",
     "pad_channels",
     "patch_conv",
@@ -84,4 +86,4 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     if not layout_lanes:
         return graph
     graph = space_to_depth(space_to_batch(plan_layout(pad_channels(graph, layout_lanes), layout_lanes)))
-    return collapse_views(graph)  # a phase rearrangement undone by the next one's: nothing moves
+    return fuse_copies(collapse_views(graph))  # a phase rearrangement undone by the next: nothing moves
