@@ -8,6 +8,12 @@ def ops(graph):
     return [node.op for node in graph.nodes]
 
 
+def transposes(graph):
+    """The names of the nodes that transpose, on their own or composed into a CopyChain."""
+    return [n.name for n in graph.nodes
+            if n.op.value == "Transpose" or n.op.value == "CopyChain" and any(s[0] == "Transpose" for s in n.attrs["steps"])]
+
+
 def same_results(before, after, seed=0):
     inputs = random_inputs(before.inputs, seed)
     want, got = run_graph(before, inputs), run_graph(after, inputs)

@@ -8,7 +8,7 @@ is written.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,30 +27,23 @@ def chain_step(node: Node, shape: Shape) -> Step:
     return node.op.value, tuple(sorted(node.attrs.items())), tuple(shape)
 
 
-def _record(op: str) -> OpDef:
-    from autosched.opset.registry import lookup  # the registry holds this module's record too
+def chain_records(record_of: Callable[[str], OpDef]) -> tuple[OpDef, ...]:
+    """The CopyChain record, reading its steps' records through `record_of` (the registry, which
+    holds this record too, passes its own lookup)."""
 
-    return lookup(Op(op))
+    def shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+        return [(tuple(node.attrs["steps"][-1][2]), inputs[0].dtype)]
 
+    def reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+        x = args[0]
+        for op, step_attrs, _ in attrs["steps"]:
+            (x,) = record_of(op).reference(dict(step_attrs), [x])
+        return [x]
 
-def _shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
-    return [(tuple(node.attrs["steps"][-1][2]), inputs[0].dtype)]
+    def compute(args: ComputeArgs) -> list[Tensor]:
+        x = args.inputs[0]
+        for op, step_attrs, step_shape in args.attrs["steps"]:
+            (x,) = record_of(op).compute(ComputeArgs(dict(step_attrs), (x,), (tuple(step_shape),), None, args.caps))
+        return [x]
 
-
-def _reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
-    x = args[0]
-    for op, step_attrs, _ in attrs["steps"]:
-        (x,) = _record(op).reference(dict(step_attrs), [x])
-    return [x]
-
-
-def _compute(args: ComputeArgs) -> list[Tensor]:
-    x = args.inputs[0]
-    for op, step_attrs, shape in args.attrs["steps"]:
-        (x,) = _record(op).compute(ComputeArgs(dict(step_attrs), (x,), (tuple(shape),), None, args.caps))
-    return [x]
-
-
-RECORDS: tuple[OpDef, ...] = (
-    OpDef(Op.COPY_CHAIN, OpKind.INJECTIVE, _shape, _reference, _compute, on_output(transform.schedule_injective)),
-)
+    return (OpDef(Op.COPY_CHAIN, OpKind.INJECTIVE, shape, reference, compute, on_output(transform.schedule_injective)),)

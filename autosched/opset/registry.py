@@ -39,7 +39,8 @@ def _by_onnx_type(records: Iterable[OpDef]) -> dict[str, Converter]:
 #: graph op -> its record, every op of the IR's vocabulary
 OPS: Mapping[Op, OpDef] = _by_op((*elementwise.RECORDS, *activation.RECORDS, *logic.RECORDS, *conv.RECORDS,
                                   *matmul.RECORDS, *pool.RECORDS, *norm.RECORDS, *reduce.RECORDS, *transform.RECORDS,
-                                  *layout.RECORDS, *resize.RECORDS, *chain.RECORDS))
+                                  *layout.RECORDS, *resize.RECORDS,
+                                  *chain.chain_records(lambda op: lookup(op))))  # `lookup` is defined below
 
 #: ONNX op type -> the converter that imports it as a graph op
 IMPORTERS: Mapping[str, Converter] = _by_onnx_type(OPS.values())
