@@ -203,6 +203,16 @@ def test_a_head_of_fewer_channels_than_a_vector_computes_one_vector(lanes, oc):
     assert pad_channels(narrow, lanes) is narrow
 
 
+def test_a_narrow_convolution_read_by_another_is_no_head():
+    """A squeeze to 8 channels read by a 3x3 convolution: padded to 16, the padding would
+    double that convolution's work too, so neither is padded."""
+    b = GraphBuilder("squeeze")
+    y = b.node(Op.RELU, [_conv(b, b.input("x", (1, 32, 6, 6)), 8, name="squeeze")])
+    b.output(_conv(b, y, 32, k=3, name="expand"))
+    graph = optimize(b.build())
+    assert pad_channels(graph, 16) is graph
+
+
 @pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
 def test_a_padded_head_builds_and_matches_the_reference(target, tmp_path):
     built_matches_reference(_head(oc=3), tmp_path / "head.so", target, seed=2, atol=1e-5)

@@ -111,9 +111,12 @@ def pad_channels(graph: Graph, lanes: int) -> Graph:
         if node.name in plan.seeds:
             g = plan.group(node.outputs[0])
             work[g] = work.get(g, 0) + graph.values[node.outputs[0]].size * math.prod(graph.values[node.inputs[1]].shape[1:])
-            if _head(graph, node, lanes):
+            if _head(graph, node, lanes) and plan.seeds[node.name] - graph.values[node.outputs[0]].shape[1] > plan.seeds[node.name] * MAX_WASTE:
                 heads.add(g)
-    accepted = {g for g in work if g in heads or sliced.get(g, 0) <= MAX_SLICED * work[g]}
+    absorbed = {plan.group(v) for v in plan.absorbs.values()}
+    # a head's padding may waste more than MAX_WASTE, but only up to the slice of its output:
+    # a convolution absorbing it would do as much more work
+    accepted = {g for g in work if (g not in absorbed if g in heads else sliced.get(g, 0) <= MAX_SLICED * work[g])}
     if not accepted:
         return graph
 
