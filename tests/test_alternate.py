@@ -44,6 +44,21 @@ def test_a_first_run_longer_than_the_rest_is_made_up_by_more_rounds():
     assert sum(times[0]) >= 0.05 and sum(times[1]) >= 0.05
 
 
+def test_a_first_run_far_longer_than_the_rest_costs_one_top_up_round_not_hundreds():
+    """A first run 100x the rest scaled the blocks to a hundredth of what the minimum needs;
+    the top-up round is sized by the runs' mean, so settling happens a few times, not once per
+    block of the first scale (200 rounds of 0.15 s settling made a 10 us model's check take 60 s)."""
+    calls = []
+
+    def run() -> None:
+        calls.append(1)
+        time.sleep(0.1 if len(calls) == 1 else 0.001)
+    times = alternate([run], runs=4, block=2, settle_s=0.0, min_seconds=0.2)
+    assert sum(times[0]) >= 0.2 and len(times[0]) % 2 == 0
+    rounds = len(calls) - len(times[0])  # one settling run before each block or round
+    assert rounds <= 6
+
+
 def test_slow_runners_keep_the_runs_asked_for():
     (_, a), (_, b) = counting(0.01), counting(0.01)
     times = alternate([a, b], runs=4, block=2, settle_s=0.0, min_seconds=0.02)

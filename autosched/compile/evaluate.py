@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -210,7 +211,12 @@ def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: in
         runs, block = int(runs * scale), int(block * scale)
     times: list[list[float]] = [[] for _ in runners]
     while len(times[0]) < runs or min(sum(out) for out in times) < min_seconds:
-        n = min(block, runs - len(times[0])) if len(times[0]) < runs else block
+        # topping up, one round of as many blocks as the shortest runner still needs by its mean:
+        # a first run 100x slower than the rest (cold caches, page faults) scaled the blocks of
+        # a 10 us model to 0.5 ms of timing each, and 200 rounds of settling took 60 s
+        n = (min(block, runs - len(times[0])) if len(times[0]) < runs else
+             block * max(1, max(math.ceil((min_seconds - sum(out)) * len(out) / max(sum(out), 1e-9) / block)
+                                for out in times)))
         for run, out in zip(runners, times):
             _settle(run, settle_s)
             for _ in range(n):
