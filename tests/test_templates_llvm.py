@@ -327,6 +327,20 @@ def test_intel_avx512_fallback_blocks_the_reduction_of_a_wide_deep_matmul():
         assert_matches_reference(task, *template.apply(task, config, AVX512), AVX512)
 
 
+def test_intel_avx512_fallback_shifts_the_last_row_tile_of_the_wide_tile():
+    """20 rows, which 8 does not divide, of a wide deep product on Intel's AVX-512 cores: the
+    8 x 48 tile reads A in place, its last row tile moved back over rows the one before computed
+    (it fell back to 8 x 32 over the whole reduction: Mixer-B's 196 x 512 . 512 x 2048 ran 1.15x
+    slower so); no padded copy of A, and numpy's answer."""
+    task = matmul_task((20, 384), (384, 256))
+    template = get_template("MatMul", "llvm")
+    config = template.fallback(task, AVX512)
+    assert (config["mr"], config["nr"], tuple(config["tile_k"]), config["pack_a"]) == (8, 48, (3, 32, 4), False)
+    assert "a_rows" not in source(*template.apply(task, config, AVX512), "k", AVX512)
+    if "avx512f" in HOST.capabilities.flags:
+        assert_matches_reference(task, *template.apply(task, config, AVX512), AVX512)
+
+
 def test_a_product_of_rows_no_tile_divides_reads_a_in_place():
     """197 tokens (ViT's): attention's softmax(QKᵀ)·V has one column panel of 64, where packing A
     would copy it for nothing, and reads it in place in 6-row tiles; with AVX-512's 32 registers
