@@ -124,19 +124,47 @@ def test_a_config_its_kernel_judged_a_win_is_built_and_not_judged_again_by_the_w
         mlp_model, tmp_path, monkeypatch):
     """The kernels' times are made up here (the machine decides them otherwise): the 2nd fastest
     config alone is 20% faster than the default in the model, the 1st 5% slower than it. The 2nd
-    is built, the 1st is kept out, and no A/B test of the whole model weighs the task again."""
+    is built, the 1st is kept out, and no A/B test of the whole model weighs the task again, nor
+    does the whole model's time within noise of the untuned build's."""
     target, graph, tasks, task, slow, default, db = _lying_record(mlp_model, tmp_path)
     second = next(c for c in map(template_space(task, target).get, range(1, 50)) if c.index != default.index)
     db.commit([_record(task, target, second, 2e-6)])
     monkeypatch.setattr(model_check, "_kernel_seconds", lambda feeds, models, rounds, runs: [
         {task.key: 100e-6}, {task.key: 105e-6}, {task.key: 80e-6}][:len(models)])
+    # the whole model 3% slower with it: within noise
+    monkeypatch.setattr(model_check._Builds, "time", lambda builds, a, b, runs: (1.0, 1.03))
     check = check_in_model(graph, tasks, target, db, runs=4, threads=1, ab_tasks=3)
     [kernel] = check.kernels
-    assert kernel.verdicts == (False, True) and kernel.chosen == 1
+    assert kernel.verdicts == (False, True) and kernel.chosen == 1 and check.declined == 0
     assert task.key not in {v.task for v in check.tested}
     schedules = TunedSchedules(db)
     schedules(task, target)
     assert schedules.used[task.key].config.index == second.index
+
+
+def test_wins_that_do_not_add_up_in_the_model_are_declined_too(mlp_model, tmp_path, monkeypatch):
+    """The kernels' and the builds' times are made up here: the task's 2nd config wins kernel by
+    kernel, but the tuned build times 20% slower than the untuned one (beyond noise) with it.
+    The check declines it too, and the build it leaves is the untuned one."""
+    target, graph, tasks, task, slow, default, db = _lying_record(mlp_model, tmp_path)
+    second = next(c for c in map(template_space(task, target).get, range(1, 50)) if c.index != default.index)
+    db.commit([_record(task, target, second, 2e-6)])
+    monkeypatch.setattr(model_check, "_kernel_seconds", lambda feeds, models, rounds, runs: [
+        {task.key: 100e-6}, {task.key: 105e-6}, {task.key: 80e-6}][:len(models)])
+
+    def timed(builds, a, b, runs):
+        schedules = TunedSchedules(db)
+        schedules(task, target)
+        slower = a is builds.models[0] and task.key in schedules.used
+        return (1.0, 1.2) if slower else (1.0, 1.0)
+    monkeypatch.setattr(model_check._Builds, "time", timed)
+    check = check_in_model(graph, tasks, target, db, runs=4, threads=1, ab_tasks=3)
+    assert check.kernels[0].chosen == 1 and check.declined >= 1
+    assert verdict_of(db, task, target, second).wins is False
+    assert (check.untuned_ms, check.tuned_ms) == (1.0, 1.0)
+    schedules = TunedSchedules(db)
+    schedules(task, target)
+    assert task.key not in schedules.used
 
 
 def template_space(task, target):
