@@ -37,7 +37,7 @@ from autosched.database.model_times import context_factors
 from autosched.errors import AutoschedError, TuneInterrupted
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.ir import Graph
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize_for
 from autosched.measure import Builder, Runner
 from autosched.measure.caches import model_caches
 from autosched.model_check import SHORTLIST, ModelCheck, check_in_model
@@ -93,7 +93,7 @@ def model_tasks(model: PathLike, target: Target | str = "llvm",
     planned for the target, as `build_model` does)."""
     target = Target.parse(target) if isinstance(target, str) else target
     graph, _ = prepare_graph(model, target, shapes, substitutions=substitutions, db=db, shipped=shipped)
-    return graph, list(extract_tasks(optimize(graph, target.layout_lanes, target.gpu_blocks)).tasks)
+    return graph, list(extract_tasks(optimize_for(graph, target)).tasks)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from autosched.graph.passes import (
     eliminate_dead_code,
     fold_batchnorm,
     fold_constants,
-    optimize,
+    optimize_for,
     remove_identity,
 )
 from autosched.graph.passes.substitute import SearchTimeout, search
@@ -161,7 +161,7 @@ def substitute(graph: Graph, target: Target, db: Database | None = None, rules: 
         log.warning("%s; substitutions are off", e)
         return graph, SubstitutionReport(note=f"off ({e})")
     start = prepare(graph)
-    cost = GraphCost(target, db, lambda g: optimize(g, target.layout_lanes, target.gpu_blocks), fallback)
+    cost = GraphCost(target, db, lambda g: optimize_for(g, target), fallback)
     try:
         result = search(start, directed, cost, alpha, budget_s, extra=pet.rewrites if partial else None)
     except SearchTimeout as e:

@@ -38,6 +38,7 @@ class CpuInfo:
     machine: str = "x86_64"
     cache_bytes: tuple[int | None, int | None, int | None] = (None, None, None)
     vendor: str | None = None  # "intel" or "amd" (cpuinfo's vendor_id)
+    family: int | None = None  # cpuinfo's "cpu family" (AMD's 25: Zen 3 and 4; 26: Zen 5)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ class CpuCapabilities:
     #: "intel" or "amd" (None: unknown): whose cores the code runs on. A few defaults measured on
     #: one vendor's cores depend on it; the ISA class, and so which records apply, never does
     vendor: str | None = None
+    #: gcc's -march name of the core design ("znver5") where a default depends on more than the
+    #: vendor (None: not known). AMD's Zen 4 executes a 512-bit operation as two 256-bit halves,
+    #: Zen 5 at full width, so on Zen 5 a half-width vector does half a full one's work per
+    #: instruction and padding to whole vectors pays more (`pad_channels.max_waste`)
+    core: str | None = None
 
     def lanes(self, dtype_bytes: int) -> int:
         """Elements of a `dtype_bytes`-wide type in one vector register."""
@@ -142,8 +148,9 @@ def read_cpuinfo(path: str | os.PathLike[str] = "/proc/cpuinfo") -> CpuInfo:
     flags = fields.get("flags") or fields.get("Features") or ""
     machine = "aarch64" if "asimd" in flags.split() else platform.machine()
     vendor = _VENDOR_IDS.get(fields.get("vendor_id", ""))
+    family = fields.get("cpu family", "")
     return CpuInfo(model=model, flags=frozenset(flags.split()), machine=machine, cache_bytes=read_cache_sizes(),
-                   vendor=vendor)
+                   vendor=vendor, family=int(family) if family.isdigit() else None)
 
 
 _VENDOR_IDS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
@@ -185,6 +192,20 @@ _ARM_MACHINES = ("aarch64", "arm64")
 #: flag -> prefixes of the flags that need it
 _DEPENDENTS = {"avx": ("avx2", "fma", "f16c", "avx512", "avx_vnni", "amx"), "avx2": ("avx512", "avx_vnni", "amx"),
                "avx512f": ("avx512", "amx")}
+
+
+#: AMD's cpuinfo families -> gcc's name of their core (25 is Zen 3 or, with AVX-512, Zen 4)
+_AMD_FAMILIES = {23: "znver2", 25: "znver3", 26: "znver5"}
+
+
+def cpu_core(mcpu: str | None, host: CpuInfo) -> str | None:
+    """The core design an -mcpu names, or the host's where it names none (AMD's only: their
+    families tell the cores apart; an Intel host's family does not)."""
+    if mcpu and mcpu != "native":
+        return mcpu
+    if host.vendor != "amd" or host.family not in _AMD_FAMILIES:
+        return None
+    return "znver4" if host.family == 25 and "avx512f" in host.flags else _AMD_FAMILIES[host.family]
 
 
 def _cpu_option(machine: str) -> str:
@@ -265,7 +286,8 @@ def _describe_llvm(options: Mapping[str, str], host: CpuInfo | None) -> tuple[st
     parts += [f"{k}={v}" for k, v in sorted(options.items())]
     fma = "fma" in flags or "avx512f" in flags or isa.startswith("aarch64")
     caps = CpuCapabilities(vector_bytes=width, vector_registers=registers, isa=isa, flags=flags, cflags=cflags,
-                           fma=fma, cache_bytes=host.cache_bytes, vendor=cpu_vendor(mcpu, host))
+                           fma=fma, cache_bytes=host.cache_bytes, vendor=cpu_vendor(mcpu, host),
+                           core=cpu_core(mcpu, host))
     return "|".join(parts), caps
 
 

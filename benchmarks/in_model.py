@@ -36,7 +36,7 @@ from autosched import zoo
 from autosched.compile.evaluate import sample_inputs
 from autosched.compile.model import build_model, default_kernel
 from autosched.frontend.onnx import load_onnx
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize_for
 from autosched.measure import MeasureInput, measure_with
 from autosched.measure.caches import CACHE_MODES as MODES
 from autosched.measure.caches import llc_bytes
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
             zoo.save_zoo(workdir)
             path = workdir / ("mlp.onnx" if args.quick else "resnet18.onnx")
         graph = load_onnx(path)
-        tasks = tunable(extract_tasks(optimize(graph, target.layout_lanes)).tasks, target)[0]
+        tasks = tunable(extract_tasks(optimize_for(graph, target)).tasks, target)[0]
         untuned = in_model_ms(graph, target, tasks[0], None, workdir, "untuned", args.threads)
         total = sum(t.weight * untuned.get(t.key, 0.0) for t in tasks)
         ranked = sorted(tasks, key=lambda t: -t.weight * untuned.get(t.key, 0.0))[:n_tasks]

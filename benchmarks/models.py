@@ -32,7 +32,7 @@ from autosched.compile.evaluate import compare, latencies, onnxruntime_session, 
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
 from autosched.frontend.onnx import load_onnx
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize_for
 from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import extract_tasks
@@ -78,7 +78,7 @@ def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database 
                 baseline: Path | None = None, min_seconds: float = 0.0) -> dict:
     path = workdir / f"{name}.onnx"
     graph = load_onnx(path)
-    tasks = extract_tasks(optimize(graph, Target.parse("llvm").layout_lanes))
+    tasks = extract_tasks(optimize_for(graph, Target.parse("llvm")))
     session = onnxruntime_session(path, threads)
     feeds = sample_inputs(graph, 0)
     libraries = [build_model(graph, workdir / f"{name}.so").library]

@@ -45,7 +45,7 @@ from autosched.compile.model import kernel_as_built  # noqa: E402
 from autosched.frontend.onnx import import_model  # noqa: E402
 from autosched.graph.builder import GraphBuilder  # noqa: E402
 from autosched.graph.ir import Op  # noqa: E402
-from autosched.graph.passes import optimize  # noqa: E402
+from autosched.graph.passes import optimize_for  # noqa: E402
 from autosched.lower import lower  # noqa: E402
 from autosched.measure import Builder, BuildResult, MeasureInput, MeasureResult, Runner, measure_with  # noqa: E402
 from autosched.measure.fold import constant_inputs  # noqa: E402
@@ -71,7 +71,7 @@ def matmul_task(n: int = 1024) -> Task:
 
 def resnet_conv_task() -> Task:
     """ResNet-18's 64-channel 3×3 convolution + ReLU, as the build for this host runs it (in channel blocks)."""
-    graph = optimize(import_model(zoo.resnet18(), source="resnet18"), Target.parse("llvm").layout_lanes)
+    graph = optimize_for(import_model(zoo.resnet18(), source="resnet18"), Target.parse("llvm"))
     return next(t for t in extract_tasks(graph).tasks if t.op == "ConvNCHWc" and t.shapes[1] == (64, 64, 3, 3)
                 and len(t.shapes[0]) == 5 and [e.op for e in t.epilogue] == ["Relu"])
 

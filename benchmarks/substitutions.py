@@ -43,7 +43,7 @@ from autosched.compile.evaluate import alternate, compare, onnxruntime_session, 
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
 from autosched.graph.ir import Graph, Op
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize_for
 from autosched.graph.substitutions import pet
 from autosched.graph.substitutions.generate import generate
 from autosched.graph.substitutions.rules import SHIPPED
@@ -116,7 +116,7 @@ def pet_figures(graph: Graph, target: Target, costed: int) -> dict | None:
     time with and without it (task costs as a first build sees them); `costed`: the corrected
     transformations the search costed. None: no convolution is cut."""
     graph = prepare(graph)
-    finish = functools.partial(optimize, layout_lanes=target.layout_lanes, gpu_blocks=target.gpu_blocks)
+    finish = functools.partial(optimize_for, target=target)
     flops = extract_tasks(finish(graph)).total_flops
     convs = sorted((n for n in graph.nodes if n.op is Op.CONV), key=lambda n: -graph.values[n.outputs[0]].size
                    * math.prod(graph.values[n.inputs[1]].shape[1:]))
@@ -133,7 +133,7 @@ def pet_figures(graph: Graph, target: Target, costed: int) -> dict | None:
 
 def _calls(graph: Graph, target: Target) -> int:
     """Kernel calls a build of the graph makes: one per fused group."""
-    return len(extract_tasks(optimize(graph, target.layout_lanes)).groups)
+    return len(extract_tasks(optimize_for(graph, target)).groups)
 
 
 def main(argv: list[str] | None = None) -> dict:

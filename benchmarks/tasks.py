@@ -30,7 +30,7 @@ from autosched import zoo  # noqa: E402
 from autosched.compile.model import default_kernel, kernel_as_built, library_kernel, weight_positions  # noqa: E402
 from autosched.database import Database, TunedSchedules, best  # noqa: E402
 from autosched.frontend.onnx import import_model, load_onnx  # noqa: E402
-from autosched.graph.passes import optimize  # noqa: E402
+from autosched.graph.passes import optimize_for  # noqa: E402
 from autosched.target import Target  # noqa: E402
 from autosched.task import Task, extract_tasks  # noqa: E402
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
     target = Target.parse(args.target)
     source = load_onnx(args.model) if args.model else import_model(zoo.mlp(), source="mlp")
     name = args.model.name if args.model else "mlp.onnx"
-    graph = optimize(source, target.layout_lanes)
+    graph = optimize_for(source, target)
     taskset = extract_tasks(graph)
     tasks, weights = taskset.tasks, weight_positions(graph, taskset)
     db = Database(args.db) if args.db else None

@@ -40,7 +40,7 @@ from autosched.backend import renderer_for  # noqa: E402
 from autosched.codegen.gcc import compile_c, target_flags  # noqa: E402
 from autosched.compile.kernel import build_kernel  # noqa: E402
 from autosched.frontend.onnx import import_model, load_onnx  # noqa: E402
-from autosched.graph.passes import optimize  # noqa: E402
+from autosched.graph.passes import optimize_for  # noqa: E402
 from autosched.measure.fold import fold_weights  # noqa: E402
 from autosched.runtime import Kernel  # noqa: E402
 from autosched.target import Target  # noqa: E402
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     model_name = args.model.name if args.model else "resnet18.onnx"
     rows = []
     # the tasks the build runs: with layout planning, ConvNCHWc
-    for task in extract_tasks(optimize(source, target.layout_lanes)).tasks:
+    for task in extract_tasks(optimize_for(source, target)).tasks:
         if args.quick and rows:
             break
         if task.op not in ("Conv", "ConvNCHWc"):

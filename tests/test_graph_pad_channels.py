@@ -10,7 +10,12 @@ from isa import RUN_TARGETS
 
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
-from autosched.graph.passes import optimize, pad_channels, plan_layout
+from autosched.graph.passes import optimize, optimize_for, pad_channels, plan_layout
+from autosched.graph.passes.pad_channels import FULL_WIDTH_WASTE, max_waste
+from autosched.target import CpuCapabilities, CpuInfo, Target
+
+ZEN5_CORES = CpuCapabilities(64, 32, "x86_64-avx512", frozenset({"avx512f"}), (), vendor="amd", core="znver5")
+ZEN4_CORES = CpuCapabilities(64, 32, "x86_64-avx512", frozenset({"avx512f"}), (), vendor="amd", core="znver4")
 
 RNG = np.random.default_rng(3)
 
@@ -179,6 +184,25 @@ def test_convolutions_that_fill_vectors_or_would_waste_too_much_are_left_alone()
     b.output(_conv(b, y, 40, k=3, group=40, name="depthwise"))
     graph = optimize(b.build())
     assert pad_channels(graph, 16) is graph
+
+
+def _wasteful_chain():
+    """40-channel projections (EfficientNet's) between convolutions of whole vectors."""
+    b = GraphBuilder("projections")
+    x = b.input("x", (1, 16, 4, 4))
+    b.output(_conv(b, _conv(b, _conv(b, x, 256, name="expand"), 40, name="project"), 256, name="next"))
+    return b.build()
+
+
+def test_cores_that_run_full_vectors_at_full_width_pad_a_sixth():
+    """On Zen 5 a block of 8 channels runs half a 512-bit FMA's work per instruction, and 40 -> 48
+    pays; on Zen 4 (two halves per 512-bit op) and Intel's cores the limit stays `MAX_WASTE`."""
+    graph = optimize(_wasteful_chain())
+    assert _conv_channels(pad_channels(graph, 16, max_waste(ZEN5_CORES))) == [256, 48, 256]
+    assert pad_channels(graph, 16, max_waste(ZEN4_CORES)) is graph
+    zen5 = Target.parse("llvm", host=CpuInfo("AMD EPYC", frozenset({"avx2", "fma", "avx512f"}), vendor="amd", family=26))
+    assert [n.attrs["out_block"] for n in optimize_for(_wasteful_chain(), zen5).nodes if n.op is Op.CONV_NCHWC] == [16] * 3
+    same_results(graph, pad_channels(graph, 16, FULL_WIDTH_WASTE))
 
 
 def _head(oc=9, ic=32):

@@ -8,7 +8,7 @@ from isa import RUN_TARGETS
 
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize, optimize_for
 from autosched.task import extract_tasks
 from autosched.templates import get_template
 
@@ -78,6 +78,6 @@ def test_a_residual_add_stays_after_the_phases_are_put_back():
 def test_the_build_matches_the_dilated_convolution_and_its_fallback_is_winograd(target, tmp_path):
     graph = _dilated()
     built_matches_reference(graph, tmp_path / "dilated.so", target)
-    tasks = extract_tasks(optimize(graph, target.layout_lanes)).tasks
+    tasks = extract_tasks(optimize_for(graph, target)).tasks
     task = next(t for t in tasks if t.op == "ConvNCHWc" and t.shapes[0][0] == 4)
     assert get_template("ConvNCHWc", "llvm").fallback(task, target)["algorithm"] != "direct"

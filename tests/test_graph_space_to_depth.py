@@ -8,7 +8,7 @@ from isa import RUN_TARGETS
 
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize, optimize_for
 from autosched.graph.passes.space_to_depth import phase_weights
 from autosched.task import extract_tasks
 from autosched.templates import get_template
@@ -96,7 +96,7 @@ def test_after_a_dilated_convolution_over_phases_no_phase_is_moved_twice():
 def test_the_build_matches_the_strided_convolution_and_its_fallback_is_winograd(target, tmp_path):
     graph = _strided()
     built_matches_reference(graph, tmp_path / "strided.so", target)
-    tasks = extract_tasks(optimize(graph, target.layout_lanes)).tasks
+    tasks = extract_tasks(optimize_for(graph, target)).tasks
     (task,) = [t for t in tasks if t.op == "ConvNCHWc"]
     assert tuple(task.shapes[1]) == (32, 64, 3, 3)
     assert get_template("ConvNCHWc", "llvm").fallback(task, target)["algorithm"] != "direct"

@@ -10,7 +10,7 @@ from isa import RUN_TARGETS
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.layout import convert, to_blocked, to_plain
-from autosched.graph.passes import optimize, plan_layout
+from autosched.graph.passes import optimize, optimize_for, plan_layout
 from autosched.graph.passes.layout import channel_block
 from autosched.graph.reference import random_inputs, run_graph
 
@@ -276,7 +276,7 @@ def test_resizes_of_blocked_tensors_stay_in_blocks(target, tmp_path):
     from autosched.frontend.onnx import load_onnx
 
     graph = load_onnx(_upsampling_onnx(tmp_path / "up.onnx"))
-    planned = optimize(graph, target.layout_lanes)
+    planned = optimize_for(graph, target)
     assert [n.op for n in planned.nodes].count(Op.RESIZE) == 2
     assert all("@nchw" in n.inputs[0] for n in planned.nodes if n.op is Op.RESIZE)  # the blocked copies
     transforms = [n for n in planned.nodes if n.op is Op.LAYOUT_TRANSFORM]

@@ -12,7 +12,7 @@ from autosched.database import Database, TunedSchedules
 from autosched.database.queries import fastest
 from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, losers, record_verdict, verdict_of
 from autosched.frontend.onnx import load_onnx
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize_for
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult
 from autosched.model_check import check_in_model, judge, kernel_verdicts
 from autosched.target import CpuInfo, Target
@@ -74,7 +74,7 @@ def _lying_record(mlp_model, tmp_path):
     """The MLP's largest task with a 1×(one vector) register tile recorded 100× faster than its default."""
     target = Target.parse("llvm")
     graph = load_onnx(mlp_model)
-    tasks = extract_tasks(optimize(graph, target.layout_lanes)).tasks
+    tasks = extract_tasks(optimize_for(graph, target)).tasks
     task = max(tasks, key=lambda t: t.flops)
     template = get_template(task.op, target.kind)
     slow, default = template.space(task, target).get(0), template.fallback(task, target)

@@ -17,7 +17,7 @@ from autosched import zoo
 from autosched.cli import main
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize, optimize_for
 from autosched.graph.passes.substitute import search
 from autosched.graph.substitutions.apply import Matcher, apply, directions
 from autosched.graph.substitutions.rules import SHIPPED, Rule, load_rules
@@ -143,7 +143,7 @@ def test_exported_linear_projections_merge_into_one_gemm_read_in_place():
     graph = _linear_qkv()
     rewritten, report = substitute(graph, LLVM)
     assert len(report.applied) == 2 and all(r.startswith("linear-") for r in report.applied), report.summary()
-    tasks = extract_tasks(optimize(rewritten, LLVM.layout_lanes)).tasks
+    tasks = extract_tasks(optimize_for(rewritten, LLVM)).tasks
     assert [t.shapes for t in tasks if t.op == "Gemm"] == [((32, 48), (144, 48), (144,))]
     assert "Split" not in [t.op for t in tasks]
     same_results(graph, rewritten)
@@ -159,13 +159,13 @@ def test_the_graph_a_tune_measured_is_the_graph_built(tmp_path):
     assert report.applied and not report.tuned
     db = Database(tmp_path / "t.db")
     try:
-        tuned = extract_tasks(optimize(prepare(graph), LLVM.layout_lanes)).tasks
+        tuned = extract_tasks(optimize_for(prepare(graph), LLVM)).tasks
         db.start_session("qkv.onnx", LLVM, 100, tasks_digest(t.key for t in tuned))
         kept, report = substitute(graph, LLVM, db)
         assert not report.applied and report.tuned and "the graph a tune in the database measured" in report.summary()
-        assert [t.key for t in extract_tasks(optimize(kept, LLVM.layout_lanes)).tasks] == [t.key for t in tuned]
+        assert [t.key for t in extract_tasks(optimize_for(kept, LLVM)).tasks] == [t.key for t in tuned]
         db.start_session("qkv.onnx", LLVM, 100, tasks_digest(  # a later tune of the merged graph wins
-            t.key for t in extract_tasks(optimize(merged, LLVM.layout_lanes)).tasks))
+            t.key for t in extract_tasks(optimize_for(merged, LLVM)).tasks))
         again, report = substitute(graph, LLVM, db)
         assert report.applied and report.tuned
     finally:
@@ -181,7 +181,7 @@ def test_bert_projections_merge_into_one_matmul_whose_parts_are_read_in_place(tm
     path.write_bytes(zoo.bert_layer(seq=16, hidden=64, heads=4).SerializeToString())
     graph, report = substitute(_load(path), LLVM)
     assert len(report.applied) == 2 and all(r.startswith("dense-") for r in report.applied), report.summary()
-    tasks = extract_tasks(optimize(graph, LLVM.layout_lanes, LLVM.gpu_blocks)).tasks
+    tasks = extract_tasks(optimize_for(graph, LLVM)).tasks
     assert ((1, 16, 64), (64, 192)) in [t.shapes for t in tasks if t.op == "MatMul"]
     assert "Split" not in [t.op for t in tasks]
     slices = [step for t in tasks for view in operand_views(t.attrs) for step in view if step[0] == "slice"]
@@ -204,11 +204,11 @@ def test_a_scaled_query_moves_onto_its_product_and_the_qkv_copy_goes(tmp_path, c
     assert report.applied == ("attention-0002", "attention-0002"), report.summary()
 
     def copies(g):
-        tasks = extract_tasks(optimize(g, LLVM.layout_lanes)).tasks
+        tasks = extract_tasks(optimize_for(g, LLVM)).tasks
         return [t for t in tasks if t.op == "Mul" or dict(t.attrs).get("perm") == (2, 0, 3, 1, 4)]
 
     assert len(copies(prepare(graph))) == 2 and not copies(rewritten)
-    scores = [t for t in extract_tasks(optimize(rewritten, LLVM.layout_lanes)).tasks
+    scores = [t for t in extract_tasks(optimize_for(rewritten, LLVM)).tasks
               if t.op == "MatMul" and t.out_shapes[0][-2:] == (49, 49)]
     assert scores and all([e.op for e in t.epilogue][:2] == ["Mul", "Add"] for t in scores)
     same_results(graph, rewritten)
@@ -285,17 +285,17 @@ def test_a_task_costs_its_best_record_in_the_database_else_its_roofline(fire_pat
     from db_helpers import HERE, measured
 
     from autosched.database import Database
-    from autosched.graph.passes import optimize
+    from autosched.graph.passes import optimize_for
     from autosched.graph_cost import GraphCost, roofline
     from autosched.task import extract_tasks
 
     graph = _load(fire_path)
-    tasks = extract_tasks(optimize(graph, HERE.layout_lanes)).tasks
+    tasks = extract_tasks(optimize_for(graph, HERE)).tasks
     # tunable ones first (the input's conversion into blocks is a task too)
     tasks = sorted(tasks, key=lambda t: t.op != "ConvNCHWc")
     db = Database(str(tmp_path / "tuning.db"))
     db.commit(measured(tasks[0], HERE, [7e-3, 5e-3]))
-    cost = GraphCost(HERE, db, lambda g: optimize(g, HERE.layout_lanes))
+    cost = GraphCost(HERE, db, lambda g: optimize_for(g, HERE))
     total = cost(graph)
     # the estimates are scaled by how much slower than its roofline the measured task ran
     scale = 5e-3 / roofline(tasks[0], HERE)
@@ -309,7 +309,7 @@ def test_a_task_costs_its_best_record_in_the_database_else_its_roofline(fire_pat
     shipped = Database("sqlite://")
     shipped.commit(measured(tasks[0], HERE, [1e-3]))
     shipped.commit(measured(tasks[1], HERE, [2e-3]))
-    with_shipped = GraphCost(HERE, db, lambda g: optimize(g, HERE.layout_lanes), shipped)
+    with_shipped = GraphCost(HERE, db, lambda g: optimize_for(g, HERE), shipped)
     assert with_shipped(graph) == pytest.approx(
         5e-3 + 2e-3 + (7e-3 / (roofline(tasks[0], HERE) + roofline(tasks[1], HERE)))
         * sum(roofline(t, HERE) for t in tasks[2:]))
@@ -324,7 +324,7 @@ def test_after_tuning_the_rewritten_graph_it_is_still_the_one_built(fire_path, t
     from db_helpers import HERE, measured
 
     from autosched.database import Database
-    from autosched.graph.passes import optimize
+    from autosched.graph.passes import optimize_for
     from autosched.graph_cost import roofline
     from autosched.task import extract_tasks
 
@@ -332,7 +332,7 @@ def test_after_tuning_the_rewritten_graph_it_is_still_the_one_built(fire_path, t
     rewritten, report = substitute(graph, HERE)
     assert report.applied
     db = Database(str(tmp_path / "tuning.db"))
-    for task in extract_tasks(optimize(rewritten, HERE.layout_lanes)).tasks:
+    for task in extract_tasks(optimize_for(rewritten, HERE)).tasks:
         if task.op == "ConvNCHWc":  # the tuned tasks (the layout conversion has no template)
             db.commit(measured(task, HERE, [1000 * roofline(task, HERE)]))
     again, tuned = substitute(graph, HERE, db)
@@ -350,7 +350,6 @@ def test_a_rewrite_is_not_kept_for_trading_a_task_measured_slow_for_an_unmeasure
 
     from autosched.database import Database
     from autosched.frontend.onnx import load_onnx
-    from autosched.graph.passes import optimize
     from autosched.task import extract_tasks
     from autosched.zoo import mlp
 
@@ -383,7 +382,7 @@ def test_a_roofline_counts_the_bytes_a_view_reads():
         if split:
             x = b.node(Op.SPLIT, [x], outputs=2, axis=2, split=(256, width - 256))
         b.output(b.node(Op.MATMUL, [b.input("y", (1, 256, 64)), x]))
-        return extract_tasks(optimize(b.build(), LLVM.layout_lanes)).tasks[0]
+        return extract_tasks(optimize_for(b.build(), LLVM)).tasks[0]
 
     whole, part = task(256, False), task(768, True)
     assert part.shapes[1] == (1, 64, 768) and operand_views(part.attrs)[1]
@@ -424,7 +423,7 @@ def test_an_inception_blocks_1x1_branches_merge_split_and_concatenate_in_place(t
     graph = _load(path)
     rewritten, report = substitute(graph, LLVM)
     assert report.applied and all(r.startswith("pointwise-") for r in report.applied), report.summary()
-    tasks = extract_tasks(optimize(rewritten, LLVM.layout_lanes)).tasks
+    tasks = extract_tasks(optimize_for(rewritten, LLVM)).tasks
     pointwise = sorted(t.shapes[1][0] for t in tasks if t.op == "ConvNCHWc" and t.shapes[1][2:] == (1, 1))
     assert pointwise == [32, 64, 112]  # the pool branch's, the 64-channel branch's, and 96 + 16 merged
     assert not {"Split", "Concat"} & {t.op for t in tasks}

@@ -148,3 +148,23 @@ def test_the_vendor_of_the_cores_comes_from_mcpu_else_from_the_host():
     assert Target.parse("llvm -mcpu=x86-64-v4", host=amd).capabilities.vendor is None
     assert Target.parse("llvm", host=ZEN5).capabilities.vendor is None  # no vendor_id read
     assert Target.parse("llvm -mcpu=skylake-avx512", host=amd).isa == Target.parse("llvm", host=amd).isa
+
+
+def test_the_core_comes_from_mcpu_else_from_an_amd_hosts_family():
+    """Zen 4 and Zen 5 share the ISA class and the vendor; cpuinfo's family (25 with AVX-512:
+    Zen 4, 26: Zen 5) tells them apart, and a named -mcpu wins over the host."""
+    def host(family, flags=ZEN5.flags, vendor="amd"):
+        return CpuInfo("AMD EPYC", flags, vendor=vendor, family=family)
+    assert Target.parse("llvm", host=host(26)).capabilities.core == "znver5"
+    assert Target.parse("llvm", host=host(25)).capabilities.core == "znver4"
+    assert Target.parse("llvm", host=host(25, HASWELL.flags)).capabilities.core == "znver3"
+    assert Target.parse("llvm -mcpu=znver3", host=host(26)).capabilities.core == "znver3"
+    assert Target.parse("llvm", host=host(6, vendor="intel")).capabilities.core is None
+    assert Target.parse("llvm", host=host(None)).capabilities.core is None
+
+
+def test_cpuinfo_gives_the_family(tmp_path):
+    (tmp_path / "cpuinfo").write_text("vendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+                                      "model name\t: AMD EPYC\nflags\t\t: avx2 avx512f\n\n")
+    info = read_cpuinfo(tmp_path / "cpuinfo")
+    assert (info.vendor, info.family) == ("amd", 26)

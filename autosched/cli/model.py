@@ -14,7 +14,7 @@ from autosched.cli.report import write_report
 from autosched.compile.evaluate import KernelTime, compare, kernel_times, latency, onnxruntime_session, sample_inputs
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize_for
 from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import TaskSet, extract_tasks
@@ -29,7 +29,7 @@ def tasks_arguments(parser: argparse.ArgumentParser) -> None:
 def run_tasks(args: argparse.Namespace) -> int:
     target = Target.parse(args.target)
     graph, report = prepare_graph(args.model, target, dict(args.shape), substitutions=args.substitutions, db=args.db)
-    tasks = extract_tasks(optimize(graph, target.layout_lanes, target.gpu_blocks))
+    tasks = extract_tasks(optimize_for(graph, target))
     print(f"model: {args.model}")
     print(f"target: {target}")
     print(report.summary())
@@ -247,7 +247,7 @@ def run_report(args: argparse.Namespace) -> int:
     tasks, substitutions = None, None
     if args.model:
         graph, report = prepare_graph(args.model, target, dict(args.shape), db=args.db)
-        tasks, substitutions = extract_tasks(optimize(graph, target.layout_lanes, target.gpu_blocks)).tasks, report.summary()
+        tasks, substitutions = extract_tasks(optimize_for(graph, target)).tasks, report.summary()
     with open_database(args.db, read_only=True) as db:
         n = write_report(db, args.output, target, args.model, tasks, substitutions)
     print(f"wrote {args.output} ({n} records)")

@@ -26,7 +26,7 @@ from autosched.compile.weights import Arg, Weights
 from autosched.compute import default_schedule, task_compute
 from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
-from autosched.graph.passes import FusedGroup, fuse, optimize, plan_memory
+from autosched.graph.passes import FusedGroup, fuse, optimize_for, plan_memory
 from autosched.lower import PrimFunc, lower
 from autosched.lower.ir import Store, walk_stmts
 from autosched.runtime import Kernel
@@ -88,7 +88,7 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     """
     target = Target.parse(target) if isinstance(target, str) else target
     backend = backend_for(target, emulate)
-    graph = optimize(graph, target.layout_lanes, target.gpu_blocks)
+    graph = optimize_for(graph, target)
     groups = fuse(graph)
     taskset = extract_tasks(graph, groups)
     renderer = backend.renderer()

@@ -20,13 +20,14 @@ from autosched.graph.passes.fuse_copies import fuse_copies
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.lift_1d import lift_1d
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
-from autosched.graph.passes.pad_channels import pad_channels
+from autosched.graph.passes.pad_channels import MAX_WASTE, max_waste, pad_channels
 from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
 from autosched.graph.passes.remove_identity import remove_identity
 from autosched.graph.passes.space_to_batch import space_to_batch
 from autosched.graph.passes.space_to_depth import space_to_depth
 from autosched.graph.passes.split_k import split_k
+from autosched.target import CpuCapabilities, Target
 
 __all__ = [
     "Buffer",
@@ -43,6 +44,7 @@ __all__ = [
     "fuse",
     "fuse_copies",
     "optimize",
+    "optimize_for",
     "pad_channels",
     "patch_conv",
     "plan_layout",
@@ -55,7 +57,16 @@ __all__ = [
 ]
 
 
-def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | None = None) -> Graph:
+def optimize_for(graph: Graph, target: Target) -> Graph:
+    """`optimize` with what `target` says about its vectors, cores and GPU: the graph a target's
+    tasks are extracted from and its model is built from."""
+    caps = target.capabilities
+    waste = max_waste(caps) if isinstance(caps, CpuCapabilities) else MAX_WASTE
+    return optimize(graph, target.layout_lanes, target.gpu_blocks, waste)
+
+
+def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | None = None,
+             pad_waste: float = MAX_WASTE) -> Graph:
     """The standard rewrite pipeline, in an order where each pass feeds the next.
 
     Identity removal first exposes Conv→BN pairs an Identity sat between;
@@ -67,7 +78,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions a few channels short of
-    whole vectors are padded to them, and convolutions and the ops between them are then
+    whole vectors are padded to them (by at most `pad_waste` of their channels), and convolutions and the ops between them are then
     planned into channel blocks, and a blocked dilated 3x3 convolution Winograd can take over its
     input's phases becomes one over the phases (`space_to_batch`): the graph a target's tasks
     are extracted from and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
@@ -85,5 +96,5 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = eliminate_dead_code(graph)
     if not layout_lanes:
         return graph
-    graph = space_to_depth(space_to_batch(plan_layout(pad_channels(graph, layout_lanes), layout_lanes)))
+    graph = space_to_depth(space_to_batch(plan_layout(pad_channels(graph, layout_lanes, pad_waste), layout_lanes)))
     return fuse_copies(collapse_views(graph))  # a phase rearrangement undone by the next: nothing moves

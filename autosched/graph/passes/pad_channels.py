@@ -21,7 +21,8 @@ groups of 8 (one more group), the SE scale joining two padded values: 1.85-1.92x
 faster untuned, a MobileNetV3-style block 1.06-1.08x (Xeon, 2 threads, `models.py --baseline`,
 20-30 runs). Padding costs at most `MAX_WASTE` of a seed's work, and as much again in every
 convolution that absorbs it: EfficientNet's 40-channel projections padded to 48 (a sixth more
-work there and in the expansion reading them) ran 0.92x as fast, MobileNetV2's 24 to 32 0.98x.
+work there and in the expansion reading them) ran 0.92x as fast on a Xeon, MobileNetV2's 24 to
+32 0.98x; on Zen 5 cores both paid, so there the limit is `FULL_WIDTH_WASTE` (`max_waste`).
 The seeds joined by the ops that carry their padding (a residual add of two of them) are padded
 together or not at all: not where the Slices cost more than `MAX_SLICED` element copies per
 multiply-add of their convolutions. A MobileNetV3 block's 120-channel expansions, sliced at
@@ -45,9 +46,14 @@ from autosched.graph.ir import Graph, Node, Op
 from autosched.graph.passes.rewrite import NewValues, rebuild
 from autosched.opset.record import OpKind
 from autosched.opset.registry import kind_of
+from autosched.target import CpuCapabilities
 
-#: the largest share of a seed's output channels that may be padding
+#: the largest share of a seed's output channels that may be padding (`max_waste`)
 MAX_WASTE = 1 / 8
+#: the same on cores that run a full vector at the rate of a half-width one's instructions
+FULL_WIDTH_WASTE = 1 / 4
+#: the cores of `FULL_WIDTH_WASTE` (gcc's names)
+FULL_WIDTH_CORES = frozenset({"znver5"})
 #: the most elements a group's Slices (other than of graph outputs) may copy per multiply-add
 #: of its seeds' convolutions
 MAX_SLICED = 1 / 16
@@ -90,10 +96,22 @@ class _Plan:
         return g
 
 
-def pad_channels(graph: Graph, lanes: int) -> Graph:
+def max_waste(caps: CpuCapabilities) -> float:
+    """How much of a seed's output may be padding on `caps`' cores. Where a 512-bit FMA runs at
+    full width (Zen 5), a convolution in blocks of 8 channels does half the work per instruction
+    that blocks of 16 do, and EfficientNet's 40-channel projections padded to 48 pay there:
+    the EfficientNet-style block ran 0.91-0.95x, the MobileNetV3-style block 0.93x and
+    MobileNetV2 0.93-0.99x the time of the build with `MAX_WASTE` (EPYC Zen 5, 2 threads,
+    `models.py --baseline`, 20 runs, all 26 zoo models, the others within 0.97-1.03). On a
+    Sapphire Rapids Xeon the same padding made the EfficientNet-style block 0.92x as fast."""
+    return FULL_WIDTH_WASTE if caps.core in FULL_WIDTH_CORES else MAX_WASTE
+
+
+def pad_channels(graph: Graph, lanes: int, waste: float = MAX_WASTE) -> Graph:
     """`graph` with each worthwhile group of seeds computing whole vectors of `lanes` output
-    channels, the padding carried and absorbed as far as it goes and sliced off elsewhere."""
-    plan = _plan(graph, lanes)
+    channels, the padding carried and absorbed as far as it goes and sliced off elsewhere;
+    padding is at most `waste` of a seed's output channels (a head's may be more)."""
+    plan = _plan(graph, lanes, waste)
     consumers = graph.consumers()
     outputs = {v.name for v in graph.outputs}
 
@@ -111,10 +129,10 @@ def pad_channels(graph: Graph, lanes: int) -> Graph:
         if node.name in plan.seeds:
             g = plan.group(node.outputs[0])
             work[g] = work.get(g, 0) + graph.values[node.outputs[0]].size * math.prod(graph.values[node.inputs[1]].shape[1:])
-            if _head(graph, node, lanes) and plan.seeds[node.name] - graph.values[node.outputs[0]].shape[1] > plan.seeds[node.name] * MAX_WASTE:
+            if _head(graph, node, lanes) and plan.seeds[node.name] - graph.values[node.outputs[0]].shape[1] > plan.seeds[node.name] * waste:
                 heads.add(g)
     absorbed = {plan.group(v) for v in plan.absorbs.values()}
-    # a head's padding may waste more than MAX_WASTE, but only up to the slice of its output:
+    # a head's padding may waste more than `waste`, but only up to the slice of its output:
     # a convolution absorbing it would do as much more work
     accepted = {g for g in work if (g not in absorbed if g in heads else sliced.get(g, 0) <= MAX_SLICED * work[g])}
     if not accepted:
@@ -162,7 +180,7 @@ def pad_channels(graph: Graph, lanes: int) -> Graph:
     return rebuild(graph, nodes, constants, value.values)
 
 
-def _plan(graph: Graph, lanes: int) -> _Plan:
+def _plan(graph: Graph, lanes: int, waste: float) -> _Plan:
     """Every seed, the values that would carry its padding and the convolutions that would
     absorb it, in one pass in graph order."""
     plan = _Plan()
@@ -179,7 +197,7 @@ def _plan(graph: Graph, lanes: int) -> _Plan:
             continue
         if _dense_conv(graph, node) and node.inputs[0] in plan.carried and plan.carried[node.inputs[0]].finite:
             plan.absorbs[node.name] = node.inputs[0]
-        padded = _padded_channels(graph, node, lanes)
+        padded = _padded_channels(graph, node, lanes, waste)
         if padded is not None:
             plan.seeds[node.name] = padded
             plan.parent[node.name] = node.name
@@ -195,14 +213,14 @@ def _dense_conv(graph: Graph, node: Node) -> bool:
     return all(n in graph.constants for n in node.inputs[1:]) and len(x.shape) == 4 and x.dtype == "float32"
 
 
-def _padded_channels(graph: Graph, node: Node, lanes: int) -> int | None:
+def _padded_channels(graph: Graph, node: Node, lanes: int, waste: float) -> int | None:
     """The padded output channel count of a dense convolution whose channels are not whole
-    vectors, if padding wastes at most `MAX_WASTE` (or it is a head)."""
+    vectors, if padding wastes at most `waste` (or it is a head)."""
     if lanes < 2 or not _dense_conv(graph, node):
         return None
     oc = graph.values[node.outputs[0]].shape[1]
     padded = -(-oc // lanes) * lanes
-    return padded if padded != oc and (padded - oc <= padded * MAX_WASTE or _head(graph, node, lanes)) else None
+    return padded if padded != oc and (padded - oc <= padded * waste or _head(graph, node, lanes)) else None
 
 
 def _head(graph: Graph, node: Node, lanes: int) -> bool:
