@@ -74,3 +74,83 @@ def test_the_build_runs_one_copy_kernel_and_matches_the_reference(target, tmp_pa
     manifest = built_matches_reference(graph, tmp_path / "chain.so", target)
     copies = [c["op"] for c in manifest["calls"] if c["op"] in ("CopyChain", "Transpose", "LayoutTransform")]
     assert copies.count("CopyChain") == 1 and "Transpose" not in copies
+
+
+def _shuffle_units(c=58, side=8, units=3):
+    """ShuffleNetV2 units: split the channels in two, a 1x1 convolution and ReLU on one half,
+    concatenate, shuffle (reshape, transpose, reshape). From the second unit on, the passed-on
+    half is a view of the previous shuffle, so the Concat is a kernel; 58 channels are padded
+    to whole vectors and sliced before it."""
+    b = GraphBuilder("shuffle")
+    x = b.input("x", (1, 2 * c, side, side))
+    for u in range(units):
+        left = b.node(Op.SPLIT, [x], name=f"u{u}/split", outputs=2, axis=1, split=(c, c))
+        right = f"u{u}/split:1"
+        w = b.constant(f"u{u}/w", (0.2 * RNG.standard_normal((c, c, 1, 1))).astype(np.float32))
+        y = b.node(Op.RELU, [b.node(Op.CONV, [right, w], name=f"u{u}/conv", strides=(1, 1), pads=(0,) * 4,
+                                    dilations=(1, 1), group=1)], name=f"u{u}/relu")
+        cat = b.node(Op.CONCAT, [left, y], name=f"u{u}/cat", axis=1)
+        pairs = b.node(Op.RESHAPE, [cat], name=f"u{u}/rs1", shape=(1, 2, c, side, side))
+        x = b.node(Op.RESHAPE, [b.node(Op.TRANSPOSE, [pairs], name=f"u{u}/shuffle", perm=(0, 2, 1, 3, 4))],
+                   name=f"u{u}/rs2", shape=(1, 2 * c, side, side))
+    b.output(x)
+    return b.build()
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_a_concat_that_copies_takes_its_inputs_copies_and_the_shuffle_after_it(lanes):
+    """The second unit's Concat, its convolution's conversion back to plain (and slice), the
+    shuffle's Transpose: one kernel, which reads the passed-on half and the blocked result where
+    they are (a ShuffleNetV2 block 1.10x faster, EPYC Zen 5)."""
+    graph = _shuffle_units()
+    planned = optimize(graph, lanes)
+    chains = {n.name: n for n in planned.nodes if n.op is Op.COPY_CHAIN and "branches" in n.attrs}
+    assert sorted(chains) == ["u1/shuffle", "u2/rs2"]  # the last unit's ends in the graph's output
+    chain = chains["u1/shuffle"]
+    assert [s[0] for s in chain.attrs["steps"]] == ["Concat", "Reshape", "Transpose"]
+    assert [[s[0] for s in b] for b in chain.attrs["branches"]] == [[], ["LayoutTransform", "Slice"]]
+    assert chain.inputs == ("u1/split:0", f"u1/relu_pad64@nchw{lanes}c")  # a view, the blocked result
+    assert not [n for n in planned.nodes if n.op in (Op.CONCAT, Op.TRANSPOSE, Op.LAYOUT_TRANSFORM, Op.SLICE)
+                and n.name.startswith(("u1/", "u2/"))]
+    same_results(graph, planned)
+    for task in [t for t in extract_tasks(planned).tasks if t.op == "CopyChain" and len(t.shapes) == 2]:
+        assert task_from_key(task.key) == task
+
+
+def test_the_shuffles_chain_copies_whole_planes_in_vectors():
+    """The Concat's choice of input depends on the channel only, though the Reshape's flat
+    index carries the row and column into its condition: the run along rows and columns is
+    one vector loop, not rows of 8 in vectors of 8."""
+    from autosched import te
+    from autosched.ops.transform import copy_suffix
+    from autosched.opset.record import ComputeArgs
+    from autosched.opset.registry import lookup
+
+    planned = optimize(_shuffle_units(), 16)
+    (chain,) = [n for n in planned.nodes if n.name == "u1/shuffle"]
+    xs = tuple(te.placeholder(planned.values[i].shape, name=f"in{k}") for k, i in enumerate(chain.inputs))
+    (out,) = lookup(chain.op).compute(ComputeArgs(dict(chain.attrs), xs, (planned.values[chain.outputs[0]].shape,),
+                                                  None, None))
+    assert out.shape == (1, 58, 2, 8, 8) and copy_suffix(out) == 3
+
+
+def test_a_concat_converted_to_plain_keeps_the_conversion_apart():
+    """A layout conversion after a Concat keeps its own schedule (an Inception block's concat
+    converted back to plain ran 0.049 ms as one chain against 0.015 as a conversion)."""
+    b = GraphBuilder("cat_out")
+    x = b.input("x", (1, 32, 6, 6))
+    left, right = b.node(Op.SPLIT, [x], name="split", outputs=2, axis=1, split=(16, 16)), "split:1"
+    w = b.constant("w", (0.2 * RNG.standard_normal((16, 16, 1, 1))).astype(np.float32))
+    y = b.node(Op.CONV, [right, w], name="conv", strides=(1, 1), pads=(0,) * 4, dilations=(1, 1), group=1)
+    cat = b.node(Op.CONCAT, [y, b.node(Op.RELU, [left], name="relu")], name="cat", axis=1)
+    b.output(b.node(Op.RELU, [b.node(Op.TRANSPOSE, [cat], name="t", perm=(0, 1, 3, 2))], name="out"))
+    planned = optimize(b.build(), 16)
+    assert not [n for n in planned.nodes if n.op is Op.COPY_CHAIN and "branches" in n.attrs
+                and any(s[0] == "LayoutTransform" for s in n.attrs["steps"])]
+
+
+@pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
+def test_shuffle_units_build_and_match_the_reference(target, tmp_path):
+    manifest = built_matches_reference(_shuffle_units(units=3), tmp_path / "shuffle.so", target)
+    ops = [c["op"] for c in manifest["calls"]]
+    assert ops.count("Concat") <= 1 and "Transpose" in ops and ops.count("CopyChain") == 3

@@ -11,11 +11,11 @@ import math
 from collections.abc import Sequence
 
 from autosched import te
-from autosched.lower.arith import Linear, linear
+from autosched.lower.arith import Linear, linear, simplify
 from autosched.ops.util import normalize_axis, vector_width, vectorize_innermost
 from autosched.schedule import Schedule, create_schedule
 from autosched.te import ComputeOp, Expr, Load, Tensor, Var
-from autosched.te.expr import children, free_vars, substitute
+from autosched.te.expr import Select, children, free_vars, substitute
 
 PAD_TAG = "pad"
 INJECTIVE_TAG = "injective"
@@ -178,6 +178,10 @@ def copy_suffix(out: Tensor) -> int:
             loads.append(linear(flat, ranges))
         elif isinstance(e, Var):
             used.add(e)
+        elif isinstance(e, Select):  # a concat's choice of input, through reshapes' flat indices
+            used.update(free_vars(simplify(e.cond, ranges)))
+            visit(e.t)
+            visit(e.f)
         else:
             for c in children(e):
                 visit(c)
