@@ -194,8 +194,9 @@ _DEPENDENTS = {"avx": ("avx2", "fma", "f16c", "avx512", "avx_vnni", "amx"), "avx
                "avx512f": ("avx512", "amx")}
 
 
-#: AMD's cpuinfo families -> gcc's name of their core (25 is Zen 3 or, with AVX-512, Zen 4)
-_AMD_FAMILIES = {23: "znver2", 25: "znver3", 26: "znver5"}
+#: AMD's cpuinfo families -> gcc's name of their core (25 is Zen 3 or, with AVX-512, Zen 4; 23,
+#: Zen 1 or 2, names no one core and is left out)
+_AMD_FAMILIES = {25: "znver3", 26: "znver5"}
 
 
 def cpu_core(mcpu: str | None, host: CpuInfo) -> str | None:
