@@ -17,13 +17,17 @@ from autosched.compile.kernel import build_kernel
 from autosched.lower import lower
 from autosched.measure import MeasureInput, measure_with
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
-from autosched.target import Target
+from autosched.target import CpuInfo, Target
 from autosched.templates import get_template
 from search_spaces.llvm.conv2d_nchwc import _spills
 
 INTEL = Target.parse("llvm -mcpu=skylake-avx512")
 INTEL_AVX2 = Target.parse("llvm -mcpu=haswell")
 AMD = Target.parse("llvm -mcpu=znver3 -mattr=+avx512f")  # AVX-512 named on an AMD core (Zen 4's ISA class)
+#: a Zen 5 host (cpuinfo family 26), which gcc 12 cannot name: its values and rendered code only
+ZEN5_HOST = CpuInfo("AMD EPYC 9R45", frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"}),
+                    vendor="amd", family=26)
+ZEN5 = Target.parse("llvm", host=ZEN5_HOST)
 TEMPLATE = get_template("ConvNCHWc", "llvm")
 #: ResNet-18's stride-2 3x3 layers and a 3x3 layer of its 56x56 stage, channels in blocks of 16
 STRIDE2_56 = blocked_conv_task((1, 64, 56, 56), (128, 64, 3, 3), 16, 16, stride=2, pad=1, bias=True)
@@ -142,6 +146,49 @@ def test_one_by_one_plain_input_and_grouped_convolutions_keep_the_generic_tile()
         tile_oc, tile_oh, columns, unroll = _tile(task, AMD)
         assert _tile(task, INTEL) == (tile_oc, tile_oh, columns, unroll), task.shapes
         assert (tile_oh, unroll) == (1, False) and columns <= 8, task.shapes
+
+
+def _first_layers(lanes: int) -> dict:
+    """Models' first layers, a plain image of 3 channels: MobileNetV2's (72 multiply-adds per input
+    element), SqueezeNet's (144, unpadded), a VGG-style one (576) and ResNet-18's (784)."""
+    return {
+        "mobilenet_v2": blocked_conv_task((1, 3, 224, 224), (32, 3, 3, 3), 0, lanes, stride=2, pad=1, bias=True),
+        "squeezenet": blocked_conv_task((1, 3, 224, 224), (64, 3, 3, 3), 0, lanes, stride=2, bias=True),
+        "vgg": blocked_conv_task((1, 3, 224, 224), (64, 3, 3, 3), 0, lanes, pad=1, bias=True),
+        "resnet18": blocked_conv_task((1, 3, 224, 224), (64, 3, 7, 7), 0, lanes, stride=2, pad=3, bias=True),
+    }
+
+
+def test_zen5_first_layers_pad_in_the_loads():
+    """On Zen 5 cores: MobileNetV2's first layer unrolls kw in the generic tile; the others take
+    one row of 14 columns by 2 blocks, kw rolled; all pad in the loads (SqueezeNet's has no
+    padding). Zen 4, Intel, and Zen 5 without AVX-512 keep the generic tile, padding at root."""
+    assert ZEN5.capabilities.core == "znver5" and ZEN5.capabilities.vector_registers == 32
+    values = {name: (c["tile_oc"], c["tile_oh"], c["tile_ow"][1], c["pad"], c["unroll_kw"])
+              for name, c in ((name, TEMPLATE.fallback(task, ZEN5)) for name, task in _first_layers(16).items())}
+    assert values == {"mobilenet_v2": (2, 1, 8, "inline", True), "squeezenet": (2, 1, 14, "none", False),
+                      "vgg": (2, 1, 14, "inline", False), "resnet18": (2, 1, 14, "inline", False)}
+    for target in (INTEL, AMD, Target.parse("llvm -mattr=-avx512f", host=ZEN5_HOST)):
+        for task in _first_layers(target.capabilities.lanes(4)).values():
+            config = TEMPLATE.fallback(task, target)
+            assert config["pad"] in ("root", "none") and not config["unroll_kw"], (target, task.shapes)
+    for task in _first_layers(16).values():
+        source = renderer_for("llvm").render(lower(*TEMPLATE.apply(task, TEMPLATE.fallback(task, ZEN5), ZEN5), "k"))
+        assert "f32x16" in source
+
+
+def test_zen5_first_layers_compute_the_convolution(measure):
+    """Zen 5's configs, built for AVX-512 on an AMD core that gcc 12 names (the same space), and
+    checked by the runner against the numpy reference where the host runs AVX-512."""
+    if not runs_here(AMD):
+        pytest.skip("the host cannot run AVX-512 code (rendered in the test above)")
+    inputs = []
+    for task in _first_layers(16).values():
+        zen5 = TEMPLATE.fallback(task, ZEN5)
+        space = TEMPLATE.space(task, AMD)
+        inputs.append(MeasureInput(task, AMD, space.from_values({k.name: zen5[k.name] for k in space.knobs})))
+    results = measure(inputs)
+    assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
 
 
 def test_intel_winograd_tiles_hold_16_accumulators():

@@ -143,6 +143,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
                 "unroll_kw": False,
             })
             values.update(_window_tile(d, knobs, task, target))
+            values.update(_plain_input_tile(d, knobs, values, target))
             values.update(_lanes_tile(d, knobs, target))
             if _winograd(d):
                 values.update(winograd.blocked_fallback_values(d.c, d.oc, (d.oh, d.ow), d.in_block, d.out_block,
@@ -334,6 +335,42 @@ def _window_tile(d: BlockedConvDims, knobs: dict, task: Task, target: Target) ->
 
 #: the most columns of `_lanes_tile`'s register tile
 LANES_TILE_COLUMNS = 14
+
+
+#: multiply-adds per input element (taps x output channels / stride²) up to which
+#: `_plain_input_tile` unrolls the window and keeps the generic tile
+PLAIN_UNROLL_MACS = 72
+#: input channels up to which a plain input is a model's image (`_plain_input_tile`)
+PLAIN_INPUT_CHANNELS = 4
+#: the cores `_plain_input_tile` was measured on (gcc's names)
+PLAIN_INPUT_CORES = frozenset({"znver5"})
+
+
+def _plain_input_tile(d: BlockedConvDims, knobs: dict, values: dict, target: Target) -> dict[str, object]:
+    """The direct fallback for a dense convolution of a plain input of a few channels (a model's
+    first layer) on Zen 5 cores with AVX-512: padding in the loads, with kw unrolled where the layer does few
+    multiply-adds per input element, else one row of as many columns as `WINDOW_ACCUMULATORS`
+    holds for the blocks of the generic tile, kw rolled. The copy at root is a pass over the
+    whole image for 3 input channels, and cost these layers most. EPYC Zen 5 (AVX-512), 2
+    threads, in isolation (min of 3 rounds, ratios to the generic tile with the copy at root,
+    over a grid of 32 tiles with inline padding): MobileNetV2's 3 -> 32, 3x3 stride 2 (72 per
+    input element) 0.55 with kw unrolled, 1.13 in 2 x 14; SqueezeNet's unpadded 3 -> 64, 3x3
+    stride 2 (144) 0.96 in 2 x 14; a VGG-style 3x3 stride 1, 3 -> 64 (576) 0.91 in 2 x 14, 0.92
+    unrolled; ResNet-18's 7x7 stride 2, 3 -> 64 (784) 0.93 in 2 x 14, 1.06 unrolled; inline
+    padding with the generic tile alone 1.24-1.26 on the last two. Elsewhere the generic tile
+    stays: on an EPYC Zen 3 (AVX2, blocks of 8, 2 threads) the same four layers ran inline and
+    unrolled at 0.97, 1.49, 1.42 and 1.56 of the generic tile's time, the best of 1-2 blocks by
+    4-14 columns at 0.80, 0.98, 1.20 and 1.35."""
+    caps = cpu_capabilities(target)
+    if (caps.core not in PLAIN_INPUT_CORES or caps.vector_registers < 32 or d.in_block or d.groups != 1 or d.kw < 2
+            or d.c > PLAIN_INPUT_CHANNELS):
+        return {}
+    pad = {"pad": knobs["pad"].values[-1]}  # ("root", "inline") or ("none",)
+    if d.kh * d.kw * d.oc / (d.stride[0] * d.stride[1]) <= PLAIN_UNROLL_MACS:
+        return {**pad, "unroll_kw": True}
+    columns = WINDOW_ACCUMULATORS // values["tile_oc"]
+    widths = [w for w in knobs["tile_ow"].values if w[1] <= columns]
+    return {**pad, "tile_oh": 1, "tile_ow": max(widths, key=lambda w: (w[1], -w[0]))}
 
 
 def _lanes_tile(d: BlockedConvDims, knobs: dict, target: Target) -> dict[str, object]:
