@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TypeGuard, TypeVar
 
-from autosched.codegen import vmath
+from autosched.codegen import threads, vmath
 from autosched.codegen.cstyle import (
     BINARY_OPS,
     C_TYPES,
@@ -107,8 +107,8 @@ class CRenderer(CStyleRenderer):
         self._workspace_top = 0  # the bytes held by the allocations enclosing the one rendered
         self._in_parallel = 0
         bodies = [self._function(f, timers) for f in funcs]
-        head = ["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <time.h>",
-                "#include <omp.h>", ""]
+        head = ["#define _GNU_SOURCE", "#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>",
+                "#include <time.h>", threads.runtime_source()]
         return "\n".join(head + list(self._helpers.values()) + self._workspace_decls() + [""] + bodies + [
             "void autosched_set_num_threads(int32_t n) { omp_set_num_threads(n); }", "", tail])
 

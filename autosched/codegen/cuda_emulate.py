@@ -26,6 +26,7 @@ warps that reach different mma instructions are reported, which no template prod
 """
 from __future__ import annotations
 
+from autosched.codegen import threads
 from autosched.codegen.cstyle import param_decls
 from autosched.codegen.gpu import GpuRenderer, copy_source
 from autosched.lower.ir import AsyncCopy, Barrier, PrimFunc, Store, WarpMma, walk_stmts
@@ -331,7 +332,8 @@ class EmulationRenderer(GpuRenderer):
         self._helpers: dict[str, str] = {}
         bodies = [self._function(f, timers) for f in funcs]
         head = ["#define _GNU_SOURCE", "#include <math.h>", "#include <stdint.h>", "#include <stdio.h>",
-                "#include <stdlib.h>", "#include <string.h>", "#include <time.h>", "#include <ucontext.h>", RUNTIME]
+                "#include <stdlib.h>", "#include <string.h>", "#include <time.h>", "#include <ucontext.h>",
+                threads.runtime_source(), RUNTIME]
         return "\n".join(head + list(self._helpers.values()) + [""] + bodies + [tail])
 
     def _function(self, func: PrimFunc, timer: bool) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 from cffi import FFI
 
 from autosched.errors import AutoschedError
-from autosched.runtime.module import NUMPY_DTYPES, keep_freed_memory, pin_openmp
+from autosched.runtime.module import NUMPY_DTYPES, keep_freed_memory
 from autosched.target import CpuInfo, read_cpuinfo
 
 #: 2: the manifest holds the size and SHA-256 of the library and of the weights
@@ -61,7 +61,6 @@ class Model:
         self._ffi.cdef("int32_t autosched_model_init(const char*); void autosched_model_free(void);"
                        "int32_t autosched_model_run(void**, void**); void autosched_set_num_threads(int32_t);"
                        "const char* autosched_last_error(void); int32_t autosched_model_profile(void**, void**, double*);")
-        pin_openmp()
         keep_freed_memory()
         self._lib = self._ffi.dlopen(str(self.library.resolve()))
         weights = self.library.with_name(self.manifest["weights"])

@@ -17,17 +17,6 @@ from autosched.lower.ir import Buffer
 NUMPY_DTYPES = {d: np.dtype(d) for d in C_TYPES}
 
 
-@functools.cache
-def pin_openmp():
-    """Keep the OpenMP runtime loaded for the life of the process.
-
-    A kernel library pulls in libgomp; when the last kernel is unloaded libgomp would be
-    unloaded with it while its idle worker threads still run its code, and the process dies.
-    """
-    name = ctypes.util.find_library("gomp") or "libgomp.so.1"
-    return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
-
-
 #: glibc's mallopt parameters, and the values kernels want: scratch buffers (packed operands,
 #: Winograd's transformed tiles) up to 32 MiB (glibc's largest mmap threshold) come from the
 #: heap and stay there after `free`, instead of being mapped and unmapped on every call
@@ -72,7 +61,6 @@ class Kernel:
                        f"int32_t {name}_time({ptrs}, int32_t, double, int64_t, const int64_t*, double, double*);\n"
                        "void autosched_set_num_threads(int32_t);\n"
                        "const char* autosched_last_error(void);")
-        pin_openmp()
         keep_freed_memory()
         self._lib = self._ffi.dlopen(str(self.path))
         self._fn = getattr(self._lib, name)
