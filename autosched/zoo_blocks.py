@@ -7,7 +7,8 @@ an FPN's top-down path (nearest and bilinear Resize), a U-Net decoder (ConvTrans
 2026-11-29 ConvNeXt (7×7 depthwise, channels-last MLP), ShuffleNetV2 (split, 58-channel
 convolutions, channel shuffle), a YOLO-style C3 + SPPF neck and MLP-Mixer, and a DCGAN generator
 (strided 4x4 ConvTranspose) and RegNet (groups of 8 in 104 channels), and since 2026-12-01 Swin
-(window attention over 49 tokens, shifted windows with their mask). At 2026-11-27 three of
+(window attention over 49 tokens, shifted windows with their mask), and since 2026-12-05
+DeepLab-v3's dilated bottlenecks on odd-sized maps. At 2026-11-27 three of
 them did not import and four ran slower than onnxruntime untuned; at 2026-11-29 ShuffleNetV2's
 units took 1.8x onnxruntime's time, RegNet crashed the layout planner and the DCGAN generator
 took 3.6x. The README ("Blocks no developer had seen") has the figures. `python benchmarks/models.py --models
@@ -350,6 +351,19 @@ def swin_block(seed: int = 17, side: int = 56, c: int = 96, heads: int = 3, wind
     return b.model("swin_block", [tensor_info("input", (1, side * side, c))], [tensor_info(x, (1, side * side, c))])
 
 
+def deeplab_block(seed: int = 18, c: int = 256, mid: int = 64, side: int = 33) -> onnx.ModelProto:
+    """Two bottlenecks of a DeepLab-v3 backbone at output stride 8 (a 513x513 image gives 65x65
+    maps there; 33x33 here): 1x1 reduce, a 3x3 of dilation 2, then 4, 1x1 expand, residual. Odd
+    maps split into phases of different sizes (17 and 16 rows at dilation 2, 9 and 8 at 4)."""
+    b, x = ModelBuilder(seed), "input"
+    for i, d in enumerate((2, 4)):
+        y = b.node("Relu", [b.conv_bn(x, f"b{i}.reduce", c, mid, 1)], f"b{i}/Relu")
+        y = b.node("Relu", [b.conv_bn(y, f"b{i}.dilated", mid, mid, 3, dilation=d)], f"b{i}/Relu_1")
+        x = b.node("Relu", [b.node("Add", [b.conv_bn(y, f"b{i}.expand", mid, c, 1), x], f"b{i}/Add")],
+                   f"b{i}/Relu_2")
+    return b.model("deeplab_block", [tensor_info("input", (1, c, side, side))], [tensor_info(x, (1, c, side, side))])
+
+
 BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "vgg_small": vgg_small,
     "inception_block": inception_block,
@@ -368,4 +382,5 @@ BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "dcgan_generator": dcgan_generator,
     "regnet_block": regnet_block,
     "swin_block": swin_block,
+    "deeplab_block": deeplab_block,
 }

@@ -43,12 +43,12 @@ class ModelBuilder:
     # Layers -----------------------------------------------------------------
 
     def conv_bn(self, x: str, name: str, cin: int, cout: int, kernel: int, stride: int = 1, group: int = 1,
-                gamma: tuple[float, float] = (0.5, 1.0)) -> str:
-        """Conv without bias followed by BatchNormalization, as PyTorch exports it."""
+                gamma: tuple[float, float] = (0.5, 1.0), dilation: int = 1) -> str:
+        """Conv without bias ("same" padding) followed by BatchNormalization, as PyTorch exports it."""
         fan_in = cin // group * kernel * kernel
         weight = self.normal(f"{name}.weight", (cout, cin // group, kernel, kernel), math.sqrt(2.0 / fan_in))
-        y = self.node("Conv", [x, weight], f"{name}/Conv", kernel_shape=[kernel, kernel],
-                      strides=[stride, stride], pads=[kernel // 2] * 4, group=group, dilations=[1, 1])
+        y = self.node("Conv", [x, weight], f"{name}/Conv", kernel_shape=[kernel, kernel], strides=[stride, stride],
+                      pads=[dilation * (kernel // 2)] * 4, group=group, dilations=[dilation, dilation])
         return self.batch_norm(y, f"{name}.bn", cout, gamma)
 
     def batch_norm(self, x: str, name: str, channels: int, gamma: tuple[float, float]) -> str:

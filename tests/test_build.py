@@ -312,6 +312,7 @@ def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, outp
 
 
 @pytest.mark.parametrize("name", ["conv1d_stack", "fpn_block", "unet_decoder", "shufflenet_block", "dcgan_generator",
+                                  "deeplab_block",
                                   *[pytest.param(n, marks=pytest.mark.slow) for n in
                                     ("vgg_small", "inception_block", "se_block", "dilated_block", "mbv3_block",
                                      "effnet_block", "dense_block", "convnext_block", "csp_block", "mixer_block",
@@ -319,7 +320,8 @@ def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, outp
 def test_blocks_no_developer_had_seen_match_onnxruntime(tmp_path, name):
     """`zoo_blocks`: 1-D convolutions, Resize and ConvTranspose (the fast suite's three: they did
     not import before 2026-11-27), ShuffleNetV2's split, padded channel blocks and shuffle, and
-    the DCGAN generator's strided ConvTransposes; the others under -m slow."""
+    the DCGAN generator's strided ConvTransposes, DeepLab's dilated convolutions on odd maps (per
+    phase in Winograd's kernel); the others under -m slow."""
     from autosched.zoo_blocks import BLOCKS
 
     path = tmp_path / f"{name}.onnx"

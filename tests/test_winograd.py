@@ -35,13 +35,15 @@ TOLERANCE = 3e-5
 TEXTBOOK_F4 = (Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2))
 
 
-def _direct64(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+def _direct64(x: np.ndarray, w: np.ndarray, pad: int, dilation: tuple[int, int] = (1, 1)) -> np.ndarray:
+    dh, dw = dilation
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh, ow = xp.shape[2] - 2, xp.shape[3] - 2
+    oh, ow = xp.shape[2] - 2 * dh, xp.shape[3] - 2 * dw
     y = np.zeros((x.shape[0], w.shape[0], oh, ow))
     for kh in range(3):
         for kw in range(3):
-            y += np.einsum("nchw,oc->nohw", xp[:, :, kh:kh + oh, kw:kw + ow], w[:, :, kh, kw].astype(np.float64))
+            y += np.einsum("nchw,oc->nohw", xp[:, :, kh * dh:kh * dh + oh, kw * dw:kw * dw + ow],
+                           w[:, :, kh, kw].astype(np.float64))
     return y
 
 
@@ -128,6 +130,31 @@ def test_blocked_op_takes_and_gives_nchwc_with_a_blocked_epilogue():
     assert _rel_error(got, ref) <= TOLERANCE
 
 
+#: n, c, h, w, oc, pad, dilation, m: outputs that are whole phases of whole tiles, phases of
+#: different lengths (13 rows at dilation 3), partial tiles, and dilation along one axis only
+DILATED = [(1, 8, 12, 12, 8, 2, (2, 2), 4), (1, 8, 13, 11, 12, 3, (3, 3), 4), (2, 8, 9, 10, 8, 2, (2, 2), 2),
+           (1, 8, 10, 9, 8, 1, (2, 2), 2), (1, 8, 16, 15, 8, 2, (2, 1), 4)]
+
+
+@pytest.mark.parametrize("shape", DILATED, ids=lambda s: "x".join(map(str, s[:5])) + f"_d{s[6][0]}{s[6][1]}_m{s[7]}")
+def test_dilated_convolutions_run_per_phase(shape):
+    """A dilated convolution's tiles are cut per phase (every d-th row and column); the op at
+    its plain schedule against the float64 direct convolution, the output in channel blocks."""
+    n, c, h, wd, oc, pad, dilation, m = shape
+    bi = bo = 4
+    x = te.placeholder((n, c // bi, h, wd, bi), name="x")
+    w, b = te.placeholder((oc, c, 3, 3), name="w"), te.placeholder((oc,), name="b")
+    out = winograd.conv2d_winograd_nchwc(x, w, b, pad, dilation, m=m, oc_bn=bo)
+    kernel = build_kernel(create_schedule(out), [x, w, b, out], "winograd_dilated")
+    rng = np.random.default_rng(zlib.crc32(repr(shape).encode()))
+    xs, ws, bs = (rng.standard_normal(s).astype(np.float32) for s in ((n, c, h, wd), (oc, c, 3, 3), (oc,)))
+    y = np.empty(out.shape, np.float32)
+    kernel(np.ascontiguousarray(xs.reshape(n, c // bi, bi, h, wd).transpose(0, 1, 3, 4, 2)), ws, bs, y)
+    ref = _direct64(xs, ws, pad, dilation) + bs[None, :, None, None]
+    got = y.transpose(0, 1, 4, 2, 3).reshape(ref.shape)
+    assert _rel_error(got, ref) <= TOLERANCE
+
+
 def test_ineligible_convolutions_are_refused():
     x = te.placeholder((1, 2, 8, 8, 4), name="x")
     with pytest.raises(ValueError, match="only 3x3"):
@@ -146,6 +173,7 @@ def test_only_eligible_convolutions_get_the_algorithm_knob(cpu_target):
     def knobs(task):
         return {k.name for k in TEMPLATE.space(task, cpu_target).knobs}
     assert {"algorithm", "wino_tile_t", "wino_gemm_order"} <= knobs(conv_task((1, 8, 9, 9), (16, 8, 3, 3), pad=1))
+    assert "algorithm" in knobs(conv_task((1, 8, 9, 9), (16, 8, 3, 3), pad=2, dilation=2))
     for other in (conv_task((1, 8, 9, 9), (16, 8, 1, 1)), conv_task((1, 8, 9, 9), (16, 8, 3, 3), stride=2, pad=1),
                   conv_task((1, 8, 9, 9), (8, 1, 3, 3), pad=1, group=8)):
         assert "algorithm" not in knobs(other)
@@ -184,16 +212,22 @@ def test_random_winograd_configs_are_correct(isa, measure):
     _check_random_winograd_configs(isa, 8, measure)
 
 
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_random_winograd_configs_of_dilated_tasks_are_correct(isa, measure):
+    """The NCHW template's unpacking takes m·d rows at a time: a row of tiles of every phase."""
+    _check_random_winograd_configs(isa, 6, measure, {**TASK, "pad": 2, "dilation": 2})
+
+
 @pytest.mark.slow  # 14 s on an AVX2 host; the eight above stay in the default suite
 @pytest.mark.parametrize("isa", sorted(ISAS))
 def test_twenty_random_winograd_configs_are_correct(isa, measure):
     _check_random_winograd_configs(isa, 20, measure)
 
 
-def _check_random_winograd_configs(isa: str, n: int, measure) -> None:
+def _check_random_winograd_configs(isa: str, n: int, measure, task_args: dict = TASK) -> None:
     """Built for each ISA's target (its lanes and registers) on any host; run where the host can."""
     target, register, lanes = ISAS[isa]
-    task = conv_task(**TASK)
+    task = conv_task(**task_args)
     configs = _winograd_configs(task, target, n, zlib.crc32(isa.encode()))
     assert len(configs) == n
     assert {c["algorithm"] for c in configs} == {"winograd_2", "winograd_4"}
@@ -319,12 +353,15 @@ def test_blocked_conv_tasks_get_winograd_when_their_input_is_blocked(cpu_target)
     assert "algorithm" not in knobs(blocked_conv_task((1, 16, 9, 9), (16, 16, 3, 3), 8, 8, stride=2, pad=1))
 
 
+@pytest.mark.parametrize("dilation", [1, 2, 3])
 @pytest.mark.parametrize("isa", sorted(ISAS))
-def test_random_winograd_configs_of_blocked_conv_tasks_are_correct(isa, measure):
+def test_random_winograd_configs_of_blocked_conv_tasks_are_correct(isa, dilation, measure):
+    """Dilated tasks too: 9 and 11 outputs split into phases of different lengths."""
     from task_helpers import blocked_conv_task
     target, _, lanes = ISAS[isa]
     template = get_template("ConvNCHWc", "llvm")
-    task = blocked_conv_task((1, 16, 9, 11), (32, 16, 3, 3), 8, 16, pad=1, bias=True, residual=True)
+    task = blocked_conv_task((1, 16, 9, 11), (32, 16, 3, 3), 8, 16, pad=dilation, bias=True, residual=True,
+                             dilation=dilation)
     space = template.space(task, target)
     position = space.position("algorithm")
     configs = [space.get(i) for i in space.sample(200, np.random.default_rng(5))

@@ -1,4 +1,4 @@
-"""Winograd convolution F(m×m, 3×3) for 3×3, stride-1, dilation-1, ungrouped convolutions.
+"""Winograd convolution F(m×m, 3×3) for 3×3, stride-1, ungrouped convolutions of any dilation.
 
 Each m×m output tile comes from an (m+2)×(m+2) input tile d: Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A
 (Lavin & Gray 2015). Summed over input channels, the elementwise product becomes one GEMM per
@@ -29,6 +29,14 @@ Every transform is written out as sparse sums with constant coefficients (zeros 
 without a multiplication), selected per tile position by a chain of `select`s on the position
 indices: schedules unroll those loops, the conditions become constants and gcc folds the
 chain, so a transform costs its non-zero terms only.
+
+A convolution of dilation d reads, for output row p + d·r, the input rows p + d·(r + k): the
+rows of one phase p = y mod d, d apart. Each phase of rows and columns is then an undilated
+convolution of its own (the space-to-batch identity that TensorFlow's atrous convolution uses),
+so the tiles are cut per phase, m phase rows (m·d rows apart) each, and a tile reads its
+(m+2)² inputs d apart. Tile row R covers phase R // TH₁ and phase rows from (R mod TH₁)·m, TH₁ =
+⌈⌈OH/d⌉/m⌉ tiles per phase: d·TH₁ tile rows in all, the same GEMM over more, smaller-spaced
+tiles, and no copy of the input into phases.
 
 Stages (tags): "pad" (the input grown to whole tiles; absent when nothing to pad),
 "winograd_weight" U[ε,ν,OC/bo,C,bo] (reads only weights: `autosched.compile.model` precomputes it at
@@ -155,8 +163,30 @@ def _by_index(i: Expr, n: int, value) -> Expr:
     return _by_position(i, i, 1, n, lambda _, a: value(a))
 
 
-def tile_counts(oh: int, ow: int, m: int) -> tuple[int, int]:
-    return -(-oh // m), -(-ow // m)
+def tile_counts(oh: int, ow: int, m: int, dilation: Sequence[int] = (1, 1)) -> tuple[int, int]:
+    """Tile rows and columns: d phases of ⌈⌈size/d⌉/m⌉ tiles along an axis of dilation d."""
+    th, tw = (d * _ceil_div(_ceil_div(size, d), m) for size, d in zip((oh, ow), dilation))
+    return th, tw
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _tile_origin(index: Expr, tiles: int, m: int, d: int) -> Expr:
+    """The padded input's first row (or column) read by tile row (column) `index` of `tiles`."""
+    if d == 1:
+        return index * m
+    per_phase = tiles // d
+    return index // per_phase + index % per_phase * (m * d)
+
+
+def _tile_position(y: Expr, tiles: int, m: int, d: int) -> tuple[Expr, Expr]:
+    """(tile row, row within the tile) of output row `y`; likewise for columns."""
+    if d == 1:
+        return y // m, y % m
+    r = y // d
+    return y % d * (tiles // d) + r // m, r % m
 
 
 def check_eligible(x_shape: Sequence[int], w_shape: Sequence[int], stride, dilation, m: int) -> None:
@@ -164,8 +194,10 @@ def check_eligible(x_shape: Sequence[int], w_shape: Sequence[int], stride, dilat
         raise ValueError(f"winograd: tile size {m} not in {TILE_SIZES}")
     if tuple(w_shape[2:]) != (KERNEL, KERNEL):
         raise ValueError(f"winograd: only 3x3 kernels, got weights {list(w_shape)}")
-    if tuple(np.broadcast_to(stride, 2)) != (1, 1) or tuple(np.broadcast_to(dilation, 2)) != (1, 1):
-        raise ValueError(f"winograd: only stride 1 and dilation 1, got {stride} and {dilation}")
+    if tuple(np.broadcast_to(stride, 2)) != (1, 1):
+        raise ValueError(f"winograd: only stride 1, got {stride}")
+    if min(np.broadcast_to(dilation, 2)) < 1:
+        raise ValueError(f"winograd: dilation must be positive, got {dilation}")
 
 
 def weight_transform(w: Tensor, m: int, oc_bn: int) -> Tensor:
@@ -185,8 +217,9 @@ def weight_transform(w: Tensor, m: int, oc_bn: int) -> Tensor:
         attrs={"m": m})
 
 
-def input_transform(xp: Tensor, m: int, tiles: tuple[int, int]) -> Tensor:
-    """V[ε, ν, C/bi, T, bi] = (Bᵀ d B)[ε, ν] for each tile t = (n·TH + th)·TW + tw of the padded input.
+def input_transform(xp: Tensor, m: int, tiles: tuple[int, int], dilation: Sequence[int] = (1, 1)) -> Tensor:
+    """V[ε, ν, C/bi, T, bi] = (Bᵀ d B)[ε, ν] for each tile t = (n·TH + th)·TW + tw of the padded input
+    (of `tile_counts`, per phase of the dilation).
 
     Two 1-D passes (tag "winograd_input_rows" for d B, then Bᵀ ·): 2·α·nnz(Bᵀ) terms per tile
     and channel instead of nnz(Bᵀ)² (312 against 676 for F(4,3)); schedules compute the first
@@ -197,10 +230,13 @@ def input_transform(xp: Tensor, m: int, tiles: tuple[int, int]) -> Tensor:
     _, _, bt = winograd_matrices(m)
     alpha = m + 2
 
+    dh, dw = dilation
+
     def rows(i, nu, c, t, ci):
-        b, y, x = t // (th_ * tw_), (t // tw_) % th_ * m, t % tw_ * m
+        b = t // (th_ * tw_)
+        y, x = _tile_origin((t // tw_) % th_, th_, m, dh), _tile_origin(t % tw_, tw_, m, dw)
         return _by_index(nu, alpha, lambda q: _combine(
-            [(bt[q, j], xp[b, c, y + i, x + j, ci]) for j in range(alpha)], xp.dtype))
+            [(bt[q, j], xp[b, c, y + i * dh, x + j * dw, ci]) for j in range(alpha)], xp.dtype))
     d_b = te.compute((alpha, alpha, cb, n * th_ * tw_, bi), rows, name=f"{xp.name}_winograd_rows",
                      tag=INPUT_ROWS_TAG, attrs={"m": m})
 
@@ -222,11 +258,14 @@ def batched_gemm(v: Tensor, u: Tensor) -> Tensor:
 
 
 def output_transform(mm: Tensor, n: int, out_hw: tuple[int, int], m: int, bias: Tensor | None = None,
-                     epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
-    """Y[N, OC/bo, OH, OW, bo] = (Aᵀ M A)[oh % m, ow % m] of tile (oh / m, ow / m), + bias, epilogue."""
+                     epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d", dilation: Sequence[int] = (1, 1)
+                     ) -> Tensor:
+    """Y[N, OC/bo, OH, OW, bo] = (Aᵀ M A)[oh % m, ow % m] of tile (oh / m, ow / m) (per phase of
+    the dilation), + bias, epilogue."""
     alpha, _, ocb, _, bo = mm.shape
     oh_, ow_ = out_hw
-    th_, tw_ = tiles = tile_counts(oh_, ow_, m)
+    dh, dw = dilation = tuple(dilation)
+    th_, tw_ = tiles = tile_counts(oh_, ow_, m, dilation)
     at, _, _ = winograd_matrices(m)
 
     # two 1-D passes, as in `input_transform`: M A per tile (tag "winograd_output_rows"), then Aᵀ ·
@@ -235,17 +274,19 @@ def output_transform(mm: Tensor, n: int, out_hw: tuple[int, int], m: int, bias: 
         tag=OUTPUT_ROWS_TAG, attrs={"m": m})
 
     def body(b, o, y, x, ob):
-        t = (b * th_ + y // m) * tw_ + x // m
-        v = _by_index(y % m, m, lambda i: _combine([(at[i, e], m_a[e, x % m, o, t, ob]) for e in range(alpha)],
-                                                    mm.dtype))
+        (ty, iy), (tx, ix) = _tile_position(y, th_, m, dh), _tile_position(x, tw_, m, dw)
+        t = (b * th_ + ty) * tw_ + tx
+        v = _by_index(iy, m, lambda i: _combine([(at[i, e], m_a[e, ix, o, t, ob]) for e in range(alpha)],
+                                                mm.dtype))
         return v + bias[o * bo + ob] if bias is not None else v
     y = te.compute((n, ocb, oh_, ow_, bo), body, name=f"{name}_winograd_out", tag=OUTPUT_TAG,
-                   attrs={"m": m, "tiles": tiles})
+                   attrs={"m": m, "tiles": tiles, "dilation": dilation})
     return apply_epilogue(y, epilogue)
 
 
-def conv2d_winograd_nchwc(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: int | Sequence[int] = 1, *,
-                          m: int, oc_bn: int, epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
+def conv2d_winograd_nchwc(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: int | Sequence[int] = 1,
+                          dilation: int | Sequence[int] = 1, *, m: int, oc_bn: int,
+                          epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
     """conv2d of x in NCHW[bi]c ([N, C/bi, H, W, bi]) with OIHW weights, in NCHW[oc_bn]c.
 
     `epilogue` functions receive the blocked indices (n, oc/oc_bn, oh, ow, oc%oc_bn); `bias`
@@ -259,20 +300,23 @@ def conv2d_winograd_nchwc(x: Tensor, w: Tensor, bias: Tensor | None = None, padd
         raise ValueError(f"{name}: {cb}x{bi} input channels but weights {list(w.shape)}")
     if oc_bn < 1 or oc % oc_bn:
         raise ValueError(f"{name}: output channel block {oc_bn} does not divide {oc} channels")
-    check_eligible(x.shape, w.shape, 1, 1, m)
+    check_eligible(x.shape, w.shape, 1, dilation, m)
+    dil = tuple(int(v) for v in np.broadcast_to(dilation, 2))
     flat = te.placeholder((n, c, h, wd), x.dtype, name="shape_only")
-    _, _, (top, left, bottom, right), (oh_, ow_), _ = conv_geometry(flat, w, 1, padding, 1, name)
-    tiles = tile_counts(oh_, ow_, m)
-    hp, wp = tiles[0] * m + 2, tiles[1] * m + 2  # whole tiles: rows and columns past the padding read zeros
+    _, _, (top, left, bottom, right), (oh_, ow_), _ = conv_geometry(flat, w, 1, padding, dil, name)
+    tiles = tile_counts(oh_, ow_, m, dil)
+    # whole tiles: rows and columns past the padding read zeros
+    hp, wp = tiles[0] * m + 2 * dil[0], tiles[1] * m + 2 * dil[1]
     pads = ((0, 0), (0, 0), (top, hp - h - top), (left, wp - wd - left), (0, 0))
     xp = pad(x, pads, name=f"{name}_pad") if any(b or a for b, a in pads) else x
     u = weight_transform(w, m, oc_bn)
-    v = input_transform(xp, m, tiles)
-    return output_transform(batched_gemm(v, u), n, (oh_, ow_), m, bias, epilogue, name)
+    v = input_transform(xp, m, tiles, dil)
+    return output_transform(batched_gemm(v, u), n, (oh_, ow_), m, bias, epilogue, name, dil)
 
 
-def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: int | Sequence[int] = 1, *, m: int,
-                    ic_bn: int, oc_bn: int, epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
+def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: int | Sequence[int] = 1,
+                    dilation: int | Sequence[int] = 1, *, m: int, ic_bn: int, oc_bn: int,
+                    epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
     """The NCHW result: x packed to NCHW[ic_bn]c (tag "pack"), the blocked Winograd convolution,
     unpacked to NCHW (tag "unpack") with bias and `epilogue` (NCHW indices) after it, as
     `conv2d_nchwc` does, so today's NCHW Conv tasks can run it."""
@@ -281,8 +325,8 @@ def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: i
     c = x.shape[1]
     if ic_bn < 1 or c % ic_bn:
         raise ValueError(f"{name}: input channel block {ic_bn} does not divide {c} channels")
-    blocked = conv2d_winograd_nchwc(pack_data(x, ic_bn), whole_blocks(w, oc_bn), None, padding, m=m, oc_bn=oc_bn,
-                                    name=name)
+    blocked = conv2d_winograd_nchwc(pack_data(x, ic_bn), whole_blocks(w, oc_bn), None, padding, dilation, m=m,
+                                    oc_bn=oc_bn, name=name)
     return unpack_nchw(blocked, w.shape[0], bias, epilogue, name)
 
 

@@ -217,7 +217,7 @@ class _Blocked:
     def schedule(self, task: Task, d: ConvDims, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         lanes = vector_lanes(target, task.dtypes[0])
         if winograd.algorithm(config) != winograd.DIRECT:
-            return winograd.schedule_winograd_nchw(task, config, target, lanes, padding=d.pads)
+            return winograd.schedule_winograd_nchw(task, config, target, lanes, padding=d.pads, dilation=d.dilation)
         oc_bn, ic_bn = config["oc_bn"], config["ic_bn"]
         vec = lanes if oc_bn % lanes == 0 else oc_bn
         check_register_tile(config["tile_oh"] * config["tile_ow"][1] * (oc_bn // vec), config, target)
@@ -270,7 +270,8 @@ class _Blocked:
         }
         if self._winograd(d):  # Winograd where it pays (its own rule), else these direct values
             values.update(winograd.direct_values() if direct_only else
-                          winograd.fallback_values(space, d.c, d.oc, (d.oh, d.ow), lanes, target))
+                          winograd.fallback_values(space, d.c, d.oc, winograd.phase_size((d.oh, d.ow), d.dilation),
+                                                   lanes, target))
         return space.from_values(values)
 
 

@@ -146,7 +146,8 @@ class Conv2dNCHWcTemplate(CpuTemplate):
             values.update(_plain_input_tile(d, knobs, values, target))
             values.update(_lanes_tile(d, knobs, target))
             if _winograd(d):
-                values.update(winograd.blocked_fallback_values(d.c, d.oc, (d.oh, d.ow), d.in_block, d.out_block,
+                values.update(winograd.blocked_fallback_values(d.c, d.oc, winograd.phase_size((d.oh, d.ow), d.dilation),
+                                                               d.in_block, d.out_block,
                                                                vector_lanes(target, task.dtypes[0]),
                                                                cpu_capabilities(target)))
         return space.from_values(values)
@@ -157,7 +158,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
             tt = task_tensors(task)
             bias = (conv_nchwc.blocked_bias(tt.anchor[2], d.out_block),) if len(tt.anchor) > 2 else ()
             return winograd.schedule_winograd_blocked(tt, config, target, vector_lanes(target, task.dtypes[0]),
-                                                      d.pads, d.out_block, bias)
+                                                      d.pads, d.dilation, d.out_block, bias)
         tile_oc = 1 if d.depthwise else config["tile_oc"]
         check_register_tile(tile_oc * config["tile_oh"] * config["tile_ow"][1], config, target)
         tt = task_tensors(task)

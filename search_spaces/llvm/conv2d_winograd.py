@@ -1,7 +1,7 @@
 """Winograd schedules for the CPU Conv templates (`autosched.ops.winograd`).
 
 `conv2d.py` adds `winograd_knobs` to the blocked variant's space of eligible tasks (3×3,
-stride 1, dilation 1, groups 1; others keep their space unchanged) and hands configs whose
+stride 1, groups 1, any dilation; others keep their space unchanged) and hands configs whose
 `algorithm` is not "direct" to `schedule_winograd_nchw`. `schedule_winograd` schedules the
 stages of `conv2d_winograd_nchwc` wherever they sit, so an NCHW[x]c template can reuse it.
 
@@ -45,8 +45,9 @@ GEMM_ORDERS = ("oc_outer", "tile_outer")
 
 
 def eligible(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], groups: int) -> bool:
-    """Whether Winograd F(m×m, 3×3) computes this convolution."""
-    return tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1) and groups == 1
+    """Whether Winograd F(m×m, 3×3) computes this convolution (a dilated one per phase:
+    `autosched.ops.winograd`)."""
+    return tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and min(dilation) >= 1 and groups == 1
 
 
 def winograd_knobs() -> list[Knob]:
@@ -82,6 +83,12 @@ MIN_FALLBACK_SIZE = 8
 INTEL_TILE_ACCUMULATORS = 16
 
 
+def phase_size(out_hw: tuple[int, int], dilation: tuple[int, int]) -> tuple[int, int]:
+    """The output map of one phase of a dilated convolution (the largest): what its tiles cover."""
+    h, w = (-(-size // d) for size, d in zip(out_hw, dilation))
+    return h, w
+
+
 def fallback_values(space: ConfigSpace, channels: int, out_channels: int, out_hw: tuple[int, int], lanes: int,
                     target: Target) -> dict[str, object]:
     """The added knobs' values in an untuned build, with the channel blocks they need.
@@ -92,7 +99,8 @@ def fallback_values(space: ConfigSpace, channels: int, out_channels: int, out_hw
     benchmarks/winograd.py). Blocks: `oc_bn` of 4 vectors where the target has 32 registers (2 with
     16), `ic_bn` of 2 vectors, 7 tiles per register tile (7 divides the tile counts 196 and 49
     of 56- and 28-wide maps under F(4), and of 28 and 14 under F(2)): ≤ 28 accumulators.
-    Otherwise the direct algorithm, whose knobs the caller sets."""
+    Otherwise the direct algorithm, whose knobs the caller sets. A dilated convolution's
+    `out_hw` is its phases' (`phase_size`)."""
     if (channels % lanes or out_channels % lanes or min(channels, out_channels) < MIN_FALLBACK_CHANNELS
             or min(out_hw) < MIN_FALLBACK_SIZE):
         return direct_values()
@@ -131,12 +139,12 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
 
 
 def schedule_winograd_blocked(tt: TaskTensors, config: Config, target: Target, lanes: int,
-                              padding: tuple[int, ...], out_block: int, bias_epilogue: tuple = ()
-                              ) -> tuple[Schedule, list[Tensor]]:
+                              padding: tuple[int, ...], dilation: tuple[int, int], out_block: int,
+                              bias_epilogue: tuple = ()) -> tuple[Schedule, list[Tensor]]:
     """A ConvNCHWc task's tensors (input and output in channel blocks, fixed by layout planning)
     through `conv2d_winograd_nchwc`; `bias_epilogue` (the template's blocked bias, over the same
     tensors) is applied first."""
-    out = winograd.conv2d_winograd_nchwc(tt.anchor[0], tt.anchor[1], None, padding, m=tile_size(config),
+    out = winograd.conv2d_winograd_nchwc(tt.anchor[0], tt.anchor[1], None, padding, dilation, m=tile_size(config),
                                          oc_bn=out_block, epilogue=tuple(bias_epilogue) + tuple(tt.epilogue))
     s = create_schedule(out)
     schedule_winograd(s, config, target, lanes, blocked_out=out)
@@ -194,16 +202,25 @@ def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, b
         inline_epilogue(s, blocked_out, tags=(winograd.OUTPUT_TAG,))
         y = s[blocked_out]
     n, o, oh, ow, ob = y.op.axes
-    oho, ohi = y.split(oh, m)
-    owo, owi = y.split(ow, m)
-    y.reorder(n, o, oho, owo, ohi, owi, ob)
+    dh, dw = stage[winograd.OUTPUT_TAG].op.attrs["dilation"]
+    # a dilated convolution's tile holds every d-th row and column: phases outside the tiles
+    (ohp, oho, ohi), (owp, owo, owi) = _phase_tiles(y, oh, m, dh), _phase_tiles(y, ow, m, dw)
+    y.reorder(*(a for a in (n, o, ohp, oho, owp, owo, ohi, owi, ob) if a is not None))
     if blocked_out is not None:  # else the caller's loops around it run in parallel
-        y.parallel(y.fuse(n, o, oho))
+        y.parallel(y.fuse(*(a for a in (n, o, ohp, oho) if a is not None)))
     y.unroll(ohi)
     y.unroll(owi)
     _vectorize_last(y, ob, lanes)
     _per_tile(s, stage[winograd.OUTPUT_ROWS_TAG], y, owo, lanes)
     return y
+
+
+def _phase_tiles(st: Stage, axis: IterVar, m: int, d: int) -> tuple[IterVar | None, IterVar, IterVar]:
+    """(phase, tile, position in the tile) loops of an output axis of dilation d (no phase loop at 1)."""
+    if d == 1:
+        return (None, *st.split(axis, m))
+    rows, phase = st.split(axis, d)
+    return (phase, *st.split(rows, m))
 
 
 def _weight_pass(st: Stage, lanes: int) -> None:
@@ -254,23 +271,24 @@ def _schedule_gemm(s: Schedule, mm: Stage, config: Config, target: Target, lanes
     acc.vectorize(obv)
 
 
-def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: int, padding: tuple[int, ...]
-                           ) -> tuple[Schedule, list[Tensor]]:
+def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: int, padding: tuple[int, ...],
+                           dilation: tuple[int, int]) -> tuple[Schedule, list[Tensor]]:
     """The NCHW task through `conv2d_winograd` (pack, Winograd, unpack + bias + epilogue)."""
     tt = task_tensors(task)
     oc_bn, ic_bn = config["oc_bn"], config["ic_bn"]
     out = winograd.conv2d_winograd(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None,
-                                   padding=padding, m=tile_size(config), ic_bn=ic_bn, oc_bn=oc_bn,
+                                   padding=padding, dilation=dilation, m=tile_size(config), ic_bn=ic_bn, oc_bn=oc_bn,
                                    epilogue=tt.epilogue)
     s = create_schedule(out)
     inline_epilogue(s, out, tags=(conv_nchwc.UNPACK_TAG,))
     y = schedule_winograd(s, config, target, lanes)
-    # the output transform fills one row of tiles (m rows × OW × oc_bn, in L1) that the
-    # unpacking then transposes to NCHW rows
+    # the output transform fills one row of tiles (m rows × OW × oc_bn, in L1; m·d rows holding
+    # a row of tiles of each of the d phases where dilated) that the unpacking then transposes
+    # to NCHW rows
     o = s[out]
     n, oc, oh, ow = o.op.axes
     oco, oci = o.split(oc, oc_bn)
-    oho, ohi = o.split(oh, tile_size(config))
+    oho, ohi = o.split(oh, tile_size(config) * dilation[0])
     o.reorder(n, oco, oho, ohi, oci, ow)
     o.parallel(o.fuse(n, oco, oho))
     width = vector_width(o.op.shape[-1], lanes)  # a divisor where one exists: no scalar tail
@@ -280,5 +298,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "DIRECT", "eligible", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
+__all__ = ["ALGORITHMS", "DIRECT", "eligible", "phase_size", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
            "schedule_winograd", "schedule_winograd_nchw"]

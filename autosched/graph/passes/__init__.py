@@ -24,7 +24,6 @@ from autosched.graph.passes.pad_channels import MAX_WASTE, max_waste, pad_channe
 from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
 from autosched.graph.passes.remove_identity import remove_identity
-from autosched.graph.passes.space_to_batch import space_to_batch
 from autosched.graph.passes.space_to_depth import space_to_depth
 from autosched.graph.passes.split_k import split_k
 from autosched.target import CpuCapabilities, Target
@@ -51,7 +50,6 @@ __all__ = [
     "plan_memory",
     "reduce_pow",
     "remove_identity",
-    "space_to_batch",
     "space_to_depth",
     "split_k",
 ]
@@ -79,8 +77,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions a few channels short of
     whole vectors are padded to them (by at most `pad_waste` of their channels), and convolutions and the ops between them are then
-    planned into channel blocks, and a blocked dilated 3x3 convolution Winograd can take over its
-    input's phases becomes one over the phases (`space_to_batch`): the graph a target's tasks
+    planned into channel blocks, and a blocked 5x5 convolution of stride 2 Winograd can take
+    becomes a 3x3 one over its input's phases (`space_to_depth`): the graph a target's tasks
     are extracted from and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
     products too small to fill the GPU are split along K (`split_k`), and MatMuls read both
     operands through their views (a GPU kernel stages both through shared memory anyway).
@@ -96,5 +94,5 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = eliminate_dead_code(graph)
     if not layout_lanes:
         return graph
-    graph = space_to_depth(space_to_batch(plan_layout(pad_channels(graph, layout_lanes, pad_waste), layout_lanes)))
-    return fuse_copies(collapse_views(graph))  # a phase rearrangement undone by the next: nothing moves
+    graph = space_to_depth(plan_layout(pad_channels(graph, layout_lanes, pad_waste), layout_lanes))
+    return fuse_copies(collapse_views(graph))  # the rearrangement's views merge with those beside them

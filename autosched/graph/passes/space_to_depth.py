@@ -11,9 +11,10 @@ convolution Winograd computes. That does 2304 multiply-adds per output pixel and
 multiplication of 4 of them. The output keeps its shape and layout, so the epilogue stays where it
 was and only the input is rearranged (a Reshape, a Transpose, a Reshape).
 
-Like `space_to_batch`, it runs on blocked convolutions after layout planning, so that the phases
-move whole channel vectors, and only where Winograd takes the result: elsewhere the direct kernel
-would be 44% more work for nothing.
+It runs on blocked convolutions after layout planning, so that the phases move whole channel
+vectors, and only where Winograd takes the result: elsewhere the direct kernel would be 44% more
+work for nothing. (A dilated 3x3 convolution needs no such rewrite: Winograd cuts its tiles per
+phase in the kernel, `autosched.ops.winograd`.)
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ import numpy as np
 
 from autosched.graph.ir import Graph, Node, Op
 from autosched.graph.passes.rewrite import NewValues, rebuild
-from autosched.graph.passes.space_to_batch import MIN_CHANNELS, MIN_PHASE
 
+#: the channels and phase size Winograd's fallback takes (`search_spaces/llvm/conv2d_winograd.py`)
+MIN_CHANNELS = 32
+MIN_PHASE = 8
 #: the kernel and stride rewritten, and the padding that makes the result a "same" 3x3
 KERNEL, STRIDE, PADS = (5, 5), (2, 2), (2, 2, 2, 2)
 
