@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from autosched.graph.ir import Graph
 from autosched.graph.passes.collapse_views import collapse_views
+from autosched.graph.passes.crop_taps import crop_taps
 from autosched.graph.passes.cse import eliminate_common_subexpressions
 from autosched.graph.passes.dce import eliminate_dead_code
 from autosched.graph.passes.fold_batchnorm import fold_batchnorm
@@ -33,6 +34,7 @@ __all__ = [
     "FusedGroup",
     "MemoryPlan",
     "collapse_views",
+    "crop_taps",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
     "fold_batchnorm",
@@ -71,7 +73,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     constant folding before BN folding turns computed BN parameters into
     constants, and before the LayerNorm fold the exponents, ε, γ and β; a patch embedding
     becomes a MatMul after BN folding has scaled its filters, and 1-D convolutions and pools
-    2-D ones of height 1 (`lift_1d`) after BN folding has merged into them; CSE after folding sees the final
+    2-D ones of height 1 (`lift_1d`) after BN folding has merged into them, and then kernel taps
+    that read only padding are dropped (`crop_taps`: on 2-D convolutions, their weights final); CSE after folding sees the final
     constants; view chains that move nothing collapse before views fold; DCE last drops
     whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
@@ -86,7 +89,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = remove_identity(graph)
     graph = fold_constants(graph)
     graph = fold_layer_norm(reduce_pow(graph))
-    graph = lift_1d(patch_conv(fold_batchnorm(graph)))
+    graph = crop_taps(lift_1d(patch_conv(fold_batchnorm(graph))))
     graph = collapse_views(eliminate_common_subexpressions(graph))
     if gpu_blocks:
         graph = fold_constants(split_k(graph, gpu_blocks))

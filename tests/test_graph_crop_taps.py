@@ -1,0 +1,99 @@
+"""Kernel taps that read only padding, dropped (`graph/passes/crop_taps.py`): DeepLab's ASPP
+branches, where they apply and where not, and that the result is the same on random shapes
+(numpy reference; onnxruntime through exported DeepLab-v3 models, checked by hand)."""
+import numpy as np
+import pytest
+from graph_helpers import built_matches_reference, same_results
+from isa import RUN_TARGETS
+
+from autosched.graph.builder import GraphBuilder
+from autosched.graph.ir import Op
+from autosched.graph.passes import crop_taps
+
+
+def _conv(hw=(21, 21), c=8, oc=8, k=(3, 3), stride=(1, 1), dilation=(24, 24), pads=None, bias=True, seed=0):
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("conv")
+    x = b.input("x", (1, c, *hw))
+    ins = [x, b.constant("w", rng.standard_normal((oc, c, *k)).astype(np.float32))]
+    if bias:
+        ins.append(b.constant("b", rng.standard_normal(oc).astype(np.float32)))
+    if pads is None:  # "same"
+        pads = (dilation[0] * (k[0] // 2), dilation[1] * (k[1] // 2)) * 2
+    b.output(b.node(Op.CONV, ins, name="aspp", strides=stride, pads=pads, dilations=dilation, group=1))
+    return b.build()
+
+
+def _the_conv(graph):
+    (node,) = [n for n in graph.nodes if n.op is Op.CONV]
+    return node, graph.constants[node.inputs[1]]
+
+
+@pytest.mark.parametrize("dilation", [24, 36])
+def test_an_aspp_branch_wider_than_its_map_is_a_pointwise_convolution(dilation):
+    graph = _conv(dilation=(dilation, dilation))
+    cropped = crop_taps(graph)
+    node, w = _the_conv(cropped)
+    assert w.shape == (8, 8, 1, 1) and node.attrs["pads"] == (0, 0, 0, 0) and node.attrs["dilations"] == (1, 1)
+    np.testing.assert_array_equal(w[:, :, 0, 0], graph.constants["w"][:, :, 1, 1])
+    same_results(graph, cropped)
+
+
+def test_one_axis_cropped_the_other_kept():
+    graph = _conv(hw=(12, 20), dilation=(2, 30))
+    node, w = _the_conv(crop_taps(graph))
+    assert w.shape[2:] == (3, 1) and node.attrs["dilations"] == (2, 1) and node.attrs["pads"] == (2, 0, 2, 0)
+    same_results(graph, crop_taps(graph))
+
+
+@pytest.mark.parametrize("case", [
+    dict(dilation=(12, 12)),  # taps at ±12 read the 21x21 image for some output rows
+    dict(dilation=(1, 1)),
+    dict(hw=(3, 3), k=(3, 3), dilation=(1, 1), pads=(0, 0, 0, 0)),  # a valid convolution
+])
+def test_taps_that_read_the_image_for_some_output_rows_stay(case):
+    graph = _conv(**case)
+    assert crop_taps(graph) is graph
+
+
+def test_random_convolutions_compute_the_same_after_cropping():
+    """Shapes, strides, dilations and asymmetric pads drawn at random, many of them with dead
+    taps: the cropped graph's result equals the original's wherever the pass rewrote it."""
+    rng = np.random.default_rng(7)
+    rewritten = 0
+    for seed in range(60):
+        k = tuple(int(v) for v in rng.integers(1, 6, 2))
+        dilation = tuple(int(v) for v in rng.integers(1, 9, 2))
+        stride = tuple(int(v) for v in rng.integers(1, 4, 2))
+        pads = tuple(int(v) for v in rng.integers(0, 12, 4))
+        hw = tuple(int(v) for v in rng.integers(1, 10, 2))
+        spans = [hw[a] + pads[a] + pads[a + 2] - dilation[a] * (k[a] - 1) for a in range(2)]
+        if min(spans) < 1:  # no output
+            continue
+        graph = _conv(hw=hw, c=3, oc=4, k=k, stride=stride, dilation=dilation, pads=pads, bias=bool(seed % 2),
+                      seed=seed)
+        cropped = crop_taps(graph)
+        if cropped is not graph:
+            rewritten += 1
+            same_results(graph, cropped, seed)
+    assert rewritten >= 10
+
+
+@pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
+def test_the_build_of_an_aspp_module_matches_the_reference(target, tmp_path):
+    """DeepLab-v3's ASPP at 21x21: a 1x1 branch and 3x3 branches of dilation 12 (kept), 24 and
+    36 (pointwise after cropping), concatenated and projected."""
+    rng = np.random.default_rng(1)
+    b = GraphBuilder("aspp")
+    x = b.input("x", (1, 32, 21, 21))
+    branches = []
+    for i, d in enumerate((1, 12, 24, 36)):
+        k = 1 if d == 1 else 3
+        w = b.constant(f"w{i}", (0.1 * rng.standard_normal((16, 32, k, k))).astype(np.float32))
+        y = b.node(Op.CONV, [x, w], name=f"branch{i}", strides=(1, 1), pads=(d * (k // 2),) * 4,
+                   dilations=(d, d), group=1)
+        branches.append(b.node(Op.RELU, [y], name=f"relu{i}"))
+    cat = b.node(Op.CONCAT, branches, name="cat", axis=1)
+    w = b.constant("wp", (0.1 * rng.standard_normal((16, 64, 1, 1))).astype(np.float32))
+    b.output(b.node(Op.CONV, [cat, w], name="project", strides=(1, 1), pads=(0,) * 4, dilations=(1, 1), group=1))
+    built_matches_reference(b.build(), tmp_path / "aspp.so", target)
