@@ -8,7 +8,7 @@ an FPN's top-down path (nearest and bilinear Resize), a U-Net decoder (ConvTrans
 convolutions, channel shuffle), a YOLO-style C3 + SPPF neck and MLP-Mixer, and a DCGAN generator
 (strided 4x4 ConvTranspose) and RegNet (groups of 8 in 104 channels), and since 2026-12-01 Swin
 (window attention over 49 tokens, shifted windows with their mask), and since 2026-12-05
-DeepLab-v3's dilated bottlenecks on odd-sized maps. At 2026-11-27 three of
+DeepLab-v3's dilated bottlenecks on odd-sized maps and its ASPP head. At 2026-11-27 three of
 them did not import and four ran slower than onnxruntime untuned; at 2026-11-29 ShuffleNetV2's
 units took 1.8x onnxruntime's time, RegNet crashed the layout planner and the DCGAN generator
 took 3.6x. The README ("Blocks no developer had seen") has the figures. `python benchmarks/models.py --models
@@ -354,14 +354,25 @@ def swin_block(seed: int = 17, side: int = 56, c: int = 96, heads: int = 3, wind
 def deeplab_block(seed: int = 18, c: int = 256, mid: int = 64, side: int = 33) -> onnx.ModelProto:
     """Two bottlenecks of a DeepLab-v3 backbone at output stride 8 (a 513x513 image gives 65x65
     maps there; 33x33 here): 1x1 reduce, a 3x3 of dilation 2, then 4, 1x1 expand, residual. Odd
-    maps split into phases of different sizes (17 and 16 rows at dilation 2, 9 and 8 at 4)."""
+    maps split into phases of different sizes (17 and 16 rows at dilation 2, 9 and 8 at 4). Then
+    its ASPP head: a 1x1 branch, 3x3 branches of dilation 12, 24 and 36 (taps that read padding
+    for some or all output rows), and an image-pooling branch resized back, concatenated and
+    projected."""
     b, x = ModelBuilder(seed), "input"
     for i, d in enumerate((2, 4)):
         y = b.node("Relu", [b.conv_bn(x, f"b{i}.reduce", c, mid, 1)], f"b{i}/Relu")
         y = b.node("Relu", [b.conv_bn(y, f"b{i}.dilated", mid, mid, 3, dilation=d)], f"b{i}/Relu_1")
         x = b.node("Relu", [b.node("Add", [b.conv_bn(y, f"b{i}.expand", mid, c, 1), x], f"b{i}/Add")],
                    f"b{i}/Relu_2")
-    return b.model("deeplab_block", [tensor_info("input", (1, c, side, side))], [tensor_info(x, (1, c, side, side))])
+    branches = [b.node("Relu", [b.conv_bn(x, f"aspp{i}", c, mid, 1 if d == 1 else 3, dilation=d)], f"aspp{i}/Relu")
+                for i, d in enumerate((1, 12, 24, 36))]
+    pooled = b.node("Relu", [b.conv_bn(b.node("GlobalAveragePool", [x], "pool/Pool"), "pool", c, mid, 1)],
+                    "pool/Relu")
+    sizes = b.constant("pool.sizes", np.array([1, mid, side, side], np.int64))
+    branches.append(b.node("Resize", [pooled, "", "", sizes], "pool/Resize", mode="linear"))
+    y = b.node("Relu", [b.conv_bn(b.node("Concat", branches, "aspp/Concat", axis=1), "project", 5 * mid, mid, 1)],
+               "project/Relu")
+    return b.model("deeplab_block", [tensor_info("input", (1, c, side, side))], [tensor_info(y, (1, mid, side, side))])
 
 
 BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {

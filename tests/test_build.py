@@ -321,7 +321,7 @@ def test_blocks_no_developer_had_seen_match_onnxruntime(tmp_path, name):
     """`zoo_blocks`: 1-D convolutions, Resize and ConvTranspose (the fast suite's three: they did
     not import before 2026-11-27), ShuffleNetV2's split, padded channel blocks and shuffle, and
     the DCGAN generator's strided ConvTransposes, DeepLab's dilated convolutions on odd maps (per
-    phase in Winograd's kernel); the others under -m slow."""
+    phase in Winograd's kernel) and ASPP head (taps cropped, regions); the others under -m slow."""
     from autosched.zoo_blocks import BLOCKS
 
     path = tmp_path / f"{name}.onnx"
