@@ -234,19 +234,25 @@ def schedule_injective(out: Tensor, vector_lanes: int) -> Schedule:
     for st in s.stages:
         if st.op is not out.op:
             s.compute_inline(st)
+    schedule_injective_stage(s, out, vector_lanes)
+    return s
+
+
+def schedule_injective_stage(s: Schedule, out: Tensor, vector_lanes: int) -> None:
+    """`schedule_injective`'s loops for the stage of `out` in `s`, whatever the other stages do
+    (a computation of several injective passes, each at root)."""
     k, st = copy_suffix(out), s[out]
     axes = list(st.op.axes)
     run = math.prod(a.extent for a in axes[k:])
     if not axes or run > vector_lanes:
         vectorize_innermost(st, vector_lanes, fuse_from=k)
-        return s
+        return
     j = next((j for j in range(1, k + 1) if math.prod(a.extent for a in axes[:j]) >= PARALLEL_ITERATIONS), k)
     _, lanes = st.split(st.fuse(*axes[k:]), vector_width(run, vector_lanes))
     if j:
         st.parallel(st.fuse(*axes[:j]))
     st.vectorize(lanes)
-    return s
 
 
-__all__ = ["pad", "transpose", "reshape", "concat", "strided_slice", "schedule_injective",
+__all__ = ["pad", "transpose", "reshape", "concat", "strided_slice", "schedule_injective", "schedule_injective_stage",
            "flatten", "unflatten", "PAD_TAG", "INJECTIVE_TAG"]
