@@ -6,7 +6,7 @@ ONNX's to pick the same neighbour. The importer computes it once per resized axi
 numpy as ONNX's reference does, and stores the result as constant inputs of the node: per axis
 the source index (nearest), or the two neighbours and the second one's weight (linear,
 neighbours clamped to the input, as the reference pads its edge). The kernel is a gather, for
-linear a weighted sum of 2^k gathers over k resized axes, and the numpy reference reads the
+linear a weighted sum of two gathers per resized axis, and the numpy reference reads the
 same tables (interpolating axis by axis, as ONNX's does). Cubic interpolation, antialiasing,
 cropping (tf_crop_and_resize) and aspect-ratio policies are refused by name.
 
@@ -108,12 +108,10 @@ def _compute(args: ComputeArgs) -> list[Tensor]:
     x, axes, per = args.inputs[0], args.attrs["axes"], _tables_per_axis(args.attrs)
     tables = [args.inputs[1 + per * k:1 + per * (k + 1)] for k in range(len(axes))]
 
-    def at(i: tuple[Expr, ...], sources: dict[int, Expr]) -> Expr:
-        return x[tuple(sources.get(d, v) for d, v in enumerate(i))]
-
     if per == 1:
         def body(*i: Expr) -> Expr:
-            return at(i, {a: te.cast("int32", t[0][i[a]]) for a, t in zip(axes, tables)})
+            sources = {a: te.cast("int32", t[0][i[a]]) for a, t in zip(axes, tables)}
+            return x[tuple(sources.get(d, v) for d, v in enumerate(i))]
         return [te.compute(args.out_shapes[0], body, name="resize", tag="injective")]
     order = sorted(range(len(axes)), key=lambda k: -axes[k])  # innermost first
     y = x

@@ -126,7 +126,7 @@ def _taps(node: Node, rows: tuple[int, int], cols: tuple[int, int], constants: d
     """The constant holding the weights' taps rows × cols (inclusive ranges), made once."""
     w = constants[node.inputs[1]]
     cropped = np.ascontiguousarray(w[:, :, rows[0]:rows[1] + 1, cols[0]:cols[1] + 1])
-    name = f"{node.inputs[1]}_taps_{rows[0]}{rows[1]}{cols[0]}{cols[1]}"
+    name = f"{node.inputs[1]}_taps_{rows[0]}_{rows[1]}_{cols[0]}_{cols[1]}"
     if name not in constants:
         name = value(name, cropped.shape, w.dtype.name)
         constants[name] = cropped
@@ -173,6 +173,7 @@ def _regions(graph: Graph, node: Node, bands: tuple[list[Band], list[Band]], con
         nodes.append(Node(f"{node.name}/{name}", Op.CONCAT, tuple(parts), (out,), {"axis": axis}))
         return out
 
+    one_band = len(bands[0]) == 1  # then its regions' concat is the output
     rows = []
     for i, rb in enumerate(bands[0]):
         parts = []
@@ -191,7 +192,6 @@ def _regions(graph: Graph, node: Node, bands: tuple[list[Band], list[Band]], con
             nodes.append(Node(f"{node.name}/region{i}_{j}", node.op, (src, weights, *node.inputs[2:]), (part,),
                               _attrs(at, kernel, (0, 0, 0, 0))))
             parts.append(part)
-        one_band = len(bands[0]) == 1  # then its regions' concat is the output
         rows.append(joined(parts, 3, (n, oc, rb.stop - rb.start, y.shape[3]), f"band{i}",
                            node.outputs[0] if one_band else None))
     if len(rows) > 1:
