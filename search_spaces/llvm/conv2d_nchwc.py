@@ -271,6 +271,14 @@ def _sixteen_register_tile(d: BlockedConvDims, tile_oc: int, tile_ow: tuple[int,
       columns. Alone, MobileNetV2's 3 -> 32 ran 0.50 ms in the generic 2 x 4, 0.36 in 1 x 14;
       ResNet-18's 7x7 3 -> 64 3.9 against 2.6; SqueezeNet's 3 -> 64 0.49-0.50 against 0.46.
       Not 2 x 7: 0.66-0.86, 3.2 and 0.57 ms.
+    - Two blocks on a row that tiles in 5 or 6 columns take those (`FITTING_COLUMNS`): 12
+      accumulators, the two weight vectors and the broadcast fit the 16 registers, where 2 x 7
+      leaves one weight vector in memory, read by each of its 7 FMAs (15 loads a reduction
+      step against 8; `objdump -d`, znver3). EPYC Zen 3, 2 threads, alone, medians of 3:
+      1x1 512 -> 512 on 42x42 (both exact) 169 -> 192 GFLOP/s, 3x3 256 -> 256 on 42x42 131 ->
+      171; on shifted rows (33, 38, 129 wide: DeepLab's output stride 8, SSD) 1x1 layers 129 ->
+      174-182 and 3x3 ones 119-125 -> 169-170. Rows of 7, 14, 28 and 56 tile in 4 columns at
+      most below 7, and 2 x 4's 8 accumulators ran slower than 2 x 7 (above): they keep 7.
     Still the fewest column tiles, and of those the narrowest: a row of 17 keeps 3 tiles of 6
     rather than 3 of 7 (a DCGAN's transposed-convolution phase ran 1.17-1.34x slower
     recomputing 4 columns)."""
@@ -278,7 +286,15 @@ def _sixteen_register_tile(d: BlockedConvDims, tile_oc: int, tile_ow: tuple[int,
     if registers > 16:
         return tile_oc, tile_ow
     tile_oc = tile_oc if d.in_block else 1
+    if tile_oc == 2:
+        fitting = fewest_column_tiles(knob, max(FITTING_COLUMNS))
+        if fitting[1] in FITTING_COLUMNS:
+            return tile_oc, fitting
     return tile_oc, fewest_column_tiles(knob, (registers - 2) // tile_oc)
+
+
+#: columns of a two-block tile whose weights stay in registers on 16 (`_sixteen_register_tile`)
+FITTING_COLUMNS = (5, 6)
 
 
 def _fallback_outer_order(d: BlockedConvDims, task: Task) -> tuple[str, str, str]:
