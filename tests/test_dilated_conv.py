@@ -58,10 +58,22 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 @pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
-def test_the_build_matches_the_dilated_convolution_and_its_fallback_is_winograd(case, target, tmp_path):
+def test_the_build_matches_the_dilated_convolution_and_its_fallback_is_winograd_f4(case, target, tmp_path):
+    """Phases of 8 and 9 take F(4), where an undilated map of their size takes F(2) (`uses_f4`:
+    d² phases share each transformed weight)."""
     graph = _dilated(**case)
     built_matches_reference(graph, tmp_path / "dilated.so", target)
-    assert get_template("ConvNCHWc", "llvm").fallback(_dilated_task(graph, target), target)["algorithm"] != "direct"
+    assert get_template("ConvNCHWc", "llvm").fallback(_dilated_task(graph, target), target)["algorithm"] == "winograd_4"
+
+
+def test_undilated_maps_below_16_keep_f2():
+    """The control of `uses_f4`: an undilated 14x14 map ran F(2) in 0.72 ms, F(4) in 0.87."""
+    target = RUN_TARGETS[0]
+    task = _dilated_task(_dilated(hw=28, d=2, pads=2), target)
+    plain = next(t for t in extract_tasks(optimize_for(_dilated(hw=14, d=1, pads=1), target)).tasks if t.op == "ConvNCHWc")
+    template = get_template("ConvNCHWc", "llvm")
+    assert (template.fallback(task, target)["algorithm"], template.fallback(plain, target)["algorithm"]) == \
+        ("winograd_4", "winograd_2")
 
 
 @pytest.mark.parametrize("case", [dict(c=16), dict(hw=14)], ids=["16 channels", "phases of 7x7"])

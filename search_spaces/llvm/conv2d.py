@@ -270,8 +270,7 @@ class _Blocked:
         }
         if self._winograd(d):  # Winograd where it pays (its own rule), else these direct values
             values.update(winograd.direct_values() if direct_only else
-                          winograd.fallback_values(space, d.c, d.oc, winograd.phase_size((d.oh, d.ow), d.dilation),
-                                                   lanes, target))
+                          winograd.fallback_values(space, d.c, d.oc, (d.oh, d.ow), d.dilation, lanes, target))
         return space.from_values(values)
 
 

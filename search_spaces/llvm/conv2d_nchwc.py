@@ -146,7 +146,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
             values.update(_plain_input_tile(d, knobs, values, target))
             values.update(_lanes_tile(d, knobs, target))
             if _winograd(d):
-                values.update(winograd.blocked_fallback_values(d.c, d.oc, winograd.phase_size((d.oh, d.ow), d.dilation),
+                values.update(winograd.blocked_fallback_values(d.c, d.oc, (d.oh, d.ow), d.dilation,
                                                                d.in_block, d.out_block,
                                                                vector_lanes(target, task.dtypes[0]),
                                                                cpu_capabilities(target)))

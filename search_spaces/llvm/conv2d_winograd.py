@@ -89,8 +89,21 @@ def phase_size(out_hw: tuple[int, int], dilation: tuple[int, int]) -> tuple[int,
     return h, w
 
 
-def fallback_values(space: ConfigSpace, channels: int, out_channels: int, out_hw: tuple[int, int], lanes: int,
-                    target: Target) -> dict[str, object]:
+def uses_f4(out_hw: tuple[int, int], dilation: tuple[int, int]) -> bool:
+    """Whether the fallback's Winograd is F(4×4): on maps of at least `MIN_F4_SIZE`, and on the
+    phases of every dilated convolution (those below `MIN_FALLBACK_SIZE` take no Winograd).
+    There d² phases share each transformed weight, so F(4)'s weights, 4× the filter's bytes,
+    serve 25 tiles or more where an undilated 14×14 map gives them 16. EPYC Zen 3, 2 threads,
+    alone, medians of 3 (ConvNCHWc, blocks of 8), F(2) → F(4): 512 channels d=2 on 17×17
+    (phases 9 and 8) 7.23 → 5.73 ms, d=4 on 33×33 29.3 → 23.4-24.3 ms, 256 channels d=4 on
+    33×33 7.70 → 5.79, 128 channels 1.99 → 1.68; an undilated 14×14 map, 256 channels, keeps
+    F(2): 0.72 against 0.87 ms."""
+    phase = phase_size(out_hw, dilation)
+    return min(phase) >= MIN_F4_SIZE or max(dilation) > 1
+
+
+def fallback_values(space: ConfigSpace, channels: int, out_channels: int, out_hw: tuple[int, int],
+                    dilation: tuple[int, int], lanes: int, target: Target) -> dict[str, object]:
     """The added knobs' values in an untuned build, with the channel blocks they need.
 
     Winograd for every eligible task with whole vectors of channels (≥ 32 of them) and maps of
@@ -99,21 +112,22 @@ def fallback_values(space: ConfigSpace, channels: int, out_channels: int, out_hw
     benchmarks/winograd.py). Blocks: `oc_bn` of 4 vectors where the target has 32 registers (2 with
     16), `ic_bn` of 2 vectors, 7 tiles per register tile (7 divides the tile counts 196 and 49
     of 56- and 28-wide maps under F(4), and of 28 and 14 under F(2)): ≤ 28 accumulators.
-    Otherwise the direct algorithm, whose knobs the caller sets. A dilated convolution's
-    `out_hw` is its phases' (`phase_size`)."""
+    Otherwise the direct algorithm, whose knobs the caller sets. A dilated convolution's maps are
+    judged by its phases (`phase_size`), its F(2) or F(4) by `uses_f4`."""
     if (channels % lanes or out_channels % lanes or min(channels, out_channels) < MIN_FALLBACK_CHANNELS
-            or min(out_hw) < MIN_FALLBACK_SIZE):
+            or min(phase_size(out_hw, dilation)) < MIN_FALLBACK_SIZE):
         return direct_values()
     wide = cpu_capabilities(target).vector_registers >= 32
     oc_bn = max(b for b in space.knob("oc_bn").values if b <= (4 if wide else 2) * lanes)
     ic_bn = max(b for b in space.knob("ic_bn").values if b <= 2 * lanes)
-    return {"algorithm": "winograd_4" if min(out_hw) >= MIN_F4_SIZE else "winograd_2", "oc_bn": oc_bn,
+    return {"algorithm": "winograd_4" if uses_f4(out_hw, dilation) else "winograd_2", "oc_bn": oc_bn,
             "ic_bn": ic_bn, "wino_tile_t": 7, "wino_gemm_order": GEMM_ORDERS[0], "pad": "inline"
             if "inline" in space.knob("pad").values else space.knob("pad").values[0]}
 
 
-def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int, int], in_block: int,
-                            out_block: int, lanes: int, caps: CpuCapabilities | None = None) -> dict[str, object]:
+def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int, int], dilation: tuple[int, int],
+                            in_block: int, out_block: int, lanes: int,
+                            caps: CpuCapabilities | None = None) -> dict[str, object]:
     """The added knobs of the ConvNCHWc template's fallback: Winograd on the same terms as
     `fallback_values` (blocks are the graph's there: whole vectors both ways), else direct.
 
@@ -129,9 +143,10 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
     timed cold alone the 7×7 F(2) layer ran as slow as the direct one (1.26 ms)."""
     intel = caps is not None and caps.vendor == "intel" and caps.vector_registers >= 32
     if (in_block % lanes or out_block % lanes or channels % lanes or out_channels % lanes
-            or min(channels, out_channels) < MIN_FALLBACK_CHANNELS or min(out_hw) < MIN_FALLBACK_SIZE):
+            or min(channels, out_channels) < MIN_FALLBACK_CHANNELS
+            or min(phase_size(out_hw, dilation)) < MIN_FALLBACK_SIZE):
         return direct_values()
-    f4 = min(out_hw) >= MIN_F4_SIZE
+    f4 = uses_f4(out_hw, dilation)
     vectors = out_block // lanes
     tile_t = max((t for t in TILE_T if t * vectors <= INTEL_TILE_ACCUMULATORS), default=TILE_T[0]) if intel else 7
     return {"algorithm": "winograd_4" if f4 else "winograd_2", "wino_tile_t": tile_t,
