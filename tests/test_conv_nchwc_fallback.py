@@ -122,7 +122,8 @@ def test_avx2_rows_tiled_in_five_or_six_columns_take_them(measure):
     """Two blocks by 7 columns leave one weight vector in memory on 16 registers; where the row
     tiles in 5 or 6 columns (exactly or with a shifted last tile) the fallback takes those: a
     1x1 layer on 42x42 ran 169 -> 192 GFLOP/s, DeepLab's 33x33 ones 129 -> 174 (EPYC Zen 3,
-    2 threads). Rows whose tiles below 7 columns are 4 or fewer keep 7. Shifted 6-column tiles compute the convolution where the host runs AVX2."""
+    2 threads). Rows whose tiles below 7 columns are 4 or fewer keep 7. Shifted 6-column tiles
+    compute the convolution where the host runs AVX2."""
     deeplab = blocked_conv_task((1, 1024, 33, 33), (256, 1024, 1, 1), 8, 8, bias=True)
     exact = blocked_conv_task((1, 256, 42, 42), (256, 256, 3, 3), 8, 8, pad=1, bias=True, residual=True)
     odd = blocked_conv_task((1, 64, 35, 35), (64, 64, 1, 1), 8, 8)
