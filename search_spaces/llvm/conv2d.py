@@ -116,7 +116,7 @@ def conv_knobs(d: ConvOutput) -> list[Knob]:
     the padding is computed, the outer loop order and how many outer loops run in parallel."""
     padded = any(d.pads)
     return [
-        SplitKnob("tile_ow", d.ow, 2, SplitPolicy.ANY if shifted_columns(d.ow) else SplitPolicy.FACTORS,
+        SplitKnob("tile_ow", d.ow, 2, SplitPolicy.ANY if shifted_columns(d.oh, d.ow) else SplitPolicy.FACTORS,
                   max_innermost=MAX_TILE_OW),
         ChoiceKnob("tile_oh", tuple(v for v in TILE_OH if d.oh % v == 0)),
         ChoiceKnob("pad", ("root", "inline") if padded else ("none",)),
@@ -125,14 +125,19 @@ def conv_knobs(d: ConvOutput) -> list[Knob]:
     ]
 
 
-def shifted_columns(ow: int) -> bool:
-    """Whether the column tiles of an output `ow` wide may leave a remainder, the last tile
+def shifted_columns(oh: int, ow: int) -> bool:
+    """Whether the column tiles of an output `oh` x `ow` may leave a remainder, the last tile
     shifted back to end at the row's end (`Stage.split(shift=True)`, the columns it shares with
-    the tile before computed twice). Only for widths whose divisors give no register tile of 4
-    to `MAX_FALLBACK_COLUMNS` columns: SqueezeNet's 13x13 layers could only tile 1 or 13 columns,
-    and its 1x1 512->1000 classifier ran at 11 GFLOP/s (Xeon, 2 threads) with 1 x 1 tiles. Other
-    widths keep exact divisors, and with them the space of their shipped records."""
-    return ow > MAX_FALLBACK_COLUMNS and max(divisors(ow, MAX_FALLBACK_COLUMNS)) < 4
+    the tile before computed twice). For widths whose divisors give no register tile of 4 to
+    `MAX_FALLBACK_COLUMNS` columns: SqueezeNet's 13x13 layers could only tile 1 or 13 columns,
+    and its 1x1 512->1000 classifier ran at 11 GFLOP/s (Xeon, 2 threads) with 1 x 1 tiles; and
+    for outputs of one row (a 1-D convolution, a 1x1 one over its image as one row,
+    `flatten_pointwise`), where the row's tiles are all the tiling there is and one shifted tile
+    in thousands costs nothing. Other widths keep exact divisors, and with them the space of
+    their shipped records."""
+    if ow <= MAX_FALLBACK_COLUMNS:
+        return False
+    return oh == 1 or max(divisors(ow, MAX_FALLBACK_COLUMNS)) < 4
 
 
 def split_columns(stage: Stage, ow: IterVar, columns: int) -> tuple[IterVar, IterVar]:

@@ -12,6 +12,7 @@ from autosched.graph.passes.collapse_views import collapse_views
 from autosched.graph.passes.crop_taps import crop_taps
 from autosched.graph.passes.cse import eliminate_common_subexpressions
 from autosched.graph.passes.dce import eliminate_dead_code
+from autosched.graph.passes.flatten_pointwise import flatten_pointwise
 from autosched.graph.passes.fold_batchnorm import fold_batchnorm
 from autosched.graph.passes.fold_constants import fold_constants
 from autosched.graph.passes.fold_layer_norm import fold_layer_norm
@@ -37,6 +38,7 @@ __all__ = [
     "crop_taps",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
+    "flatten_pointwise",
     "fold_batchnorm",
     "fold_constants",
     "fold_layer_norm",
@@ -57,16 +59,21 @@ __all__ = [
 ]
 
 
+#: the vector registers up to which a target's 1x1 convolutions run as one row (`flatten_pointwise`)
+FLAT_POINTWISE_REGISTERS = 16
+
+
 def optimize_for(graph: Graph, target: Target) -> Graph:
     """`optimize` with what `target` says about its vectors, cores and GPU: the graph a target's
     tasks are extracted from and its model is built from."""
     caps = target.capabilities
     waste = max_waste(caps) if isinstance(caps, CpuCapabilities) else MAX_WASTE
-    return optimize(graph, target.layout_lanes, target.gpu_blocks, waste)
+    pointwise_rows = isinstance(caps, CpuCapabilities) and caps.vector_registers <= FLAT_POINTWISE_REGISTERS
+    return optimize(graph, target.layout_lanes, target.gpu_blocks, waste, pointwise_rows)
 
 
 def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | None = None,
-             pad_waste: float = MAX_WASTE) -> Graph:
+             pad_waste: float = MAX_WASTE, pointwise_rows: bool = False) -> Graph:
     """The standard rewrite pipeline, in an order where each pass feeds the next.
 
     Identity removal first exposes Conv→BN pairs an Identity sat between;
@@ -81,7 +88,9 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions a few channels short of
     whole vectors are padded to them (by at most `pad_waste` of their channels), and convolutions and the ops between them are then
     planned into channel blocks, and a blocked 5x5 convolution of stride 2 Winograd can take
-    becomes a 3x3 one over its input's phases (`space_to_depth`): the graph a target's tasks
+    becomes a 3x3 one over its input's phases (`space_to_depth`); with `pointwise_rows` (a
+    target of 16 vector registers), blocked 1x1 convolutions of stride 1 run over their image as
+    one row (`flatten_pointwise`): the graph a target's tasks
     are extracted from and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
     products too small to fill the GPU are split along K (`split_k`), and MatMuls read both
     operands through their views (a GPU kernel stages both through shared memory anyway).
@@ -98,4 +107,6 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     if not layout_lanes:
         return graph
     graph = space_to_depth(plan_layout(pad_channels(graph, layout_lanes, pad_waste), layout_lanes))
+    if pointwise_rows:
+        graph = flatten_pointwise(graph, layout_lanes)
     return fuse_copies(collapse_views(graph))  # the rearrangement's views merge with those beside them
