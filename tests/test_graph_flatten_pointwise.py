@@ -24,10 +24,10 @@ def _conv(b, x, c, oc, k=1, stride=1, pad=0, group=1, name=None):
                   group=group)
 
 
-def _bottlenecks(blocks=2, c=32, mid=16, hw=14):
+def _bottlenecks(blocks=2, c=32, mid=16, hw=14, batch=1):
     """ResNet-50's bottleneck blocks, identity residuals: 1x1 down, 3x3, 1x1 up, Add, Relu."""
     b = GraphBuilder("bottlenecks")
-    x = b.input("x", (1, c, hw, hw))
+    x = b.input("x", (batch, c, hw, hw))
     for i in range(blocks):
         y = b.node(Op.RELU, [_conv(b, x, c, mid, name=f"b{i}.reduce")])
         y = b.node(Op.RELU, [_conv(b, y, mid, mid, k=3, pad=1, name=f"b{i}.conv")])
@@ -69,6 +69,13 @@ def test_the_bottlenecks_pointwise_convolutions_and_their_epilogues_run_as_one_r
     # as many kernels, each with the same epilogue: the Reshapes are views
     assert [(g.anchor.name, [n.op for n in g.epilogue]) for g in fuse(rows)] == \
         [(g.anchor.name, [n.op for n in g.epilogue]) for g in fuse(images)]
+    same_results(graph, rows)
+
+
+def test_a_batch_of_images_is_a_batch_of_rows():
+    graph = _bottlenecks(batch=3, hw=7)
+    rows = optimize_for(graph, AVX2)
+    assert _shape(rows, "b1.out") == (3, 4, 1, 49, 8)
     same_results(graph, rows)
 
 
