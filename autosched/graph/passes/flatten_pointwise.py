@@ -44,7 +44,8 @@ def flatten_pointwise(graph: Graph, lanes: int) -> Graph:
         return graph
     value = NewValues(graph)
     rows: dict[str, str] = {}  # a value of the image's shape -> its one-row view or result
-    shaped: set[str] = set()  # values flattened whose image-shaped name a Reshape back gives
+    computed: set[str] = set()  # the values the moved nodes compute as rows
+    shaped: set[str] = set()  # those of them a Reshape back gives their image-shaped name
     nodes: list[Node] = []
 
     def as_row(name: str) -> str:
@@ -55,12 +56,11 @@ def flatten_pointwise(graph: Graph, lanes: int) -> Graph:
         return rows[name]
 
     def as_image(name: str) -> None:
-        if name in rows and name not in shaped and name in computed:
+        if name in computed and name not in shaped:
             shape = graph.values[name].shape
             nodes.append(Node(f"{name}:to_image", Op.RESHAPE, (rows[name],), (name,), {"shape": shape}))
             shaped.add(name)
 
-    computed: set[str] = set()  # values the row-shaped nodes compute
     for node in graph.nodes:
         if node.name in convs or node.name in moved:
             out = graph.values[node.outputs[0]]
