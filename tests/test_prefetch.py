@@ -121,10 +121,16 @@ def test_the_cpu_template_prefetches_for_wide_1x1_convolutions_only(isa):
     target, _, lanes = ISAS[isa]
     template = get_template("ConvNCHWc", "llvm")
 
-    def prefetches(c, oc, hw, stride):
-        task = blocked_conv_task((1, c, hw, hw), (oc, c, 1, 1), lanes, lanes, stride)
+    def prefetches(c, oc, hw, stride, rows=None):
+        task = blocked_conv_task((1, c, hw, hw) if rows is None else (1, c, 1, hw * hw), (oc, c, 1, 1), lanes, lanes,
+                                 stride)
         code = source(*template.apply(task, template.fallback(task, target), target), "k", target)
         return len(re.findall(r"__builtin_prefetch", code))
     assert prefetches(256, 128, 56, 1) > 0
     assert prefetches(96, 576, 14, 1) == 0
     assert prefetches(256, 512, 56, 2) == 0
+    # 800 KiB of input, beyond one core's L2: as an image it stays below the 1 MiB of two, as
+    # one row (flatten_pointwise) it streams once per block tile and prefetches
+    assert prefetches(256, 512, 28, 1) == 0
+    assert prefetches(256, 512, 28, 1, rows=True) > 0
+    assert prefetches(128, 512, 28, 1, rows=True) == 0  # 400 KiB: in L2

@@ -78,6 +78,10 @@ TASKS = {
     # 32 input blocks of 1 MiB in all: tiles of one row prefetch the next tile's pixels
     "blocked_conv1x1_prefetched": (lambda: blocked_conv_task((1, 256, 32, 32), (16, 256, 1, 1), 8, 8, bias=True),
                                    "conv2d_nchwc_layout_llvm"),
+    # an image as one row (flatten_pointwise), 700 KiB of input: tiles of any width, the last
+    # shifted back, prefetched; the residual Add and Relu in the epilogue
+    "blocked_conv1x1_one_row": (lambda: blocked_conv_task((1, 128, 1, 1369), (32, 128, 1, 1), 8, 8, bias=True,
+                                                          residual=True), "conv2d_nchwc_layout_llvm"),
     # 13 columns: tiles of 2 to 8 columns leave a remainder, the last tile shifted back; 5
     # blocks of 8 channels, narrow on AVX-512, tile several blocks
     "blocked_conv1x1_13_wide": (lambda: blocked_conv_task((1, 32, 13, 13), (40, 32, 1, 1), 8, 8, bias=True),
