@@ -181,19 +181,38 @@ def _first_layers(lanes: int) -> dict:
 def test_zen5_first_layers_pad_in_the_loads():
     """On Zen 5 cores: MobileNetV2's first layer unrolls kw in the generic tile; the others take
     one row of 14 columns by 2 blocks, kw rolled; all pad in the loads (SqueezeNet's has no
-    padding). Zen 4, Intel, and Zen 5 without AVX-512 keep the generic tile, padding at root."""
+    padding). Zen 4 and Intel with AVX-512 keep the generic tile, padding at root (16-register
+    targets: `test_sixteen_registers_pad_few_multiply_add_first_layers_in_the_loads`)."""
     assert ZEN5.capabilities.core == "znver5" and ZEN5.capabilities.vector_registers == 32
     values = {name: (c["tile_oc"], c["tile_oh"], c["tile_ow"][1], c["pad"], c["unroll_kw"])
               for name, c in ((name, TEMPLATE.fallback(task, ZEN5)) for name, task in _first_layers(16).items())}
     assert values == {"mobilenet_v2": (2, 1, 8, "inline", True), "squeezenet": (2, 1, 14, "none", False),
                       "vgg": (2, 1, 14, "inline", False), "resnet18": (2, 1, 14, "inline", False)}
-    for target in (INTEL, AMD, Target.parse("llvm -mattr=-avx512f", host=ZEN5_HOST)):
+    for target in (INTEL, AMD):
         for task in _first_layers(target.capabilities.lanes(4)).values():
             config = TEMPLATE.fallback(task, target)
             assert config["pad"] in ("root", "none") and not config["unroll_kw"], (target, task.shapes)
     for task in _first_layers(16).values():
         source = renderer_for("llvm").render(lower(*TEMPLATE.apply(task, TEMPLATE.fallback(task, ZEN5), ZEN5), "k"))
         assert "f32x16" in source
+
+
+@pytest.mark.parametrize("target", [INTEL_AVX2, Target.parse("llvm -mattr=-avx512f", host=ZEN5_HOST)],
+                         ids=["haswell", "zen5-avx2"])
+def test_sixteen_registers_pad_few_multiply_add_first_layers_in_the_loads(target, measure):
+    """MobileNetV2's first layer (72 multiply-adds per input element) and a 3 -> 16 stem (36) pad
+    in the loads, kw unrolled, one block by 8 columns; the others keep their tile, padding at
+    root (or none); the two compute the convolution."""
+    layers = {**_first_layers(8), "stem16": blocked_conv_task((1, 3, 224, 224), (16, 3, 3, 3), 0, 8, stride=2,
+                                                              pad=1, bias=True)}
+    configs = {name: TEMPLATE.fallback(task, target) for name, task in layers.items()}
+    values = {name: (c["tile_oc"], c["tile_ow"][1], c["pad"], c["unroll_kw"]) for name, c in configs.items()}
+    assert values["mobilenet_v2"] == values["stem16"] == (1, 8, "inline", True)
+    for name in ("squeezenet", "vgg", "resnet18"):
+        assert values[name][2:] in (("root", False), ("none", False)), name
+    if runs_here(target):
+        results = measure([MeasureInput(layers[name], target, configs[name]) for name in ("mobilenet_v2", "stem16")])
+        assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
 
 
 def test_zen5_first_layers_compute_the_convolution(measure):

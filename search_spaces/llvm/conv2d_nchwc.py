@@ -386,13 +386,15 @@ LANES_TILE_COLUMNS = 14
 PLAIN_UNROLL_MACS = 72
 #: input channels up to which a plain input is a model's image (`_plain_input_tile`)
 PLAIN_INPUT_CHANNELS = 4
-#: the cores `_plain_input_tile` was measured on (gcc's names)
+#: the cores `_plain_input_tile` was measured on (gcc's names), with 32 vector registers
 PLAIN_INPUT_CORES = frozenset({"znver5"})
+#: columns of `_plain_input_tile`'s one-block tile with kw unrolled, on 16 vector registers
+PLAIN_UNROLL_COLUMNS = 8
 
 
 def _plain_input_tile(d: BlockedConvDims, knobs: dict, values: dict, target: Target) -> dict[str, object]:
     """The direct fallback for a dense convolution of a plain input of a few channels (a model's
-    first layer) on Zen 5 cores with AVX-512: padding in the loads, with kw unrolled where the layer does few
+    first layer) on Zen 5 cores with AVX-512, and on 16 vector registers (below): padding in the loads, with kw unrolled where the layer does few
     multiply-adds per input element, else one row of as many columns as `WINDOW_ACCUMULATORS`
     holds for the blocks of the generic tile, kw rolled. The copy at root is a pass over the
     whole image for 3 input channels, and cost these layers most. EPYC Zen 5 (AVX-512), 2
@@ -404,13 +406,26 @@ def _plain_input_tile(d: BlockedConvDims, knobs: dict, values: dict, target: Tar
     padding with the generic tile alone 1.24-1.26 on the last two. Elsewhere the generic tile
     stays: on an EPYC Zen 3 (AVX2, blocks of 8, 2 threads) the same four layers ran inline and
     unrolled at 0.97, 1.49, 1.42 and 1.56 of the generic tile's time, the best of 1-2 blocks by
-    4-14 columns at 0.80, 0.98, 1.20 and 1.35."""
+    4-14 columns at 0.80, 0.98, 1.20 and 1.35.
+
+    On 16 vector registers, the layers of few multiply-adds per input element pad in the loads
+    too, with kw unrolled, in one block by `PLAIN_UNROLL_COLUMNS` columns: 14 (the 1 x 14 of
+    `_sixteen_register_tile`) left no register for the unrolled window's inputs. EPYC Zen 3,
+    alone, medians of 3, 1 / 2 threads: MobileNetV2's 3 -> 32 0.436 -> 0.372 ms / 0.223 ->
+    0.188, a MobileNetV3-style 3 -> 16 (36 per input element) 0.289 -> 0.188 / 0.159 -> 0.102;
+    1 x 7 within 5% of 1 x 8, 1 x 14 unrolled no faster than rolled. ResNet-18's 7x7 (784) kept
+    its tile: every inline-padded one of 1-2 blocks by 7-14 columns ran 1.4-2.0x slower."""
     caps = cpu_capabilities(target)
-    if (caps.core not in PLAIN_INPUT_CORES or caps.vector_registers < 32 or d.in_block or d.groups != 1 or d.kw < 2
-            or d.c > PLAIN_INPUT_CHANNELS):
+    if d.in_block or d.groups != 1 or d.kw < 2 or d.c > PLAIN_INPUT_CHANNELS:
         return {}
     pad = {"pad": knobs["pad"].values[-1]}  # ("root", "inline") or ("none",)
-    if d.kh * d.kw * d.oc / (d.stride[0] * d.stride[1]) <= PLAIN_UNROLL_MACS:
+    few = d.kh * d.kw * d.oc / (d.stride[0] * d.stride[1]) <= PLAIN_UNROLL_MACS
+    if caps.vector_registers <= 16:
+        return {**pad, "unroll_kw": True, "tile_oc": 1, "tile_oh": 1,
+                "tile_ow": fewest_column_tiles(knobs["tile_ow"], PLAIN_UNROLL_COLUMNS)} if few else {}
+    if caps.core not in PLAIN_INPUT_CORES or caps.vector_registers < 32:
+        return {}
+    if few:
         return {**pad, "unroll_kw": True}
     columns = WINDOW_ACCUMULATORS // values["tile_oc"]
     widths = [w for w in knobs["tile_ow"].values if w[1] <= columns]
