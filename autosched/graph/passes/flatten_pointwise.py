@@ -18,9 +18,8 @@ epilogue from its kernel, or keep a Concat from taking its input in place.
 It runs after layout planning, on convolutions whose output is an even number of whole vectors
 (the fallback's two-block tile: MobileNetV2's 144 -> 24 on 56x56, three blocks in a 3 x 4 tile,
 ran 0.7x as fast over one row as over its image, gcc reading its three weight vectors from
-memory in each FMA), and only for
-targets of 16 vector registers, where it was measured; on 32, rows of 7, 14, 28 and 56 already
-take 7 or 8 columns. EPYC Zen 3, alone, image -> one row, GFLOP/s: 2 threads, medians of 3-5,
+memory in each FMA), and only for targets of 16 vector registers, where it was measured; on
+32, rows of 7, 14, 28 and 56 already take 7 or 8 columns. EPYC Zen 3, alone, image -> one row, GFLOP/s: 2 threads, medians of 3-5,
 1024 -> 256 on 14x14 125 -> 179, 1024 -> 1024 123 -> 184, 576 -> 96 157 -> 175, 2048 -> 512 on
 7x7 126 -> 161, 512 -> 512 on 28x28 168-178 -> 184-188, 64 -> 256 on 56x56 172 -> 186; 1 thread,
 7x7 layers of MobileNetV2 61-67 -> 83-87. In the model (`benchmarks/models.py --baseline`, 1
