@@ -318,20 +318,16 @@ class CRenderer(CStyleRenderer):
             a, b = bc if e.dtype == "float16" else (code for code, _ in kids)
             return (f"({a} {BINARY_OPS[e.op]} {b})", True)
         if isinstance(e, BinOp) and e.op in ("min", "max") and e.dtype in _MASK_DTYPE:
-            # compare and blend in vector types: gcc leaves a lane-by-lane ?: loop scalar
             mt = self._vtype(_MASK_DTYPE[e.dtype], lanes)
             fn = f"{e.op}_{vt}"
-            if fn not in self._helpers:
-                cmp = "<" if e.op == "min" else ">"
-                self._helpers[fn] = (f"{self.INLINE} {vt} {fn}({vt} a, {vt} b) {{ {mt} m = ({mt})(a {cmp} b); "
-                                     f"return ({vt})((m & ({mt})a) | (~m & ({mt})b)); }}")
+            self._helpers.setdefault(fn, vmath.minmax(e.op, vt, mt, e.dtype, lanes * DTYPE_BYTES[e.dtype]))
             return (f"{fn}({bc[0]}, {bc[1]})", True)
         if isinstance(e, BinOp) and e.op in ("min", "max"):
             fn = self._lanewise(e.op, vt, 2, lanes, "({0} " + ("<" if e.op == "min" else ">") + " {1} ? {0} : {1})")
             return (f"{fn}({bc[0]}, {bc[1]})", True)
         if isinstance(e, Call) and e.dtype == "float32" and e.name in vmath.FUNCTIONS:
-            it = self._vtype("int32", lanes)
-            for name, code in vmath.helpers(e.name, vt, it):
+            self._vtype("int32", lanes)
+            for name, code in vmath.helpers(e.name, lanes):
                 self._helpers.setdefault(name, code)
             return (f"{vmath.helper_name(e.name, vt)}({bc[0]})", True)
         if isinstance(e, Call) and is_float(e.dtype) and e.name in MATH:
