@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,7 @@ from autosched.database.queries import Best, config_cost, fastest
 from autosched.database.stored import config_text
 from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, losers, record_verdict, verdict_of
 from autosched.graph.ir import Graph
-from autosched.runtime import Model, load_model
+from autosched.runtime import KernelCall, Model, load_model
 from autosched.space import Config
 from autosched.target import Target
 from autosched.task import Task
@@ -135,12 +136,44 @@ class _Builds:
         self.discard(list(self.models))
 
 
+#: the profile the latency model keeps runs in blocks of `PROFILE_RUNS` runs, each after as
+#: many plain runs of the build, for at least `PROFILE_SECONDS` in all (`_profile_window`)
+PROFILE_RUNS = 5
+PROFILE_SECONDS = 1.0
+
+
+def _profile_window(model: Model, feeds: Mapping[str, np.ndarray], runs: int, seconds: float
+                    ) -> tuple[list[KernelCall], float]:
+    """(each kernel call's median seconds over the profile's blocks, the build's median plain run
+    in ms), the two alternated in blocks of `runs` for at least `seconds`. On a 2-vCPU host whose
+    second core comes and goes for seconds at a time, profile runs in a row fall in one phase:
+    ResNet-18's 20 profile runs summed to 0.78-1.30x the median of the 20 plain runs just before
+    them (EPYC Zen 3, 2 threads, eight pairs), and a tune's model check kept a kernel sum 1.19x
+    its timed latency, so the latency model's executor time was none and its estimate 1.27x the
+    build measured next. Alternated, the sum and the latency it is compared
+    with see the same phases, and a second of them is closer to a typical one."""
+    ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
+    outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
+    blocks: list[list[KernelCall]] = []
+    plain: list[float] = []
+    start = time.perf_counter()
+    while not blocks or time.perf_counter() - start < seconds:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            model.run_into(ins, outs)
+            plain.append(time.perf_counter() - t0)
+        blocks.append(model.profile(feeds, runs=runs))
+    calls = [replace(call, seconds=float(np.median([b[i].seconds for b in blocks]))) for i, call in enumerate(blocks[0])]
+    return calls, 1e3 * float(np.median(plain))
+
+
 def _keep_timings(db: Database, tasks: list[Task], target: Target, model: Model, feeds, schedules: TunedSchedules,
-                  untuned_ms: float, tuned_ms: float, threads: int, session: int | None) -> None:
+                  untuned_ms: float, threads: int, session: int | None) -> None:
     """Profile the build the check settled on and keep each task's time in it (per call, under
-    the config it was built with) and the build's latency beside its kernels' sum: the parts of
-    the latency model (`autosched.database.model_times`)."""
-    calls = model.profile(feeds, runs=10)
+    the config it was built with) and the build's latency beside its kernels' sum, both from
+    one window (`_profile_window`): the parts of the latency model
+    (`autosched.database.model_times`)."""
+    calls, tuned_ms = _profile_window(model, feeds, PROFILE_RUNS, PROFILE_SECONDS)
     keys = [t["key"] for t in model.manifest["tasks"]]
     by_key = {t.key: t for t in tasks}
     per_task: dict[str, list[float]] = {}
@@ -334,7 +367,7 @@ def check_in_model(graph: Graph, tasks: list[Task], target: Target, db: Database
                 final = TunedSchedules(db, fallback)
                 tuned = builds.build(final)
                 untuned_ms, tuned_ms = builds.time(untuned, tuned, runs)
-            _keep_timings(db, tasks, target, tuned, builds.feeds, final, untuned_ms, tuned_ms, threads, session)
+            _keep_timings(db, tasks, target, tuned, builds.feeds, final, untuned_ms, threads, session)
         finally:
             builds.close()
     return ModelCheck(untuned_ms, first_ms, tuned_ms, tuple(tested), declined, runs, threads, tuple(kernels))

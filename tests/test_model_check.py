@@ -1,5 +1,6 @@
 """Tuning never loses in the model: verdicts of the model on tuned configs, the noise rule for
 configs it never judged, and the A/B tests a tune ends with (issue 18)."""
+import numpy as np
 import onnx
 import pytest
 from db_helpers import AVX512, HERE, execute
@@ -309,3 +310,27 @@ def test_shipped_records_of_another_vendors_cores_give_way_to_the_defaults(tmp_p
         assert schedules.choose(task, target) is not None and schedules.from_fallback == {task.key}
     shipped.close()
     empty.close()
+
+
+def test_the_kept_profile_alternates_with_plain_runs_for_its_whole_window(mlp_model, tmp_path):
+    """The latency model's kernel sum and the latency it is compared with come from one window:
+    profile blocks after plain runs, for at least the window, each kernel the median of its
+    blocks (a real build of the MLP, its profile calls counted as they pass)."""
+    import time
+
+    from autosched.api import build
+    from autosched.compile.evaluate import sample_inputs
+    from autosched.runtime import load_model
+
+    model = load_model(build(mlp_model, "llvm", db=tmp_path / "e.db", output=tmp_path / "m.so", shipped=False,
+                             substitutions=False).files.library)
+    feeds = sample_inputs(load_onnx(mlp_model), 0)
+    blocks, profile = [], model.profile
+    model.profile = lambda f, runs: blocks.append(profile(f, runs=runs)) or blocks[-1]
+    start = time.perf_counter()
+    calls, plain_ms = model_check._profile_window(model, feeds, runs=3, seconds=0.2)
+    assert time.perf_counter() - start >= 0.2 and len(blocks) >= 2
+    assert len(calls) == len(model.manifest["calls"]) and 0 < 1e3 * sum(c.seconds for c in calls) < 10 * plain_ms
+    for i, call in enumerate(calls):
+        assert call.seconds == pytest.approx(float(np.median([b[i].seconds for b in blocks])))
+    model.close()
