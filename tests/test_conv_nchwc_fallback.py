@@ -299,3 +299,21 @@ def test_grouped_layers_of_few_channels_a_group_pad_inline_and_dense_ones_at_roo
     assert pads == {"strided": "inline", "same": "root", "depthwise": "inline", "dense": "root"}
     several = _lanes_tasks(lanes)[0][0]  # groups of 4: a block holds several, loaded whole from the copy
     assert TEMPLATE.fallback(several, target)["pad"] == "root"
+
+
+def test_sixteen_registers_tile_maps_four_and_eight_wide_in_one_block_by_two_rows(measure):
+    """Rows that tile in at most 4 columns (a DCGAN's 4x4 phase, a 3x3 on 4x4, a stride-2 3x3
+    onto 8x8) take one block by two rows on AVX2, where two blocks by one row met 4 pixels per
+    weight vector; wider rows, odd row counts and 32 registers keep their tile; the new tiles
+    compute the convolution."""
+    phase = blocked_conv_task((1, 512, 5, 5), (256, 512, 2, 2), 8, 8)
+    small = {"phase": phase, "3x3_4x4": blocked_conv_task((1, 256, 4, 4), (128, 256, 3, 3), 8, 8, pad=1, bias=True),
+             "3x3_s2_8x8": blocked_conv_task((1, 64, 16, 16), (128, 64, 3, 3), 8, 8, stride=2, pad=1)}
+    for name, task in small.items():
+        assert _tile(task, INTEL_AVX2)[:2] == (1, 2), name
+    assert _tile(blocked_conv_task((1, 256, 14, 14), (256, 256, 3, 3), 8, 8, stride=2, pad=1), INTEL_AVX2)[:2] == (2, 1)
+    assert _tile(blocked_conv_task((1, 256, 5, 4), (256, 256, 1, 1), 8, 8), INTEL_AVX2)[:2] == (2, 1)  # 5 rows
+    assert _tile(blocked_conv_task((1, 512, 4, 4), (512, 512, 3, 3), 16, 16, pad=1), INTEL)[:2] != (1, 2)
+    if runs_here(INTEL_AVX2):
+        results = measure([MeasureInput(t, INTEL_AVX2, TEMPLATE.fallback(t, INTEL_AVX2)) for t in small.values()])
+        assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
