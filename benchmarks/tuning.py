@@ -24,11 +24,13 @@ runs them on this host. `--json` prints one object: `threads`, `runs`, `schedule
 model `untuned` and `shipped` (`ms`, `ratio`, ...) and `checkpoints` (per checkpoint `trials`,
 `tune_wall_s`, `estimated_ms`, `model_estimate_ms`, `check` (with `kernels`: tasks the check timed kernel by
 kernel in the model, `chosen` where a config beat the default there, `lost` configs), `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
-`onnxruntime_ms`, `ok`). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
+`onnxruntime_ms`, `ok`, `same_as_untuned`: the tuned build is the untuned one byte for byte, so its
+ratio to it is the host's noise). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
 """
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import tempfile
@@ -41,6 +43,7 @@ import autosched
 from autosched import zoo
 from autosched.api import build, model_tasks
 from autosched.compile.evaluate import onnxruntime_session, sample_inputs
+from autosched.compile.model import ModelFiles
 from autosched.database import Database, TunedSchedules, best, shipped_database
 from autosched.database.model_times import estimate
 from autosched.frontend.onnx import load_onnx
@@ -89,9 +92,9 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
                                   caches=caches).model_check
             wall += time.perf_counter() - start
             done = trials
-            library = build(path, target, db=db, output=workdir / f"{name}-{trials}.so", shipped=shipped).files.library
+            tuned = build(path, target, db=db, output=workdir / f"{name}-{trials}.so", shipped=shipped).files
             (tuned_ms, again_ms), ort_ms, (tuned_ok, again_ok) = timed_together(
-                [library, untuned.files.library], session, feeds, threads, runs, min_seconds)
+                [tuned.library, untuned.files.library], session, feeds, threads, runs, min_seconds)
             _, tasks = model_tasks(path, target, db=db, shipped=shipped)
             records, whole = estimated_ms(db, tasks, target, shipped_database() if shipped else None)
             out["checkpoints"].append({
@@ -106,8 +109,17 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
                                 "without_ms": round(v.without_ms, 3)} for v in check.tested]},
                 "tuned_ms": round(tuned_ms, 3), "tuned_ratio": round(tuned_ms / ort_ms, 3),
                 "untuned_ms": round(again_ms, 3), "untuned_ratio": round(again_ms / ort_ms, 3),
-                "onnxruntime_ms": round(ort_ms, 3), "ok": tuned_ok and again_ok})
+                "onnxruntime_ms": round(ort_ms, 3), "ok": tuned_ok and again_ok,
+                "same_as_untuned": _same_build(tuned, untuned.files)})
     return out
+
+
+def _same_build(a: ModelFiles, b: ModelFiles) -> bool:
+    """Whether two builds are the same code and weights, byte for byte (gcc's output for one C
+    source is): a checkpoint whose model check declined every tuned config builds the untuned
+    model again, and its tuned / untuned ratio is then the host's noise between two timings of
+    one build, not a result of tuning."""
+    return all(filecmp.cmp(x, y, shallow=False) for x, y in ((a.library, b.library), (a.weights, b.weights)))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -169,7 +181,7 @@ def _print(name: str, r: dict) -> None:
         print(f"  {c['trials']:6d} {c['tune_wall_s']:7.1f} {est:>8} {c['model_estimate_ms']:10.3f} {c['tuned_ms']:9.3f} "
               f"{c['tuned_ratio']:6.3f} "
               f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['onnxruntime_ms']:7.3f} {_kernel_wins(c):>11}  "
-              f"{'ok' if c['ok'] else 'MISMATCH'}")
+              f"{'ok' if c['ok'] else 'MISMATCH'}{', the untuned build' if c['same_as_untuned'] else ''}")
 
 
 def _kernel_wins(checkpoint: dict) -> str:

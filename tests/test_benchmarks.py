@@ -47,7 +47,7 @@ FIELDS: dict[str, Any] = {
                          "check": {"tuned_ms": None, "untuned_ms": None, "first_tuned_ms": None, "declined": None,
                                    "tested": None},
                          "tuned_ms": None, "tuned_ratio": None, "untuned_ms": None, "untuned_ratio": None,
-                         "onnxruntime_ms": None, "ok": None}]}}},
+                         "onnxruntime_ms": None, "ok": None, "same_as_untuned": None}]}}},
     "in_model": {"model": None, "threads": None, "llc_bytes": None, "weight_bytes": None, "tasks": [{
         "op": None, "shapes": None, "weight": None, "share": None, "spearman_warm": None, "spearman_cold": None,
         "spearman_flushed": None,
@@ -158,6 +158,26 @@ def test_tuning_benchmark(tuning):
     (curve,) = out["models"].values()
     assert [c["trials"] for c in curve["checkpoints"]] == [4, 8]
     assert curve["untuned"]["ok"] and curve["shipped"]["ok"] and all(c["ok"] for c in curve["checkpoints"])
+    assert all(isinstance(c["same_as_untuned"], bool) for c in curve["checkpoints"])
+
+
+def test_the_tuning_benchmark_tells_a_rebuilt_untuned_model_from_another_build(tmp_path, monkeypatch):
+    """Two builds of one model from no records are the same bytes (what a checkpoint whose check
+    declined every tuned config builds); a build of another model is not."""
+    import importlib
+
+    import onnx
+
+    from autosched import zoo
+    from autosched.api import build
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    tuning = importlib.import_module("tuning")
+    for name, model in (("mlp", zoo.mlp()), ("bert", zoo.bert_layer())):
+        onnx.save(model, tmp_path / f"{name}.onnx")
+    a, b, other = (build(tmp_path / f"{m}.onnx", "llvm", db=tmp_path / "empty.db", output=tmp_path / f"{out}.so",
+                         shipped=False).files for m, out in (("mlp", "a"), ("mlp", "b"), ("bert", "c")))
+    assert tuning._same_build(a, b) and not tuning._same_build(a, other)
 
 
 @pytest.mark.parametrize("name", [n for n in FIELDS if n != "tuning"])
