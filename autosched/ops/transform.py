@@ -153,20 +153,13 @@ def strided_slice(x: Tensor, starts: Sequence[int], ends: Sequence[int], axes: S
                       name=name, tag=INJECTIVE_TAG)
 
 
-def copy_suffix(out: Tensor) -> int:
-    """The first axis of the longest run of trailing axes of `out` (the innermost one at
-    least) along which each element read, through the stages inlined into it, lies at the
-    output's own row-major offsets times one scale per read (1 for a copy, a step for a
-    strided slice, 0 for a broadcast), and on which no condition or value depends: fused,
-    that run is one loop that every load follows at a constant stride. A channel shuffle's
-    transpose [0, 2, 1, 3, 4] of 1x2x58x28x28 copied 28-float rows in 4-float vectors (0.051
-    ms, AVX-512, 2 threads); fused, its 784-float runs copy in 16-float vectors (0.0097 ms)."""
-    if not isinstance(out.op, ComputeOp) or math.prod(out.shape) == 0:
-        return out.ndim - 1
-    axes = out.op.axes
-    ranges = {a.var: (0, a.extent - 1) for a in axes}
+def _reads(out: Tensor) -> tuple[list[Linear], set[Var]]:
+    """The flat index of every element `out`'s body reads, through the stages inlined into it,
+    as a linear form of its axes, and the variables read outside load indices (conditions,
+    computed values)."""
+    ranges = {a.var: (0, a.extent - 1) for a in out.op.axes}
     loads: list[Linear] = []
-    used: set[Var] = set()  # variables read outside load indices: conditions, computed values
+    used: set[Var] = set()
 
     def visit(e: Expr) -> None:
         if isinstance(e, Load) and isinstance(e.source.op, ComputeOp):
@@ -187,6 +180,21 @@ def copy_suffix(out: Tensor) -> int:
                 visit(c)
 
     visit(out.op.body)
+    return loads, used
+
+
+def copy_suffix(out: Tensor) -> int:
+    """The first axis of the longest run of trailing axes of `out` (the innermost one at
+    least) along which each element read, through the stages inlined into it, lies at the
+    output's own row-major offsets times one scale per read (1 for a copy, a step for a
+    strided slice, 0 for a broadcast), and on which no condition or value depends: fused,
+    that run is one loop that every load follows at a constant stride. A channel shuffle's
+    transpose [0, 2, 1, 3, 4] of 1x2x58x28x28 copied 28-float rows in 4-float vectors (0.051
+    ms, AVX-512, 2 threads); fused, its 784-float runs copy in 16-float vectors (0.0097 ms)."""
+    if not isinstance(out.op, ComputeOp) or math.prod(out.shape) == 0:
+        return out.ndim - 1
+    axes = out.op.axes
+    loads, used = _reads(out)
     strides = [math.prod(a.extent for a in axes[k + 1:]) for k in range(len(axes))]
     start = len(axes) - 1
     for d in range(len(axes) - 1, -1, -1):
@@ -195,6 +203,29 @@ def copy_suffix(out: Tensor) -> int:
             break
         start = d
     return start
+
+
+def gathered_axis(out: Tensor, k: int) -> int | None:
+    """An axis before `k` along which every element `out` reads lies next to the one before
+    (coefficient 1 in the input's flat index), where the run from `k` on reads no load
+    contiguously: a transpose that moves the input's innermost axis outward (NHWC to NCHW),
+    whose vectors gather lanes a row apart. None where there is none."""
+    if not isinstance(out.op, ComputeOp) or math.prod(out.shape) == 0:
+        return None
+    axes = out.op.axes
+    loads, used = _reads(out)
+    if not loads or used:
+        return None
+
+    def coeff(lin: Linear, var: Var) -> int | None:
+        found = [c for c, atom in lin.terms.values() if isinstance(atom, Var) and atom.key() == var.key()]
+        return found[0] if len(found) == 1 else None
+
+    innermost = axes[-1].var
+    if any(coeff(lin, innermost) in (None, 1) for lin in loads):
+        return None
+    unit = [j for j in range(k) if axes[j].extent > 1 and all(coeff(lin, axes[j].var) == 1 for lin in loads)]
+    return unit[-1] if unit else None
 
 
 def _follows(lin: Linear, run: dict, strides: list[int]) -> bool:
@@ -244,6 +275,14 @@ def schedule_injective_stage(s: Schedule, out: Tensor, vector_lanes: int) -> Non
     k, st = copy_suffix(out), s[out]
     axes = list(st.op.axes)
     run = math.prod(a.extent for a in axes[k:])
+    if axes and run > vector_lanes and (j := gathered_axis(out, k)) is not None:
+        # each vector gathers lanes a row of the input apart: the rows of one vector's lanes
+        # stay in L1 while the axis that walks along them (the input's innermost) runs inside
+        outer, lanes = st.split(st.fuse(*axes[k:]), vector_width(run, vector_lanes))
+        st.reorder(*axes[:j], *axes[j + 1:k], outer, axes[j], lanes)
+        st.parallel(st.fuse(*axes[:j], *axes[j + 1:k], outer))
+        st.vectorize(lanes)
+        return
     if not axes or run > vector_lanes:
         vectorize_innermost(st, vector_lanes, fuse_from=k)
         return
