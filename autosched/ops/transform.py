@@ -153,11 +153,11 @@ def strided_slice(x: Tensor, starts: Sequence[int], ends: Sequence[int], axes: S
                       name=name, tag=INJECTIVE_TAG)
 
 
-def _reads(out: Tensor) -> tuple[list[Linear], set[Var]]:
-    """The flat index of every element `out`'s body reads, through the stages inlined into it,
+def _reads(op: ComputeOp) -> tuple[list[Linear], set[Var]]:
+    """The flat index of every element `op`'s body reads, through the stages inlined into it,
     as a linear form of its axes, and the variables read outside load indices (conditions,
     computed values)."""
-    ranges = {a.var: (0, a.extent - 1) for a in out.op.axes}
+    ranges = {a.var: (0, a.extent - 1) for a in op.axes}
     loads: list[Linear] = []
     used: set[Var] = set()
 
@@ -179,7 +179,7 @@ def _reads(out: Tensor) -> tuple[list[Linear], set[Var]]:
             for c in children(e):
                 visit(c)
 
-    visit(out.op.body)
+    visit(op.body)
     return loads, used
 
 
@@ -194,7 +194,7 @@ def copy_suffix(out: Tensor) -> int:
     if not isinstance(out.op, ComputeOp) or math.prod(out.shape) == 0:
         return out.ndim - 1
     axes = out.op.axes
-    loads, used = _reads(out)
+    loads, used = _reads(out.op)
     strides = [math.prod(a.extent for a in axes[k + 1:]) for k in range(len(axes))]
     start = len(axes) - 1
     for d in range(len(axes) - 1, -1, -1):
@@ -213,7 +213,7 @@ def gathered_axis(out: Tensor, k: int) -> int | None:
     if not isinstance(out.op, ComputeOp) or math.prod(out.shape) == 0:
         return None
     axes = out.op.axes
-    loads, used = _reads(out)
+    loads, used = _reads(out.op)
     if not loads or used:
         return None
 
