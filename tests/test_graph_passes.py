@@ -1,12 +1,13 @@
 """Each rewriting pass alone, on small hand-built graphs."""
 
 import numpy as np
-from graph_helpers import built_matches_reference, ops, same_results
+from graph_helpers import built_matches_reference, ops, random_inputs, run_graph, same_results
 
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.passes import (
     collapse_views,
+    divide_by_constant,
     eliminate_common_subexpressions,
     eliminate_dead_code,
     fold_batchnorm,
@@ -199,6 +200,44 @@ def test_reduce_pow_rewrites_small_constant_exponents_only():
     reduced = reduce_pow(g)
     assert ops(reduced) == [Op.MUL, Op.MUL, Op.MUL, Op.MUL, Op.SQRT, Op.POW, Op.POW]
     same_results(g, reduced)
+
+
+def test_divisions_by_constants_become_multiplications_by_their_reciprocals():
+    """The erf GELU's x / sqrt(2), a per-channel divisor shared by two divisions (one reciprocal),
+    a power of two (exact); a divisor with a zero, one whose reciprocal would be subnormal, a
+    computed divisor and an integer division stay divisions. The products are within 1.5 ulp of
+    the quotients."""
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 4))
+    i = b.input("i", (2, 3, 4), dtype="int32")
+    sqrt2 = b.constant("sqrt2", np.float32(np.sqrt(2.0)))
+    per_channel = b.constant("per_channel", (1 + RNG.random((3, 1))).astype(np.float32))
+    outs = [b.node(Op.DIV, [x, sqrt2], name="gelu_scale"),
+            b.node(Op.DIV, [x, per_channel], name="first"),
+            b.node(Op.DIV, [b.node(Op.RELU, [x]), per_channel], name="second"),
+            b.node(Op.DIV, [x, b.constant("c8", np.float32(8.0))], name="exact"),
+            b.node(Op.DIV, [x, b.constant("has_zero", np.array([1.0, 0.0, 2.0, 3.0], np.float32))], name="zero"),
+            b.node(Op.DIV, [x, b.constant("too_big", np.float32(1e38))], name="huge"),
+            b.node(Op.DIV, [x, b.node(Op.EXP, [x])], name="computed"),
+            b.node(Op.DIV, [i, b.constant("c3", np.int32(3))], name="integer")]
+    b.output(*outs)
+    g = b.build()
+    rewritten = divide_by_constant(g)
+    kinds = {n.name: n.op for n in rewritten.nodes}
+    assert [kinds[n] for n in ("gelu_scale", "first", "second", "exact")] == [Op.MUL] * 4
+    assert [kinds[n] for n in ("zero", "huge", "computed", "integer")] == [Op.DIV] * 4
+    made = sorted(set(rewritten.constants) - set(g.constants))
+    assert made == ["c8_reciprocal", "per_channel_reciprocal", "sqrt2_reciprocal"]  # per_channel's once
+    inputs = random_inputs(g.inputs, 0)
+    want, got = run_graph(g, inputs), run_graph(rewritten, inputs)
+    for name in want:
+        if want[name].dtype == np.float32:
+            ulps = np.abs(got[name] - want[name]) / np.spacing(np.abs(want[name]).astype(np.float32))
+            assert np.nanmax(ulps) <= 1.5, name
+        else:
+            np.testing.assert_array_equal(got[name], want[name])
+    assert np.array_equal(got[rewritten.outputs[3].name], want[g.outputs[3].name])
+    assert divide_by_constant(rewritten) is rewritten
 
 
 def _layer_norm_written_out(b, x, axes=(1,), scale=None, bias=None, eps=1e-6):

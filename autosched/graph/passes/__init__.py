@@ -12,6 +12,7 @@ from autosched.graph.passes.collapse_views import collapse_views
 from autosched.graph.passes.crop_taps import crop_taps
 from autosched.graph.passes.cse import eliminate_common_subexpressions
 from autosched.graph.passes.dce import eliminate_dead_code
+from autosched.graph.passes.divide_by_constant import divide_by_constant
 from autosched.graph.passes.flatten_pointwise import flatten_pointwise
 from autosched.graph.passes.fold_batchnorm import fold_batchnorm
 from autosched.graph.passes.fold_constants import fold_constants
@@ -36,6 +37,7 @@ __all__ = [
     "MemoryPlan",
     "collapse_views",
     "crop_taps",
+    "divide_by_constant",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
     "flatten_pointwise",
@@ -78,7 +80,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
 
     Identity removal first exposes Conv→BN pairs an Identity sat between;
     constant folding before BN folding turns computed BN parameters into
-    constants, and before the LayerNorm fold the exponents, ε, γ and β; a patch embedding
+    constants, and before the LayerNorm fold the exponents, ε, γ and β; divisions by constants
+    become multiplications after that fold, which finds LayerNorm's division in its pattern; a patch embedding
     becomes a MatMul after BN folding has scaled its filters, and 1-D convolutions and pools
     2-D ones of height 1 (`lift_1d`) after BN folding has merged into them, and then kernel taps
     that read only padding are dropped (`crop_taps`: on 2-D convolutions, their weights final); CSE after folding sees the final
@@ -97,7 +100,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     """
     graph = remove_identity(graph)
     graph = fold_constants(graph)
-    graph = fold_layer_norm(reduce_pow(graph))
+    graph = divide_by_constant(fold_layer_norm(reduce_pow(graph)))
     graph = crop_taps(lift_1d(patch_conv(fold_batchnorm(graph))))
     graph = collapse_views(eliminate_common_subexpressions(graph))
     if gpu_blocks:
