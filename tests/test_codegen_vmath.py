@@ -87,6 +87,11 @@ def test_min_max_and_sigmoid_clamps_are_single_instructions(tmp_path, isa):
         asm = subprocess.run(["objdump", "-d", str(kern.path)], capture_output=True, text=True, check=True).stdout
         assert re.search(rf"vminps\s+.*%{register}", asm) and re.search(rf"vmaxps\s+.*%{register}", asm)
         assert "blendv" not in asm
+    # exp, erf and tanh, whose clamps name the same instructions, build for the ISA too
+    y = te.compute((256,), lambda i: te.erf(x[i]) + te.exp(x[i]) + te.tanh(x[i]), name="y")
+    kern = build_kernel(_schedule(y, lanes), [x, y], "k", target=target, cache_dir=tmp_path)
+    asm = subprocess.run(["objdump", "-d", str(kern.path)], capture_output=True, text=True, check=True).stdout
+    assert re.search(rf"vmaxps\s+.*%{register}", asm)
 
 
 def test_min_max_outside_x86_compare_and_blend_with_the_same_rule():

@@ -68,7 +68,7 @@ def _blend(vt: str, it: str) -> str:
             f"{{ return ({vt})((m & ({it})a) | (~m & ({it})b)); }}")
 
 
-def _exp_scaled(vt: str, it: str) -> str:
+def _exp_in_range(vt: str, it: str) -> str:
     """exp(x) for x in [ln FLT_MIN, ln FLT_MAX], with no test of its range: the exponent field
     of the result stays in [1, 254] there. `_exp` and `_sigmoid` clamp into it."""
     return f"""static inline {vt} vexp_in_range_{vt}({vt} x) {{
@@ -163,7 +163,7 @@ def helpers(fn: str, lanes: int) -> list[tuple[str, str]]:
     out = [(f"vsel_{vt}", _blend(vt, it))]
     out += [(f"{op}_{vt}", minmax(op, vt, it, "float32", 4 * lanes)) for op in ("min", "max")]
     if fn in ("exp", "sigmoid", "tanh"):
-        out.append((f"vexp_in_range_{vt}", _exp_scaled(vt, it)))
+        out.append((f"vexp_in_range_{vt}", _exp_in_range(vt, it)))
     if fn == "exp":
         out.append((helper_name("exp", vt), _exp(vt, it)))
     if fn == "sigmoid":

@@ -24,31 +24,31 @@ def divide_by_constant(graph: Graph) -> Graph:
     reciprocals: dict[str, str] = {}  # divisor constant -> its reciprocal's name
     nodes: list[Node] = []
     for node in graph.nodes:
-        divisor = node.inputs[1] if node.op is Op.DIV and len(node.inputs) == 2 else None
-        if divisor is None or not _invertible(graph, node, divisor):
-            nodes.append(node)
-            continue
-        if divisor not in reciprocals:
+        divisor = node.inputs[1] if node.op is Op.DIV and len(node.inputs) == 2 else ""
+        inverse = None if not divisor or divisor in reciprocals else _reciprocal(graph, node, divisor)
+        if inverse is not None:
             name = fresh_name(f"{divisor}_reciprocal", taken)
             taken.add(name)
-            value = graph.constants[divisor]
-            constants[name] = (np.ones((), value.dtype) / value).astype(value.dtype)
+            constants[name] = inverse
             reciprocals[divisor] = name
-        nodes.append(Node(node.name, Op.MUL, (node.inputs[0], reciprocals[divisor]), node.outputs, node.attrs))
+        if divisor in reciprocals:
+            nodes.append(Node(node.name, Op.MUL, (node.inputs[0], reciprocals[divisor]), node.outputs, node.attrs))
+        else:
+            nodes.append(node)
     if not reciprocals:
         return graph
     new_values = [Value(r, graph.values[d].shape, graph.values[d].dtype) for d, r in reciprocals.items()]
     return rebuild(graph, nodes, constants, new_values)
 
 
-def _invertible(graph: Graph, node: Node, divisor: str) -> bool:
+def _reciprocal(graph: Graph, node: Node, divisor: str) -> np.ndarray | None:
+    """The divisor's reciprocals where `node` divides floats by a constant whose reciprocals are
+    all finite and normal (so no zero, infinite, NaN or huge divisor), else None."""
     if divisor not in graph.constants or not graph.values[node.outputs[0]].dtype.startswith("float"):
-        return False
+        return None
     value = np.asarray(graph.constants[divisor])
     if value.dtype.kind != "f" or value.size == 0:
-        return False
+        return None
     with np.errstate(all="ignore"):
-        inverse = np.ones((), value.dtype) / value
-    tiny = np.finfo(value.dtype).tiny
-    return bool(np.all(np.isfinite(value)) and np.all(value != 0) and np.all(np.isfinite(inverse))
-                and np.all(np.abs(inverse) >= tiny))
+        inverse = (np.ones((), value.dtype) / value).astype(value.dtype)
+    return inverse if bool(np.all(np.isfinite(inverse) & (np.abs(inverse) >= np.finfo(value.dtype).tiny))) else None
