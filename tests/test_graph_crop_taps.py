@@ -115,3 +115,47 @@ def test_the_build_of_an_aspp_module_matches_the_reference(target, tmp_path):
     w = b.constant("wp", (0.1 * rng.standard_normal((16, 64, 1, 1))).astype(np.float32))
     b.output(b.node(Op.CONV, [cat, w], name="project", strides=(1, 1), pads=(0,) * 4, dilations=(1, 1), group=1))
     built_matches_reference(b.build(), tmp_path / "aspp.so", target)
+
+
+def _activated(activation, operand=None, also_output=False):
+    """The dilation-12 convolution on 21x21 followed by `activation` (with a constant `operand`)."""
+    graph = _conv(dilation=(12, 12))
+    b = GraphBuilder("activated")
+    x = b.input("x", (1, 8, 21, 21))
+    for name, array in graph.constants.items():
+        b.constant(name, array)
+    (conv,) = graph.nodes
+    y = b.node(Op.CONV, [x, *conv.inputs[1:]], name="aspp", **conv.attrs)
+    inputs = [y] + ([b.constant("k", operand)] if operand is not None else [])
+    b.output(b.node(activation, inputs, name="act"), *([y] if also_output else []))
+    return b.build()
+
+
+@pytest.mark.parametrize("activation, operand, moves", [
+    (Op.RELU, None, True),
+    (Op.PRELU, np.linspace(0.1, 0.8, 8, dtype=np.float32).reshape(8, 1, 1), True),  # per channel
+    (Op.MUL, np.float32(0.5).reshape(()), True),  # a scalar
+    (Op.ADD, np.arange(21, dtype=np.float32), False),  # varies along the width
+])
+def test_an_activation_reading_the_regions_alone_runs_in_each(activation, operand, moves):
+    """An activation is applied to each region before the concat, where fusion makes it the
+    region kernel's epilogue (a DeepLab ASPP branch's Relu ran as a kernel of its own over the
+    concatenated map), where it does the same there as over the whole map."""
+    graph = _activated(activation, operand)
+    cut = crop_taps(graph)
+    acts = [n for n in cut.nodes if n.op is activation]
+    producers = {out: n for n in cut.nodes for out in n.outputs}
+    if moves:
+        assert len(acts) == 9 and all(producers[n.inputs[0]].op is Op.CONV for n in acts)
+        assert producers[cut.outputs[0].name].op is Op.CONCAT
+    else:
+        assert len(acts) == 1 and producers[acts[0].inputs[0]].op is Op.CONCAT
+    same_results(graph, cut)
+
+
+def test_an_activation_stays_where_the_convolution_is_read_elsewhere():
+    graph = _activated(Op.RELU, also_output=True)
+    cut = crop_taps(graph)
+    (act,) = [n for n in cut.nodes if n.op is Op.RELU]
+    assert act.inputs[0] == cut.outputs[1].name  # the regions' concat, which is an output too
+    same_results(graph, cut)

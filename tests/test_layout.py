@@ -302,3 +302,60 @@ def test_an_upsampled_output_is_converted_before_its_resize(target, tmp_path):
     assert producer[resizes[-1].inputs[0]].op is Op.LAYOUT_TRANSFORM
     assert resizes[-1].outputs[0] == planned.outputs[0].name
     built_matches_reference(graph, tmp_path / "up.so", target)
+
+
+def _aspp(c=32, hw=33):
+    """DeepLab-v3's ASPP at output stride 16 of a 513x513 image (33x33): a 1x1 branch and 3x3
+    branches of dilation 12 and 24 (cut into regions by `crop_taps`) and 36, with their Relus,
+    concatenated and projected."""
+    b = GraphBuilder("aspp")
+    x = _conv(b, b.input("x", (1, c, hw, hw)), c, name="stem")
+    branches = []
+    for d in (1, 12, 24, 36):
+        k = 1 if d == 1 else 3
+        w = b.constant(f"w{d}", (0.1 * RNG.standard_normal((c, c, k, k))).astype(np.float32))
+        y = b.node(Op.CONV, [x, w], name=f"aspp{d}", strides=(1, 1), pads=(d * (k // 2),) * 4,
+                   dilations=(d, d), group=1)
+        branches.append(b.node(Op.RELU, [y], name=f"relu{d}"))
+    b.output(_conv(b, b.node(Op.CONCAT, branches, name="cat", axis=1), c, k=1, name="project"))
+    return b.build()
+
+
+@pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
+def test_the_regions_of_a_convolution_stay_in_blocks(target, tmp_path):
+    """The spatial slices each region of a cut convolution reads and the concats of the regions
+    along the width and the height run on the blocked tensors: no conversion to plain and back
+    (DeepLab's ASPP block converted its 256-channel input to plain, 0.13 ms, and each region's
+    slice back to blocks: 1.06x onnxruntime's time, 0.87x without, EPYC Zen 5, 1 thread), and
+    each region's Relu is its kernel's epilogue."""
+    graph = _aspp()
+    planned = optimize_for(graph, target)
+    transforms = [n for n in planned.nodes if n.op is Op.LAYOUT_TRANSFORM]
+    assert [(n.attrs["src_block"], n.attrs["dst_block"]) for n in transforms] == [(0, target.layout_lanes),
+                                                                                 (target.layout_lanes, 0)]
+    moves = [n for n in planned.nodes if n.op in (Op.SLICE, Op.CONCAT) and n.name != "cat"]
+    assert moves and all(len(planned.values[n.outputs[0]].shape) == 5 for n in moves)
+    assert {n.attrs["axis"] for n in moves if n.op is Op.CONCAT} == {2, 3}
+    concatenated = {n.outputs[0] for n in planned.nodes if n.op is Op.CONCAT}
+    assert not any(n.op is Op.RELU and n.inputs[0] in concatenated for n in planned.nodes)
+    built_matches_reference(graph, tmp_path / "aspp.so", target)
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_batch_concats_and_splits_of_blocked_tensors_stay_in_blocks(lanes):
+    """Two branches' maps concatenated along the batch, activated once and split back (what a
+    substitution that batches two branches' activations makes) stay blocked."""
+    b = GraphBuilder("batched")
+    x = b.input("x", (1, 16, 6, 6))
+    cat = b.node(Op.CONCAT, [_conv(b, x, 16, name="a"), _conv(b, x, 16, name="b")], axis=0)
+    b.node(Op.SPLIT, [b.node(Op.RELU, [cat])], name="split", outputs=2, axis=0, split=(1, 1))
+    b.output(*(_conv(b, f"split:{i}", 16, name=f"c{i}") for i in range(2)))
+    graph = optimize(b.build())
+    planned = plan_layout(graph, lanes)
+    assert [n.op for n in planned.nodes].count(Op.LAYOUT_TRANSFORM) == 3  # the input in, two outputs back
+    split = next(n for n in planned.nodes if n.op is Op.SPLIT)
+    assert split.attrs["split"] == (1, 1) and len(planned.values[split.inputs[0]].shape) == 5
+    feeds = random_inputs(graph.inputs, 0)
+    want, got = run_graph(graph, feeds), run_graph(planned, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)

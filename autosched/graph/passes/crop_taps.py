@@ -15,7 +15,10 @@ taps 0-1), as PET's regions of outputs with the same summation interval do. Wher
 outputs read are at most `MAX_LIVE_SHARE` of the work of the whole kernel, the convolution is cut
 into one convolution per region (a band of rows by a band of columns), each over the slice of
 the input its taps read, without padding, and the regions are concatenated back: the
-multiply-adds done are the live ones only.
+multiply-adds done are the live ones only. An activation that alone reads the convolution (a
+Relu, or an op whose other operands are constants per channel) is applied to each region before
+the concat, where fusion puts it in the region's kernel, rather than once over the concatenated
+map in a kernel of its own.
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ import numpy as np
 
 from autosched.graph.ir import Graph, Node, Op
 from autosched.graph.passes.rewrite import NewValues, rebuild
+from autosched.opset.record import OpKind
+from autosched.opset.registry import kind_of
 
 #: cut into regions where the live taps' work is at most this share of the (cropped) kernel's:
 #: a 3x3 kernel of "same" padding loses 1-2% at the borders of a 56x56 map and 18% on 7x7
@@ -51,13 +56,18 @@ def crop_taps(graph: Graph) -> Graph:
     nodes: list[Node] = []
     constants = dict(graph.constants)
     value = NewValues(graph)
+    moved: set[str] = set()  # activations applied per region instead
     for node in graph.nodes:
         bands = _bands(graph, node)
+        if node.name in moved:
+            continue
         if bands is None:
             nodes.append(node)
         elif (_live_share(bands) <= MAX_LIVE_SHARE and max(map(len, bands)) > 1
               and all(b.taps for axis in bands for b in axis)):
-            nodes += _regions(graph, node, bands, constants, value)
+            activation = _activation(graph, node)
+            nodes += _regions(graph, node, bands, constants, value, activation)
+            moved.update([activation.name] if activation else [])
         elif (window := _window(node, bands, constants[node.inputs[1]].shape[2:])) is not None:
             nodes.append(_cropped(node, window, constants, value))
         else:
@@ -121,6 +131,26 @@ def _live_share(bands: tuple[list[Band], list[Band]]) -> float:
     return share
 
 
+def _activation(graph: Graph, conv: Node) -> Node | None:
+    """The elementwise op that alone reads `conv`'s output, where it applies to a region of the
+    map as to the whole: its other operands are constants that do not vary over the image."""
+    out = conv.outputs[0]
+    readers = [n for n in graph.nodes if out in n.inputs]
+    if len(readers) != 1 or any(v.name == out for v in graph.outputs):
+        return None
+    act = readers[0]
+    if kind_of(act.op) is not OpKind.ELEMWISE or len(act.outputs) != 1 or act.inputs[0] != out:
+        return None
+    rank = len(graph.values[out].shape)
+    for name in act.inputs[1:]:
+        shape = graph.values[name].shape
+        if name not in graph.constants or len(shape) > rank or any(d != 1 for d in shape[-2:] if len(shape) > 1):
+            return None
+        if len(shape) == 1 and shape[0] != 1:  # a vector broadcasts along the width
+            return None
+    return act
+
+
 def _taps(node: Node, rows: tuple[int, int], cols: tuple[int, int], constants: dict[str, np.ndarray],
           value: NewValues) -> str:
     """The constant holding the weights' taps rows × cols (inclusive ranges), made once."""
@@ -156,10 +186,12 @@ def _attrs(at: Mapping[str, Any], kernel: tuple[int, int], pads: tuple[int, ...]
 
 
 def _regions(graph: Graph, node: Node, bands: tuple[list[Band], list[Band]], constants: dict[str, np.ndarray],
-             value: NewValues) -> list[Node]:
-    """One unpadded convolution per region over the input slice it reads, concatenated back:
-    the regions of a band of rows along the width, then the bands along the height."""
+             value: NewValues, activation: Node | None) -> list[Node]:
+    """One unpadded convolution per region over the input slice it reads, each followed by
+    `activation` where there is one, concatenated back: the regions of a band of rows along
+    the width, then the bands along the height (into the activation's output)."""
     x, y = graph.values[node.inputs[0]], graph.values[node.outputs[0]]
+    result = activation.outputs[0] if activation else node.outputs[0]
     n, c = x.shape[:2]
     oc, dt = y.shape[1], y.dtype
     at = node.attrs
@@ -187,13 +219,18 @@ def _regions(graph: Graph, node: Node, bands: tuple[list[Band], list[Band]], con
                 nodes.append(Node(f"{node.name}/region{i}_{j}/slice", Op.SLICE, (node.inputs[0],), (src,),
                                   {"starts": (0, 0, top, left), "ends": (n, c, bottom, right), "steps": (1, 1, 1, 1)}))
             weights = _taps(node, (rb.first, rb.last), (cb.first, cb.last), constants, value)
-            part = value(f"{node.outputs[0]}_region{i}_{j}", (n, oc, rb.stop - rb.start, cb.stop - cb.start), dt)
+            shape = (n, oc, rb.stop - rb.start, cb.stop - cb.start)
+            part = value(f"{node.outputs[0]}_region{i}_{j}", shape, dt)
             kernel = (rb.last - rb.first + 1, cb.last - cb.first + 1)
             nodes.append(Node(f"{node.name}/region{i}_{j}", node.op, (src, weights, *node.inputs[2:]), (part,),
                               _attrs(at, kernel, (0, 0, 0, 0))))
+            if activation:
+                conv_part, part = part, value(f"{result}_region{i}_{j}", shape, dt)
+                nodes.append(Node(f"{activation.name}/region{i}_{j}", activation.op,
+                                  (conv_part, *activation.inputs[1:]), (part,), activation.attrs))
             parts.append(part)
         rows.append(joined(parts, 3, (n, oc, rb.stop - rb.start, y.shape[3]), f"band{i}",
-                           node.outputs[0] if one_band else None))
+                           result if one_band else None))
     if len(rows) > 1:
-        joined(rows, 2, y.shape, "bands", node.outputs[0])
+        joined(rows, 2, y.shape, "bands", result)
     return nodes

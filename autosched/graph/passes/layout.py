@@ -69,7 +69,7 @@ class _Planner:
     def run(self) -> Graph:
         for node in self.graph.nodes:
             if not (self._conv(node) or self._elementwise(node) or self._reduce(node) or self._pool(node)
-                    or self._concat(node) or self._split(node) or self._resize(node)):
+                    or self._concat(node) or self._split(node) or self._resize(node) or self._slice(node)):
                 self._keep(node)
         if not self.blocked:
             return self.graph  # no convolution to block: nothing changes
@@ -232,13 +232,35 @@ class _Planner:
     def _split(self, node: Node) -> bool:
         """A split along channels of a blocked tensor into parts of whole blocks is the same split
         along the channel-block axis (for a batch of one, a view of consecutive bytes: no kernel,
-        `aliases.py`), so the parts stay blocked."""
-        if node.op is not Op.SPLIT or node.attrs["axis"] != 1 or node.inputs[0] not in self.blocked:
+        `aliases.py`), so the parts stay blocked; so is a split along the batch or a spatial axis."""
+        if node.op is not Op.SPLIT or node.inputs[0] not in self.blocked:
             return False
         copy, block = self.blocked[node.inputs[0]]
-        if len(self.values[node.inputs[0]].shape) != 4 or any(size % block for size in node.attrs["split"]):
+        axis = node.attrs["axis"]
+        if len(self.values[node.inputs[0]].shape) != 4 or axis not in (0, 1, 2, 3):
             return False
-        self._produce_parts(node, copy, block, {**node.attrs, "split": tuple(s // block for s in node.attrs["split"])})
+        if axis == 1 and any(size % block for size in node.attrs["split"]):
+            return False
+        split = tuple(s // block for s in node.attrs["split"]) if axis == 1 else tuple(node.attrs["split"])
+        self._produce_parts(node, copy, block, {**node.attrs, "split": split})
+        return True
+
+    def _slice(self, node: Node) -> bool:
+        """A slice of a blocked tensor's batch and spatial axes (DeepLab's ASPP convolutions cut
+        into regions, `crop_taps`, each reading a window of the image) is the same slice of the
+        blocked tensor, all channels kept: no conversion to plain and back."""
+        if node.op is not Op.SLICE or node.inputs[0] not in self.blocked:
+            return False
+        shape = self.values[node.inputs[0]].shape
+        at = node.attrs
+        if len(shape) != 4 or (at["starts"][1], at["ends"][1], at["steps"][1]) != (0, shape[1], 1):
+            return False
+        copy, block = self.blocked[node.inputs[0]]
+        c = shape[1] // block
+        attrs = {"starts": (*at["starts"][:1], 0, *at["starts"][2:], 0),
+                 "ends": (*at["ends"][:1], c, *at["ends"][2:], block),
+                 "steps": (*at["steps"][:1], 1, *at["steps"][2:], 1)}
+        self._produce_blocked(node, (copy,), block, attrs=attrs)
         return True
 
     def _only_output(self, name: str) -> bool:
@@ -271,8 +293,12 @@ class _Planner:
 
     def _concat(self, node: Node) -> bool:
         """A concat along channels of tensors that each divide into the result's blocks is the
-        same concat of the blocked tensors along the channel-block axis."""
-        if node.op is not Op.CONCAT or node.attrs["axis"] != 1 or not any(n in self.blocked for n in node.inputs):
+        same concat of the blocked tensors along the channel-block axis; along the batch or a
+        spatial axis (the regions of a convolution `crop_taps` cut), the same concat of the
+        blocked tensors along that axis."""
+        if node.op is not Op.CONCAT or node.attrs["axis"] not in (0, 1, 2, 3):
+            return False
+        if not any(n in self.blocked for n in node.inputs):
             return False
         out = self.values[node.outputs[0]]
         block = channel_block(out.shape[1], self.lanes)
