@@ -37,3 +37,23 @@ def built_matches_reference(graph, path, target, seed=1, rtol=1e-4, atol=1e-4) -
         return model.manifest
     finally:
         model.close()
+
+
+def aspp_graph(c=32, hw=33, seed=7):
+    """DeepLab-v3's ASPP at output stride 16 of a 513x513 image (33x33): a 3x3 stem, a 1x1 branch
+    and 3x3 branches of dilation 12 and 24 (cut into regions by `crop_taps`) and 36, with their
+    Relus, concatenated and projected."""
+    from autosched.graph.builder import GraphBuilder
+    from autosched.graph.ir import Op
+
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("aspp")
+
+    def conv(x, k, d, name):
+        w = b.constant(f"{name}_w", (0.1 * rng.standard_normal((c, b.values[x].shape[1], k, k))).astype(np.float32))
+        return b.node(Op.CONV, [x, w], name=name, strides=(1, 1), pads=(d * (k // 2),) * 4, dilations=(d, d), group=1)
+
+    x = conv(b.input("x", (1, c, hw, hw)), 3, 1, "stem")
+    branches = [b.node(Op.RELU, [conv(x, 1 if d == 1 else 3, d, f"aspp{d}")], name=f"relu{d}") for d in (1, 12, 24, 36)]
+    b.output(conv(b.node(Op.CONCAT, branches, name="cat", axis=1), 1, 1, "project"))
+    return b.build()

@@ -82,15 +82,16 @@ def conv_task(x_shape: Sequence[int], w_shape: Sequence[int], stride: int = 1, p
 
 def blocked_conv_task(x_shape: Sequence[int], w_shape: Sequence[int], in_block: int, out_block: int, stride: int = 1,
                       pad: int = 0, depthwise: bool = False, bias: bool = False, residual: bool = False,
-                      groups: int = 1, dilation: int = 1) -> Task:
+                      groups: int = 1, dilation: int = 1, crop: Sequence[int] = (0, 0, 0, 0)) -> Task:
     """ConvNCHWc as layout planning emits it: x plain NCHW (in_block 0) or in blocks, output in
     blocks of out_block; optional bias, and a blocked residual Add then Relu; depthwise, or
-    `groups` of whole blocks."""
+    `groups` of whole blocks; reading the window of x inside `crop` (`fold_conv_windows`)."""
     b = GraphBuilder()
     x = b.input("x", blocked_shape(x_shape, in_block))
     ins = [x, _const(b, "w", w_shape)] + ([_const(b, "bias", (w_shape[0],))] if bias else [])
     y = b.node(Op.CONV_NCHWC, ins, strides=(stride, stride), pads=(pad,) * 4, dilations=(dilation, dilation),
-               group=x_shape[1] if depthwise else groups, in_block=in_block, out_block=out_block)
+               group=x_shape[1] if depthwise else groups, in_block=in_block, out_block=out_block,
+               **({"crop": tuple(crop)} if any(crop) else {}))
     if residual:
         y = b.node(Op.RELU, [b.node(Op.ADD, [y, b.input("r", b.values[y].shape)])])
     b.output(y)

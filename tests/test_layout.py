@@ -4,7 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from graph_helpers import built_matches_reference
+from graph_helpers import aspp_graph, built_matches_reference
 from isa import RUN_TARGETS
 
 from autosched.graph.builder import GraphBuilder
@@ -304,31 +304,15 @@ def test_an_upsampled_output_is_converted_before_its_resize(target, tmp_path):
     built_matches_reference(graph, tmp_path / "up.so", target)
 
 
-def _aspp(c=32, hw=33):
-    """DeepLab-v3's ASPP at output stride 16 of a 513x513 image (33x33): a 1x1 branch and 3x3
-    branches of dilation 12 and 24 (cut into regions by `crop_taps`) and 36, with their Relus,
-    concatenated and projected."""
-    b = GraphBuilder("aspp")
-    x = _conv(b, b.input("x", (1, c, hw, hw)), c, name="stem")
-    branches = []
-    for d in (1, 12, 24, 36):
-        k = 1 if d == 1 else 3
-        w = b.constant(f"w{d}", (0.1 * RNG.standard_normal((c, c, k, k))).astype(np.float32))
-        y = b.node(Op.CONV, [x, w], name=f"aspp{d}", strides=(1, 1), pads=(d * (k // 2),) * 4,
-                   dilations=(d, d), group=1)
-        branches.append(b.node(Op.RELU, [y], name=f"relu{d}"))
-    b.output(_conv(b, b.node(Op.CONCAT, branches, name="cat", axis=1), c, k=1, name="project"))
-    return b.build()
-
-
 @pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
 def test_the_regions_of_a_convolution_stay_in_blocks(target, tmp_path):
     """The spatial slices each region of a cut convolution reads and the concats of the regions
     along the width and the height run on the blocked tensors: no conversion to plain and back
     (DeepLab's ASPP block converted its 256-channel input to plain, 0.13 ms, and each region's
     slice back to blocks: 1.06x onnxruntime's time, 0.87x without, EPYC Zen 5, 1 thread), and
-    each region's Relu is its kernel's epilogue."""
-    graph = _aspp()
+    each region's Relu is its kernel's epilogue. (The slices then become the windows the regions
+    read in place: `test_graph_conv_windows.py`.)"""
+    graph = aspp_graph()
     planned = optimize_for(graph, target)
     transforms = [n for n in planned.nodes if n.op is Op.LAYOUT_TRANSFORM]
     assert [(n.attrs["src_block"], n.attrs["dst_block"]) for n in transforms] == [(0, target.layout_lanes),

@@ -64,6 +64,10 @@ TASKS = {
     "blocked_depthwise_stride2": (lambda: blocked_conv_task((1, 16, 11, 10), (16, 1, 3, 3), 8, 8, stride=2, pad=1,
                                                             depthwise=True, bias=True),
                                   "conv2d_nchwc_layout_llvm_depthwise"),
+    # a region of a cut convolution, reading its window of the map in place
+    "blocked_window_dilated_residual": (lambda: blocked_conv_task((1, 16, 13, 12), (16, 16, 2, 2), 8, 8, dilation=4,
+                                                                  crop=(1, 2, 3, 1), bias=True, residual=True),
+                                        "conv2d_nchwc_layout_llvm"),
     "blocked_grouped_residual": (lambda: blocked_conv_task((1, 32, 7, 9), (32, 8, 3, 3), 8, 8, pad=1, groups=4,
                                                            bias=True, residual=True), "conv2d_nchwc_layout_llvm"),
     "blocked_grouped_two_blocks_stride2": (lambda: blocked_conv_task((1, 64, 9, 8), (32, 16, 3, 3), 8, 8, stride=2,

@@ -14,10 +14,12 @@ bias and the fused epilogue go: the task's contract stays NCHW in and out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from autosched import te
 from autosched.graph.layout import blocked_groups, blocked_shape, plain_shape
-from autosched.ops.conv import conv_geometry
+from autosched.ops.conv import conv_geometry, conv_out_size
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue, bias_add
 from autosched.ops.transform import PAD_TAG, pad
 from autosched.ops.util import vector_width, vectorize_innermost
@@ -47,9 +49,33 @@ def pack_data(x: Tensor, ic_bn: int) -> Tensor:
                       name=f"{x.name}_packed", tag=PACK_TAG)
 
 
+@dataclass(frozen=True)
+class InputWindow:
+    """The rows and columns of an input a convolution reads, from `top` and `left` on, indexed
+    as a tensor of `shape` of their own: the kernel loads them in place, where a slice of them
+    would be copied first (each region of a convolution `crop_taps` cut reads a window of the
+    image)."""
+    tensor: Tensor
+    top: int
+    left: int
+    shape: tuple[int, ...]
+
+    def __getitem__(self, idx: tuple[Any, ...]) -> te.Expr:
+        return self.tensor[idx[:2] + (idx[2] + self.top, idx[3] + self.left) + idx[4:]]
+
+
+def input_window(x: Tensor, crop: Sequence[int]) -> InputWindow:
+    """`x` without `crop` = (top, left, bottom, right) rows and columns at its edges."""
+    top, left, bottom, right = (int(v) for v in crop)
+    if min(top, left, bottom, right) < 0 or top + bottom >= x.shape[2] or left + right >= x.shape[3]:
+        raise ValueError(f"{x.name}: crop {tuple(crop)} does not leave a window of its {x.shape[2]}x{x.shape[3]} map")
+    shape = (*x.shape[:2], x.shape[2] - top - bottom, x.shape[3] - left - right, *x.shape[4:])
+    return InputWindow(x, top, left, shape)
+
+
 def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
                    dilation: int | Sequence[int] = 1, *, in_block: int, out_block: int, groups: int = 1,
-                   name: str = "conv2d") -> Tensor:
+                   crop: Sequence[int] = (0, 0, 0, 0), name: str = "conv2d") -> Tensor:
     """The convolution's blocked stage (tag "conv2d_nchwc"): [N, OC/out_block, OH, OW, out_block].
 
     x is NCHW[in_block]c, or plain NCHW with `in_block` 0 (each element broadcast as it is).
@@ -61,7 +87,8 @@ def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, paddin
     lane `ob` and reduction step `icb`, input channel ob // icg * icg + icb of the same block:
     one vector load and a shuffle that repeats each group's channel across its lanes
     (codegen.c), against the vector of the lanes' weights, where blocks of one group each ran
-    4-float vectors.
+    4-float vectors. With `crop`, the convolution (unpadded) reads the window of x inside it
+    (`input_window`).
     """
     n, c = x.shape[0], x.shape[1] * (in_block or 1)
     oc, icg, kh_, kw_ = w.shape
@@ -72,7 +99,15 @@ def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, paddin
         raise ValueError(f"{name}: {groups} groups of weights {list(w.shape)} on {c} channels do not run in blocks "
                          f"of {in_block} in and {out_block} out (a group is one channel, or whole blocks)")
     depthwise = kind == "depthwise"
-    (sh, sw), (dh, dw), pads, (oh_, ow_), xp = conv_geometry(x, w, stride, padding, dilation, name)
+    xp: Tensor | InputWindow
+    if any(crop):
+        (sh, sw), (dh, dw), pads, _, _ = conv_geometry(x, w, stride, padding, dilation, name)
+        if any(pads):
+            raise ValueError(f"{name}: a convolution reading a window of its input is not padded, got pads {pads}")
+        xp = input_window(x, crop)
+        oh_, ow_ = (conv_out_size(xp.shape[2 + a], w.shape[2 + a], (sh, sw)[a], 0, 0, (dh, dw)[a]) for a in (0, 1))
+    else:
+        (sh, sw), (dh, dw), pads, (oh_, ow_), xp = conv_geometry(x, w, stride, padding, dilation, name)
     kh, kw = te.reduce_axis(kh_, "kh"), te.reduce_axis(kw_, "kw")
     if depthwise:
         wp = te.compute((oc // out_block, kh_, kw_, out_block), lambda o, y, z, ob: w[o * out_block + ob, 0, y, z],
@@ -112,6 +147,8 @@ def conv2d_blocked(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, paddin
 
     attrs = {"stride": (sh, sw), "padding": pads, "dilation": (dh, dw), "oc_bn": out_block,
              "ic_bn": in_block or None, "depthwise": depthwise, "groups": groups}
+    if any(crop):
+        attrs["crop"] = tuple(crop)
     return te.compute((n, oc // out_block, oh_, ow_, out_block), body, name=f"{name}_nchwc",
                       tag=CONV2D_NCHWC_TAG, attrs=attrs)
 

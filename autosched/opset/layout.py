@@ -17,15 +17,26 @@ from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, on_output
 from autosched.te import Tensor
 
 
+def _window(attrs: Mapping[str, Any], x: Any) -> Any:
+    """The rows and columns of x (a shape or an array, NCHW or blocked) inside the convolution's
+    `crop` (top, left, bottom, right): the window it reads (`conv_nchwc.input_window`)."""
+    top, left, bottom, right = attrs.get("crop", (0, 0, 0, 0))
+    if isinstance(x, tuple):
+        return (*x[:2], x[2] - top - bottom, x[3] - left - right, *x[4:])
+    return x[:, :, top:x.shape[2] - bottom, left:x.shape[3] - right]
+
+
 def _conv_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
-    x = Value(inputs[0].name, plain_shape(inputs[0].shape, node.attrs["in_block"]), inputs[0].dtype)
+    x = Value(inputs[0].name, plain_shape(_window(node.attrs, inputs[0].shape), node.attrs["in_block"]),
+              inputs[0].dtype)
     ((shape, dtype),) = conv_shape(node, [x, *inputs[1:]])
     return [(blocked_shape(shape, node.attrs["out_block"]), dtype)]
 
 
 def _conv_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
-    """Conv on a blocked (or, with in_block 0, plain) input, writing the blocked output."""
-    x = to_plain(args[0], attrs["in_block"])
+    """Conv on (the window `crop` leaves of) a blocked or, with in_block 0, plain input, writing
+    the blocked output."""
+    x = to_plain(_window(attrs, args[0]), attrs["in_block"])
     return [to_blocked(conv_reference(attrs, [x, *args[1:]])[0], attrs["out_block"])]
 
 
@@ -36,7 +47,8 @@ def _conv_compute(args: ComputeArgs) -> list[Tensor]:
     x, w = args.inputs[0], args.inputs[1]
     y = conv_blocked.conv2d_blocked(x, w, at.get("strides", (1, 1)), (p[0], p[1], p[2], p[3]),
                                     at.get("dilations", (1, 1)), in_block=at["in_block"],
-                                    out_block=at["out_block"], groups=at.get("group", 1))
+                                    out_block=at["out_block"], groups=at.get("group", 1),
+                                    crop=at.get("crop", (0, 0, 0, 0)))
     pre = (conv_blocked.blocked_bias(args.inputs[2], at["out_block"]),) if len(args.inputs) > 2 else ()
     return [apply_epilogue(y, pre + args.epilogues)]
 

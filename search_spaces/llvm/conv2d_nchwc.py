@@ -72,6 +72,7 @@ class BlockedConvDims:
     stride: tuple[int, int]
     pads: tuple[int, int, int, int]
     dilation: tuple[int, int]
+    crop: tuple[int, int, int, int] = (0, 0, 0, 0)  # the input's edges it does not read (`input_window`)
 
 
 def blocked_conv_dims(task: Task) -> BlockedConvDims:
@@ -86,7 +87,7 @@ def blocked_conv_dims(task: Task) -> BlockedConvDims:
     return BlockedConvDims(c, oc, kh, kw, oh, ow, in_block, out_block, groups,
                            blocked_groups(c, oc, groups, in_block, out_block) == "depthwise",
                            tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("pads", (0, 0, 0, 0))),
-                           tuple(attrs.get("dilations", (1, 1))))
+                           tuple(attrs.get("dilations", (1, 1))), tuple(attrs.get("crop", (0, 0, 0, 0))))
 
 
 class Conv2dNCHWcTemplate(CpuTemplate):
@@ -168,7 +169,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         tt = task_tensors(task)
         x, w = tt.anchor[0], tt.anchor[1]
         y = conv_nchwc.conv2d_blocked(x, w, d.stride, d.pads, d.dilation, in_block=d.in_block,
-                                      out_block=d.out_block, groups=d.groups)
+                                      out_block=d.out_block, groups=d.groups, crop=d.crop)
         pre = (conv_nchwc.blocked_bias(tt.anchor[2], d.out_block),) if len(tt.anchor) > 2 else ()
         out = apply_epilogue(y, pre + tuple(tt.epilogue))
         s = create_schedule(out)
@@ -521,8 +522,8 @@ def _prefetched(d: BlockedConvDims, config: Config, dtype: str) -> bool:
 
 
 def _winograd(d: BlockedConvDims) -> bool:
-    """Winograd needs the input in blocks too (`conv2d_winograd_nchwc`)."""
-    return bool(d.in_block) and winograd.eligible((d.kh, d.kw), d.stride, d.dilation, d.groups)
+    """Winograd needs the input in blocks too (`conv2d_winograd_nchwc`), and all of it."""
+    return bool(d.in_block) and not any(d.crop) and winograd.eligible((d.kh, d.kw), d.stride, d.dilation, d.groups)
 
 
 def _tile_blocked_output(s: Schedule, out: Tensor, acc: Stage, config: Config, tile_oc: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from autosched.graph.ir import Graph
 from autosched.graph.passes.collapse_views import collapse_views
+from autosched.graph.passes.conv_windows import fold_conv_windows
 from autosched.graph.passes.crop_taps import crop_taps
 from autosched.graph.passes.cse import eliminate_common_subexpressions
 from autosched.graph.passes.dce import eliminate_dead_code
@@ -40,6 +41,7 @@ __all__ = [
     "divide_by_constant",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
+    "fold_conv_windows",
     "flatten_pointwise",
     "fold_batchnorm",
     "fold_constants",
@@ -93,7 +95,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     planned into channel blocks, and a blocked 5x5 convolution of stride 2 Winograd can take
     becomes a 3x3 one over its input's phases (`space_to_depth`); with `pointwise_rows` (a
     target of 16 vector registers), blocked 1x1 convolutions of stride 1 run over their image as
-    one row (`flatten_pointwise`): the graph a target's tasks
+    one row (`flatten_pointwise`), and slices of blocked maps that only convolutions read become
+    the windows those read in place (`fold_conv_windows`): the graph a target's tasks
     are extracted from and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
     products too small to fill the GPU are split along K (`split_k`), and MatMuls read both
     operands through their views (a GPU kernel stages both through shared memory anyway).
@@ -112,4 +115,5 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = space_to_depth(plan_layout(pad_channels(graph, layout_lanes, pad_waste), layout_lanes))
     if pointwise_rows:
         graph = flatten_pointwise(graph, layout_lanes)
+    graph = fold_conv_windows(graph)
     return fuse_copies(collapse_views(graph))  # the rearrangement's views merge with those beside them
