@@ -381,7 +381,13 @@ def _window_tile(d: BlockedConvDims, knobs: dict, task: Task, target: Target) ->
     the squarest shape, then as many blocks of output channels as fill the rest, and kw is
     unrolled. Each weight vector loaded then meets up to 28 pixels instead of 7-8: the generic
     tile's 2 blocks x 7-8 columns streamed its weight panel (2 blocks x all input channels x
-    the window: 72-144 KiB, beyond L1) once per 7-8 columns.
+    the window: 72-144 KiB, beyond L1) once per 7-8 columns. Pixels count as the row's columns
+    per tile, not the tile's width: where the width does not divide the row, the last tile
+    (shifted back) recomputes columns of the one before, so of widths that make as many tiles
+    the narrowest is taken. A 33-wide row had taken 2 tiles of 28 (23 columns computed twice):
+    DCGAN's 64 -> 16 phase onto 33x33 0.065-0.068 -> 0.044-0.046 ms in 2 x 17; DeepLab's
+    12x9 regions 0.135 -> 0.100 ms in 2 x 5 columns by 4 rows where 2 x 7 by 4 had run (EPYC
+    Zen 5, 1 thread, alone).
 
     Intel (Xeon, Sapphire Rapids class, 2 threads; in ResNet-18, rest of the build untuned,
     median of 3 interleaved builds): the 3x3 stride-2 layers 56->28 ran 0.529 -> 0.452 ms (1
@@ -399,7 +405,7 @@ def _window_tile(d: BlockedConvDims, knobs: dict, task: Task, target: Target) ->
         return {}
     budget = WINDOW_ACCUMULATORS
     shapes = [(oh, ow) for oh in knobs["tile_oh"].values for ow in knobs["tile_ow"].values if oh * ow[1] <= budget]
-    tile_oh, tile_ow = max(shapes, key=lambda s: (s[0] * s[1][1], -abs(s[0] - s[1][1]), s[1][1]))
+    tile_oh, tile_ow = max(shapes, key=lambda s: (s[0] * d.ow / s[1][0], -abs(s[0] - s[1][1]), s[1][1]))
     pixels = tile_oh * tile_ow[1]
     tile_oc = max(v for v in knobs["tile_oc"].values if v == 1 or v * pixels <= budget)
     return {"tile_oc": tile_oc, "tile_oh": tile_oh, "tile_ow": tile_ow, "unroll_kw": True}
