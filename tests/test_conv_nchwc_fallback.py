@@ -245,11 +245,12 @@ ROW_9 = blocked_conv_task((1, 256, 33, 33), (64, 256, 2, 3), 16, 16, dilation=12
 
 @pytest.mark.parametrize("target", [INTEL, AMD], ids=["intel-avx512", "amd-avx512"])
 def test_avx512_window_tiles_of_rows_they_do_not_divide_recompute_few_columns(target):
-    """Of the widths that make as many tiles of a row, the narrowest: 2 x 17 of 33 columns (2 x
-    28 had computed 23 columns twice: 0.065 -> 0.045 ms, EPYC Zen 5, 1 thread), and 2 x 5 of 9
-    by 4 rows (0.135 -> 0.100 ms) where 2 x 7 had run."""
-    assert _tile(ROW_33, target)[1:] == (1, 17, True)
-    assert _tile(ROW_9, target)[1:] == (4, 5, True)
+    """The tile of the most accumulators that count the row's columns per tile, not the tile's
+    width: one block by 2 x 17 of 33 columns (2 x 28 had computed 23 columns twice: 0.065 ->
+    0.045 ms, EPYC Zen 5, 1 thread), and 2 blocks by 4 rows by 3 x 3 of 9 columns (0.135 ms in
+    one block by 4 rows by 2 x 7, 0.093 by 2 x 5, 0.076 so)."""
+    assert _tile(ROW_33, target) == (1, 1, 17, True)
+    assert _tile(ROW_9, target) == (2, 4, 3, True)
 
 
 @pytest.mark.parametrize("target", [INTEL, AMD], ids=["intel-avx512", "amd-avx512"])

@@ -377,17 +377,21 @@ WINDOW_ACCUMULATORS = 28
 def _window_tile(d: BlockedConvDims, knobs: dict, task: Task, target: Target) -> dict[str, object]:
     """The direct fallback's register tile for dense convolutions with a window (kw > 1) of a
     blocked input on AVX-512 cores (32 vector registers), one vector per block (else nothing:
-    the generic tile). The tile takes as many output pixels as `WINDOW_ACCUMULATORS` allows, of
-    the squarest shape, then as many blocks of output channels as fill the rest, and kw is
-    unrolled. Each weight vector loaded then meets up to 28 pixels instead of 7-8: the generic
+    the generic tile). The tile takes as many accumulators, blocks of output channels times
+    output pixels, as `WINDOW_ACCUMULATORS` allows; of those, the most pixels, of the squarest
+    shape; and kw is unrolled. Each weight vector loaded then meets up to 28 pixels instead of 7-8: the generic
     tile's 2 blocks x 7-8 columns streamed its weight panel (2 blocks x all input channels x
     the window: 72-144 KiB, beyond L1) once per 7-8 columns. Pixels count as the row's columns
     per tile, not the tile's width: where the width does not divide the row, the last tile
     (shifted back) recomputes columns of the one before, so of widths that make as many tiles
     the narrowest is taken. A 33-wide row had taken 2 tiles of 28 (23 columns computed twice):
-    DCGAN's 64 -> 16 phase onto 33x33 0.065-0.068 -> 0.044-0.046 ms in 2 x 17; DeepLab's
-    12x9 regions 0.135 -> 0.100 ms in 2 x 5 columns by 4 rows where 2 x 7 by 4 had run (EPYC
-    Zen 5, 1 thread, alone).
+    DCGAN's 64 -> 16 phase onto 33x33 0.065-0.068 -> 0.044-0.046 ms in 2 x 17 (EPYC Zen 5, 1
+    thread, alone). Blocks count with pixels where the pixels alone leave accumulators idle:
+    DeepLab's 12x9 regions ran 0.135 ms in one block by 4 rows by 2 x 7 columns, 0.093 by 2 x 5,
+    0.076 in 2 blocks by 4 rows by 3 x 3; a 1-D convolution's 400-wide rows 0.236 in one block
+    by 15 x 27, 0.215 in 2 blocks by 29 x 14; DCGAN's 128 -> 256 phase onto 17x17 0.29-0.31 in
+    one block by 17 columns, 0.287 in 4 blocks by 3 x 6. ResNet-18's tiles, of 28 accumulators
+    either way, keep the most pixels.
 
     Intel (Xeon, Sapphire Rapids class, 2 threads; in ResNet-18, rest of the build untuned,
     median of 3 interleaved builds): the 3x3 stride-2 layers 56->28 ran 0.529 -> 0.452 ms (1
@@ -404,10 +408,15 @@ def _window_tile(d: BlockedConvDims, knobs: dict, task: Task, target: Target) ->
             or d.out_block != vector_lanes(target, task.dtypes[0])):
         return {}
     budget = WINDOW_ACCUMULATORS
-    shapes = [(oh, ow) for oh in knobs["tile_oh"].values for ow in knobs["tile_ow"].values if oh * ow[1] <= budget]
-    tile_oh, tile_ow = max(shapes, key=lambda s: (s[0] * d.ow / s[1][0], -abs(s[0] - s[1][1]), s[1][1]))
-    pixels = tile_oh * tile_ow[1]
-    tile_oc = max(v for v in knobs["tile_oc"].values if v == 1 or v * pixels <= budget)
+    tiles = [(oc, oh, ow) for oh in knobs["tile_oh"].values for ow in knobs["tile_ow"].values
+             for oc in knobs["tile_oc"].values if oc * oh * ow[1] <= budget or (oc == 1 and oh * ow[1] <= budget)]
+
+    def useful(t: tuple) -> tuple:
+        oc, oh, ow = t
+        pixels = oh * d.ow / ow[0]  # the row's columns per tile
+        return (oc * pixels, pixels, -abs(oh - ow[1]), ow[1])
+
+    tile_oc, tile_oh, tile_ow = max(tiles, key=useful)
     return {"tile_oc": tile_oc, "tile_oh": tile_oh, "tile_ow": tile_ow, "unroll_kw": True}
 
 
