@@ -58,9 +58,9 @@ def crop_taps(graph: Graph) -> Graph:
     value = NewValues(graph)
     moved: set[str] = set()  # activations applied per region instead
     for node in graph.nodes:
-        bands = _bands(graph, node)
         if node.name in moved:
             continue
+        bands = _bands(graph, node)
         if bands is None:
             nodes.append(node)
         elif (_live_share(bands) <= MAX_LIVE_SHARE and max(map(len, bands)) > 1
