@@ -242,7 +242,7 @@ def _shortlists(db: Database, tasks: list[Task], target: Target, size: int) -> d
     return out
 
 
-def _kernel_seconds(feeds: Mapping[str, np.ndarray], models: list[Model], rounds: int, runs: int) -> list[dict[str, float]]:
+def kernel_seconds(feeds: Mapping[str, np.ndarray], models: list[Model], rounds: int, runs: int) -> list[dict[str, float]]:
     """Per model, task key -> its kernel's seconds per call: the median over `rounds` rounds, each
     profiling every model in turn (`runs` runs each), so that the host's drift meets all alike."""
     samples: list[dict[str, list[float]]] = [{} for _ in models]
@@ -281,7 +281,7 @@ def _judge_shortlists(builds: _Builds, untuned: Model, tasks: list[Task], target
         return schedule_for
 
     variants = [builds.build(rank(j)) for j in range(max(map(len, lists.values())))]
-    times = _kernel_seconds(builds.feeds, [untuned, *variants], rounds, runs)
+    times = kernel_seconds(builds.feeds, [untuned, *variants], rounds, runs)
     builds.discard(variants)  # each holds the model's weights
     out: list[KernelVerdict] = []
     for key, configs in lists.items():

@@ -83,6 +83,8 @@ FIELDS: dict[str, Any] = {
                                                    "on_vs_off": None},
                                        "tuned": {"off_ms": None, "on_ms": None, "onnxruntime_ms": None,
                                                  "on_vs_off": None, "trials": None}}}},
+    "shipped": {"threads": None, "isa": None, "threshold": None, "kept": None, "dropped": None, "written": None,
+                "models": {"*": {"untuned_ms": None, "shipped_ms": None}}},
     "transfer": {"sources": None, "source_trials": None, "target": None, "trials": None, "seed": None,
                  "runs": {"*": {"started_on": None, "curve": None, "final_ms": None, "trials_to_5pct": None,
                                 "trials_to_match": None}}},
@@ -187,10 +189,15 @@ def test_benchmark_quick_run(name, tmp_path, request):
     args = ("--db", str(request.getfixturevalue("tuning")[1])) if name in USES_TUNED_DB else ()
     if name == "models":  # this checkout as its own baseline: the other checkout's build runs in its process
         args += ("--baseline", str(ROOT))
+    if name == "shipped":
+        args += ("--write", str(tmp_path / "kept.jsonl"))
     out = run_benchmark(name, *args, cwd=tmp_path)
     assert missing(out, FIELDS[name]) == []
     if name == "models":
         assert all(model["matches_onnxruntime"] for model in out.values())
+    if name == "shipped":  # the records kept are lines of the shipped file, one per task kept
+        lines = (tmp_path / "kept.jsonl").read_text().splitlines()
+        assert len(lines) == out["written"] == out["kept"] and all(json.loads(line)["task"] for line in lines)
     if name == "transfer":  # the informed runs did start trained on the source's records, the shipped sample of them
         runs = out["runs"]
         assert set(runs) == {"none", "database", "shipped"} and runs["none"]["started_on"] == 0

@@ -130,7 +130,7 @@ def test_a_config_its_kernel_judged_a_win_is_built_and_not_judged_again_by_the_w
     target, graph, tasks, task, slow, default, db = _lying_record(mlp_model, tmp_path)
     second = next(c for c in map(template_space(task, target).get, range(1, 50)) if c.index != default.index)
     db.commit([_record(task, target, second, 2e-6)])
-    monkeypatch.setattr(model_check, "_kernel_seconds", lambda feeds, models, rounds, runs: [
+    monkeypatch.setattr(model_check, "kernel_seconds", lambda feeds, models, rounds, runs: [
         {task.key: 100e-6}, {task.key: 105e-6}, {task.key: 80e-6}][:len(models)])
     # the whole model 3% slower with it: within noise
     monkeypatch.setattr(model_check._Builds, "time", lambda builds, a, b, runs: (1.0, 1.03))
@@ -150,7 +150,7 @@ def test_wins_that_do_not_add_up_in_the_model_are_declined_too(mlp_model, tmp_pa
     target, graph, tasks, task, slow, default, db = _lying_record(mlp_model, tmp_path)
     second = next(c for c in map(template_space(task, target).get, range(1, 50)) if c.index != default.index)
     db.commit([_record(task, target, second, 2e-6)])
-    monkeypatch.setattr(model_check, "_kernel_seconds", lambda feeds, models, rounds, runs: [
+    monkeypatch.setattr(model_check, "kernel_seconds", lambda feeds, models, rounds, runs: [
         {task.key: 100e-6}, {task.key: 105e-6}, {task.key: 80e-6}][:len(models)])
 
     def timed(builds, a, b, runs):
