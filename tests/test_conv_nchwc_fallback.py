@@ -229,12 +229,15 @@ def test_zen5_first_layers_compute_the_convolution(measure):
     assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
 
 
-def test_intel_winograd_tiles_hold_16_accumulators():
-    """F(4) on 56x56 has 196 tiles: 14 per register tile on Intel (16 at most), 7 elsewhere."""
-    intel, amd = TEMPLATE.fallback(WIDE_3X3, INTEL), TEMPLATE.fallback(WIDE_3X3, AMD)
-    assert intel["algorithm"] == amd["algorithm"] == "winograd_4"
-    assert (intel["wino_tile_t"], amd["wino_tile_t"]) == (16, 7)
-    assert TEMPLATE.fallback(WIDE_3X3, INTEL_AVX2)["wino_tile_t"] == 7  # 16 ymm registers: no room
+def test_winograd_tiles_hold_16_accumulators_on_full_width_512_bit_pipes():
+    """F(4) on 56x56 has 196 tiles: 14 per register tile on Intel and Zen 5 (16 at most), 7
+    elsewhere; on every target the output blocks run innermost among the GEMM's parallel items."""
+    intel, zen5, amd = (TEMPLATE.fallback(WIDE_3X3, t) for t in (INTEL, ZEN5, AMD))
+    assert intel["algorithm"] == zen5["algorithm"] == amd["algorithm"] == "winograd_4"
+    assert (intel["wino_tile_t"], zen5["wino_tile_t"], amd["wino_tile_t"]) == (16, 16, 7)
+    avx2 = TEMPLATE.fallback(WIDE_3X3, INTEL_AVX2)
+    assert avx2["wino_tile_t"] == 7  # 16 ymm registers: no room
+    assert {c["wino_gemm_order"] for c in (intel, zen5, amd, avx2)} == {"tile_outer"}
 
 
 #: rows the window tile's widths do not divide: DCGAN's 64 -> 16 phase onto 33x33 (one block

@@ -79,8 +79,11 @@ MIN_F4_SIZE = 16
 #: no Winograd in the fallback below this width or height: on 7×7 maps (2×2 tiles of 4, or 4×4
 #: of 2, cover 8×8) the built F(2) fallback ran 1.4–1.5× the direct kernel, 512 channels, 1 thread
 MIN_FALLBACK_SIZE = 8
-#: accumulators per GEMM register tile of the blocked fallback on Intel's cores (`blocked_fallback_values`)
-INTEL_TILE_ACCUMULATORS = 16
+#: accumulators per GEMM register tile of the blocked fallback on cores with two full-width
+#: 512-bit FMA pipes: Intel's AVX-512 cores and AMD's Zen 5 (`blocked_fallback_values`)
+WIDE_TILE_ACCUMULATORS = 16
+#: cores whose two FMA pipes execute 512-bit operations at full width (`CpuCapabilities.core`)
+FULL_WIDTH_AMD_CORES = frozenset({"znver5"})
 
 
 def phase_size(out_hw: tuple[int, int], dilation: tuple[int, int]) -> tuple[int, int]:
@@ -130,26 +133,35 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
     """The added knobs of the ConvNCHWc template's fallback: Winograd on the same terms as
     `fallback_values` (blocks are the graph's there: whole vectors both ways), else direct.
 
-    On Intel's AVX-512 cores (`caps`; 32 registers), whose two 512-bit FMA pipes of 4-cycle latency keep 8
-    independent accumulators busy, the GEMM's register tile is up to `INTEL_TILE_ACCUMULATORS`
-    vectors rather than 7 tiles of a one-vector block (7 accumulators, fewer than the pipes
-    need). On a Xeon (Sapphire Rapids class, 2 threads, blocks of 16), ResNet-18's 56×56 layers
-    ran 0.350 → 0.316 ms alone (14 tiles; median of 4 interleaved rounds) and 0.36-0.38 → 0.33-0.35
-    in the model. Smaller maps keep AMD's limits there too: F(2) on the 7×7 layers (16 tiles)
+    The GEMM's parallel items run the output blocks innermost ("tile_outer"): each thread keeps
+    a panel of transformed tiles hot while the weight panels stream past it. In the model
+    (`model_check.kernel_seconds`, 20 alternated rounds, EPYC Zen 5, 2 threads) that took 0.90
+    of the other order's time on ResNet-18's 28x28 layers, 0.93 on its 14x14 ones, 0.87-0.92 on
+    VGG's and U-Net's 128- and 256-channel layers and 0.84-0.86 on the 40x40 and 33x33 maps of
+    the CSP and DeepLab blocks; 64-channel 56x56 and 112x112 layers were unchanged (0.98-1.00).
+    AVX2 code on the same host: 0.74-0.92 on maps of 128 channels or more, 1.00-1.03 at 64.
+
+    On cores whose two 512-bit FMA pipes of 4-cycle latency keep 8 independent accumulators busy
+    (Intel's AVX-512 cores, Zen 5: `caps`; 32 registers), the register tile is up to
+    `WIDE_TILE_ACCUMULATORS` vectors rather than 7 tiles of a one-vector block. On a Xeon
+    (Sapphire Rapids class, 2 threads, blocks of 16), ResNet-18's 56×56 layers ran 0.350 → 0.316
+    ms alone (14 tiles; median of 4 interleaved rounds) and 0.36-0.38 → 0.33-0.35 in the model;
+    on Zen 5, with the order above, VGG's 56x56 layers 0.96 → 0.87-0.89 of the other order's
+    time, U-Net's 0.99 → 0.92. Smaller maps keep the narrower limits there too: F(2) on the 7×7 layers (16 tiles)
     and F(4) on the 14×14 ones ran 0.625 and 0.416 ms alone against 0.964 and 0.484, yet
     ResNet-18 built with them ran 0.94-0.96× as fast (100 alternated runs, twice): their
     transformed weights (16/9 and 4× the filter's bytes) come from memory in the model, and
     timed cold alone the 7×7 F(2) layer ran as slow as the direct one (1.26 ms)."""
-    intel = caps is not None and caps.vendor == "intel" and caps.vector_registers >= 32
+    wide = caps is not None and caps.vector_registers >= 32 and (
+        caps.vendor == "intel" or caps.core in FULL_WIDTH_AMD_CORES)
     if (in_block % lanes or out_block % lanes or channels % lanes or out_channels % lanes
             or min(channels, out_channels) < MIN_FALLBACK_CHANNELS
             or min(phase_size(out_hw, dilation)) < MIN_FALLBACK_SIZE):
         return direct_values()
     f4 = uses_f4(out_hw, dilation)
     vectors = out_block // lanes
-    tile_t = max((t for t in TILE_T if t * vectors <= INTEL_TILE_ACCUMULATORS), default=TILE_T[0]) if intel else 7
-    return {"algorithm": "winograd_4" if f4 else "winograd_2", "wino_tile_t": tile_t,
-            "wino_gemm_order": GEMM_ORDERS[0]}
+    tile_t = max((t for t in TILE_T if t * vectors <= WIDE_TILE_ACCUMULATORS), default=TILE_T[0]) if wide else 7
+    return {"algorithm": "winograd_4" if f4 else "winograd_2", "wino_tile_t": tile_t, "wino_gemm_order": "tile_outer"}
 
 
 def schedule_winograd_blocked(tt: TaskTensors, config: Config, target: Target, lanes: int,
