@@ -23,6 +23,7 @@ from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.fuse_copies import fuse_copies
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.lift_1d import lift_1d
+from autosched.graph.passes.matmul_rows import matmul_rows
 from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
 from autosched.graph.passes.pad_channels import MAX_WASTE, max_waste, pad_channels
 from autosched.graph.passes.patch_conv import patch_conv
@@ -48,6 +49,7 @@ __all__ = [
     "fold_layer_norm",
     "fold_views",
     "lift_1d",
+    "matmul_rows",
     "fuse",
     "fuse_copies",
     "optimize",
@@ -87,7 +89,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     becomes a MatMul after BN folding has scaled its filters, and 1-D convolutions and pools
     2-D ones of height 1 (`lift_1d`) after BN folding has merged into them, and then kernel taps
     that read only padding are dropped (`crop_taps`: on 2-D convolutions, their weights final); CSE after folding sees the final
-    constants; view chains that move nothing collapse before views fold; DCE last drops
+    constants; a MatMul of a 2-D B reads its batch as rows (`matmul_rows`) and view chains that
+    move nothing collapse before views fold; DCE last drops
     whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions a few channels short of
@@ -105,7 +108,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = fold_constants(graph)
     graph = divide_by_constant(fold_layer_norm(reduce_pow(graph)))
     graph = crop_taps(lift_1d(patch_conv(fold_batchnorm(graph))))
-    graph = collapse_views(eliminate_common_subexpressions(graph))
+    graph = collapse_views(matmul_rows(eliminate_common_subexpressions(graph)))
     if gpu_blocks:
         graph = fold_constants(split_k(graph, gpu_blocks))
     graph = fold_views(graph, dense_in_place=not gpu_blocks)
