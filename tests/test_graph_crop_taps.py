@@ -50,6 +50,7 @@ def test_one_axis_cropped_the_other_kept():
     dict(dilation=(1, 1)),  # "same" padding: 1-2% of the work at the borders
     dict(hw=(7, 7), dilation=(1, 1)),  # 18% at the borders of 7x7: not worth 9 kernels
     dict(hw=(3, 3), k=(3, 3), dilation=(1, 1), pads=(0, 0, 0, 0)),  # a valid convolution
+    dict(hw=(7, 7), k=(7, 7), dilation=(1, 1)),  # ConvNeXt's last stage: 57% live, but in 7 x 7 regions
 ])
 def test_convolutions_reading_the_image_through_most_taps_stay(case):
     graph = _conv(**case)

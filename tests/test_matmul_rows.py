@@ -30,7 +30,7 @@ def _tokens_first(tokens=7, width=8, out=12, residual=True, second_reader=False)
     y = b.node(Op.ADD, [y, b.constant("bias", RNG.standard_normal((1, 1, out)).astype(np.float32))])
     if residual:
         y = b.node(Op.ADD, [b.node(Op.TANH, [b.input("r", (tokens, 1, out))]), y])  # computed after the product
-    b.output(b.node(Op.RELU, [y]))
+    b.output(b.node(Op.SOFTMAX, [b.node(Op.RELU, [y])], axis=-1))  # read on, as attention's projections are
     return b.build()
 
 
@@ -39,7 +39,7 @@ def test_a_batch_of_one_row_products_becomes_one_product_with_its_epilogue():
     rows = matmul_rows(graph)
     (matmul,) = [n for n in rows.nodes if n.op is Op.MATMUL]
     assert [rows.values[name].shape for name in matmul.inputs] == [(7, 8), (8, 12)]
-    assert ops(rows)[-1] is Op.RESHAPE  # back to (7, 1, 12) after the chain, which ran on rows
+    assert ops(rows)[-2:] == [Op.RESHAPE, Op.SOFTMAX]  # back to (7, 1, 12) after the chain, which ran on rows
     assert all(rows.values[n.outputs[0]].shape == (7, 12) for n in rows.nodes if n.op in (Op.ADD, Op.RELU))
     same_results(graph, rows)
     (task,) = [t for t in extract_tasks(optimize(graph)).tasks if t.op == "MatMul"]
@@ -63,7 +63,7 @@ def test_a_gelu_reading_its_input_twice_stays_in_the_epilogue():
     erf = b.node(Op.ERF, [b.node(Op.MUL, [x, b.constant("s", np.float32(0.7071))])])
     half = b.node(Op.MUL, [b.node(Op.MUL, [x, b.node(Op.ADD, [erf, b.constant("one", np.float32(1))])]),
                            b.constant("h", np.float32(0.5))])
-    b.output(half)
+    b.output(b.node(Op.SOFTMAX, [half], axis=-1))
     graph = b.build()
     rows = matmul_rows(graph)
     assert [rows.values[n.outputs[0]].shape for n in rows.nodes if n.op is Op.ERF] == [(16, 10)]
@@ -72,17 +72,18 @@ def test_a_gelu_reading_its_input_twice_stays_in_the_epilogue():
     assert task.shapes[0] == (16, 6) and [e.op for e in task.epilogue] == ["Add", "Mul", "Erf", "Add", "Mul", "Mul"]
 
 
-def test_products_of_batched_b_or_a_batch_of_one_stay():
+def test_products_of_batched_b_a_batch_of_one_or_ending_in_a_graph_output_stay():
     b = GraphBuilder()
-    b.output(b.node(Op.MATMUL, [b.input("x", (1, 5, 4)), b.input("w", (4, 3))]))
-    b.output(b.node(Op.MATMUL, [b.input("p", (2, 5, 4)), b.input("q", (2, 4, 3))]))
+    b.output(b.node(Op.RELU, [b.node(Op.MATMUL, [b.input("x", (1, 5, 4)), b.input("w", (4, 3))])]))
+    b.output(b.node(Op.RELU, [b.node(Op.MATMUL, [b.input("p", (2, 5, 4)), b.input("q", (2, 4, 3))])]))
+    b.output(b.node(Op.RELU, [b.node(Op.MATMUL, [b.input("s", (2, 5, 4)), b.input("t", (4, 3))])]))
     graph = b.build()
     assert matmul_rows(graph) is graph
 
 
 def test_a_batched_activation_b_of_two_axes_is_rewritten_too():
     b = GraphBuilder()
-    b.output(b.node(Op.MATMUL, [b.input("x", (3, 2, 5, 4)), b.input("w", (4, 6))]))
+    b.output(b.node(Op.SOFTMAX, [b.node(Op.MATMUL, [b.input("x", (3, 2, 5, 4)), b.input("w", (4, 6))])], axis=-1))
     graph = b.build()
     rows = matmul_rows(graph)
     (matmul,) = [n for n in rows.nodes if n.op is Op.MATMUL]
@@ -96,7 +97,7 @@ def _mha_projection(tokens=9, width=16) -> onnx.ModelProto:
     bias = numpy_helper.from_array(RNG.standard_normal(3 * width).astype(np.float32), "bias")
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
              helper.make_node("MatMul", ["t", "w"], ["m"]),
-             helper.make_node("Add", ["bias", "m"], ["y"])]
+             helper.make_node("Add", ["bias", "m"], ["q"]), helper.make_node("Softmax", ["q"], ["y"])]
     graph = helper.make_graph(nodes, "mha_in_proj", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [tokens, 1, 3 * width])], [w, bias])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

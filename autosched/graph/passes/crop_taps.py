@@ -13,7 +13,7 @@ At dilation 12 on 21x21 every tap reads the image for some output rows, but not 
 rows that read the same taps form bands (rows 0-8 read taps 1-2, rows 9-11 tap 1, rows 12-20
 taps 0-1), as PET's regions of outputs with the same summation interval do. Where the taps the
 outputs read are at most `MAX_LIVE_SHARE` of the work of the whole kernel, the convolution is cut
-into one convolution per region (a band of rows by a band of columns), each over the slice of
+into one convolution per region (a band of rows by a band of columns; at most `MAX_REGIONS`), each over the slice of
 the input its taps read, without padding, and the regions are concatenated back: the
 multiply-adds done are the live ones only. An activation that alone reads the convolution (a
 Relu, or an op whose other operands are constants per channel) is applied to each region before
@@ -36,6 +36,11 @@ from autosched.opset.registry import kind_of
 #: a 3x3 kernel of "same" padding loses 1-2% at the borders of a 56x56 map and 18% on 7x7
 #: (not worth 9 kernels); DeepLab's dilation 12 keeps 38% on 21x21 and 57% on 33x33
 MAX_LIVE_SHARE = 0.6
+#: regions a convolution is cut into at most: DeepLab's dilated 3x3 kernels make 3 bands a side;
+#: ConvNeXt's 7x7 depthwise kernels (padding 3) on its last 7x7 maps read 57% live taps, but in 7
+#: bands a side, and 49 region kernels with their slices and concats cost more calls than the
+#: work they save
+MAX_REGIONS = 9
 
 
 class Band(NamedTuple):
@@ -63,7 +68,7 @@ def crop_taps(graph: Graph) -> Graph:
         bands = _bands(graph, node)
         if bands is None:
             nodes.append(node)
-        elif (_live_share(bands) <= MAX_LIVE_SHARE and max(map(len, bands)) > 1
+        elif (_live_share(bands) <= MAX_LIVE_SHARE and 1 < len(bands[0]) * len(bands[1]) <= MAX_REGIONS
               and all(b.taps for axis in bands for b in axis)):
             activation = _activation(graph, node)
             nodes += _regions(graph, node, bands, constants, value, activation)

@@ -10,7 +10,9 @@ runs at the speed of the encoder's MLP products.
 
 The rewrite reads A through a Reshape to `(rows, k)` (a view, folded into the product's operand)
 and carries the elementwise chain that follows (bias, activation, residual) onto the 2-D
-product, reshaping back after it, so the chain stays the product's epilogue.
+product, reshaping back after it, so the chain stays the product's epilogue. Where that would
+end in a graph output, the product stays as it is: the Reshape back into the caller's buffer
+would be a copy kernel.
 """
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ def matmul_rows(graph: Graph) -> Graph:
     for node in graph.nodes:
         if node.op is not Op.MATMUL or node.name in dropped or not _batched_rows(graph, node):
             continue
+        chain = _epilogue(graph, node, consumers, outputs)
+        if (chain[-1] if chain else node).outputs[0] in outputs:
+            continue  # the Reshape back would be a copy into the caller's buffer
         a, out = graph.values[node.inputs[0]], graph.values[node.outputs[0]]
         rows, k, n = math.prod(a.shape[:-1]), a.shape[-1], out.shape[-1]
         flat = value(f"{a.name}_rows", (rows, k), a.dtype)
@@ -41,7 +46,7 @@ def matmul_rows(graph: Graph) -> Graph:
                Node(node.name, Op.MATMUL, (flat, node.inputs[1]), (product,), node.attrs)]
         source = node.outputs[0]
         rows_of = {source: product}  # a value of the product's shape -> its rows
-        for step in _epilogue(graph, node, consumers, outputs):
+        for step in chain:
             inputs = []
             for name in step.inputs:
                 if name in rows_of:
