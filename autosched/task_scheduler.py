@@ -35,7 +35,7 @@ from autosched.measure.interface import PipelinedRunner
 from autosched.space import Config
 from autosched.target import Target
 from autosched.task import Task
-from autosched.templates import TemplateError, get_template
+from autosched.templates import TemplateError, config_filter, get_template
 from autosched.tuner.base import Callback, Peers, Tuner, TunerError
 from autosched.tuner.model_based import ModelBasedTuner
 from autosched.tuner.registry import get_tuner
@@ -138,6 +138,7 @@ def _start(task: Task, target: Target, tuner: str, seed: int, history: Mapping[s
         options["transfer"] = [rec for key, recs in history.items() if key != task.key for rec in recs
                                if rec[0].config.space.template == space.template]
     search = tuner_cls(task, space, target, seed=seed, **options)
+    search.restrict(config_filter(template, task, target))
     search.load_history(history.get(task.key, ()))
     if peers is not None:
         search.share_with(peers)

@@ -12,7 +12,8 @@ dispatch context: callers pass the config they mean.
 from __future__ import annotations
 
 import importlib
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from autosched.errors import AutoschedError
 
@@ -29,6 +30,18 @@ class Template(Protocol):
     def fallback(self, task, target): ...  # the untuned build's config, or None
 
     def apply(self, task, config, target) -> tuple: ...
+
+    # optional: valid(task, config, target) -> bool, whether `apply` builds the config, judged
+    # without building it (`config_filter`)
+
+
+def config_filter(template: Template, task, target) -> Callable[[Any], bool] | None:
+    """The template's check of a config of `task` on `target` that tuners propose through
+    (`Tuner.restrict`), or None where the template has none."""
+    valid = getattr(template, "valid", None)
+    if valid is None:
+        return None
+    return lambda config: bool(valid(task, config, target))
 
 
 _TEMPLATES: dict[tuple[str, str], Template] = {}

@@ -483,3 +483,32 @@ def test_channels_no_vector_divides_compute_in_padded_whole_vectors(isa):
             assert_matches_reference(task, *template.apply(task, space.from_values(values), target), target)
     few = conv_task((1, 8, 5, 6), (10, 8, 1, 1))
     assert {k.name: k for k in template.space(few, AVX512).knobs}["oc_bn"].values == (1, 2, 5, 10)
+
+
+#: ConvNCHWc tasks on maps wide enough for register tiles beyond the registers
+WIDE_CONVS = {
+    "pointwise_28x28": lambda: blocked_conv_task((1, 64, 28, 28), (128, 64, 1, 1), 8, 8),
+    "conv3x3_28x28": lambda: blocked_conv_task((1, 32, 28, 28), (64, 32, 3, 3), 8, 8, pad=1),
+    "depthwise_56x56": lambda: blocked_conv_task((1, 32, 56, 56), (32, 1, 3, 3), 8, 8, pad=1, depthwise=True),
+}
+
+
+@pytest.mark.parametrize("target", [AVX2, AVX512], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("name", sorted(WIDE_CONVS))
+def test_the_templates_check_refuses_exactly_what_apply_refuses(name, target):
+    """`valid` (what tuners propose through) and `apply` agree on every sampled config: the
+    check refuses the register tiles `apply` would, and no other."""
+    task = WIDE_CONVS[name]()
+    template = get_template(task.op, "llvm")
+    space = template.space(task, target)
+    refused = 0
+    for index in space.sample(min(space.size, 200), np.random.default_rng(0)):
+        config = space.get(index)
+        try:
+            template.apply(task, config, target)
+            built = True
+        except InvalidConfigError:
+            built = False
+        assert template.valid(task, config, target) == built, config.index
+        refused += not built
+    assert refused > 0  # the spaces do hold tiles beyond the registers

@@ -286,3 +286,16 @@ def test_queued_configs_are_measured_first_and_once(name):
     tuner.queue(first)  # all measured already: nothing is repeated
     tuner.tune(4, rec)
     assert len(set(rec.measured)) == 24
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_configs_the_template_refuses_are_never_measured_nor_counted(name):
+    """`restrict`: a config the check refuses is visited (never proposed again) but not measured,
+    and the budget buys measurements only."""
+    tuner = make(name, batch_size=8)
+    tuner.restrict(lambda config: config.index % 3 != 0)
+    rec = Recorder(TABLE)
+    summary = tuner.tune(40, rec)
+    assert summary.trials == len(rec.measured) == 40
+    assert all(i % 3 for i in rec.measured)
+    assert tuner.refused > 0 and tuner.refused == len(tuner.visited) - 40

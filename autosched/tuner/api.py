@@ -18,7 +18,7 @@ from autosched.measure import Builder, MeasureInput, MeasureResult, Record, Runn
 from autosched.space import Config, ConfigSpace
 from autosched.target import Target
 from autosched.task import Task
-from autosched.templates import get_template
+from autosched.templates import config_filter, get_template
 from autosched.tuner.base import Callback, TunerError
 from autosched.tuner.callbacks import JsonLinesLog
 from autosched.tuner.registry import get_tuner
@@ -58,8 +58,10 @@ def tune_task(task: Task, target: Target | str, trials: int, tuner: str = "xgb",
         target = runner.measured_target(target)  # records name the device it measures on (the GPU's model)
         if backend.emulated:  # costs are static estimates: records apart from every GPU timing
             target = target.as_emulated()
-        space = get_template(task.op, target.kind).space(task, target)
+        template = get_template(task.op, target.kind)
+        space = template.space(task, target)
         search = tuner_cls(task, space, target, seed=seed, **tuner_options)
+        search.restrict(config_filter(template, task, target))
 
         records: list[Record] = []
 

@@ -81,6 +81,13 @@ class Tuner(ABC):
         self._learned: set[int] = set()  # configs whose results the strategy has been told
         self.search_s = 0.0  # spent proposing and learning so far (cost model fits), not measuring
         self.peers: Peers | None = None
+        self.valid: Callable[[Config], bool] | None = None
+        self.refused = 0  # configs `valid` refused: never measured, never counted as trials
+
+    def restrict(self, valid: Callable[[Config], bool] | None) -> None:
+        """Propose only configs `valid` accepts (the template's own check, `templates.config_filter`;
+        None: all): a config the template refuses to build would spend a trial on an error."""
+        self.valid = valid
 
     def queue(self, indices: Sequence[int]) -> None:
         """Measure these configs first (e.g. the untuned build's config, so a tuned build is
@@ -164,6 +171,12 @@ class Tuner(ABC):
             if not indices:
                 break
             self.visited.update(indices)
+            if self.valid is not None:
+                admitted = [i for i in indices if self.valid(self.space.get(i))]
+                self.refused += len(indices) - len(admitted)
+                if not admitted:
+                    continue
+                indices = admitted
             inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
             if self.peers is None:
                 out += inputs

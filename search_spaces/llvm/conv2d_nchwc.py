@@ -157,6 +157,13 @@ class Conv2dNCHWcTemplate(CpuTemplate):
                                                                cpu_capabilities(target)))
         return space.from_values(values)
 
+    def register_tile(self, task: Task, config: Config, target: Target) -> int | None:
+        """The direct kernel's tile (output-channel blocks × rows × columns); None for Winograd,
+        whose direct knobs do not apply."""
+        if winograd.algorithm(config) != winograd.DIRECT:
+            return None
+        return _direct_tile(blocked_conv_dims(task), config)
+
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         d = blocked_conv_dims(task)
         if winograd.algorithm(config) != winograd.DIRECT:  # the direct knobs do not apply
@@ -165,7 +172,7 @@ class Conv2dNCHWcTemplate(CpuTemplate):
             return winograd.schedule_winograd_blocked(tt, config, target, vector_lanes(target, task.dtypes[0]),
                                                       d.pads, d.dilation, d.out_block, bias)
         tile_oc = 1 if d.depthwise else config["tile_oc"]
-        check_register_tile(tile_oc * config["tile_oh"] * config["tile_ow"][1], config, target)
+        check_register_tile(_direct_tile(d, config), config, target)
         tt = task_tensors(task)
         x, w = tt.anchor[0], tt.anchor[1]
         y = conv_nchwc.conv2d_blocked(x, w, d.stride, d.pads, d.dilation, in_block=d.in_block,
@@ -208,6 +215,11 @@ class Conv2dNCHWcTemplate(CpuTemplate):
 
 #: multiply-adds per input element up to which the fallback pads inline (`_pad_inline`)
 INLINE_PAD_MACS = 36
+
+
+def _direct_tile(d: BlockedConvDims, config: Config) -> int:
+    """The direct kernel's register tile in vectors: output-channel blocks × rows × columns."""
+    return (1 if d.depthwise else config["tile_oc"]) * config["tile_oh"] * config["tile_ow"][1]
 
 
 def _pad_inline(d: BlockedConvDims) -> bool:
