@@ -31,17 +31,23 @@ class Template(Protocol):
 
     def apply(self, task, config, target) -> tuple: ...
 
-    # optional: valid(task, config, target) -> bool, whether `apply` builds the config, judged
-    # without building it (`config_filter`)
+    # optional: canonical(task, config, target) -> Config, the config of the same kernel that
+    # tuners measure for it, and valid(task, config, target) -> bool, whether `apply` builds the
+    # config, judged without building it (`config_filter`)
 
 
-def config_filter(template: Template, task, target) -> Callable[[Any], bool] | None:
-    """The template's check of a config of `task` on `target` that tuners propose through
-    (`Tuner.restrict`), or None where the template has none."""
-    valid = getattr(template, "valid", None)
-    if valid is None:
+def config_filter(template: Template, task, target) -> Callable[[Any], Any] | None:
+    """What tuners measure for a proposed config of `task` on `target` (`Tuner.restrict`): its
+    canonical config where the template has one, None where the template refuses it; None
+    where the template has neither check."""
+    canonical, valid = getattr(template, "canonical", None), getattr(template, "valid", None)
+    if canonical is None and valid is None:
         return None
-    return lambda config: bool(valid(task, config, target))
+
+    def admit(config):
+        config = canonical(task, config, target) if canonical is not None else config
+        return config if valid is None or valid(task, config, target) else None
+    return admit
 
 
 _TEMPLATES: dict[tuple[str, str], Template] = {}

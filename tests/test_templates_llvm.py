@@ -512,3 +512,30 @@ def test_the_templates_check_refuses_exactly_what_apply_refuses(name, target):
         assert template.valid(task, config, target) == built, config.index
         refused += not built
     assert refused > 0  # the spaces do hold tiles beyond the registers
+
+
+@pytest.mark.parametrize("target", [AVX2, AVX512], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("name", ["conv3x3_28x28", "pointwise_28x28"])
+def test_a_configs_canonical_config_generates_the_same_kernel(name, target):
+    """`canonical` (what tuners measure for a proposal) changes only knobs the config's algorithm
+    ignores: the same code, one config per kernel, the fallback its own canonical config."""
+    task = WIDE_CONVS[name]()
+    template = get_template(task.op, "llvm")
+    space = template.space(task, target)
+    fallback = template.fallback(task, target)
+    assert template.canonical(task, fallback, target) == fallback
+    kernels: dict[int, str] = {}
+    for index in space.sample(min(space.size, 16), np.random.default_rng(1)):
+        config = space.get(index)
+        if not template.valid(task, config, target):
+            continue
+        canonical = template.canonical(task, config, target)
+        assert template.canonical(task, canonical, target) == canonical
+        code = source(*template.apply(task, config, target), "k", target)
+        assert code == source(*template.apply(task, canonical, target), "k", target), config.index
+        assert kernels.setdefault(canonical.index, code) == code
+    if "algorithm" in {k.name for k in space.knobs}:  # Winograd configs apart in direct knobs only: one
+        values = {**{k.name: fallback[k.name] for k in space.knobs}, "algorithm": "winograd_4", "wino_tile_t": 4}
+        other = {**values, "tile_ow": space.knob("tile_ow").values[0], "tile_oc": space.knob("tile_oc").values[-1]}
+        a, b = space.from_values(values), space.from_values(other)
+        assert a != b and template.canonical(task, a, target) == template.canonical(task, b, target)

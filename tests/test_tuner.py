@@ -289,13 +289,17 @@ def test_queued_configs_are_measured_first_and_once(name):
 
 
 @pytest.mark.parametrize("name", sorted(TUNERS))
-def test_configs_the_template_refuses_are_never_measured_nor_counted(name):
-    """`restrict`: a config the check refuses is visited (never proposed again) but not measured,
-    and the budget buys measurements only."""
+def test_configs_the_template_refuses_or_folds_are_never_measured_nor_counted(name):
+    """`restrict`: a refused proposal, or one folded into a config already visited, is visited
+    (never proposed again) but not measured; the budget buys measurements only."""
     tuner = make(name, batch_size=8)
-    tuner.restrict(lambda config: config.index % 3 != 0)
+    def admit(config):  # even indices stand for the odd one after them; multiples of 3 refused
+        canonical = config.index - config.index % 2
+        return None if canonical % 3 == 0 else SPACE.get(canonical)
+
+    tuner.restrict(admit)
     rec = Recorder(TABLE)
     summary = tuner.tune(40, rec)
-    assert summary.trials == len(rec.measured) == 40
-    assert all(i % 3 for i in rec.measured)
-    assert tuner.refused > 0 and tuner.refused == len(tuner.visited) - 40
+    assert summary.trials == len(rec.measured) == len(set(rec.measured)) == 40
+    assert all(i % 3 and i % 2 == 0 for i in rec.measured)
+    assert tuner.refused > 0 and set(rec.measured) <= tuner.visited

@@ -81,13 +81,15 @@ class Tuner(ABC):
         self._learned: set[int] = set()  # configs whose results the strategy has been told
         self.search_s = 0.0  # spent proposing and learning so far (cost model fits), not measuring
         self.peers: Peers | None = None
-        self.valid: Callable[[Config], bool] | None = None
-        self.refused = 0  # configs `valid` refused: never measured, never counted as trials
+        self.admit: Callable[[Config], Config | None] | None = None
+        self.refused = 0  # proposals `admit` refused or folded into a visited config: never measured
 
-    def restrict(self, valid: Callable[[Config], bool] | None) -> None:
-        """Propose only configs `valid` accepts (the template's own check, `templates.config_filter`;
-        None: all): a config the template refuses to build would spend a trial on an error."""
-        self.valid = valid
+    def restrict(self, admit: Callable[[Config], Config | None] | None) -> None:
+        """Measure each proposal as `admit` maps it (`templates.config_filter`; None: as proposed):
+        to None where the template refuses to build it, which would spend a trial on an error,
+        and to one config per kernel where knobs its algorithm ignores make many configs of one
+        kernel, which would spend trials timing that kernel again."""
+        self.admit = admit
 
     def queue(self, indices: Sequence[int]) -> None:
         """Measure these configs first (e.g. the untuned build's config, so a tuned build is
@@ -171,12 +173,10 @@ class Tuner(ABC):
             if not indices:
                 break
             self.visited.update(indices)
-            if self.valid is not None:
-                admitted = [i for i in indices if self.valid(self.space.get(i))]
-                self.refused += len(indices) - len(admitted)
-                if not admitted:
+            if self.admit is not None:
+                indices = self._admitted(indices)
+                if not indices:
                     continue
-                indices = admitted
             inputs = [MeasureInput(self.task, self.target, self.space.get(i)) for i in indices]
             if self.peers is None:
                 out += inputs
@@ -203,6 +203,20 @@ class Tuner(ABC):
         self._observe([*inputs, *(inp for inp, _ in arrived)], [*results, *(res for _, res in arrived)])
         self.search_s += time.perf_counter() - start
         return gain
+
+    def _admitted(self, indices: Sequence[int]) -> list[int]:
+        """The configs `admit` maps `indices` (visited already) to, each at most once and none
+        visited before."""
+        assert self.admit is not None
+        out: list[int] = []
+        for i in indices:
+            config = self.admit(self.space.get(i))
+            if config is not None and (config.index == i or config.index not in self.visited):
+                self.visited.add(config.index)
+                out.append(config.index)
+            else:
+                self.refused += 1
+        return out
 
     def _fresh(self, proposed: Sequence[int]) -> list[int]:
         """Proposals minus anything measured or repeated: the loop, not each

@@ -18,6 +18,7 @@ Both refuse a register tile beyond `max_accumulators` of the target (see `common
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,6 +158,22 @@ class Conv2dNCHWcTemplate(CpuTemplate):
                                                                cpu_capabilities(target)))
         return space.from_values(values)
 
+    def canonical(self, task: Task, config: Config, target: Target) -> Config:
+        """The config of `config`'s kernel that tuners measure: a Winograd config reads only
+        `winograd.BLOCKED_KNOBS`, the others at the fallback's values; a direct one with the
+        Winograd knobs at `winograd.direct_values`. The spaces are a product of both algorithms'
+        knobs, so without it each Winograd kernel of a ResNet-18 3x3 layer stands for thousands
+        of configs and each direct one for 16, and a tune times the same kernel again."""
+        if "algorithm" not in {k.name for k in config.space.knobs}:
+            return config
+        values = {k.name: config[k.name] for k in config.space.knobs}
+        if winograd.algorithm(config) == winograd.DIRECT:
+            values.update((k, v) for k, v in winograd.direct_values().items() if k != "algorithm")
+        else:
+            reference = _fallback_values(self, task, target)
+            values.update((k, reference[k]) for k in values if k not in winograd.BLOCKED_KNOBS)
+        return config if values == {k.name: config[k.name] for k in config.space.knobs} else config.space.from_values(values)
+
     def register_tile(self, task: Task, config: Config, target: Target) -> int | None:
         """The direct kernel's tile (output-channel blocks × rows × columns); None for Winograd,
         whose direct knobs do not apply."""
@@ -215,6 +232,13 @@ class Conv2dNCHWcTemplate(CpuTemplate):
 
 #: multiply-adds per input element up to which the fallback pads inline (`_pad_inline`)
 INLINE_PAD_MACS = 36
+
+
+@functools.lru_cache(maxsize=256)
+def _fallback_values(template: Conv2dNCHWcTemplate, task: Task, target: Target) -> dict[str, object]:
+    """The fallback config's knob values (`Conv2dNCHWcTemplate.canonical` asks for every proposal)."""
+    config = template.fallback(task, target)
+    return {k.name: config[k.name] for k in config.space.knobs}
 
 
 def _direct_tile(d: BlockedConvDims, config: Config) -> int:

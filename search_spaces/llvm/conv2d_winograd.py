@@ -42,6 +42,8 @@ DIRECT = "direct"
 ALGORITHMS = (DIRECT, "winograd_2", "winograd_4")
 TILE_T = (2, 4, 6, 7, 8, 12, 14, 16)
 GEMM_ORDERS = ("oc_outer", "tile_outer")
+#: the knobs of the ConvNCHWc template that its Winograd kernels read (`schedule_winograd_blocked`)
+BLOCKED_KNOBS = frozenset({"algorithm", "wino_tile_t", "wino_gemm_order", "pad"})
 
 
 def eligible(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], groups: int) -> bool:
@@ -324,5 +326,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "DIRECT", "eligible", "phase_size", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
+__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "eligible", "phase_size", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
            "schedule_winograd", "schedule_winograd_nchw"]
