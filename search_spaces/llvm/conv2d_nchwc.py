@@ -166,13 +166,13 @@ class Conv2dNCHWcTemplate(CpuTemplate):
         of configs and each direct one for 16, and a tune times the same kernel again."""
         if "algorithm" not in {k.name for k in config.space.knobs}:
             return config
-        values = {k.name: config[k.name] for k in config.space.knobs}
+        given = {k.name: config[k.name] for k in config.space.knobs}
         if winograd.algorithm(config) == winograd.DIRECT:
-            values.update((k, v) for k, v in winograd.direct_values().items() if k != "algorithm")
+            values = {**given, **{k: v for k, v in winograd.direct_values().items() if k != "algorithm"}}
         else:
             reference = _fallback_values(self, task, target)
-            values.update((k, reference[k]) for k in values if k not in winograd.BLOCKED_KNOBS)
-        return config if values == {k.name: config[k.name] for k in config.space.knobs} else config.space.from_values(values)
+            values = {k: v if k in winograd.BLOCKED_KNOBS else reference[k] for k, v in given.items()}
+        return config if values == given else config.space.from_values(values)
 
     def register_tile(self, task: Task, config: Config, target: Target) -> int | None:
         """The direct kernel's tile (output-channel blocks × rows × columns); None for Winograd,
