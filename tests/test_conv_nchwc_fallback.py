@@ -240,6 +240,31 @@ def test_winograd_tiles_hold_16_accumulators_on_full_width_512_bit_pipes():
     assert {c["wino_gemm_order"] for c in (intel, zen5, amd, avx2)} == {"tile_outer"}
 
 
+def test_seven_by_seven_maps_take_f2_where_the_pipes_are_half_width(measure):
+    """ResNet-18's 512-channel 7x7 layers run F(2) on Zen 4's AVX-512 and on AVX2 (0.67-0.83 of the
+    direct kernel's time in the model on a Zen 4), direct on full-width 512-bit pipes (Intel, Zen
+    5), and so do few channels, maps below 7x7 and dilated phases everywhere. The direct knobs
+    keep their values. The F(2) fallback computes the convolution where the host runs it."""
+    def fallback(shape, weights, block, target, **kw):
+        return TEMPLATE.fallback(blocked_conv_task(shape, weights, block, block, pad=1, **kw), target)
+
+    for target, block in ((AMD, 16), (INTEL_AVX2, 8)):
+        layer4 = fallback((1, 512, 7, 7), (512, 512, 3, 3), block, target, bias=True, residual=True)
+        assert layer4["algorithm"] == "winograd_2", target
+        assert layer4["outer_order"] == ("oc", "oh", "ow")  # the direct knobs as before
+        assert fallback((1, 128, 7, 7), (32, 128, 3, 3), block, target)["algorithm"] == "direct"  # DenseNet's
+        assert fallback((1, 512, 6, 6), (512, 512, 3, 3), block, target)["algorithm"] == "direct"
+        assert fallback((1, 512, 14, 14), (512, 512, 3, 3), block, target, dilation=2)["algorithm"] == "direct"
+    for target in (INTEL, ZEN5):
+        assert fallback((1, 512, 7, 7), (512, 512, 3, 3), 16, target)["algorithm"] == "direct", target
+    task = blocked_conv_task((1, 256, 7, 7), (128, 256, 3, 3), 16, 16, pad=1, bias=True, residual=True)
+    config = TEMPLATE.fallback(task, AMD)
+    assert config["algorithm"] == "winograd_2"
+    if runs_here(AMD):
+        results = measure([MeasureInput(task, AMD, config)])
+        assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
+
+
 #: rows the window tile's widths do not divide: DCGAN's 64 -> 16 phase onto 33x33 (one block
 #: out), a DeepLab region of 12x9 outputs reading its window of a 33x33 map
 ROW_33 = blocked_conv_task((1, 64, 32, 32), (16, 64, 2, 2), 16, 16, pad=1, bias=True)

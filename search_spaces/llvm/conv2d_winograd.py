@@ -78,9 +78,15 @@ MIN_FALLBACK_CHANNELS = 32
 #: F(4×4) for outputs at least this wide and tall (56, 28), F(2×2) below (14): on smaller maps
 #: F(4)'s tiles overhang more and its transforms weigh more per GEMM step
 MIN_F4_SIZE = 16
-#: no Winograd in the fallback below this width or height: on 7×7 maps (2×2 tiles of 4, or 4×4
-#: of 2, cover 8×8) the built F(2) fallback ran 1.4–1.5× the direct kernel, 512 channels, 1 thread
+#: no Winograd in the fallback below this width or height (but see `SMALL_MAP_SIZE`): on 7×7
+#: maps (2×2 tiles of 4, or 4×4 of 2, cover 8×8) the built F(2) fallback ran 1.4–1.5× the direct
+#: kernel, 512 channels, 1 thread (2026-11-23, before the GEMM's tile order and register tiles)
 MIN_FALLBACK_SIZE = 8
+#: on cores without full-width 512-bit FMA pipes (Zen 4's AVX-512, AVX2), the blocked fallback
+#: takes F(2) on undilated 7×7 maps too, where both channel counts are at least
+#: `SMALL_MAP_CHANNELS` (`blocked_fallback_values`)
+SMALL_MAP_SIZE = 7
+SMALL_MAP_CHANNELS = 128
 #: accumulators per GEMM register tile of the blocked fallback on cores with two full-width
 #: 512-bit FMA pipes: Intel's AVX-512 cores and AMD's Zen 5 (`blocked_fallback_values`)
 WIDE_TILE_ACCUMULATORS = 16
@@ -153,12 +159,22 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
     and F(4) on the 14×14 ones ran 0.625 and 0.416 ms alone against 0.964 and 0.484, yet
     ResNet-18 built with them ran 0.94-0.96× as fast (100 alternated runs, twice): their
     transformed weights (16/9 and 4× the filter's bytes) come from memory in the model, and
-    timed cold alone the 7×7 F(2) layer ran as slow as the direct one (1.26 ms)."""
+    timed cold alone the 7×7 F(2) layer ran as slow as the direct one (1.26 ms).
+
+    Elsewhere (`SMALL_MAP_SIZE`, `SMALL_MAP_CHANNELS`) the direct kernel is the slower one there:
+    on an EPYC Zen 4, 2 threads, F(2) took 0.79-0.83 of the direct kernel's time in the model
+    (`model_check.kernel_seconds`, 10 alternated rounds) on ResNet-18's 512-channel 7×7 layers,
+    0.81-0.82 on GoogLeNet's 160 -> 320 and 192 -> 384, 0.75-0.78 at 1 thread, and 0.67 for the
+    AVX2 build of those layers on the same host; `benchmarks/models.py --baseline`, 40 runs:
+    ResNet-18 1.05x (twice), Wide ResNet-50 1.04x, ResNet-50 and GoogLeNet 1.01x faster.
+    DenseNet-121's 128 -> 32 layers on 7×7 (20 us each) gained nothing and the 1x1 layers after
+    them ran 9-18% slower: hence the channel floor. Dilated phases keep `MIN_FALLBACK_SIZE`."""
     wide = caps is not None and caps.vector_registers >= 32 and (
         caps.vendor == "intel" or caps.core in FULL_WIDTH_AMD_CORES)
+    small_map = (not wide and max(dilation) == 1 and min(channels, out_channels) >= SMALL_MAP_CHANNELS)
     if (in_block % lanes or out_block % lanes or channels % lanes or out_channels % lanes
             or min(channels, out_channels) < MIN_FALLBACK_CHANNELS
-            or min(phase_size(out_hw, dilation)) < MIN_FALLBACK_SIZE):
+            or min(phase_size(out_hw, dilation)) < (SMALL_MAP_SIZE if small_map else MIN_FALLBACK_SIZE)):
         return direct_values()
     f4 = uses_f4(out_hw, dilation)
     vectors = out_block // lanes
@@ -326,5 +342,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "eligible", "phase_size", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
+__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
            "schedule_winograd", "schedule_winograd_nchw"]
