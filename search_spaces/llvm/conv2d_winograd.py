@@ -30,6 +30,7 @@ from autosched.target import CpuCapabilities, Target
 from autosched.task import Task
 from autosched.te import IterVar, Tensor
 from search_spaces.llvm.common import (
+    ACCUMULATORS_PER_REGISTER,
     TaskTensors,
     check_register_tile,
     cpu_capabilities,
@@ -82,11 +83,14 @@ MIN_F4_SIZE = 16
 #: maps (2×2 tiles of 4, or 4×4 of 2, cover 8×8) the built F(2) fallback ran 1.4–1.5× the direct
 #: kernel, 512 channels, 1 thread (2026-11-23, before the GEMM's tile order and register tiles)
 MIN_FALLBACK_SIZE = 8
-#: on cores without full-width 512-bit FMA pipes (Zen 4's AVX-512, AVX2), the blocked fallback
-#: takes F(2) on undilated 7×7 maps too, where both channel counts are at least
-#: `SMALL_MAP_CHANNELS` (`blocked_fallback_values`)
-SMALL_MAP_SIZE = 7
+#: on cores without full-width 512-bit FMA pipes (Zen 4's AVX-512, AVX2), undilated layers whose
+#: channel counts are both at least `SMALL_MAP_CHANNELS` take, in the blocked fallback, F(2) on
+#: 7×7 maps too, and on 32 registers 8 tiles per register tile where 8 divide the tile count and
+#: 7 do not: the generic cap of 7 leaves 4 of a 7×7 map's 16 tiles, too few accumulators; where
+#: 7 divide it (784 tiles of a 112×112 map) 7 ran 0.97 of 8's time (`blocked_fallback_values`)
 SMALL_MAP_CHANNELS = 128
+SMALL_MAP_SIZE = 7
+NARROW_TILE_T = 8
 #: accumulators per GEMM register tile of the blocked fallback on cores with two full-width
 #: 512-bit FMA pipes: Intel's AVX-512 cores and AMD's Zen 5 (`blocked_fallback_values`)
 WIDE_TILE_ACCUMULATORS = 16
@@ -168,17 +172,31 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
     AVX2 build of those layers on the same host; `benchmarks/models.py --baseline`, 40 runs:
     ResNet-18 1.05x (twice), Wide ResNet-50 1.04x, ResNet-50 and GoogLeNet 1.01x faster.
     DenseNet-121's 128 -> 32 layers on 7×7 (20 us each) gained nothing and the 1x1 layers after
-    them ran 9-18% slower: hence the channel floor. Dilated phases keep `MIN_FALLBACK_SIZE`."""
+    them ran 9-18% slower: hence the channel floor. Dilated phases keep `MIN_FALLBACK_SIZE`.
+    8 tiles per register tile rather than 4 (`NARROW_TILE_T`): 0.79-0.95 of the 7×7 F(2) kernel's
+    time in the model on that Zen 4 (five alternations, quiet and slow phases of the host),
+    GoogLeNet's two 0.75-0.84; the AVX2 build 1.16 (16 registers).
+    F(4) with 8 tiles on 14×14 maps took 0.87-0.88 of F(2)'s time there in quiet phases of the
+    host and 1.14-1.20 in a slow one, so those keep F(2)."""
     wide = caps is not None and caps.vector_registers >= 32 and (
         caps.vendor == "intel" or caps.core in FULL_WIDTH_AMD_CORES)
-    small_map = (not wide and max(dilation) == 1 and min(channels, out_channels) >= SMALL_MAP_CHANNELS)
+    # half-width pipes, undilated, many channels: smaller maps, F(4) sooner, wider register tiles
+    narrow = not wide and max(dilation) == 1 and min(channels, out_channels) >= SMALL_MAP_CHANNELS
     if (in_block % lanes or out_block % lanes or channels % lanes or out_channels % lanes
             or min(channels, out_channels) < MIN_FALLBACK_CHANNELS
-            or min(phase_size(out_hw, dilation)) < (SMALL_MAP_SIZE if small_map else MIN_FALLBACK_SIZE)):
+            or min(phase_size(out_hw, dilation)) < (SMALL_MAP_SIZE if narrow else MIN_FALLBACK_SIZE)):
         return direct_values()
     f4 = uses_f4(out_hw, dilation)
     vectors = out_block // lanes
-    tile_t = max((t for t in TILE_T if t * vectors <= WIDE_TILE_ACCUMULATORS), default=TILE_T[0]) if wide else 7
+    if wide:
+        tile_t = max((t for t in TILE_T if t * vectors <= WIDE_TILE_ACCUMULATORS), default=TILE_T[0])
+    else:
+        m = 4 if f4 else 2
+        tiles = -(-out_hw[0] // m) * -(-out_hw[1] // m)
+        registers = caps.vector_registers if caps is not None else 0
+        eight = (narrow and registers >= 32 and tiles % NARROW_TILE_T == 0 and _largest_divisor(tiles, 7) < 7
+                 and NARROW_TILE_T * vectors <= ACCUMULATORS_PER_REGISTER * registers)
+        tile_t = NARROW_TILE_T if eight else 7
     return {"algorithm": "winograd_4" if f4 else "winograd_2", "wino_tile_t": tile_t, "wino_gemm_order": "tile_outer"}
 
 
@@ -342,5 +360,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
+__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "NARROW_TILE_T", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
            "schedule_winograd", "schedule_winograd_nchw"]
