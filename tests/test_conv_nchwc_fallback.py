@@ -28,6 +28,8 @@ AMD = Target.parse("llvm -mcpu=znver3 -mattr=+avx512f")  # AVX-512 named on an A
 ZEN5_HOST = CpuInfo("AMD EPYC 9R45", frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"}),
                     vendor="amd", family=26)
 ZEN5 = Target.parse("llvm", host=ZEN5_HOST)
+#: a Zen 4 host (cpuinfo family 25 with AVX-512), which gcc 12 cannot name either
+ZEN4 = Target.parse("llvm", host=CpuInfo("AMD EPYC 9R14", ZEN5_HOST.flags, vendor="amd", family=25))
 TEMPLATE = get_template("ConvNCHWc", "llvm")
 #: ResNet-18's stride-2 3x3 layers and a 3x3 layer of its 56x56 stage, channels in blocks of 16
 STRIDE2_56 = blocked_conv_task((1, 64, 56, 56), (128, 64, 3, 3), 16, 16, stride=2, pad=1, bias=True)
@@ -181,8 +183,9 @@ def _first_layers(lanes: int) -> dict:
 def test_zen5_first_layers_pad_in_the_loads():
     """On Zen 5 cores: MobileNetV2's first layer unrolls kw in the generic tile; the others take
     one row of 14 columns by 2 blocks, kw rolled; all pad in the loads (SqueezeNet's has no
-    padding). Zen 4 and Intel with AVX-512 keep the generic tile, padding at root (16-register
-    targets: `test_sixteen_registers_pad_few_multiply_add_first_layers_in_the_loads`)."""
+    padding). Intel with AVX-512 keeps the generic tile, padding at root, and so does Zen 4 but
+    for MobileNetV2's, which unrolls kw and pads in the loads there too (16-register targets:
+    `test_sixteen_registers_pad_few_multiply_add_first_layers_in_the_loads`)."""
     assert ZEN5.capabilities.core == "znver5" and ZEN5.capabilities.vector_registers == 32
     values = {name: (c["tile_oc"], c["tile_oh"], c["tile_ow"][1], c["pad"], c["unroll_kw"])
               for name, c in ((name, TEMPLATE.fallback(task, ZEN5)) for name, task in _first_layers(16).items())}
@@ -192,6 +195,14 @@ def test_zen5_first_layers_pad_in_the_loads():
         for task in _first_layers(target.capabilities.lanes(4)).values():
             config = TEMPLATE.fallback(task, target)
             assert config["pad"] in ("root", "none") and not config["unroll_kw"], (target, task.shapes)
+    # Zen 4: MobileNetV2's unrolls kw and pads in the loads in the generic tile, the others as on AMD above
+    assert ZEN4.capabilities.core == "znver4" and ZEN4.capabilities.vector_registers == 32
+    zen4 = {name: (c["tile_oc"], c["tile_oh"], c["tile_ow"], c["pad"], c["unroll_kw"])
+            for name, c in ((name, TEMPLATE.fallback(task, ZEN4)) for name, task in _first_layers(16).items())}
+    generic = {name: (c["tile_oc"], c["tile_oh"], c["tile_ow"], c["pad"], c["unroll_kw"])
+               for name, c in ((name, TEMPLATE.fallback(task, AMD)) for name, task in _first_layers(16).items())}
+    assert zen4["mobilenet_v2"] == (*generic["mobilenet_v2"][:3], "inline", True)
+    assert {n: v for n, v in zen4.items() if n != "mobilenet_v2"} == {n: v for n, v in generic.items() if n != "mobilenet_v2"}
     for task in _first_layers(16).values():
         source = renderer_for("llvm").render(lower(*TEMPLATE.apply(task, TEMPLATE.fallback(task, ZEN5), ZEN5), "k"))
         assert "f32x16" in source

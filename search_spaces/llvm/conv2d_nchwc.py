@@ -467,6 +467,8 @@ PLAIN_UNROLL_MACS = 72
 PLAIN_INPUT_CHANNELS = 4
 #: the cores `_plain_input_tile` was measured on (gcc's names), with 32 vector registers
 PLAIN_INPUT_CORES = frozenset({"znver5"})
+#: the cores (32 vector registers) where its layers of few multiply-adds unroll kw with inline padding
+PLAIN_UNROLL_CORES = frozenset({"znver4", "znver5"})
 #: columns of `_plain_input_tile`'s one-block tile with kw unrolled, on 16 vector registers
 PLAIN_UNROLL_COLUMNS = 8
 
@@ -482,8 +484,12 @@ def _plain_input_tile(d: BlockedConvDims, knobs: dict, values: dict, target: Tar
     input element) 0.55 with kw unrolled, 1.13 in 2 x 14; SqueezeNet's unpadded 3 -> 64, 3x3
     stride 2 (144) 0.96 in 2 x 14; a VGG-style 3x3 stride 1, 3 -> 64 (576) 0.91 in 2 x 14, 0.92
     unrolled; ResNet-18's 7x7 stride 2, 3 -> 64 (784) 0.93 in 2 x 14, 1.06 unrolled; inline
-    padding with the generic tile alone 1.24-1.26 on the last two. Elsewhere the generic tile
-    stays: on an EPYC Zen 3 (AVX2, blocks of 8, 2 threads) the same four layers ran inline and
+    padding with the generic tile alone 1.24-1.26 on the last two. On Zen 4 cores (AVX-512 in
+    256-bit halves) only the first holds (`PLAIN_UNROLL_CORES`): MobileNetV2's 3 -> 32 with kw
+    unrolled and inline padding took 0.67-0.97 (median 0.87) of the generic tile's time in the
+    model in six alternations (`model_check.kernel_seconds`, 10 rounds, EPYC Zen 4, 2 threads);
+    torchvision's MobileNetV3-L 3 -> 16 0.69, MNASNet 0.72, EfficientNet-B0 0.85; ResNet-18's
+    7x7 in 2 x 14 1.05. Elsewhere the generic tile stays: on an EPYC Zen 3 (AVX2, blocks of 8, 2 threads) the same four layers ran inline and
     unrolled at 0.97, 1.49, 1.42 and 1.56 of the generic tile's time, the best of 1-2 blocks by
     4-14 columns at 0.80, 0.98, 1.20 and 1.35.
 
@@ -502,10 +508,12 @@ def _plain_input_tile(d: BlockedConvDims, knobs: dict, values: dict, target: Tar
     if caps.vector_registers <= 16:
         return {**pad, "unroll_kw": True, "tile_oc": 1, "tile_oh": 1,
                 "tile_ow": fewest_column_tiles(knobs["tile_ow"], PLAIN_UNROLL_COLUMNS)} if few else {}
-    if caps.core not in PLAIN_INPUT_CORES or caps.vector_registers < 32:
+    if caps.vector_registers < 32:
         return {}
     if few:
-        return {**pad, "unroll_kw": True}
+        return {**pad, "unroll_kw": True} if caps.core in PLAIN_UNROLL_CORES else {}
+    if caps.core not in PLAIN_INPUT_CORES:
+        return {}
     columns = WINDOW_ACCUMULATORS // values["tile_oc"]
     widths = [w for w in knobs["tile_ow"].values if w[1] <= columns]
     return {**pad, "tile_oh": 1, "tile_ow": max(widths, key=lambda w: (w[1], -w[0]))}
