@@ -489,9 +489,9 @@ def _plain_input_tile(d: BlockedConvDims, knobs: dict, values: dict, target: Tar
     unrolled and inline padding took 0.67-0.97 (median 0.87) of the generic tile's time in the
     model in six alternations (`model_check.kernel_seconds`, 10 rounds, EPYC Zen 4, 2 threads);
     torchvision's MobileNetV3-L 3 -> 16 0.69, MNASNet 0.72, EfficientNet-B0 0.85; ResNet-18's
-    7x7 in 2 x 14 1.05. Elsewhere the generic tile stays: on an EPYC Zen 3 (AVX2, blocks of 8, 2 threads) the same four layers ran inline and
-    unrolled at 0.97, 1.49, 1.42 and 1.56 of the generic tile's time, the best of 1-2 blocks by
-    4-14 columns at 0.80, 0.98, 1.20 and 1.35.
+    7x7 in 2 x 14 1.05. Elsewhere the generic tile stays: on an EPYC Zen 3 (AVX2, blocks of 8,
+    2 threads) the same four layers ran inline and unrolled at 0.97, 1.49, 1.42 and 1.56 of the
+    generic tile's time, the best of 1-2 blocks by 4-14 columns at 0.80, 0.98, 1.20 and 1.35.
 
     On 16 vector registers, the layers of few multiply-adds per input element pad in the loads
     too, with kw unrolled, in one block by `PLAIN_UNROLL_COLUMNS` columns: 14 (the 1 x 14 of

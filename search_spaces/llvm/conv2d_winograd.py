@@ -180,7 +180,7 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
     host and 1.14-1.20 in a slow one, so those keep F(2)."""
     wide = caps is not None and caps.vector_registers >= 32 and (
         caps.vendor == "intel" or caps.core in FULL_WIDTH_AMD_CORES)
-    # half-width pipes, undilated, many channels: smaller maps, F(4) sooner, wider register tiles
+    # half-width pipes, undilated, many channels: F(2) on 7x7 maps too, wider register tiles on 32 registers
     narrow = not wide and max(dilation) == 1 and min(channels, out_channels) >= SMALL_MAP_CHANNELS
     if (in_block % lanes or out_block % lanes or channels % lanes or out_channels % lanes
             or min(channels, out_channels) < MIN_FALLBACK_CHANNELS
@@ -191,8 +191,8 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
     if wide:
         tile_t = max((t for t in TILE_T if t * vectors <= WIDE_TILE_ACCUMULATORS), default=TILE_T[0])
     else:
-        m = 4 if f4 else 2
-        tiles = -(-out_hw[0] // m) * -(-out_hw[1] // m)
+        th, tw = winograd.tile_counts(*out_hw, 4 if f4 else 2)
+        tiles = th * tw
         registers = caps.vector_registers if caps is not None else 0
         eight = (narrow and registers >= 32 and tiles % NARROW_TILE_T == 0 and _largest_divisor(tiles, 7) < 7
                  and NARROW_TILE_T * vectors <= ACCUMULATORS_PER_REGISTER * registers)
