@@ -24,14 +24,15 @@ def start_tune(model, db, trials, mark, *extra):
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
-    """`proc.communicate(timeout)` for a tuner `start_tune` started; one that hangs is aborted, and
-    the failure shows where each of its threads was (faulthandler's dump on SIGABRT)."""
+    """`proc.communicate(timeout)` for a command started with PYTHONFAULTHANDLER=1 (as `start_tune`
+    starts tuners); one that hangs is aborted, and the failure shows where each of its threads
+    was (faulthandler's dump on SIGABRT)."""
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGABRT)
         out, err = proc.communicate()
-        raise AssertionError(f"the tuner did not exit within {timeout:.0f} s; its threads were at:\n{err}\n"
+        raise AssertionError(f"the command did not exit within {timeout:.0f} s; its threads were at:\n{err}\n"
                              f"its output:\n{out}") from None
 
 
