@@ -19,15 +19,16 @@ def batch(records):
     return [i for i, _ in records], [r for _, r in records]
 
 
-def test_tally_counts_trials_failures_bests_and_the_model_latency(tasks):
+def test_tally_counts_trials_failures_bests_and_the_tuned_tasks_latency(tasks):
     resumed = measured(tasks[1], HERE, [4e-3])
     tally = Tally(plan_for(tasks, history={tasks[1].key: resumed}))
-    assert tally.eta is None and tally.latency == (4e-3, 0)
+    others = len(tasks) - 2  # tasks of the tune not measured yet count as without a best
+    assert tally.eta is None and tally.latency == (4e-3 * tasks[1].weight, others + 1)
     tally.add(*batch(measured(tasks[0], HERE, [2e-3, None, 1e-3, 3e-3])))
     t = tally.tasks[tasks[0].key]
     assert (t.trials, t.failures, t.best) == (4, 1, 1e-3)
     assert t.gflops == pytest.approx(tasks[0].flops / 1e-3 / 1e9)
-    assert tally.latency == (pytest.approx(1e-3 * tasks[0].weight + 4e-3 * tasks[1].weight), 0)
+    assert tally.latency == (pytest.approx(1e-3 * tasks[0].weight + 4e-3 * tasks[1].weight), others)
     snap = tally.snapshot()
     assert (snap["done"], snap["total"]) == (4, 8) and snap["eta_s"] is not None
 
@@ -40,7 +41,8 @@ def test_live_display_draws_the_table_with_totals(tasks):
     live.finish()
     text = out.getvalue()
     assert "database: t.db" in text and "GFLOP/s" in text and "trials 2/8" in text
-    assert "estimated model latency 1 ms" in text
+    assert f"estimated latency of the tuned tasks {tasks[0].weight:g} ms" in text  # the caption wraps here
+    assert f"({len(tasks) - 1} of {len(tasks)} tasks without a best yet)" in text
 
 
 def test_json_lines_progress_is_one_object_per_event(tasks):

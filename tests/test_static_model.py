@@ -164,8 +164,8 @@ def test_an_emulated_tune_records_static_estimates(small_model, tmp_path, capsys
     assert main(["tune", str(small_model), "--target", SM80, "--emulate", "--trials", "4", "--round", "2",
                  "--tuner", "random", "--db", str(db_path), "--lines"]) == 0
     shown = capsys.readouterr().out
-    assert "best static estimate" in shown and "static estimate of the model" in shown  # never "best ms"
-    assert "best ms" not in shown and "estimated model latency" not in shown
+    assert "best static estimate" in shown and "static estimate of the tuned tasks" in shown  # never "best ms"
+    assert "best ms" not in shown and "estimated latency" not in shown
     db = Database(db_path)
     stored = list(db.stored())
     assert {r.target.fingerprint for r in stored} == {"cuda-emulated|sm_80"}

@@ -1,7 +1,8 @@
 """What a tune shows while it runs and when it ends.
 
 `Tally` is the state (per task: trials, failures, best; overall: trials done of total, elapsed,
-time left, and the model's estimated latency Σ weight × best time); the displays only render
+time left, and the tuned tasks' estimated latency Σ weight × best time, with how many tasks have
+no best yet); the displays only render
 it: a live table (rich) on a terminal, plain lines otherwise, JSON lines for scripts. A display
 is a tuning callback with `start(plan)` and `finish()`, which `autosched.tune` calls.
 """
@@ -81,10 +82,14 @@ class Tally:
 
     @property
     def latency(self) -> tuple[float, int]:
-        """Σ weight × best over the tasks with a best, and how many measured tasks have none yet."""
-        measured = [t for t in self.tasks.values() if t.trials or math.isfinite(t.best)]
-        return (sum(t.task.weight * t.best for t in measured if math.isfinite(t.best)),
-                sum(1 for t in measured if not math.isfinite(t.best)))
+        """Σ weight × best over the tasks with a best, and how many of the tune's tasks have none
+        yet. Not the model's latency: the tasks without a best, the kernels no template tunes and
+        the executor are not in it (`autosched db best` adds them, from the model's own timings).
+        Counting only the tasks measured so far, a 120-trial tune of a 36-task MNASNet showed
+        "estimated model latency 1.9 ms" beside a built model of 6 ms."""
+        tasks = self.tasks.values()
+        return (sum(t.task.weight * t.best for t in tasks if math.isfinite(t.best)),
+                sum(1 for t in tasks if not math.isfinite(t.best)))
 
     def snapshot(self) -> dict[str, Any]:
         latency, missing = self.latency
@@ -118,11 +123,11 @@ def summary_table(tally: Tally, title: str) -> Table:
                           f"{t.best * 1e6:.4g} us" if tally.static and math.isfinite(t.best) else _ms(t.best),
                           f"{t.gflops:.1f}" if t.gflops and not tally.static else "-")
     latency, missing = tally.latency
-    more = f" ({missing} tasks without a best yet)" if missing else ""
+    more = f" ({missing} of {len(tally.tasks)} tasks without a best yet)" if missing else ""
     table.caption = (f"trials {tally.done}/{tally.total}  elapsed {_duration(tally.elapsed)}  "
                      f"left {_duration(tally.eta)}  "
-                     + (f"static estimate of the model {latency * 1e6:.4g} us (no GPU timed it){more}" if tally.static
-                        else f"estimated model latency {latency * 1e3:.4g} ms{more}"))
+                     + (f"static estimate of the tuned tasks {latency * 1e6:.4g} us (no GPU timed it){more}"
+                        if tally.static else f"estimated latency of the tuned tasks {latency * 1e3:.4g} ms{more}"))
     table.caption_justify = "left"
     return table
 
@@ -181,10 +186,12 @@ class LineProgress(_Display):
         t = self.tally.add(inputs, results)
         s = self.tally.snapshot()
         gflops = f" ({t.gflops:.1f} GFLOP/s)" if t.gflops and not self.tally.static else ""
-        model = self.tally.best_text(self.tally.latency[0])
+        latency, missing = self.tally.latency
+        more = f" ({missing} without a best)" if missing else ""
         print(f"[{s['done']}/{s['total']}] {t.task.op} {shape_text(t.task)}: {t.trials} trials, best "
               f"{self.tally.best_text(t.best)}{gflops}, {t.failures} failed | elapsed {_duration(self.tally.elapsed)}, "
-              f"left {_duration(self.tally.eta)}, model ~{model}", file=self.stream, flush=True)
+              f"left {_duration(self.tally.eta)}, tuned tasks ~{self.tally.best_text(latency)}{more}",
+              file=self.stream, flush=True)
 
 
 class JsonLinesProgress(_Display):
