@@ -4,9 +4,11 @@
                                 [--db tuning.db] [--baseline ../autosched-old]
 
 Each model is built with default schedules (and, with --db, once more with the database's best
-schedules), checked against onnxruntime, then timed in alternating blocks with it (same inputs, same
-thread count); medians are compared. The tuned build is timed in the same run, so its ratio
-to onnxruntime and its speedup over the untuned build come from one machine state. Per model,
+schedules), checked against onnxruntime, then timed in alternating blocks of 5 runs with it (same
+inputs, same thread count); medians are compared, and two builds by the median over rounds of
+their blocks' ratio (`paired_ratio`), which a phase change of the host between rounds leaves
+alone. The tuned build is timed in the same run, so its ratio to onnxruntime and its speedup
+over the untuned build come from one machine state. Per model,
 `--json` gives `autosched_ms`, `onnxruntime_ms`, `ratio`, `tasks`, `kernel_calls` and
 `matches_onnxruntime` (with --db also `tuned_ms`, `tuned_ratio`, `speedup_vs_untuned`, `tuned_tasks`).
 With `--baseline DIR` (another checkout of autosched, e.g. a `git worktree` of an older commit)
@@ -25,10 +27,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from autosched import zoo
-from autosched.compile.evaluate import compare, latencies, onnxruntime_session, sample_inputs
+from autosched.compile.evaluate import compare, joined, latency_rounds, onnxruntime_session, paired_ratio, sample_inputs
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
 from autosched.frontend.onnx import load_onnx
@@ -40,20 +45,38 @@ from autosched.task import extract_tasks
 #: each side's timed runs last at least this long (`alternate`'s min_seconds): a sub-millisecond
 #: block's 20-30 runs alone are a few milliseconds of timing
 MIN_SECONDS = 0.25
+#: runs per block: 20 runs make four rounds, so that the median of the rounds' ratios
+#: (`paired_ratio`) leaves out a round in which the host changed phase
+BLOCK = 5
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Builds and onnxruntime timed in one alternation."""
+
+    ms: list[float]           # each build's median
+    onnxruntime_ms: float
+    oks: list[bool]           # each build's outputs match onnxruntime's
+    rounds: list              # `alternate_rounds`: per round, per build and onnxruntime last, the block's seconds
+
+    def ratio(self, a: int, b: int) -> float:
+        """Build `a`'s time over build `b`'s, round by round (`paired_ratio`)."""
+        return paired_ratio(self.rounds, a, b)
 
 
 def timed_together(libraries: Sequence[Path], session, feeds: dict, threads: int,
-                   runs: int, min_seconds: float = 0.0) -> tuple[list[float], float, list[bool]]:
-    """Median ms of each built library and of onnxruntime, timed in one alternation (so a tuned
-    and an untuned build see the same drift of a shared machine), and whether each matches
-    onnxruntime."""
+                   runs: int, min_seconds: float = 0.0) -> Timed:
+    """Each built library and onnxruntime, timed in one alternation of blocks of `BLOCK` runs (so
+    a tuned and an untuned build see the same drift of a shared machine), and whether each
+    matches onnxruntime."""
     models = [load_model(lib) for lib in libraries]
     try:
         for model in models:
             model.set_num_threads(threads)
         oks = [all(d.ok for d in compare(model, session, feeds, rtol=1e-3, atol=1e-4)) for model in models]
-        ms, ort_ms = latencies(models, session, feeds, runs=runs, min_seconds=min_seconds)
-        return ms, ort_ms, oks
+        rounds = latency_rounds(models, session, feeds, runs=runs, block=BLOCK, min_seconds=min_seconds)
+        *ours, theirs = joined(rounds, len(models) + 1)
+        return Timed([1e3 * float(np.median(t)) for t in ours], 1e3 * float(np.median(theirs)), oks, rounds)
     finally:
         for model in models:
             model.close()
@@ -87,15 +110,17 @@ def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database 
         libraries.append(build_model(graph, workdir / f"{name}-tuned.so", schedule_for=schedules).library)
     if baseline is not None:
         libraries.append(baseline_build(baseline, path, workdir / "baseline" / f"{name}.so"))
-    ms, ort_ms, oks = timed_together(libraries, session, feeds, threads, runs, min_seconds)
+    timed = timed_together(libraries, session, feeds, threads, runs, min_seconds)
+    ms, ort_ms = timed.ms, timed.onnxruntime_ms
     out = {"autosched_ms": round(ms[0], 3), "onnxruntime_ms": round(ort_ms, 3), "ratio": round(ms[0] / ort_ms, 3),
-           "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups), "matches_onnxruntime": all(oks)}
+           "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups), "matches_onnxruntime": all(timed.oks)}
     if db is not None:
         out.update({"tuned_ms": round(ms[1], 3), "tuned_ratio": round(ms[1] / ort_ms, 3),
-                    "speedup_vs_untuned": round(ms[0] / ms[1], 3), "tuned_tasks": len(set(schedules.used))})
+                    "speedup_vs_untuned": round(timed.ratio(0, 1), 3), "tuned_tasks": len(set(schedules.used))})
     if baseline is not None:
+        last = len(ms) - 1
         out.update({"baseline_ms": round(ms[-1], 3), "baseline_ratio": round(ms[-1] / ort_ms, 3),
-                    "speedup_vs_baseline": round(ms[-1] / ms[0], 3)})
+                    "speedup_vs_baseline": round(timed.ratio(last, 0), 3)})
     return out
 
 

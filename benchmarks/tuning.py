@@ -24,8 +24,9 @@ runs them on this host. `--json` prints one object: `threads`, `runs`, `schedule
 model `untuned` and `shipped` (`ms`, `ratio`, ...) and `checkpoints` (per checkpoint `trials`,
 `tune_wall_s`, `estimated_ms`, `model_estimate_ms`, `check` (with `kernels`: tasks the check timed kernel by
 kernel in the model, `chosen` where a config beat the default there, `lost` configs), `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
-`onnxruntime_ms`, `ok`, `same_as_untuned`: the tuned build is the untuned one byte for byte, so its
-ratio to it is the host's noise). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
+`tuned_vs_untuned` (the tuned build's time over the untuned one's, the median over the alternation's
+`rounds` of their blocks' ratio: `paired_ratio`), `onnxruntime_ms`, `ok`, `same_as_untuned`: the
+tuned build is the untuned one byte for byte, so its ratio to it is the host's noise). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
 """
 from __future__ import annotations
 
@@ -78,8 +79,8 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
     empty = Database("sqlite://")
     untuned = build(path, target, db=empty, output=workdir / f"{name}.so", shipped=False)
     first = build(path, target, db=empty, output=workdir / f"{name}-shipped.so")  # a first build: shipped records
-    (untuned_ms, shipped_ms), ort_ms, (ok, shipped_ok) = timed_together(
-        [untuned.files.library, first.files.library], session, feeds, threads, runs, min_seconds)
+    timed = timed_together([untuned.files.library, first.files.library], session, feeds, threads, runs, min_seconds)
+    (untuned_ms, shipped_ms), ort_ms, (ok, shipped_ok) = timed.ms, timed.onnxruntime_ms, timed.oks
     out["untuned"] = {"ms": round(untuned_ms, 3), "onnxruntime_ms": round(ort_ms, 3), "ratio": round(untuned_ms / ort_ms, 3),
                       "ok": ok}
     out["shipped"] = {"ms": round(shipped_ms, 3), "ratio": round(shipped_ms / ort_ms, 3),
@@ -93,8 +94,8 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
             wall += time.perf_counter() - start
             done = trials
             tuned = build(path, target, db=db, output=workdir / f"{name}-{trials}.so", shipped=shipped).files
-            (tuned_ms, again_ms), ort_ms, (tuned_ok, again_ok) = timed_together(
-                [tuned.library, untuned.files.library], session, feeds, threads, runs, min_seconds)
+            timed = timed_together([tuned.library, untuned.files.library], session, feeds, threads, runs, min_seconds)
+            (tuned_ms, again_ms), ort_ms, (tuned_ok, again_ok) = timed.ms, timed.onnxruntime_ms, timed.oks
             _, tasks = model_tasks(path, target, db=db, shipped=shipped)
             records, whole = estimated_ms(db, tasks, target, shipped_database() if shipped else None)
             out["checkpoints"].append({
@@ -109,6 +110,7 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
                                 "without_ms": round(v.without_ms, 3)} for v in check.tested]},
                 "tuned_ms": round(tuned_ms, 3), "tuned_ratio": round(tuned_ms / ort_ms, 3),
                 "untuned_ms": round(again_ms, 3), "untuned_ratio": round(again_ms / ort_ms, 3),
+                "tuned_vs_untuned": round(timed.ratio(0, 1), 3), "rounds": len(timed.rounds),
                 "onnxruntime_ms": round(ort_ms, 3), "ok": tuned_ok and again_ok,
                 "same_as_untuned": _same_build(tuned, untuned.files)})
     return out
@@ -175,12 +177,13 @@ def _print(name: str, r: dict) -> None:
           f"shipped records only {s['ms']:.3f} ms (ratio {s['ratio']:.3f}, {s['tasks_from_shipped']} of "
           f"{s['tasks']} tasks)")
     print(f"  {'trials':>6} {'tune s':>7} {'est. ms':>8} {'model est.':>10} {'tuned ms':>9} {'ratio':>6} {'untuned ms':>11} "
-          f"{'ratio':>6} {'ORT ms':>7} {'kernel wins':>11}  check")
+          f"{'ratio':>6} {'tuned/untuned':>13} {'ORT ms':>7} {'kernel wins':>11}  check")
     for c in r["checkpoints"]:
         est = "-" if c["estimated_ms"] is None else f"{c['estimated_ms']:.3f}"
         print(f"  {c['trials']:6d} {c['tune_wall_s']:7.1f} {est:>8} {c['model_estimate_ms']:10.3f} {c['tuned_ms']:9.3f} "
               f"{c['tuned_ratio']:6.3f} "
-              f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['onnxruntime_ms']:7.3f} {_kernel_wins(c):>11}  "
+              f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['tuned_vs_untuned']:13.3f} {c['onnxruntime_ms']:7.3f} "
+              f"{_kernel_wins(c):>11}  "
               f"{'ok' if c['ok'] else 'MISMATCH'}{', the untuned build' if c['same_as_untuned'] else ''}")
 
 

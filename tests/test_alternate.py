@@ -1,7 +1,9 @@
 """Alternated timing (`compile/evaluate.py: alternate`): runs, blocks and how long they last."""
 import time
 
-from autosched.compile.evaluate import alternate
+import numpy as np
+
+from autosched.compile.evaluate import alternate, alternate_rounds, joined, paired_ratio
 
 
 def counting(seconds: float):
@@ -63,3 +65,22 @@ def test_slow_runners_keep_the_runs_asked_for():
     (_, a), (_, b) = counting(0.01), counting(0.01)
     times = alternate([a, b], runs=4, block=2, settle_s=0.0, min_seconds=0.02)
     assert [len(t) for t in times] == [4, 4]
+
+
+def test_rounds_keep_each_block_and_the_paired_ratio_leaves_out_a_round_of_another_phase():
+    """b twice as slow as a; from the third round's block of b on, both three times slower (a host
+    that changed phase within a round): the medians of the whole runs say 4, the rounds' ratios
+    2, 2, 6 and 2."""
+    calls = []
+
+    def runner(seconds: float):
+        def run() -> None:
+            calls.append(1)
+            time.sleep(seconds * (3 if len(calls) >= 16 else 1))  # six calls a round, a settling run per block
+        return run
+    rounds = alternate_rounds([runner(0.002), runner(0.004)], runs=8, block=2, settle_s=0.0)
+    assert len(rounds) == 4 and all(len(block) == 2 for r in rounds for block in r)
+    a, b = joined(rounds, 2)
+    assert a == [t for r in rounds for t in r[0]] and b == [t for r in rounds for t in r[1]]
+    assert np.median(b) / np.median(a) > 3
+    assert abs(paired_ratio(rounds, 1, 0) - 2) < 0.3

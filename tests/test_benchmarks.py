@@ -47,6 +47,7 @@ FIELDS: dict[str, Any] = {
                          "check": {"tuned_ms": None, "untuned_ms": None, "first_tuned_ms": None, "declined": None,
                                    "tested": None},
                          "tuned_ms": None, "tuned_ratio": None, "untuned_ms": None, "untuned_ratio": None,
+                         "tuned_vs_untuned": None, "rounds": None,
                          "onnxruntime_ms": None, "ok": None, "same_as_untuned": None}]}}},
     "in_model": {"model": None, "threads": None, "llc_bytes": None, "weight_bytes": None, "tasks": [{
         "op": None, "shapes": None, "weight": None, "share": None, "spearman_warm": None, "spearman_cold": None,

@@ -124,14 +124,21 @@ def latencies(models: Sequence[Model], session, feeds: dict[str, np.ndarray], ru
     """Median milliseconds of each of `models` and of onnxruntime's `session`, all timed in one
     alternation (`alternate`): two builds compared on a shared machine see the same drift, which
     timing them one after the other (a 10-15% swing within minutes on 2 busy cores) does not."""
+    *ours, theirs = joined(latency_rounds(models, session, feeds, runs, block, settle_s, min_seconds), len(models) + 1)
+    return [1e3 * float(np.median(t)) for t in ours], 1e3 * float(np.median(theirs))
+
+
+def latency_rounds(models: Sequence[Model], session, feeds: dict[str, np.ndarray], runs: int = 30, block: int = 10,
+                   settle_s: float = 0.15, min_seconds: float = 0.0) -> list[list[list[float]]]:
+    """`alternate_rounds` of each of `models` and, last, of onnxruntime's `session`, so that two
+    builds' ratio can be taken round by round (`paired_ratio`)."""
     names = [o.name for o in session.get_outputs()]
     runners = []
     for model in models:
         ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
         outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
         runners.append(functools.partial(model.run_into, ins, outs))
-    *ours, theirs = alternate([*runners, lambda: session.run(names, feeds)], runs, block, settle_s, min_seconds)
-    return [1e3 * float(np.median(t)) for t in ours], 1e3 * float(np.median(theirs))
+    return alternate_rounds([*runners, lambda: session.run(names, feeds)], runs, block, settle_s, min_seconds)
 
 
 def kernel_times(model: Model, model_path: Path, threads: int, feeds: dict[str, np.ndarray], runs: int,
@@ -186,9 +193,10 @@ def kernel_times(model: Model, model_path: Path, threads: int, feeds: dict[str, 
     return ranked(ours), ranked(theirs)
 
 
-def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: int = 10,
-              settle_s: float = 0.15, min_seconds: float = 0.0) -> list[list[float]]:
-    """Seconds of `runs` runs of each runner, timed in alternating blocks of `block` runs.
+def alternate_rounds(runners: Sequence[Callable[[], object]], runs: int = 30, block: int = 10,
+                     settle_s: float = 0.15, min_seconds: float = 0.0) -> list[list[list[float]]]:
+    """Seconds of `runs` runs of each runner, timed in alternating blocks of `block` runs: per
+    round, per runner, the seconds of its block (`alternate` joins each runner's blocks).
 
     Not run by run: after each run onnxruntime's pool threads spin-wait for more work, and
     OpenMP's do the same, so a run started right after another runtime's shares the cores
@@ -209,7 +217,8 @@ def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: in
         fastest = min(_timed(run) for run in runners)
         scale = max(1, -(-min_seconds // (runs * fastest)) if fastest > 0 else 1)
         runs, block = int(runs * scale), int(block * scale)
-    times: list[list[float]] = [[] for _ in runners]
+    rounds: list[list[list[float]]] = []
+    times: list[list[float]] = [[] for _ in runners]  # each runner's timed runs so far
     while len(times[0]) < runs or min(sum(out) for out in times) < min_seconds:
         # topping up, one round of as many blocks as the shortest runner still needs by its mean:
         # a first run 100x slower than the rest (cold caches, page faults) scaled the blocks of
@@ -217,13 +226,38 @@ def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: in
         n = (min(block, runs - len(times[0])) if len(times[0]) < runs else
              block * max(1, max(math.ceil((min_seconds - sum(out)) * len(out) / max(sum(out), 1e-9) / block)
                                 for out in times)))
-        for run, out in zip(runners, times):
+        rounds.append([[] for _ in runners])
+        for run, out, block_times in zip(runners, times, rounds[-1]):
             _settle(run, settle_s)
             for _ in range(n):
                 t0 = time.perf_counter()
                 run()
-                out.append(time.perf_counter() - t0)
-    return times
+                block_times.append(time.perf_counter() - t0)
+            out.extend(block_times)
+    return rounds
+
+
+def alternate(runners: Sequence[Callable[[], object]], runs: int = 30, block: int = 10,
+              settle_s: float = 0.15, min_seconds: float = 0.0) -> list[list[float]]:
+    """Seconds of each runner's runs, timed as `alternate_rounds` times them."""
+    return joined(alternate_rounds(runners, runs, block, settle_s, min_seconds), len(runners))
+
+
+def joined(rounds: Sequence[Sequence[Sequence[float]]], runners: int) -> list[list[float]]:
+    """Each of `runners` runners' blocks of `alternate_rounds`, one list per runner."""
+    return [[t for r in rounds for t in r[i]] for i in range(runners)]
+
+
+def paired_ratio(rounds: Sequence[Sequence[Sequence[float]]], a: int, b: int) -> float:
+    """Runner `a`'s time over runner `b`'s: the median over rounds of the ratio of their blocks'
+    medians. A round's blocks run within a second or two of each other, so a phase of the host
+    (minutes long on the 2-vCPU EPYC guests: `measure/cores.py`) that begins or ends between
+    rounds falls on both sides of each ratio, and one that changes within a round biases that
+    round alone; the ratio of the whole runs' medians takes a phase for a difference between the
+    runners whenever it covers more of one's blocks than of the other's. That way (two rounds of
+    10 runs) a 1000-trial ResNet-18 build measured 0.78 of its untuned build's time in a run where
+    onnxruntime's median went from 18 to 28 ms, and 1.12 and 1.00 when timed again minutes later."""
+    return float(np.median([np.median(r[a]) / np.median(r[b]) for r in rounds]))
 
 
 def _timed(run: Callable[[], object]) -> float:
