@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.compile.evaluate import alternate, sample_inputs
+from autosched.compile.evaluate import alternate_rounds, joined, paired_ratio, sample_inputs
 from autosched.compile.model import build_model, default_kernel
 from autosched.database import Database, TunedSchedules
 from autosched.database.model_times import BuildTiming, record_build_timing, record_kernel_time
@@ -60,6 +60,8 @@ MIN_JUDGED_S = 50e-6
 #: a 0.6 ms block are 12 ms, and a tuned build measured 1.22x its untuned one that way, 0.96x
 #: in 60 runs (EfficientNet-style block, 2-vCPU EPYC)
 MIN_SECONDS = 0.1
+#: runs per block of a whole-model comparison: 20 runs make four rounds (`paired_ratio`)
+BLOCK = 5
 
 
 @dataclass(frozen=True)
@@ -120,12 +122,16 @@ class _Builds:
         return model
 
     def time(self, a: Model, b: Model, runs: int) -> tuple[float, float]:
-        """Median ms of each, timed in alternating blocks, each for at least `MIN_SECONDS`."""
+        """ms of each, timed in alternating blocks of `BLOCK` runs, each side for at least
+        `MIN_SECONDS`: `b`'s median, and `a`'s as the rounds' ratio puts it against that
+        (`paired_ratio`), so that a phase of the host that covers more of one side's blocks is not
+        taken for a difference between the builds."""
         ins = [np.ascontiguousarray(self.feeds[v["name"]]) for v in a.inputs]
         outs = [[np.empty(v["shape"], np.dtype(v["dtype"])) for v in m.outputs] for m in (a, b)]
-        times = alternate([lambda: a.run_into(ins, outs[0]), lambda: b.run_into(ins, outs[1])], runs,
-                          min_seconds=MIN_SECONDS)
-        return 1e3 * float(np.median(times[0])), 1e3 * float(np.median(times[1]))
+        rounds = alternate_rounds([lambda: a.run_into(ins, outs[0]), lambda: b.run_into(ins, outs[1])], runs,
+                                  BLOCK, min_seconds=MIN_SECONDS)
+        b_ms = 1e3 * float(np.median(joined(rounds, 2)[1]))
+        return paired_ratio(rounds, 0, 1) * b_ms, b_ms
 
     def discard(self, models: list[Model]) -> None:
         for model in models:

@@ -1,6 +1,7 @@
 """A tuner run as a user runs it, in its own process and process group, and ways to watch it:
 which of its processes live, how many records it committed."""
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -30,10 +31,25 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        native = native_stacks(proc.pid)
         proc.send_signal(signal.SIGABRT)
         out, err = proc.communicate()
         raise AssertionError(f"the command did not exit within {timeout:.0f} s; its threads were at:\n{err}\n"
-                             f"its output:\n{out}") from None
+                             f"in C:\n{native}\nits output:\n{out}") from None
+
+
+def native_stacks(pid: int) -> str:
+    """Every thread's C stack of a live process, by gdb where it is installed: a command that hung
+    in a kernel library's thread pool shows only its Python frame `run_into` to faulthandler."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return "(no gdb here)"
+    try:
+        done = subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"], capture_output=True,
+                              text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "(gdb did not finish in 60 s)"
+    return done.stdout[-20000:] or done.stderr[-2000:]
 
 
 #: tuners the running test started: a test that fails before they exit must not leave them running
