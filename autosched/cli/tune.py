@@ -117,8 +117,8 @@ def _print_check(check: ModelCheck) -> None:
         print(f"in the model: {v.op:<12} tuned config {said}: {v.with_ms:.3f} ms with it, "
               f"{v.without_ms:.3f} ms on its default (records estimated {v.estimated_gain_ms:+.3f} ms)")
     declined = f", {check.declined} untested tuned configs declined" if check.declined else ""
-    print(f"in the model ({check.threads} threads, medians of {check.runs} runs): tuned {check.tuned_ms:.3f} ms, "
-          f"untuned {check.untuned_ms:.3f} ms, {check.speedup:.2f}x{declined}")
+    print(f"in the model ({check.threads} threads, {check.runs} runs each, compared round by round): "
+          f"tuned {check.tuned_ms:.3f} ms, untuned {check.untuned_ms:.3f} ms, {check.speedup:.2f}x{declined}")
 
 
 def _ordinal(j: int) -> str:
