@@ -21,13 +21,12 @@ from autosched.database.queries import best, space_of
 from autosched.graph.ir import Graph
 from autosched.graph.passes.substitute import graph_digest
 from autosched.graph.views import operand_views, view_shape
+from autosched.measure.caches import MEMORY_BANDWIDTH
 from autosched.target import CpuCapabilities, Target
 from autosched.task import Task, extract_tasks
 
 #: seconds every kernel costs besides its work (call, OpenMP fork/join, first touches)
 LAUNCH_S = 4e-6
-#: bytes per second a kernel streams from memory
-BANDWIDTH = 20e9
 #: clock assumed for a CPU's peak FLOP rate
 CLOCK_HZ = 3e9
 #: GPU peak rates for cuda targets, whose capabilities carry no vector width
@@ -125,7 +124,7 @@ def roofline(task: Task, target: Target) -> float:
     caps = target.capabilities
     if isinstance(caps, CpuCapabilities):
         peak = 2 * (2 if caps.fma else 1) * caps.lanes(4) * CLOCK_HZ * (os.cpu_count() or 1)
-        bandwidth = BANDWIDTH
+        bandwidth = MEMORY_BANDWIDTH
     else:
         peak, bandwidth = GPU_FLOPS, GPU_BANDWIDTH
     # an operand seen through a view is read only where the view looks (a Split's part of a

@@ -40,6 +40,7 @@ from autosched.database.queries import Best, config_cost, fastest
 from autosched.database.stored import config_text
 from autosched.database.verdicts import IN_MODEL_NOISE, Verdict, losers, record_verdict, verdict_of
 from autosched.graph.ir import Graph
+from autosched.measure.caches import MEMORY_BANDWIDTH, llc_bytes
 from autosched.runtime import KernelCall, Model, load_model
 from autosched.space import Config
 from autosched.target import Target
@@ -80,8 +81,8 @@ class KernelVerdict:
     fastest configs alone, each in a build of its own rank."""
     task: str                       # task key
     op: str
-    default_ms: float               # the task's kernel per call in the untuned build
-    configs_ms: tuple[float, ...]   # each shortlisted config's kernel per call, fastest alone first
+    default_ms: float               # the task's kernel per call in the untuned build (at least its streaming floor)
+    configs_ms: tuple[float, ...]   # each shortlisted config's kernel per call, fastest alone first (likewise)
     verdicts: tuple[bool | None, ...]  # per config: won (the one built), lost, or within noise
 
     @property
@@ -230,6 +231,23 @@ def kernel_verdicts(default_s: float, configs_s: Sequence[float]) -> tuple[bool 
     return tuple(False if c > (1 + IN_MODEL_NOISE) * default_s else None for c in configs_s)
 
 
+def streaming_floors(model: Model, cache_bytes: int) -> dict[str, float]:
+    """Task key -> the seconds its kernel takes at least per call in `model` to read its weights at
+    `MEMORY_BANDWIDTH`, where the model's weights exceed `cache_bytes` (else none: they stay in
+    cache between runs). A kernel timed while the shared host gave it more bandwidth ran faster
+    than that, but will not run so when the host gives less: ResNet-18's F(4) config of its 7x7
+    512-channel layers, 37.7 MB of transformed weights a call, beat the default F(2) in the check
+    (0.747 against 0.889 ms) and lost to it in the next hour (1.104 against 0.858), and the tuned
+    build with it was 6-7% slower than the untuned one."""
+    if model.manifest["weights_bytes"] <= cache_bytes:
+        return {}
+    keys = [t["key"] for t in model.manifest["tasks"]]
+    per: dict[str, list[int]] = {}
+    for call in model.manifest["calls"]:
+        per.setdefault(keys[call["task"]], []).append(call.get("weight_bytes", 0))
+    return {key: sum(b) / len(b) / MEMORY_BANDWIDTH for key, b in per.items()}
+
+
 def _shortlists(db: Database, tasks: list[Task], target: Target, size: int) -> dict[str, list[Config]]:
     """Task key -> its `size` fastest configs timed on this machine that ran faster alone than its
     default (what a tune found; where the default was never timed, any), neither the default nor
@@ -272,7 +290,10 @@ def _judge_shortlists(builds: _Builds, untuned: Model, tasks: list[Task], target
     config: the convolutions' per-call medians moved by at most 6% between two loads of one
     ResNet-18 build (Xeon, 2 threads), where the whole model moved by up to 17%. So a task is
     judged on its own kernel, every task at once, where an A/B test of the whole model judges one
-    task per pair of builds and only beyond the model's noise."""
+    task per pair of builds and only beyond the model's noise. A kernel is judged by the larger of
+    its time and the time its weights take to stream at a low bandwidth (`streaming_floors`): a
+    config that trades arithmetic for weight bytes wins only where it still wins when the shared
+    host's memory is busy."""
     by_key = {t.key: t for t in tasks}
     lists = _shortlists(db, tasks, target, size)
     if not lists:
@@ -288,13 +309,16 @@ def _judge_shortlists(builds: _Builds, untuned: Model, tasks: list[Task], target
 
     variants = [builds.build(rank(j)) for j in range(max(map(len, lists.values())))]
     times = kernel_seconds(builds.feeds, [untuned, *variants], rounds, runs)
+    cache = llc_bytes()
+    floors = [streaming_floors(m, cache) for m in (untuned, *variants)]
     builds.discard(variants)  # each holds the model's weights
     out: list[KernelVerdict] = []
     for key, configs in lists.items():
         default_s = times[0].get(key)
         if default_s is None or default_s < MIN_JUDGED_S:
             continue
-        configs_s = [times[1 + j][key] for j in range(len(configs))]
+        default_s = max(default_s, floors[0].get(key, 0.0))
+        configs_s = [max(times[1 + j][key], floors[1 + j].get(key, 0.0)) for j in range(len(configs))]
         said = kernel_verdicts(default_s, configs_s)
         for config, seconds, wins in zip(configs, configs_s, said):
             if wins is not None:

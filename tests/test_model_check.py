@@ -1,5 +1,7 @@
 """Tuning never loses in the model: verdicts of the model on tuned configs, the noise rule for
 configs it never judged, and the A/B tests a tune ends with (issue 18)."""
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -16,10 +18,12 @@ from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize_for
 from autosched.measure import ErrorKind, MeasureInput, MeasureResult
 from autosched.model_check import check_in_model, judge, kernel_verdicts
+from autosched.runtime import load_model
 from autosched.target import CpuInfo, Target
 from autosched.task import extract_tasks
 from autosched.templates import get_template
 from autosched.zoo import mlp
+from autosched.zoo_builder import ModelBuilder, tensor_info
 
 
 def _record(task, target, config, seconds, t0=1000.0):
@@ -334,3 +338,51 @@ def test_the_kept_profile_alternates_with_plain_runs_for_its_whole_window(mlp_mo
     for i, call in enumerate(calls):
         assert call.seconds == pytest.approx(float(np.median([b[i].seconds for b in blocks])))
     model.close()
+
+
+def _winograd_conv(tmp_path):
+    """Two 3x3 convolutions of 32 channels on 64x64 maps (F(4) by default, above `MIN_JUDGED_S`), as a loaded graph."""
+    b = ModelBuilder(5)
+    x = b.node("Relu", [b.conv_bn("input", "c0", 32, 32, 3)], "c0/Relu")
+    x = b.node("Relu", [b.conv_bn(x, "c1", 32, 32, 3)], "c1/Relu")
+    path = tmp_path / "conv.onnx"
+    onnx.save(b.model("conv", [tensor_info("input", (1, 32, 64, 64))], [tensor_info(x, (1, 32, 64, 64))]), path)
+    return load_onnx(path)
+
+
+def test_a_config_that_streams_more_weight_bytes_is_judged_as_if_the_host_gave_it_little_memory_bandwidth(
+        tmp_path, monkeypatch):
+    """The manifest counts each call's weight bytes: F(4)'s transformed weights are (6/4)² times
+    F(2)'s. Where the model's weights exceed the last-level cache, each kernel is judged no faster
+    than its weights stream at `MEMORY_BANDWIDTH`; here the cache is 0 bytes and the bandwidth
+    low enough that the streaming floor decides, so F(2), recorded 100x faster than F(4) alone,
+    loses to it in the model, which no timing on any host could decide otherwise."""
+    target = Target.parse("llvm")
+    graph = _winograd_conv(tmp_path)
+    tasks = extract_tasks(optimize_for(graph, target)).tasks
+    [task] = [t for t in tasks if t.op == "ConvNCHWc"]
+    template = get_template(task.op, target.kind)
+    default = template.fallback(task, target)
+    assert default["algorithm"] == "winograd_4"
+    f2 = default.space.from_values({**{k.name: default[k.name] for k in default.space.knobs}, "algorithm": "winograd_2"})
+
+    files = build_model(graph, tmp_path / "plain.so", target)
+    calls = [c for c in json.loads(files.manifest.read_text())["calls"] if c["op"] == "ConvNCHWc"]
+    assert [c["weight_bytes"] for c in calls] == [36 * 32 * 32 * 4 + 32 * 4] * 2  # the transformed 6x6 kernels and a bias
+    model = load_model(files.library)
+    try:
+        assert model_check.streaming_floors(model, cache_bytes=1 << 40) == {}  # weights stay in cache
+        assert model_check.streaming_floors(model, cache_bytes=0)[task.key] == pytest.approx(
+            calls[0]["weight_bytes"] / model_check.MEMORY_BANDWIDTH)
+    finally:
+        model.close()
+
+    db = Database(tmp_path / "t.db")
+    db.commit([_record(task, target, default, 1e-3), _record(task, target, f2, 1e-5)])
+    monkeypatch.setattr(model_check, "llc_bytes", lambda: 0)
+    monkeypatch.setattr(model_check, "MEMORY_BANDWIDTH", 1e6)  # F(4) 148 ms a call, F(2) 66 ms
+    check = check_in_model(graph, tasks, target, db, runs=4, threads=1, ab_tasks=0)
+    [kernel] = check.kernels
+    assert kernel.verdicts == (True,) and kernel.configs_ms[0] == pytest.approx(16 * 32 * 32 * 4 / 1e6 * 1e3, rel=0.01)
+    # (the whole model, timed next at this host's real bandwidth, may still decline it: the floor
+    # only ever makes a kernel slower, never the build's own timing faster)

@@ -138,8 +138,10 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
         "tasks": [{"key": t.key, "weight": t.weight} for t in taskset.tasks],
         "kernels": [{"symbol": renderer.symbol(p.func), "task": key[0], "precomputed_stages": len(p.folded)}
                     for key, p in plans.items()],
-        "calls": [{"op": group.anchor.op.value, "group": group.name, "task": task_index}
-                  for group, task_index in zip(groups, taskset.group_tasks)],
+        # the weight bytes a call reads: in a model whose weights exceed the cache, read from memory at every run
+        "calls": [{"op": group.anchor.op.value, "group": group.name, "task": task_index,
+                   "weight_bytes": sum(weights.sizes[n] for n in {a.name for a in args} if n in weights.sizes)}
+                  for (group, _, args), task_index in zip(calls, taskset.group_tasks)],
     }, indent=1))
     out.with_suffix(backend.source_suffix).write_text(source)
     return files

@@ -31,12 +31,14 @@ class Weights:
         self.blob = bytearray()
         self.offsets: dict[str, int] = {}
         self.dtypes: dict[str, str] = {}
+        self.sizes: dict[str, int] = {}
 
     def add(self, name: str, array: np.ndarray) -> str:
         if name not in self.offsets:
             self.blob.extend(b"\0" * (-len(self.blob) % WEIGHT_ALIGN))
             self.offsets[name] = len(self.blob)
             self.dtypes[name] = array.dtype.name
+            self.sizes[name] = array.nbytes
             self.blob.extend(np.ascontiguousarray(array).tobytes())
         return name
 
