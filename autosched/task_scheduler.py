@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from autosched.interrupts import check
 from autosched.measure import Builder, MeasureBatch, MeasureInput, MeasureResult, Record, Runner, measure_with
 from autosched.measure.interface import PipelinedRunner
 from autosched.space import Config
@@ -284,6 +285,7 @@ def _overlapped_rounds(rounds: Rounds, trials: int, builder: Builder, runner: Pi
     in_flight: deque[tuple[TaskProgress, list[MeasureInput], list[MeasureInput], int, float]] = deque()
     # (task, its inputs, the inputs measured: with its default, ticket, asking s)
     while True:
+        check()
         while len(in_flight) < ROUNDS_IN_FLIGHT and spent < trials:
             p = rounds.pick()
             if p is None:

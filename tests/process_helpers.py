@@ -1,6 +1,8 @@
 """A tuner run as a user runs it, in its own process and process group, and ways to watch it:
-which of its processes live, how many records it committed."""
+which of its processes live, how many records it committed, which temporary directories it left;
+and a signal whose interrupt is swallowed, as native code swallows it."""
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -103,3 +105,22 @@ def records(db):
             return conn.execute("SELECT count(*) FROM records WHERE coalesce(tuner, '') != 'reference'").fetchone()[0]
         except sqlite3.OperationalError:
             return 0
+
+
+OURS = re.compile(r"autosched-(cc|run|check|bench|nvcc)-")
+
+
+def ours(tmp):
+    """The temporary directories our commands made in `tmp` and left there."""
+    return sorted(p.name for p in tmp.iterdir() if OURS.match(p.name))
+
+
+def swallow(signum: int) -> None:
+    """Send this process `signum` and swallow the KeyboardInterrupt its handler raises, as native
+    code that clears errors does (numpy.random's Cython ABC registration: PyErr_Clear)."""
+    try:
+        os.kill(os.getpid(), signum)
+        time.sleep(10)  # the handler raises here at the latest
+    except KeyboardInterrupt:
+        return
+    raise AssertionError(f"signal {signum} raised nothing")

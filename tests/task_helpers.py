@@ -1,4 +1,5 @@
-"""Small tasks built from one-anchor graphs, for template, feature and tuning tests."""
+"""Small tasks built from one-anchor graphs, for template, feature and tuning tests, and runners
+that time nothing, for the task scheduler's."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -9,6 +10,8 @@ from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.layout import blocked_shape
 from autosched.graph.passes import fold_views
+from autosched.measure import ErrorKind, MeasureResult
+from autosched.measure.interface import PipelinedRunner
 from autosched.task import Task, extract_tasks
 
 _RNG = np.random.default_rng(0)
@@ -145,3 +148,34 @@ def assert_matches_reference(task: Task, schedule, args, target) -> None:
     kern(*inputs, *outs, *folded)
     for got, want in zip(outs, task.reference(inputs)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+class PerTaskCost:
+    """A runner that times nothing (a test double for the device): every config of a task
+    costs that task's fixed time, so no task improves after its first round."""
+
+    def __init__(self, costs):
+        self.costs = costs
+
+    def run(self, inputs, builds):
+        return [MeasureResult((self.costs[i.task.key],), ErrorKind.NO_ERROR, "", 0.0, 0.0) for i in inputs]
+
+
+class PipelinedPerTaskCost(PerTaskCost, PipelinedRunner):
+    """PerTaskCost behind the pipelined interface (as the Ray runner is), logging when each
+    batch is submitted and when it is waited for."""
+
+    def __init__(self, costs):
+        super().__init__(costs)
+        self.log: list[tuple[str, int]] = []
+        self._batches: dict[int, list] = {}
+
+    def submit(self, builder, inputs):
+        ticket = len(self.log)
+        self._batches[ticket] = self.run(inputs, builder.build(inputs))
+        self.log.append(("submit", ticket))
+        return ticket
+
+    def wait(self, ticket):
+        self.log.append(("wait", ticket))
+        return self._batches.pop(ticket)

@@ -1,7 +1,6 @@
 """SIGTERM is Ctrl-C: one line, every committed record kept, exit 143, nothing left behind; and
 what a kill -9 leaves in the temporary directory is swept by the next command."""
 import os
-import re
 import signal
 import sqlite3
 import subprocess
@@ -10,15 +9,9 @@ import time
 import uuid
 
 import pytest
-from process_helpers import ROOT, finish, marked, records, start_tune, wait_for
+from process_helpers import ROOT, finish, marked, ours, records, start_tune, wait_for
 
 from autosched.cli.app import terminate_as_interrupt
-
-OURS = re.compile(r"autosched-(cc|run|check|bench|nvcc)-")
-
-
-def ours(tmp):
-    return sorted(p.name for p in tmp.iterdir() if OURS.match(p.name))
 
 
 def test_sigterm_is_handled_like_ctrl_c_and_leaves_no_temporary_directory(small_model, tmp_path, monkeypatch):

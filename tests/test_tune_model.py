@@ -10,7 +10,7 @@ import onnx
 import pytest
 from db_helpers import execute
 from onnx import TensorProto, helper, numpy_helper
-from task_helpers import assert_matches_reference
+from task_helpers import PerTaskCost, PipelinedPerTaskCost, assert_matches_reference
 
 from autosched.cli import main
 from autosched.compile.model import build_model
@@ -18,7 +18,6 @@ from autosched.database import Database, RecordWriter, TunedSchedules, history, 
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize
 from autosched.measure.caches import llc_bytes, model_caches
-from autosched.measure.interface import PipelinedRunner
 from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions
 from autosched.runtime import load_model
 from autosched.target import Target
@@ -245,38 +244,6 @@ def test_each_task_is_first_measured_at_its_untuned_config(tmp_path):
     fallback = template.fallback(task, target)
     assert first["config"]["index"] == fallback.index
     assert_matches_reference(task, *template.apply(task, fallback, target), target)
-
-
-class PerTaskCost:
-    """A runner that times nothing (a test double for the device): every config of a task
-    costs that task's fixed time, so no task improves after its first round."""
-
-    def __init__(self, costs):
-        self.costs = costs
-
-    def run(self, inputs, builds):
-        from autosched.measure import ErrorKind, MeasureResult
-        return [MeasureResult((self.costs[i.task.key],), ErrorKind.NO_ERROR, "", 0.0, 0.0) for i in inputs]
-
-
-class PipelinedPerTaskCost(PerTaskCost, PipelinedRunner):
-    """PerTaskCost behind the pipelined interface (as the Ray runner is), logging when each
-    batch is submitted and when it is waited for."""
-
-    def __init__(self, costs):
-        super().__init__(costs)
-        self.log: list[tuple[str, int]] = []
-        self._batches: dict[int, list] = {}
-
-    def submit(self, builder, inputs):
-        ticket = len(self.log)
-        self._batches[ticket] = self.run(inputs, builder.build(inputs))
-        self.log.append(("submit", ticket))
-        return ticket
-
-    def wait(self, ticket):
-        self.log.append(("wait", ticket))
-        return self._batches.pop(ticket)
 
 
 def test_a_pipelined_runner_gets_the_next_round_before_the_current_one_is_waited_for(small_model, tmp_path):

@@ -28,6 +28,7 @@ from typing import Any
 # build of `interrupt`; CI's flaky tests/test_signals.py case).
 import numpy.random  # noqa: F401
 
+from autosched import interrupts
 from autosched.cli import db, fleet, model, substitutions, tune
 from autosched.cli.args import Command
 from autosched.errors import AutoschedError, TuneInterrupted
@@ -87,7 +88,11 @@ def terminate_as_interrupt() -> Iterator[list[int]]:
     """SIGTERM (what `kill`, service managers and batch schedulers send) handled as Ctrl-C is: a
     KeyboardInterrupt that unwinds every `finally` (the records committed are kept, worker
     processes and temporary directories removed). Yields the signals received, for the exit
-    status; a second SIGTERM while unwinding is ignored, so the cleanup runs to its end.
+    status; a second SIGTERM while unwinding is ignored, so the cleanup runs to its end. Ctrl-C,
+    where SIGINT has Python's default handler (not where a shell starting a background job made
+    it ignored), is raised every time as that handler raises it, and recorded too. The record is
+    also `autosched.interrupts.received`, for as long as the handler is installed: native code
+    can swallow the interrupt, and the long loops of a command raise it again (`check`).
 
     An interrupt that lands while a weakref callback or a `__del__` runs is swallowed by the
     interpreter ("Exception ignored in ..."), and the command would run on as if no signal came:
@@ -99,7 +104,7 @@ def terminate_as_interrupt() -> Iterator[list[int]]:
     owner = os.getpid()
 
     def interrupt(signum: int, _frame: object) -> None:
-        if os.getpid() != owner:  # a forked builder inherits the handler: it dies as a SIGTERM'd process does
+        if os.getpid() != owner:  # a forked builder inherits the handler: it dies as a signalled process does
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
@@ -107,7 +112,7 @@ def terminate_as_interrupt() -> Iterator[list[int]]:
             swallowed.clear()
             raise KeyboardInterrupt
         received.append(signum)
-        if len(received) == 1:
+        if len(received) == 1 or signum == signal.SIGINT:
             raise KeyboardInterrupt
 
     def redeliver(unraisable: Any) -> None:
@@ -120,13 +125,17 @@ def terminate_as_interrupt() -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield received
         return
-    previous, previous_hook = signal.signal(signal.SIGTERM, interrupt), sys.unraisablehook
-    sys.unraisablehook = redeliver
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
+    previous_hook, previous_received = sys.unraisablehook, interrupts.received
+    sys.unraisablehook, interrupts.received = redeliver, received
     try:
         yield received
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        sys.unraisablehook = previous_hook
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        sys.unraisablehook, interrupts.received = previous_hook, previous_received
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,6 +22,7 @@ import onnx
 from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
 from autosched.graph.reference import random_inputs
+from autosched.interrupts import check
 from autosched.runtime import Model
 
 log = logging.getLogger("autosched")
@@ -167,6 +168,7 @@ def kernel_times(model: Model, model_path: Path, threads: int, feeds: dict[str, 
 
     done = 0
     while done < runs:
+        check()
         n = min(block, runs - done)
         _settle(run_ours, settle_s)
         for _ in range(n):
@@ -233,6 +235,7 @@ def alternate_rounds(runners: Sequence[Callable[[], object]], runs: int = 30, bl
                 t0 = time.perf_counter()
                 run()
                 block_times.append(time.perf_counter() - t0)
+                check()
             out.extend(block_times)
     return rounds
 
@@ -272,4 +275,5 @@ def _settle(run: Callable[[], object], seconds: float) -> None:
     start = time.perf_counter()
     run()
     while time.perf_counter() - start < seconds:
+        check()
         run()

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from autosched.errors import AutoschedError
+from autosched.interrupts import check
 from autosched.measure import MeasureBatch, MeasureInput, MeasureResult, Record, RecordError, TaskLike
 from autosched.space import Config, ConfigSpace
 from autosched.target import Target
@@ -143,6 +144,7 @@ class Tuner(ABC):
             raise TunerError(f"early_stopping must be a positive int or None, got {early_stopping!r}")
         done, last_gain, searched = 0, 0, self.search_s
         while done < n_trials:
+            check()
             if early_stopping is not None and done - last_gain >= early_stopping:
                 return TuneSummary(done, self.best, self.best_cost, stopped_early=True,
                                    search_s=self.search_s - searched)
