@@ -218,11 +218,26 @@ def judge(with_ms: float, without_ms: float) -> bool | None:
     return None
 
 
-def kernel_verdicts(default_s: float, configs_s: Sequence[float]) -> tuple[bool | None, ...]:
+def kernel_verdicts(default_s: float, configs_s: Sequence[float], default_floor: float = 0.0,
+                    config_floors: Sequence[float] = ()) -> tuple[bool | None, ...]:
     """Per shortlisted config, from kernel times in the model: the fastest wins if it beats the
     default by more than noise, and then configs slower than it by more than noise lose (so a
     build takes the winner over a config faster only alone); if none beats the default, those
-    slower than the default by more than noise lose. Everything else is left unjudged."""
+    slower than the default by more than noise lose. Everything else is left unjudged.
+
+    Each time is judged no lower than its floor (`streaming_floors`), and a config that reads
+    more weight bytes than the default and wins on its measured time but not at its floor
+    loses: it wins only while the host's memory is fast, and unjudged its time alone would
+    build it (ResNet-18's 14x14 layers on F(4), 4x the filter's bytes: 0.87-0.88 of F(2)'s time
+    in the model in quiet phases of a 2-vCPU EPYC, 1.14-1.20 in a slow one)."""
+    floors = list(config_floors) or [0.0] * len(configs_s)
+    judged = _verdicts(max(default_s, default_floor), [max(c, f) for c, f in zip(configs_s, floors)])
+    measured = _verdicts(default_s, configs_s)
+    return tuple(False if wins and not said and floor > default_floor else said
+                 for wins, said, floor in zip(measured, judged, floors))
+
+
+def _verdicts(default_s: float, configs_s: Sequence[float]) -> tuple[bool | None, ...]:
     j_best = min(range(len(configs_s)), key=lambda j: configs_s[j])
     fastest = configs_s[j_best]
     if fastest < (1 - IN_MODEL_NOISE) * default_s:
@@ -317,9 +332,11 @@ def _judge_shortlists(builds: _Builds, untuned: Model, tasks: list[Task], target
         default_s = times[0].get(key)
         if default_s is None or default_s < MIN_JUDGED_S:
             continue
-        default_s = max(default_s, floors[0].get(key, 0.0))
-        configs_s = [max(times[1 + j][key], floors[1 + j].get(key, 0.0)) for j in range(len(configs))]
-        said = kernel_verdicts(default_s, configs_s)
+        configs_s = [times[1 + j][key] for j in range(len(configs))]
+        config_floors = [floors[1 + j].get(key, 0.0) for j in range(len(configs))]
+        said = kernel_verdicts(default_s, configs_s, floors[0].get(key, 0.0), config_floors)
+        default_s = max(default_s, floors[0].get(key, 0.0))  # recorded as judged
+        configs_s = [max(c, f) for c, f in zip(configs_s, config_floors)]
         for config, seconds, wins in zip(configs, configs_s, said):
             if wins is not None:
                 record_verdict(db, by_key[key], target, config, Verdict(wins, 1e3 * seconds, 1e3 * default_s, session))

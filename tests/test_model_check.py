@@ -184,6 +184,19 @@ def test_the_kernel_verdicts_build_the_fastest_in_the_model_where_it_beats_the_d
     assert kernel_verdicts(1.0, [0.9]) == (True,)
 
 
+def test_a_config_that_wins_only_while_the_host_streams_its_extra_weight_bytes_fast_loses():
+    """Floors are the seconds each kernel's weights take at a low bandwidth (`streaming_floors`)."""
+    # F(4) on a 7x7 layer: faster as measured, but its floor (more bytes) is slower than the default
+    assert kernel_verdicts(0.889, [0.747], 0.84, [1.88]) == (False,)
+    # F(4) on a 14x14 layer: a measured win the floor brings within noise: it loses, never built on its time alone
+    assert kernel_verdicts(0.484, [0.416], 0.21, [0.47]) == (False,)
+    # a config reading the default's bytes keeps a win that holds above the floor, and loses nothing the floor ties
+    assert kernel_verdicts(1.0, [0.8], 0.5, [0.5]) == (True,)
+    assert kernel_verdicts(0.9, [0.8], 1.0, [1.0]) == (None,)
+    # fewer bytes than the default: the floor raises only the default
+    assert kernel_verdicts(0.9, [0.95], 1.2, [0.5]) == (True,)
+
+
 def test_build_and_db_best_say_which_tasks_give_way_to_a_config_that_won_in_the_model(mlp_model, tmp_path, capsys):
     """ResNet-18's 1000-trial build ran 25% slower than its 500-trial one: the new best config of
     one convolution lost its A/B test by 3% and the task went back to its default (3× slower
