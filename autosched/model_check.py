@@ -43,7 +43,7 @@ from autosched.graph.ir import Graph
 from autosched.measure.caches import MEMORY_BANDWIDTH, llc_bytes
 from autosched.runtime import KernelCall, Model, load_model
 from autosched.space import Config
-from autosched.target import Target
+from autosched.target import CpuCapabilities, Target
 from autosched.task import Task
 from autosched.tempdirs import temp_dir
 from autosched.templates import TemplateError, get_template
@@ -324,8 +324,9 @@ def _judge_shortlists(builds: _Builds, untuned: Model, tasks: list[Task], target
 
     variants = [builds.build(rank(j)) for j in range(max(map(len, lists.values())))]
     times = kernel_seconds(builds.feeds, [untuned, *variants], rounds, runs)
-    cache = llc_bytes()
-    floors = [streaming_floors(m, cache) for m in (untuned, *variants)]
+    # a GPU's memory is its own, not a shared host's: no floors there
+    cpu = isinstance(target.capabilities, CpuCapabilities)
+    floors = [streaming_floors(m, llc_bytes()) if cpu else {} for m in (untuned, *variants)]
     builds.discard(variants)  # each holds the model's weights
     out: list[KernelVerdict] = []
     for key, configs in lists.items():
