@@ -39,6 +39,24 @@ def built_matches_reference(graph, path, target, seed=1, rtol=1e-4, atol=1e-4) -
         model.close()
 
 
+def built_matches_onnxruntime(path, so_path, rtol=1e-3, atol=1e-4):
+    """Import the ONNX model at `path`, build it at `so_path` and check it against onnxruntime on
+    random inputs; returns the imported graph."""
+    from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
+    from autosched.compile.model import build_model
+    from autosched.frontend.onnx import load_onnx
+    from autosched.runtime import load_model
+
+    graph = load_onnx(path)
+    model = load_model(build_model(graph, so_path).library)
+    try:
+        diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=rtol, atol=atol)
+    finally:
+        model.close()
+    assert diffs and all(d.ok for d in diffs), diffs
+    return graph
+
+
 def aspp_graph(c=32, hw=33, seed=7):
     """DeepLab-v3's ASPP at output stride 16 of a 513x513 image (33x33): a 3x3 stem, a 1x1 branch
     and 3x3 branches of dilation 12 and 24 (cut into regions by `crop_taps`) and 36, with their

@@ -4,12 +4,10 @@ use (a segmentation head's 16x bilinear, an FPN's 2x, a volume's trilinear)."""
 import numpy as np
 import onnx
 import pytest
+from graph_helpers import built_matches_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
-from autosched.compile.model import build_model
 from autosched.frontend.onnx import load_onnx
-from autosched.runtime import load_model
 from autosched.target import Target
 from autosched.task import extract_tasks
 
@@ -36,14 +34,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_builds_match_onnxruntime(case, tmp_path):
-    path = _resize(tmp_path / "resize.onnx", *case[:2], **case[2])
-    graph = load_onnx(path)
-    model = load_model(build_model(graph, tmp_path / "resize.so").library)
-    try:
-        diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-5, atol=1e-5)
-    finally:
-        model.close()
-    assert diffs and all(d.ok for d in diffs), diffs
+    built_matches_onnxruntime(_resize(tmp_path / "resize.onnx", *case[:2], **case[2]), tmp_path / "resize.so",
+                              rtol=1e-5, atol=1e-5)
 
 
 def test_a_bilinear_upsampling_runs_one_pass_per_axis_the_innermost_first(tmp_path):

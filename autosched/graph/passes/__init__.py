@@ -17,6 +17,7 @@ from autosched.graph.passes.divide_by_constant import divide_by_constant
 from autosched.graph.passes.flatten_pointwise import flatten_pointwise
 from autosched.graph.passes.fold_batchnorm import fold_batchnorm
 from autosched.graph.passes.fold_constants import fold_constants
+from autosched.graph.passes.fold_depth import fold_depth
 from autosched.graph.passes.fold_layer_norm import fold_layer_norm
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
@@ -48,6 +49,7 @@ __all__ = [
     "fold_constants",
     "fold_layer_norm",
     "fold_views",
+    "fold_depth",
     "lift_1d",
     "matmul_rows",
     "fuse",
@@ -107,7 +109,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = remove_identity(graph)
     graph = fold_constants(graph)
     graph = divide_by_constant(fold_layer_norm(reduce_pow(graph)))
-    graph = crop_taps(lift_1d(patch_conv(fold_batchnorm(graph))))
+    graph = crop_taps(lift_1d(patch_conv(fold_depth(fold_batchnorm(graph)))))
     graph = collapse_views(matmul_rows(eliminate_common_subexpressions(graph)))
     if gpu_blocks:
         graph = fold_constants(split_k(graph, gpu_blocks))

@@ -1,0 +1,216 @@
+"""Convolutions over three spatial axes as 2-D ones over a batch of depth windows.
+
+Video and volumetric models (R3D, MC3, medical 3-D U-Nets) convolve [N, C, D, H, W] tensors.
+The compiled convolutions are 2-D, with their layouts, templates, Winograd kernels and tuned
+records. A 3-D convolution is one: each output depth `o` reads the KD input depths
+`o·sd + kd·dd` (after the depth padding), so stacking those KD depths on the channel axis gives
+an image of C·KD channels, and the 3-D filter [O, C/g, KD, KH, KW] is a 2-D one of C/g·KD
+input channels (channel c·KD + kd: each group's channels stay contiguous). All Do output depths
+are one 2-D convolution of batch N·Do.
+
+The tensors between such convolutions are kept depth-major, [N, D, C, H, W], where a depth is
+a [C, H, W] image and N·D of them a batch: a convolution's result is then its 2-D output as it
+is (a Reshape moves nothing), and the next one's windows are slices of depths, stacked on the
+channel axis (one copy, none for KD = 1 and stride 1). Elementwise ops whose operands are all
+such tensors (a ReLU, a residual Add) run on them as they are, on the 2-D images where those
+come from convolutions (so they fuse into their epilogues); a Transpose back to NCDHW is made
+only for other readers and graph outputs. On 8×112×112 clips of R3D-18 that leaves one
+Transpose in and one out.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from autosched.graph.ir import Graph, Node, Op
+from autosched.graph.passes.rewrite import NewValues, rebuild
+from autosched.opset.record import OpKind
+from autosched.opset.registry import kind_of
+
+#: NCDHW -> depth-major [N, D, C, H, W], and back
+TO_DEPTH_MAJOR = (0, 2, 1, 3, 4)
+
+
+def fold_depth(graph: Graph) -> Graph:
+    """`graph` with every Conv, MaxPool and AveragePool of a 5-D input computed by 2-D ones."""
+    if not any(n.op in (Op.CONV, Op.MAX_POOL, Op.AVERAGE_POOL) and len(graph.values[n.inputs[0]].shape) == 5
+               for n in graph.nodes):
+        return graph
+    constants = dict(graph.constants)
+    value = NewValues(graph)
+    nodes: list[Node] = []
+    major: dict[str, str] = {}  # an NCDHW value -> its depth-major twin
+    planar: dict[str, str] = {}  # a depth-major twin -> the [N·D, C, H, W] batch of images it is a view of
+    pending: dict[str, Node] = {}  # an NCDHW value computed only as a twin so far -> the Transpose that makes it
+    made: set[str] = set()  # the NCDHW values whose Transpose is in `nodes`
+
+    def depth_major(name: str) -> str:
+        """The depth-major twin of an NCDHW value, transposed where it has none."""
+        if name not in major:
+            n, c, d, h, w = graph.values[name].shape
+            major[name] = value(f"{name}_depth_major", (n, d, c, h, w), graph.values[name].dtype)
+            nodes.append(Node(f"{name}/depth_major", Op.TRANSPOSE, (name,), (major[name],), {"perm": TO_DEPTH_MAJOR}))
+        return major[name]
+
+    def need(name: str) -> None:
+        """An NCDHW value some node reads: its Transpose back from the twin, once, before that node."""
+        if name in pending and name not in made:
+            nodes.append(pending[name])
+            made.add(name)
+
+    for node in graph.nodes:
+        if node.op is Op.CONV and len(graph.values[node.inputs[0]].shape) == 5:
+            result, planar[result] = _conv(graph, node, depth_major(node.inputs[0]), constants, value, nodes)
+        elif node.op in (Op.MAX_POOL, Op.AVERAGE_POOL) and len(graph.values[node.inputs[0]].shape) == 5:
+            result = _pool(graph, node, depth_major(node.inputs[0]), constants, value, nodes)
+        elif _stays_depth_major(graph, node, major, constants):
+            out = graph.values[node.outputs[0]]
+            n, c, d, h, w = out.shape
+            result = value(f"{out.name}_depth_major", (n, d, c, h, w), out.dtype)
+            twins = [major[i] for i in node.inputs if i in major]
+            if all(t in planar for t in twins):  # on the images, where it fuses into the convolution's epilogue
+                images = value(f"{out.name}_2d", (n * d, c, h, w), out.dtype)
+                operands = tuple(planar[major[i]] if i in major else i for i in node.inputs)
+                nodes.append(Node(node.name, node.op, operands, (images,), node.attrs))
+                nodes.append(Node(f"{node.name}/depths", Op.RESHAPE, (images,), (result,), {"shape": (n, d, c, h, w)}))
+                planar[result] = images
+            else:
+                nodes.append(Node(node.name, node.op, tuple(major.get(i, i) for i in node.inputs), (result,), node.attrs))
+        else:
+            for name in node.inputs:
+                need(name)
+            nodes.append(node)
+            continue
+        y = node.outputs[0]
+        major[y] = result
+        pending[y] = Node(f"{node.name}/ncdhw", Op.TRANSPOSE, (result,), (y,), {"perm": TO_DEPTH_MAJOR})
+    for v in graph.outputs:
+        need(v.name)
+    return rebuild(graph, nodes, constants, value.values)
+
+
+def _stays_depth_major(graph: Graph, node: Node, major: dict[str, str], constants: dict) -> bool:
+    """An elementwise node of one output whose operands are depth-major twins of its output's
+    shape or scalar constants (at least one a twin): computed on the twins as they are."""
+    if kind_of(node.op) is not OpKind.ELEMWISE or len(node.outputs) != 1:
+        return False
+    shape = graph.values[node.outputs[0]].shape
+    twins = [i for i in node.inputs if i in major]
+    return bool(twins) and all(
+        (i in major and graph.values[i].shape == shape) or (i in constants and constants[i].size == 1)
+        for i in node.inputs)
+
+
+def _depth_windows(name: str, shape: tuple[int, ...], dtype: str, node: Node, kd: int, d_out: int, fill: float,
+                   value: NewValues, nodes: list[Node]) -> list[str]:
+    """The `kd` slices of the depth-major `name` [N, D, C, H, W] that output depths 0..d_out-1
+    of the 3-D window op `node` read at each depth tap (after its depth padding, filled with
+    `fill`, and what ceil mode adds at the end): each [N, d_out, C, H, W]."""
+    n, depth, c, h, w = shape
+    at = node.attrs
+    sd, dd = at.get("strides", (1, 1, 1))[0], at.get("dilations", (1, 1, 1))[0]
+    pd0, pd1 = at.get("pads", (0,) * 6)[0], at.get("pads", (0,) * 6)[3]
+    pd1 += max(0, (d_out - 1) * sd + dd * (kd - 1) + 1 - (depth + pd0 + pd1))
+    src = name
+    if pd0 or pd1:
+        src = value(f"{name}_depth_padded", (n, depth + pd0 + pd1, c, h, w), dtype)
+        nodes.append(Node(f"{node.name}/depth_pad", Op.PAD, (name,), (src,),
+                          {"pads": (0, pd0, 0, 0, 0, 0, pd1, 0, 0, 0), "mode": "constant", "value": fill}))
+    windows = []
+    for k in range(kd):
+        start = k * dd
+        part = src
+        if (start, sd, d_out) != (0, 1, depth + pd0 + pd1):
+            part = value(f"{name}_depth{k}_of_{node.name}", (n, d_out, c, h, w), dtype)
+            nodes.append(Node(f"{node.name}/depth{k}", Op.SLICE, (src,), (part,),
+                              {"starts": (0, start, 0, 0, 0), "ends": (n, start + sd * (d_out - 1) + 1, c, h, w),
+                               "steps": (1, sd, 1, 1, 1)}))
+        windows.append(part)
+    return windows
+
+
+def _pool(graph: Graph, node: Node, x_major: str, constants: dict, value: NewValues, nodes: list[Node]) -> str:
+    """Emit `node` (a 3-D MaxPool or AveragePool) as its 2-D pool over every depth, then the max
+    or the mean over the depth windows; returns the depth-major name of its result. Both are
+    separable: a 3-D window's max is the max over its depths of their 2-D windows' maxima, and
+    the elements an average counts are those of each axis multiplied, so its 2-D averages summed
+    over the depths need only the depth's count as a divisor (per output depth, since windows
+    over the padding count fewer)."""
+    x, y = graph.values[node.inputs[0]], graph.values[node.outputs[0]]
+    n, c, depth, h, w = x.shape
+    _, _, d_out, h_out, w_out = y.shape
+    dt, at = x.dtype, node.attrs
+    kd, kh, kw = at["kernel_shape"]
+    sd, sh, sw = at["strides"]
+    dd, dh, dw = at["dilations"]
+    pd0, ph0, pw0, pd1, ph1, pw1 = at["pads"]
+    images = value(f"{x.name}_images_of_{node.name}", (n * depth, c, h, w), dt)
+    nodes.append(Node(f"{node.name}/images", Op.RESHAPE, (x_major,), (images,), {"shape": (n * depth, c, h, w)}))
+    pooled2d = value(f"{y.name}_2d", (n * depth, c, h_out, w_out), dt)
+    attrs = {**at, "kernel_shape": (kh, kw), "strides": (sh, sw), "dilations": (dh, dw), "pads": (ph0, pw0, ph1, pw1)}
+    nodes.append(Node(node.name, node.op, (images,), (pooled2d,), attrs))
+    pooled = value(f"{y.name}_per_depth", (n, depth, c, h_out, w_out), dt)
+    nodes.append(Node(f"{node.name}/depths", Op.RESHAPE, (pooled2d,), (pooled,), {"shape": (n, depth, c, h_out, w_out)}))
+    maximum = node.op is Op.MAX_POOL
+    fill = float(np.finfo(np.dtype(dt)).min) if maximum else 0.0  # a real element of every window is larger
+    windows = _depth_windows(pooled, (n, depth, c, h_out, w_out), dt, node, kd, d_out, fill, value, nodes)
+    shape = (n, d_out, c, h_out, w_out)
+    result = windows[0]
+    for k, part in enumerate(windows[1:], 1):
+        total = value(f"{y.name}_depths_to{k}", shape, dt)
+        nodes.append(Node(f"{node.name}/depth_{'max' if maximum else 'sum'}{k}", Op.MAX if maximum else Op.ADD,
+                          (result, part), (total,)))
+        result = total
+    if maximum:
+        return result
+    counted = (0, depth + pd0 + pd1) if at.get("count_include_pad", 0) else (pd0, pd0 + depth)
+    counts = [sum(counted[0] <= o * sd + k * dd < counted[1] for k in range(kd)) for o in range(d_out)]
+    scale = value(f"{y.name}_depth_counts", (1, d_out, 1, 1, 1), dt)
+    constants[scale] = (1.0 / np.array(counts, dtype=np.float64)).astype(dt).reshape(1, d_out, 1, 1, 1)
+    mean = value(f"{y.name}_depth_major", shape, dt)
+    nodes.append(Node(f"{node.name}/depth_mean", Op.MUL, (result, scale), (mean,)))
+    return mean
+
+
+def _conv(graph: Graph, node: Node, x_major: str, constants: dict, value: NewValues, nodes: list[Node]
+          ) -> tuple[str, str]:
+    """Emit `node` (a 3-D Conv) as a 2-D one over the depth windows of `x_major`; returns the
+    depth-major name of its result and the 2-D one that is a view of."""
+    x, y = graph.values[node.inputs[0]], graph.values[node.outputs[0]]
+    n, c, depth, h, w = x.shape
+    _, o, d_out, h_out, w_out = y.shape
+    dt = x.dtype
+    at = node.attrs
+    kd, kh, kw = graph.values[node.inputs[1]].shape[2:]
+    _, sh, sw = at.get("strides", (1, 1, 1))
+    _, dh, dw = at.get("dilations", (1, 1, 1))
+    _, ph0, pw0, _, ph1, pw1 = at.get("pads", (0,) * 6)
+    windows = _depth_windows(x_major, (n, depth, c, h, w), dt, node, kd, d_out, 0.0, value, nodes)
+    images = value(f"{x.name}_windows_of_{node.name}", (n * d_out, c * kd, h, w), dt)
+    if kd == 1:
+        nodes.append(Node(f"{node.name}/images", Op.RESHAPE, (windows[0],), (images,), {"shape": (n * d_out, c, h, w)}))
+    else:
+        taps = []
+        for k, part in enumerate(windows):  # [N, Do, C, 1, H, W]: channel c·KD + kd once stacked
+            tap = value(f"{part}_tap", (n, d_out, c, 1, h, w), dt)
+            nodes.append(Node(f"{node.name}/tap{k}", Op.RESHAPE, (part,), (tap,), {"shape": (n, d_out, c, 1, h, w)}))
+            taps.append(tap)
+        stacked = value(f"{x.name}_stacked_of_{node.name}", (n, d_out, c, kd, h, w), dt)
+        nodes.append(Node(f"{node.name}/stack", Op.CONCAT, tuple(taps), (stacked,), {"axis": 3}))
+        nodes.append(Node(f"{node.name}/images", Op.RESHAPE, (stacked,), (images,), {"shape": (n * d_out, c * kd, h, w)}))
+    w_name, *bias = node.inputs[1:]
+    filters = graph.values[w_name]
+    w_shape = (filters.shape[0], filters.shape[1] * kd, kh, kw)
+    if w_name in constants:
+        w2 = value(f"{w_name}_2d", w_shape, filters.dtype)
+        constants[w2] = constants[w_name].reshape(w_shape)
+    else:
+        w2 = value(f"{w_name}_2d", w_shape, filters.dtype)
+        nodes.append(Node(f"{node.name}/weight_2d", Op.RESHAPE, (w_name,), (w2,), {"shape": w_shape}))
+    out2d = value(f"{y.name}_2d", (n * d_out, o, h_out, w_out), y.dtype)
+    attrs = {**at, "strides": (sh, sw), "dilations": (dh, dw), "pads": (ph0, pw0, ph1, pw1)}
+    if "kernel_shape" in attrs:
+        attrs["kernel_shape"] = (kh, kw)
+    nodes.append(Node(node.name, Op.CONV, (images, w2, *bias), (out2d,), attrs))
+    result = value(f"{y.name}_depth_major", (n, d_out, o, h_out, w_out), y.dtype)
+    nodes.append(Node(f"{node.name}/depths", Op.RESHAPE, (out2d,), (result,), {"shape": (n, d_out, o, h_out, w_out)}))
+    return result, out2d
