@@ -105,3 +105,21 @@ def test_3d_pools_match_onnxruntime(tmp_path, op, kernel, stride, pads, ceil, in
     assert not any(len(folded.values[n.inputs[0]].shape) == 5 and n.op in (Op.CONV, Op.MAX_POOL, Op.AVERAGE_POOL)
                    for n in folded.nodes)
     assert sum(n.op is Op.TRANSPOSE for n in folded.nodes) == 2
+
+
+@pytest.mark.parametrize("kernel, stride, pads, output_padding", [
+    ((2, 2, 2), (2, 2, 2), (0,) * 6, (0, 0, 0)),           # a 3-D U-Net's upsampling: every output phase one tap
+    ((3, 3, 3), (2, 2, 2), (1,) * 6, (1, 1, 1)),           # taps of 2 and 1 per phase, a crop
+    ((3, 3, 3), (1, 2, 2), (1,) * 6, (0, 1, 1)),           # the depth unstrided: an ordinary convolution along it
+])
+def test_3d_transposed_convolutions_match_onnxruntime(tmp_path, kernel, stride, pads, output_padding):
+    """A strided ConvTranspose over three axes is one 3-D convolution of every output phase and a
+    shuffle (the 2-D import's, of any rank), which `fold_depth` then computes as a 2-D one."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array((rng.standard_normal((8, 4, *kernel)) * 0.2).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    up = helper.make_node("ConvTranspose", ["x", "w", "b"], ["up"], kernel_shape=list(kernel), strides=list(stride),
+                          pads=list(pads), output_padding=list(output_padding))
+    relu = helper.make_node("Relu", ["up"], ["out"])
+    graph = _check(tmp_path, _model([up, relu], [w, b], (1, 8, 3, 5, 6), ["out"]))
+    assert not any(n.op.value == "ConvTranspose" for n in graph.nodes)

@@ -89,8 +89,8 @@ def _import_transpose(imp: Importer, node: OnnxNode) -> None:
     a Pad of those axes to the stride, and a Reshape back."""
     x, w = imp.value(node.inputs[0]), node.required_const(1)
     rank = len(x.shape) - 2
-    if rank not in (1, 2) or w.ndim != rank + 2:
-        raise node.error(f"ConvTranspose over {rank} spatial dims: 1-D and 2-D are compiled")
+    if rank not in (1, 2, 3) or w.ndim != rank + 2:
+        raise node.error(f"ConvTranspose over {rank} spatial dims: 1-D, 2-D and 3-D are compiled")
     group = int(node.attr("group", 1))
     kernel = list(node.attr("kernel_shape", w.shape[2:]))
     if tuple(kernel) != w.shape[2:] or w.shape[0] != x.shape[1] or x.shape[1] % group:
