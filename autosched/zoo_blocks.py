@@ -375,6 +375,35 @@ def deeplab_block(seed: int = 18, c: int = 256, mid: int = 64, side: int = 33) -
     return b.model("deeplab_block", [tensor_info("input", (1, c, side, side))], [tensor_info(y, (1, mid, side, side))])
 
 
+def video_block(seed: int = 19, c: int = 64, frames: int = 8, side: int = 56) -> onnx.ModelProto:
+    """R(2+1)D-style video layers on an 8-frame clip: a 3x7x7 stem of stride (1, 2, 2), a 3-D max
+    pool, then two residual blocks of (2+1)-D convolutions (1x3x3 in space, then 3x1x1 in time,
+    BatchNorm after each, unfolded in the file as exporters write it), a 3x3x3 convolution of
+    stride 2 with a strided 1x1x1 shortcut, and a global average over the clip."""
+    b = ModelBuilder(seed)
+
+    def conv3d(x: str, name: str, cin: int, cout: int, kernel: tuple[int, int, int],
+               stride: tuple[int, int, int] = (1, 1, 1)) -> str:
+        fan_in = cin * math.prod(kernel)
+        weight = b.normal(f"{name}.weight", (cout, cin, *kernel), math.sqrt(2.0 / fan_in))
+        y = b.node("Conv", [x, weight], f"{name}/Conv", kernel_shape=list(kernel), strides=list(stride),
+                   pads=[k // 2 for k in kernel] * 2)
+        return b.batch_norm(y, f"{name}.bn", cout, (0.5, 1.0))
+
+    x = b.node("Relu", [conv3d("input", "stem", 3, c, (3, 7, 7), (1, 2, 2))], "stem/Relu")
+    x = b.node("MaxPool", [x], "pool/MaxPool", kernel_shape=[1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])
+    for i in range(2):
+        y = b.node("Relu", [conv3d(x, f"b{i}.space", c, c, (1, 3, 3))], f"b{i}/Relu")
+        y = conv3d(y, f"b{i}.time", c, c, (3, 1, 1))
+        x = b.node("Relu", [b.node("Add", [y, x], f"b{i}/Add")], f"b{i}/Relu_1")
+    y = b.node("Relu", [conv3d(x, "down.conv", c, 2 * c, (3, 3, 3), (2, 2, 2))], "down/Relu")
+    x = b.node("Relu", [b.node("Add", [y, conv3d(x, "down.shortcut", c, 2 * c, (1, 1, 1), (2, 2, 2))], "down/Add")],
+               "down/Relu_1")
+    x = b.node("GlobalAveragePool", [x], "head/Pool")
+    out = (1, 2 * c, 1, 1, 1)
+    return b.model("video_block", [tensor_info("input", (1, 3, frames, side, side))], [tensor_info(x, out)])
+
+
 BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "vgg_small": vgg_small,
     "inception_block": inception_block,
@@ -394,4 +423,5 @@ BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "regnet_block": regnet_block,
     "swin_block": swin_block,
     "deeplab_block": deeplab_block,
+    "video_block": video_block,
 }

@@ -312,7 +312,7 @@ def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, outp
 
 
 @pytest.mark.parametrize("name", ["conv1d_stack", "fpn_block", "unet_decoder", "shufflenet_block", "dcgan_generator",
-                                  "deeplab_block",
+                                  "deeplab_block", "video_block",
                                   *[pytest.param(n, marks=pytest.mark.slow) for n in
                                     ("vgg_small", "inception_block", "se_block", "dilated_block", "mbv3_block",
                                      "effnet_block", "dense_block", "convnext_block", "csp_block", "mixer_block",
@@ -321,7 +321,8 @@ def test_blocks_no_developer_had_seen_match_onnxruntime(tmp_path, name):
     """`zoo_blocks`: 1-D convolutions, Resize and ConvTranspose (the fast suite's three: they did
     not import before 2026-11-27), ShuffleNetV2's split, padded channel blocks and shuffle, and
     the DCGAN generator's strided ConvTransposes, DeepLab's dilated convolutions on odd maps (per
-    phase in Winograd's kernel) and ASPP head (taps cropped, regions); the others under -m slow."""
+    phase in Winograd's kernel) and ASPP head (taps cropped, regions), the video block's 3-D
+    convolutions, BatchNorms and pools (`fold_depth`); the others under -m slow."""
     from autosched.zoo_blocks import BLOCKS
 
     path = tmp_path / f"{name}.onnx"
