@@ -51,6 +51,16 @@ def fold_depth(graph: Graph) -> Graph:
             nodes.append(Node(f"{name}/depth_major", Op.TRANSPOSE, (name,), (major[name],), {"perm": TO_DEPTH_MAJOR}))
         return major[name]
 
+    def as_images(twin: str) -> str:
+        """A depth-major value as the [N·D, C, H, W] batch of images it is (a Reshape: no kernel),
+        where the elementwise ops run: fused into a convolution's epilogue where one made it."""
+        if twin not in planar:
+            made = next(v for v in value.values if v.name == twin)  # twins are all values this pass made
+            n, d, c, h, w = made.shape
+            planar[twin] = value(f"{twin}_2d", (n * d, c, h, w), made.dtype)
+            nodes.append(Node(f"{twin}/images", Op.RESHAPE, (twin,), (planar[twin],), {"shape": (n * d, c, h, w)}))
+        return planar[twin]
+
     def need(name: str) -> None:
         """An NCDHW value some node reads: its Transpose back from the twin, once, before that node."""
         if name in pending and name not in made:
@@ -66,15 +76,11 @@ def fold_depth(graph: Graph) -> Graph:
             out = graph.values[node.outputs[0]]
             n, c, d, h, w = out.shape
             result = value(f"{out.name}_depth_major", (n, d, c, h, w), out.dtype)
-            twins = [major[i] for i in node.inputs if i in major]
-            if all(t in planar for t in twins):  # on the images, where it fuses into the convolution's epilogue
-                images = value(f"{out.name}_2d", (n * d, c, h, w), out.dtype)
-                operands = tuple(planar[major[i]] if i in major else i for i in node.inputs)
-                nodes.append(Node(node.name, node.op, operands, (images,), node.attrs))
-                nodes.append(Node(f"{node.name}/depths", Op.RESHAPE, (images,), (result,), {"shape": (n, d, c, h, w)}))
-                planar[result] = images
-            else:
-                nodes.append(Node(node.name, node.op, tuple(major.get(i, i) for i in node.inputs), (result,), node.attrs))
+            images = value(f"{out.name}_2d", (n * d, c, h, w), out.dtype)
+            operands = tuple(as_images(major[i]) if i in major else i for i in node.inputs)
+            nodes.append(Node(node.name, node.op, operands, (images,), node.attrs))
+            nodes.append(Node(f"{node.name}/depths", Op.RESHAPE, (images,), (result,), {"shape": (n, d, c, h, w)}))
+            planar[result] = images
         else:
             for name in node.inputs:
                 need(name)
