@@ -82,25 +82,28 @@ def test_3d_convolutions_of_every_geometry_match_onnxruntime(tmp_path, kernel, s
     assert len(optimize(graph).values[conv2d.inputs[0]].shape) == 4
 
 
-@pytest.mark.parametrize("op, kernel, stride, pads, ceil, include_pad, depth", [
-    ("MaxPool", (2, 2, 2), (2, 2, 2), (0,) * 6, 0, 0, 6),                   # C3D's pools
-    ("MaxPool", (1, 2, 2), (1, 2, 2), (0,) * 6, 0, 0, 5),                   # spatial only: KD = 1
-    ("MaxPool", (3, 3, 3), (2, 2, 2), (1, 1, 1, 1, 1, 1), 0, 0, 7),         # S3D's, padded: the padding never wins a max
-    ("MaxPool", (3, 3, 3), (2, 2, 2), (0, 1, 1, 0, 1, 1), 1, 0, 6),         # ceil mode past the depth's end
-    ("AveragePool", (3, 3, 3), (1, 1, 1), (1, 1, 1, 1, 1, 1), 0, 0, 5),     # border windows count fewer depths
-    ("AveragePool", (3, 3, 3), (2, 2, 2), (1, 1, 1, 1, 1, 1), 0, 1, 5),     # the padding counted
-    ("AveragePool", (2, 2, 2), (2, 2, 2), (0, 0, 0, 0, 0, 0), 1, 0, 5),     # ceil mode: the last window one depth
+@pytest.mark.parametrize("op, kernel, stride, pads, ceil, include_pad, depth, batch", [
+    ("MaxPool", (2, 2, 2), (2, 2, 2), (0,) * 6, 0, 0, 6, 1),                   # C3D's pools
+    ("MaxPool", (1, 2, 2), (1, 2, 2), (0,) * 6, 0, 0, 5, 1),                   # spatial only: KD = 1
+    ("MaxPool", (3, 3, 3), (2, 2, 2), (1, 1, 1, 1, 1, 1), 0, 0, 7, 1),         # S3D's, padded: the padding never wins a max
+    ("MaxPool", (3, 3, 3), (2, 2, 2), (0, 1, 1, 0, 1, 1), 1, 0, 6, 1),         # ceil mode past the depth's end
+    ("AveragePool", (3, 3, 3), (1, 1, 1), (1, 1, 1, 1, 1, 1), 0, 0, 5, 1),     # border windows count fewer depths
+    ("AveragePool", (3, 3, 3), (2, 2, 2), (1, 1, 1, 1, 1, 1), 0, 1, 5, 1),     # the padding counted
+    ("AveragePool", (2, 2, 2), (2, 2, 2), (0, 0, 0, 0, 0, 0), 1, 0, 5, 1),     # ceil mode: the last window one depth
+    ("MaxPool", (3, 3, 3), (2, 2, 2), (1, 1, 1, 1, 1, 1), 0, 0, 5, 2),        # a batch of two clips
+    ("AveragePool", (3, 3, 3), (1, 1, 1), (1, 1, 1, 1, 1, 1), 0, 0, 5, 2),
 ])
-def test_3d_pools_match_onnxruntime(tmp_path, op, kernel, stride, pads, ceil, include_pad, depth):
+def test_3d_pools_match_onnxruntime(tmp_path, op, kernel, stride, pads, ceil, include_pad, depth, batch):
     """A 3-D pool is its 2-D pool over every depth, then the max or the mean over the depth
-    windows, after a 3-D convolution (so its input is already depth-major) and before another."""
+    windows (slices of the images' batch for one clip, of the depth-major view for more), after
+    a 3-D convolution (so its input is already depth-major) and before another."""
     rng = np.random.default_rng(2)
     conv, inits = _conv3d("c", "x", "y", rng, 4, 8, (3, 3, 3))
     extra = {"count_include_pad": include_pad} if op == "AveragePool" else {}
     pool = helper.make_node(op, ["y"], ["p"], kernel_shape=list(kernel), strides=list(stride), pads=list(pads),
                             ceil_mode=ceil, **extra)
     after, more = _conv3d("d", "p", "out", rng, 8, 8, (1, 1, 1), pads=(0,) * 6)
-    graph = _check(tmp_path, _model([conv, pool, after], inits + more, (1, 4, depth, 9, 11), ["out"]))
+    graph = _check(tmp_path, _model([conv, pool, after], inits + more, (batch, 4, depth, 9, 11), ["out"]))
     folded = fold_depth(graph)
     assert not any(len(folded.values[n.inputs[0]].shape) == 5 and n.op in (Op.CONV, Op.MAX_POOL, Op.AVERAGE_POOL)
                    for n in folded.nodes)

@@ -1,21 +1,23 @@
-"""Convolutions over three spatial axes as 2-D ones over a batch of depth windows.
+"""Convolutions and pools over three spatial axes as 2-D ones over batches of depths.
 
-Video and volumetric models (R3D, MC3, medical 3-D U-Nets) convolve [N, C, D, H, W] tensors.
+Video and volumetric models (R3D, R(2+1)D, S3D, 3-D U-Nets) convolve [N, C, D, H, W] tensors.
 The compiled convolutions are 2-D, with their layouts, templates, Winograd kernels and tuned
 records. A 3-D convolution is one: each output depth `o` reads the KD input depths
 `o·sd + kd·dd` (after the depth padding), so stacking those KD depths on the channel axis gives
-an image of C·KD channels, and the 3-D filter [O, C/g, KD, KH, KW] is a 2-D one of C/g·KD
-input channels (channel c·KD + kd: each group's channels stay contiguous). All Do output depths
-are one 2-D convolution of batch N·Do.
+an image of KD·C channels, and the 3-D filter [O, C/g, KD, KH, KW] is a 2-D one over them. All
+Do output depths are one 2-D convolution of batch N·Do. A 3-D max or average pool is its 2-D
+pool over every depth, then the max or the mean over the depth windows.
 
-The tensors between such convolutions are kept depth-major, [N, D, C, H, W], where a depth is
-a [C, H, W] image and N·D of them a batch: a convolution's result is then its 2-D output as it
-is (a Reshape moves nothing), and the next one's windows are slices of depths, stacked on the
-channel axis (one copy, none for KD = 1 and stride 1). Elementwise ops whose operands are all
-such tensors (a ReLU, a residual Add) run on them as they are, on the 2-D images where those
-come from convolutions (so they fuse into their epilogues); a Transpose back to NCDHW is made
-only for other readers and graph outputs. On 8×112×112 clips of R3D-18 that leaves one
-Transpose in and one out.
+Between them a clip is kept as its depths, a batch of [C, H, W] images (depth-major,
+[N, D, C, H, W], viewed as [N·D, C, H, W]): a convolution's result is its 2-D output as it is,
+the elementwise ops after it (a ReLU, a residual Add) run on those images and fuse into its
+epilogue, and a Transpose back to NCDHW is made only for other readers and graph outputs. For a
+clip of one without groups, a convolution's depth windows are slices of the images' batch and
+its stacking a Concat on channels in the order (kd, c), the depth padding a Concat with zeros:
+layout planning keeps all of it in channel blocks, where a Pad and a stacking along a new axis
+ran in the plain layout with a conversion there and back around every 3-D convolution (S3D spent
+15-20% of its time in them). With groups, or several clips, the windows are slices of the
+depth-major view stacked in the order (c, kd), which keeps each group's channels together.
 """
 from __future__ import annotations
 
@@ -69,9 +71,11 @@ def fold_depth(graph: Graph) -> Graph:
 
     for node in graph.nodes:
         if node.op is Op.CONV and len(graph.values[node.inputs[0]].shape) == 5:
-            result, planar[result] = _conv(graph, node, depth_major(node.inputs[0]), constants, value, nodes)
+            result, planar[result] = _conv(graph, node, as_images(depth_major(node.inputs[0])), constants, value, nodes)
         elif node.op in (Op.MAX_POOL, Op.AVERAGE_POOL) and len(graph.values[node.inputs[0]].shape) == 5:
-            result = _pool(graph, node, depth_major(node.inputs[0]), constants, value, nodes)
+            result, images = _pool(graph, node, as_images(depth_major(node.inputs[0])), constants, value, nodes)
+            if images is not None:
+                planar[result] = images
         elif _stays_depth_major(graph, node, major, constants):
             out = graph.values[node.outputs[0]]
             n, c, d, h, w = out.shape
@@ -106,41 +110,56 @@ def _stays_depth_major(graph: Graph, node: Node, major: dict[str, str], constant
         for i in node.inputs)
 
 
-def _depth_windows(name: str, shape: tuple[int, ...], dtype: str, node: Node, kd: int, d_out: int, fill: float,
-                   value: NewValues, nodes: list[Node]) -> list[str]:
-    """The `kd` slices of the depth-major `name` [N, D, C, H, W] that output depths 0..d_out-1
-    of the 3-D window op `node` read at each depth tap (after its depth padding, filled with
-    `fill`, and what ceil mode adds at the end): each [N, d_out, C, H, W]."""
-    n, depth, c, h, w = shape
+def _depth_windows(name: str, shape: tuple[int, ...], axis: int, dtype: str, node: Node, kd: int, d_out: int,
+                   fill: float, constants: dict, value: NewValues, nodes: list[Node]) -> list[str]:
+    """The `kd` slices of `name`, whose depths lie along `axis` (a clip's images [D, C, H, W] on
+    0, a depth-major [N, D, C, H, W] on 1), that output depths 0..d_out-1 of the 3-D window op
+    `node` read at each depth tap, each of d_out depths. The depth padding (and what ceil mode
+    adds at the end) is a Concat with `fill` expanded from a scalar: on the images, layout
+    planning keeps a Concat and Slices of the batch axis in channel blocks, where a Pad would
+    be converted to the plain layout and back."""
+    depth = shape[axis]
     at = node.attrs
     sd, dd = at.get("strides", (1, 1, 1))[0], at.get("dilations", (1, 1, 1))[0]
     pd0, pd1 = at.get("pads", (0,) * 6)[0], at.get("pads", (0,) * 6)[3]
     pd1 += max(0, (d_out - 1) * sd + dd * (kd - 1) + 1 - (depth + pd0 + pd1))
-    src = name
+    src, total = name, depth + pd0 + pd1
     if pd0 or pd1:
-        src = value(f"{name}_depth_padded", (n, depth + pd0 + pd1, c, h, w), dtype)
-        nodes.append(Node(f"{node.name}/depth_pad", Op.PAD, (name,), (src,),
-                          {"pads": (0, pd0, 0, 0, 0, 0, pd1, 0, 0, 0), "mode": "constant", "value": fill}))
+        scalar = value(f"{node.name}_depth_fill", (1,) * len(shape), dtype)
+        constants[scalar] = np.full((1,) * len(shape), fill, np.dtype(dtype))
+        parts = []
+        for label, size in (("front", pd0), ("", 0), ("back", pd1)):
+            if not label:
+                parts.append(name)
+            elif size:
+                fill_shape = (*shape[:axis], size, *shape[axis + 1:])
+                parts.append(value(f"{name}_{label}_of_{node.name}", fill_shape, dtype))
+                nodes.append(Node(f"{node.name}/depth_{label}", Op.EXPAND, (scalar,), (parts[-1],), {"shape": fill_shape}))
+        src = value(f"{name}_depth_padded_{node.name}", (*shape[:axis], total, *shape[axis + 1:]), dtype)
+        nodes.append(Node(f"{node.name}/depth_pad", Op.CONCAT, tuple(parts), (src,), {"axis": axis}))
     windows = []
     for k in range(kd):
         start = k * dd
         part = src
-        if (start, sd, d_out) != (0, 1, depth + pd0 + pd1):
-            part = value(f"{name}_depth{k}_of_{node.name}", (n, d_out, c, h, w), dtype)
-            nodes.append(Node(f"{node.name}/depth{k}", Op.SLICE, (src,), (part,),
-                              {"starts": (0, start, 0, 0, 0), "ends": (n, start + sd * (d_out - 1) + 1, c, h, w),
-                               "steps": (1, sd, 1, 1, 1)}))
+        if (start, sd, d_out) != (0, 1, total):
+            part = value(f"{name}_depth{k}_of_{node.name}", (*shape[:axis], d_out, *shape[axis + 1:]), dtype)
+            stop = start + sd * (d_out - 1) + 1
+            nodes.append(Node(f"{node.name}/depth{k}", Op.SLICE, (src,), (part,), {
+                "starts": tuple(start if i == axis else 0 for i in range(len(shape))),
+                "ends": tuple(stop if i == axis else e for i, e in enumerate(shape)),
+                "steps": tuple(sd if i == axis else 1 for i in range(len(shape)))}))
         windows.append(part)
     return windows
 
 
-def _pool(graph: Graph, node: Node, x_major: str, constants: dict, value: NewValues, nodes: list[Node]) -> str:
+def _pool(graph: Graph, node: Node, x_images: str, constants: dict, value: NewValues, nodes: list[Node]
+          ) -> tuple[str, str | None]:
     """Emit `node` (a 3-D MaxPool or AveragePool) as its 2-D pool over every depth, then the max
-    or the mean over the depth windows; returns the depth-major name of its result. Both are
-    separable: a 3-D window's max is the max over its depths of their 2-D windows' maxima, and
-    the elements an average counts are those of each axis multiplied, so its 2-D averages summed
-    over the depths need only the depth's count as a divisor (per output depth, since windows
-    over the padding count fewer)."""
+    or the mean over the depth windows; returns the depth-major name of its result and, for a
+    clip of one, the images that is a view of. Both are separable: a 3-D window's max is the max
+    over its depths of their 2-D windows' maxima, and the elements an average counts are those
+    of each axis multiplied, so its 2-D averages summed over the depths need only the depth's
+    count as a divisor (per output depth, since windows over the padding count fewer)."""
     x, y = graph.values[node.inputs[0]], graph.values[node.outputs[0]]
     n, c, depth, h, w = x.shape
     _, _, d_out, h_out, w_out = y.shape
@@ -149,38 +168,48 @@ def _pool(graph: Graph, node: Node, x_major: str, constants: dict, value: NewVal
     sd, sh, sw = at["strides"]
     dd, dh, dw = at["dilations"]
     pd0, ph0, pw0, pd1, ph1, pw1 = at["pads"]
-    images = value(f"{x.name}_images_of_{node.name}", (n * depth, c, h, w), dt)
-    nodes.append(Node(f"{node.name}/images", Op.RESHAPE, (x_major,), (images,), {"shape": (n * depth, c, h, w)}))
-    pooled2d = value(f"{y.name}_2d", (n * depth, c, h_out, w_out), dt)
+    pooled2d = value(f"{y.name}_per_depth", (n * depth, c, h_out, w_out), dt)
     attrs = {**at, "kernel_shape": (kh, kw), "strides": (sh, sw), "dilations": (dh, dw), "pads": (ph0, pw0, ph1, pw1)}
-    nodes.append(Node(node.name, node.op, (images,), (pooled2d,), attrs))
-    pooled = value(f"{y.name}_per_depth", (n, depth, c, h_out, w_out), dt)
-    nodes.append(Node(f"{node.name}/depths", Op.RESHAPE, (pooled2d,), (pooled,), {"shape": (n, depth, c, h_out, w_out)}))
+    nodes.append(Node(node.name, node.op, (x_images,), (pooled2d,), attrs))
+    # a clip of one: its depths are the images' batch; else the windows of the depth-major view
+    axis, source, shape = 0, pooled2d, (depth, c, h_out, w_out)  # type: tuple[int, str, tuple[int, ...]]
+    if n > 1:
+        axis, shape = 1, (n, depth, c, h_out, w_out)
+        source = value(f"{y.name}_per_depth_major", shape, dt)
+        nodes.append(Node(f"{node.name}/depths", Op.RESHAPE, (pooled2d,), (source,), {"shape": shape}))
     maximum = node.op is Op.MAX_POOL
     fill = float(np.finfo(np.dtype(dt)).min) if maximum else 0.0  # a real element of every window is larger
-    windows = _depth_windows(pooled, (n, depth, c, h_out, w_out), dt, node, kd, d_out, fill, value, nodes)
-    shape = (n, d_out, c, h_out, w_out)
+    windows = _depth_windows(source, shape, axis, dt, node, kd, d_out, fill, constants, value, nodes)
+    out_shape = (*shape[:axis], d_out, *shape[axis + 1:])
     result = windows[0]
     for k, part in enumerate(windows[1:], 1):
-        total = value(f"{y.name}_depths_to{k}", shape, dt)
+        total = value(f"{y.name}_depths_to{k}", out_shape, dt)
         nodes.append(Node(f"{node.name}/depth_{'max' if maximum else 'sum'}{k}", Op.MAX if maximum else Op.ADD,
                           (result, part), (total,)))
         result = total
-    if maximum:
-        return result
-    counted = (0, depth + pd0 + pd1) if at.get("count_include_pad", 0) else (pd0, pd0 + depth)
-    counts = [sum(counted[0] <= o * sd + k * dd < counted[1] for k in range(kd)) for o in range(d_out)]
-    scale = value(f"{y.name}_depth_counts", (1, d_out, 1, 1, 1), dt)
-    constants[scale] = (1.0 / np.array(counts, dtype=np.float64)).astype(dt).reshape(1, d_out, 1, 1, 1)
-    mean = value(f"{y.name}_depth_major", shape, dt)
-    nodes.append(Node(f"{node.name}/depth_mean", Op.MUL, (result, scale), (mean,)))
-    return mean
+    if not maximum:
+        counted = (0, depth + pd0 + pd1) if at.get("count_include_pad", 0) else (pd0, pd0 + depth)
+        counts = [sum(counted[0] <= o * sd + k * dd < counted[1] for k in range(kd)) for o in range(d_out)]
+        scale_shape = tuple(d_out if i == axis else 1 for i in range(len(out_shape)))
+        scale = value(f"{y.name}_depth_counts", scale_shape, dt)
+        constants[scale] = (1.0 / np.array(counts, dtype=np.float64)).astype(dt).reshape(scale_shape)
+        mean = value(f"{y.name}_depth_mean", out_shape, dt)
+        nodes.append(Node(f"{node.name}/depth_mean", Op.MUL, (result, scale), (mean,)))
+        result = mean
+    if n > 1:
+        return result, None
+    major = value(f"{y.name}_depth_major", (1, d_out, c, h_out, w_out), dt)
+    nodes.append(Node(f"{node.name}/depth_major", Op.RESHAPE, (result,), (major,), {"shape": (1, d_out, c, h_out, w_out)}))
+    return major, result
 
 
-def _conv(graph: Graph, node: Node, x_major: str, constants: dict, value: NewValues, nodes: list[Node]
+def _conv(graph: Graph, node: Node, x_images: str, constants: dict, value: NewValues, nodes: list[Node]
           ) -> tuple[str, str]:
-    """Emit `node` (a 3-D Conv) as a 2-D one over the depth windows of `x_major`; returns the
-    depth-major name of its result and the 2-D one that is a view of."""
+    """Emit `node` (a 3-D Conv) as a 2-D one over the depth windows of `x_images` (the input's
+    [N·D, C, H, W] images); returns the depth-major name of its result and the 2-D one that is a
+    view of. For a clip of one without groups the windows are slices of the images' batch,
+    stacked on channels in the order (kd, c), all in channel blocks; otherwise slices of the
+    depth-major view, stacked in the order (c, kd), which keeps each group's channels together."""
     x, y = graph.values[node.inputs[0]], graph.values[node.outputs[0]]
     n, c, depth, h, w = x.shape
     _, o, d_out, h_out, w_out = y.shape
@@ -190,11 +219,18 @@ def _conv(graph: Graph, node: Node, x_major: str, constants: dict, value: NewVal
     _, sh, sw = at.get("strides", (1, 1, 1))
     _, dh, dw = at.get("dilations", (1, 1, 1))
     _, ph0, pw0, _, ph1, pw1 = at.get("pads", (0,) * 6)
-    windows = _depth_windows(x_major, (n, depth, c, h, w), dt, node, kd, d_out, 0.0, value, nodes)
     images = value(f"{x.name}_windows_of_{node.name}", (n * d_out, c * kd, h, w), dt)
-    if kd == 1:
-        nodes.append(Node(f"{node.name}/images", Op.RESHAPE, (windows[0],), (images,), {"shape": (n * d_out, c, h, w)}))
+    by_taps = n == 1 and at.get("group", 1) == 1
+    if by_taps:
+        windows = _depth_windows(x_images, (depth, c, h, w), 0, dt, node, kd, d_out, 0.0, constants, value, nodes)
+        if kd == 1:
+            images = windows[0]
+        else:
+            nodes.append(Node(f"{node.name}/stack", Op.CONCAT, tuple(windows), (images,), {"axis": 1}))
     else:
+        x_major = value(f"{x.name}_depth_major_of_{node.name}", (n, depth, c, h, w), dt)
+        nodes.append(Node(f"{node.name}/depth_major", Op.RESHAPE, (x_images,), (x_major,), {"shape": (n, depth, c, h, w)}))
+        windows = _depth_windows(x_major, (n, depth, c, h, w), 1, dt, node, kd, d_out, 0.0, constants, value, nodes)
         taps = []
         for k, part in enumerate(windows):  # [N, Do, C, 1, H, W]: channel c·KD + kd once stacked
             tap = value(f"{part}_tap", (n, d_out, c, 1, h, w), dt)
@@ -206,12 +242,17 @@ def _conv(graph: Graph, node: Node, x_major: str, constants: dict, value: NewVal
     w_name, *bias = node.inputs[1:]
     filters = graph.values[w_name]
     w_shape = (filters.shape[0], filters.shape[1] * kd, kh, kw)
+    # [O, C/g, KD, KH, KW] read as (kd, c) or (c, kd) input channels
+    w2 = value(f"{w_name}_2d", w_shape, filters.dtype)
     if w_name in constants:
-        w2 = value(f"{w_name}_2d", w_shape, filters.dtype)
-        constants[w2] = constants[w_name].reshape(w_shape)
+        constants[w2] = np.ascontiguousarray(
+            (constants[w_name].transpose(0, 2, 1, 3, 4) if by_taps else constants[w_name]).reshape(w_shape))
     else:
-        w2 = value(f"{w_name}_2d", w_shape, filters.dtype)
-        nodes.append(Node(f"{node.name}/weight_2d", Op.RESHAPE, (w_name,), (w2,), {"shape": w_shape}))
+        source = w_name
+        if by_taps:
+            source = value(f"{w_name}_by_taps", (filters.shape[0], kd, filters.shape[1], kh, kw), filters.dtype)
+            nodes.append(Node(f"{node.name}/weight_taps", Op.TRANSPOSE, (w_name,), (source,), {"perm": (0, 2, 1, 3, 4)}))
+        nodes.append(Node(f"{node.name}/weight_2d", Op.RESHAPE, (source,), (w2,), {"shape": w_shape}))
     out2d = value(f"{y.name}_2d", (n * d_out, o, h_out, w_out), y.dtype)
     attrs = {**at, "strides": (sh, sw), "dilations": (dh, dw), "pads": (ph0, pw0, ph1, pw1)}
     if "kernel_shape" in attrs:
