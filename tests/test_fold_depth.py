@@ -126,3 +126,18 @@ def test_3d_transposed_convolutions_match_onnxruntime(tmp_path, kernel, stride, 
     relu = helper.make_node("Relu", ["up"], ["out"])
     graph = _check(tmp_path, _model([up, relu], [w, b], (1, 8, 3, 5, 6), ["out"]))
     assert not any(n.op.value == "ConvTranspose" for n in graph.nodes)
+
+
+def test_a_batchnorm_that_folds_into_no_3d_convolution_reads_the_clip_back_in_ncdhw(tmp_path):
+    """Pre-activation: BatchNorm and ReLU before the convolution (per-channel constants, which do
+    not broadcast over a batch of depths): they run on NCDHW, the convolution after them on its
+    depths, and the result is right."""
+    rng = np.random.default_rng(4)
+    params = [numpy_helper.from_array(a.astype(np.float32), name) for a, name in (
+        (rng.uniform(0.5, 1.5, 8), "gamma"), (rng.standard_normal(8), "beta"), (rng.standard_normal(8) * 0.1, "mean"),
+        (rng.uniform(0.5, 1.5, 8), "var"))]
+    bn = helper.make_node("BatchNormalization", ["x", "gamma", "beta", "mean", "var"], ["normed"])
+    relu = helper.make_node("Relu", ["normed"], ["act"])
+    conv, inits = _conv3d("c", "act", "out", rng, 8, 16, (3, 3, 3))
+    graph = _check(tmp_path, _model([bn, relu, conv], params + inits, (1, 8, 4, 7, 7), ["out"]))
+    assert sum(n.op is Op.TRANSPOSE for n in fold_depth(graph).nodes) == 2  # the activation in, the output out
