@@ -141,3 +141,18 @@ def test_a_batchnorm_that_folds_into_no_3d_convolution_reads_the_clip_back_in_nc
     conv, inits = _conv3d("c", "act", "out", rng, 8, 16, (3, 3, 3))
     graph = _check(tmp_path, _model([bn, relu, conv], params + inits, (1, 8, 4, 7, 7), ["out"]))
     assert sum(n.op is Op.TRANSPOSE for n in fold_depth(graph).nodes) == 2  # the activation in, the output out
+
+
+@pytest.mark.parametrize("group, batch", [(1, 1), (2, 1), (1, 2)])
+def test_3d_convolutions_of_weights_computed_at_run_time_match_onnxruntime(tmp_path, group, batch):
+    """Filters that are a graph input: reordered by a Transpose and a Reshape at run time, as the
+    constant ones are when the model is built, on both paths (a clip of one without groups; the
+    depth-major view's)."""
+    conv = helper.make_node("Conv", ["x", "w"], ["out"], kernel_shape=[3, 3, 3], pads=[1] * 6, group=group)
+    graph = helper.make_graph([conv], "video", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 5, 6, 6]),
+        helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 4 // group, 3, 3, 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    _check(tmp_path, onnx.shape_inference.infer_shapes(model))
