@@ -57,9 +57,9 @@ def fold_depth(graph: Graph) -> Graph:
         """A depth-major value as the [N·D, C, H, W] batch of images it is (a Reshape: no kernel),
         where the elementwise ops run: fused into a convolution's epilogue where one made it."""
         if twin not in planar:
-            made = next(v for v in value.values if v.name == twin)  # twins are all values this pass made
-            n, d, c, h, w = made.shape
-            planar[twin] = value(f"{twin}_2d", (n * d, c, h, w), made.dtype)
+            made_here = next(v for v in value.values if v.name == twin)  # twins are all values this pass made
+            n, d, c, h, w = made_here.shape
+            planar[twin] = value(f"{twin}_2d", (n * d, c, h, w), made_here.dtype)
             nodes.append(Node(f"{twin}/images", Op.RESHAPE, (twin,), (planar[twin],), {"shape": (n * d, c, h, w)}))
         return planar[twin]
 
@@ -100,7 +100,7 @@ def fold_depth(graph: Graph) -> Graph:
 
 def _stays_depth_major(graph: Graph, node: Node, major: dict[str, str], constants: dict) -> bool:
     """An elementwise node of one output whose operands are depth-major twins of its output's
-    shape or scalar constants (at least one a twin): computed on the twins as they are."""
+    shape or scalar constants (at least one a twin): computed on the twins' images."""
     if kind_of(node.op) is not OpKind.ELEMWISE or len(node.outputs) != 1:
         return False
     shape = graph.values[node.outputs[0]].shape
