@@ -39,16 +39,16 @@ def built_matches_reference(graph, path, target, seed=1, rtol=1e-4, atol=1e-4) -
         model.close()
 
 
-def built_matches_onnxruntime(path, so_path, rtol=1e-3, atol=1e-4):
-    """Import the ONNX model at `path`, build it at `so_path` and check it against onnxruntime on
-    random inputs; returns the imported graph."""
+def built_matches_onnxruntime(path, so_path, rtol=1e-3, atol=1e-4, target="llvm"):
+    """Import the ONNX model at `path`, build it for `target` at `so_path` and check it against
+    onnxruntime on random inputs; returns the imported graph."""
     from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
     from autosched.compile.model import build_model
     from autosched.frontend.onnx import load_onnx
     from autosched.runtime import load_model
 
     graph = load_onnx(path)
-    model = load_model(build_model(graph, so_path).library)
+    model = load_model(build_model(graph, so_path, target).library)
     try:
         diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=rtol, atol=atol)
     finally:

@@ -45,13 +45,14 @@ def _residual_block(rng):
     return _model([c1, r1, c2, sc, add, r2, mean], i1 + i2 + i3, (1, 8, 6, 10, 10), ["pooled", "c2y"])
 
 
-def _check(tmp_path, model):
+def _check(tmp_path, model, target="llvm"):
     onnx.save(model, tmp_path / "video.onnx")
-    return built_matches_onnxruntime(tmp_path / "video.onnx", tmp_path / "video.so")
+    return built_matches_onnxruntime(tmp_path / "video.onnx", tmp_path / "video.so", target=target)
 
 
-def test_a_residual_block_of_3d_convolutions_matches_onnxruntime_with_one_transpose_in_and_out(tmp_path):
-    graph = _check(tmp_path, _residual_block(np.random.default_rng(0)))
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])  # blocks of 16 and of 8 lanes
+def test_a_residual_block_of_3d_convolutions_matches_onnxruntime_with_one_transpose_in_and_out(tmp_path, target):
+    graph = _check(tmp_path, _residual_block(np.random.default_rng(0)), target)
     folded = fold_depth(graph)
     assert not any(n.op is Op.CONV and len(folded.values[n.inputs[0]].shape) == 5 for n in folded.nodes)
     transposes = [n for n in folded.nodes if n.op is Op.TRANSPOSE]

@@ -76,7 +76,7 @@ def fold_depth(graph: Graph) -> Graph:
             result, images = _pool(graph, node, as_images(depth_major(node.inputs[0])), constants, value, nodes)
             if images is not None:
                 planar[result] = images
-        elif _stays_depth_major(graph, node, major, constants):
+        elif _runs_on_images(graph, node, major, constants):
             out = graph.values[node.outputs[0]]
             n, c, d, h, w = out.shape
             result = value(f"{out.name}_depth_major", (n, d, c, h, w), out.dtype)
@@ -98,7 +98,7 @@ def fold_depth(graph: Graph) -> Graph:
     return rebuild(graph, nodes, constants, value.values)
 
 
-def _stays_depth_major(graph: Graph, node: Node, major: dict[str, str], constants: dict) -> bool:
+def _runs_on_images(graph: Graph, node: Node, major: dict[str, str], constants: dict) -> bool:
     """An elementwise node of one output whose operands are depth-major twins of its output's
     shape or scalar constants (at least one a twin): computed on the twins' images."""
     if kind_of(node.op) is not OpKind.ELEMWISE or len(node.outputs) != 1:
