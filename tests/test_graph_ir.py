@@ -39,8 +39,14 @@ def test_toposort_names_reader_and_missing_value():
 
 
 def test_toposort_rejects_two_producers():
+    """Also where the list is otherwise in order (sorted lists take a check of one pass), and
+    where one node writes a value twice or writes a graph input."""
     with pytest.raises(GraphError, match="produced twice"):
         toposort([_node("p1", ["x"], ["y"]), _node("p2", ["x"], ["y"])], ["x"])
+    with pytest.raises(GraphError, match="produced twice"):
+        toposort([_node("p", ["x"], ["y", "y"])], ["x"])
+    with pytest.raises(GraphError, match="produced twice"):
+        toposort([_node("p", ["x"], ["x"])], ["x"])
 
 
 def test_graph_sorts_nodes_and_checks_records():

@@ -19,7 +19,7 @@ from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
 from autosched.graph.passes import optimize, optimize_for
 from autosched.graph.passes.substitute import search
-from autosched.graph.substitutions.apply import Matcher, apply, directions
+from autosched.graph.substitutions.apply import Matcher, apply, directions, unify
 from autosched.graph.substitutions.rules import SHIPPED, Rule, load_rules
 from autosched.graph.substitutions.terms import parse_shape, parse_term, subterms, symbol
 from autosched.graph.views import operand_views
@@ -104,6 +104,23 @@ def _qkv(m=32, k=48):
     q, kk, v = (b.node(Op.MATMUL, [x, wi]) for wi in w)
     scores = b.node(Op.MATMUL, [q, b.node(Op.TRANSPOSE, [kk], perm=(1, 0))])
     b.output(b.node(Op.MATMUL, [b.node(Op.SOFTMAX, [scores], axis=-1), v]))
+    return b.build()
+
+
+def _recurrence(steps=4, width=16):
+    """An unrolled recurrent cell: each step's input and state projected by weights every step
+    shares, a scalar gain every step shares, the state carried to the next step."""
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("recurrence")
+    u, w = (b.constant(n, (rng.standard_normal((width, width)) * 0.1).astype(np.float32)) for n in ("u", "w"))
+    gain = b.constant("gain", np.float32(0.5))
+    h = b.input("h0", (1, width))
+    for t in range(steps):
+        x = b.input(f"x{t}", (1, width))
+        z = b.node(Op.ADD, [b.node(Op.MATMUL, [x, u]), b.node(Op.MATMUL, [h, w])])
+        h = b.node(Op.MUL, [b.node(Op.TANH, [z]), gain])
+        h = b.node(Op.MUL, [h, h]) if t == 1 else h
+    b.output(h)
     return b.build()
 
 
@@ -214,6 +231,19 @@ def test_a_scaled_query_moves_onto_its_product_and_the_qkv_copy_goes(tmp_path, c
     same_results(graph, rewritten)
     assert main(["check", str(path), "--db", str(tmp_path / "tuning.db"), "--no-shipped"]) == 0
     assert "MISMATCH" not in capsys.readouterr().out
+
+
+def test_shapes_unify_partially_for_the_variables_bound_so_far():
+    """A match's first roots are checked against the rule's shapes before the next is sought: a
+    dimension that reads a symbol only later variables fix is left open, one they fix is not."""
+    shapes = {"a": parse_shape("A,B"), "b": parse_shape("A+B"), "c": parse_shape("B,C")}
+    assert unify({"a": (2, 3)}, shapes) == {"A": 2, "B": 3}
+    assert unify({"a": (2, 3), "b": (5,)}, shapes) == {"A": 2, "B": 3}
+    assert unify({"a": (2, 3), "b": (6,)}, shapes) is None
+    assert unify({"b": (5,)}, shapes) is None  # A and B unknown: no proof of 5 = A + B
+    assert unify({"b": (5,)}, shapes, partial=True) == {}
+    assert unify({"b": (5,), "c": (3, 4)}, shapes, partial=True) == {"B": 3, "C": 4}
+    assert unify({"a": (2,)}, shapes, partial=True) is None  # the wrong rank fails at once
 
 
 def test_a_rule_applies_only_where_the_shapes_unify():
@@ -389,12 +419,13 @@ def test_a_roofline_counts_the_bytes_a_view_reads():
     assert roofline(part, LLVM) == roofline(whole, LLVM)
 
 
-@pytest.mark.parametrize("make", ["qkv", "fire"])
+@pytest.mark.parametrize("make", ["qkv", "fire", "recurrence"])
 def test_roots_found_upward_from_a_bound_variable_are_every_root_a_scan_finds(make, fire_path, monkeypatch):
     """A rule's roots after the first are searched only among the nodes that reach a value the
     first bound (the scan of every node of the op made two-root rules quadratic: 22 s in an
-    unrolled LSTM). Every rule must match exactly what the scan matched, in the same order."""
-    graph = prepare(_qkv() if make == "qkv" else _load(fire_path))
+    unrolled LSTM), or that match their term alone, and only while the shapes bound so far
+    unify. Every rule must match exactly what the scan matched, in the same order."""
+    graph = prepare({"qkv": _qkv, "recurrence": _recurrence}.get(make, lambda: _load(fire_path))())
     rules = directions(load_rules(SHIPPED).rules)
 
     def found(matcher):
@@ -403,6 +434,7 @@ def test_roots_found_upward_from_a_bound_variable_are_every_root_a_scan_finds(ma
     pruned = found(Matcher(graph))
     monkeypatch.setattr(Matcher, "_candidates", lambda self, term, binding: iter(self.by_op.get(
         symbol(term.op).op.value, ())))
+    monkeypatch.setattr(Matcher, "_shapes_fit", lambda self, rule, binding: True)
     scanned = found(Matcher(graph))
     assert pruned == scanned
     assert any(len(roots) > 1 for _, roots, _ in pruned)  # two-root rules matched here

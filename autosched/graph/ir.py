@@ -198,6 +198,8 @@ def toposort(nodes: Iterable[N], available: Iterable[str]) -> list[N]:
     of a cycle, or the two producers of one value.
     """
     nodes = list(nodes)
+    if _in_order(nodes, available):
+        return nodes
     ready_values = set(available)
     producer: dict[str, int] = {}
     for i, node in enumerate(nodes):
@@ -233,6 +235,19 @@ def toposort(nodes: Iterable[N], available: Iterable[str]) -> list[N]:
     if len(order) < len(nodes):
         raise GraphError(f"cycle through nodes {_find_cycle(nodes, producer, waiting)}")
     return order
+
+
+def _in_order(nodes: Sequence[Operation], available: Iterable[str]) -> bool:
+    """Whether every node reads only values produced before it and writes only new ones: then
+    Kahn's order (ties by position) is the given one. Every pass's result is checked again, and
+    most are already sorted: an unrolled LSTM's 1,900 nodes took 7 ms a sort, 100 sorts a search."""
+    defined = set(available)
+    for node in nodes:
+        if (not defined.issuperset(node.inputs) or not defined.isdisjoint(node.outputs)
+                or len(set(node.outputs)) < len(node.outputs)):
+            return False
+        defined.update(node.outputs)
+    return True
 
 
 def _find_cycle(nodes: Sequence[Operation], producer: dict[str, int], waiting: list[int]) -> list[str]:

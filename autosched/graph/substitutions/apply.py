@@ -50,6 +50,8 @@ class Matcher:
         self.by_op: dict[str, list[Node]] = {}
         for node in graph.nodes:
             self.by_op.setdefault(node.op.value, []).append(node)
+        self._alone: dict[App, list[Node]] = {}
+        self._below: dict[str, frozenset[str]] = {}
 
     def matches(self, rule: Rule) -> Iterator[Match]:
         yield from self._roots(rule, 0, {}, [], ())
@@ -72,8 +74,16 @@ class Matcher:
             if root in roots or (root in self.outputs and not isinstance(rule.dst[k], App)):
                 continue  # a graph output keeps its name: only a node dst builds can take it
             b, found = dict(binding), list(nodes)
-            if self._match(term, root, b, found):
+            if self._match(term, root, b, found) and (k + 1 == len(rule.src) or self._shapes_fit(rule, b)):
                 yield from self._roots(rule, k + 1, b, found, (*roots, root))
+
+    def _shapes_fit(self, rule: Rule, binding: Mapping[str, str]) -> bool:
+        """Whether the variables bound so far can take the rule's symbolic shapes: checked
+        before the next root is sought, since a first root of the wrong rank otherwise paired
+        with every candidate of the second (`scale(a, b), scale(c, b)` tried 65,000 pairs on an
+        LSTM's one shared scalar, each failing to unify at the end)."""
+        shapes = {v: self.graph.values[name].shape for v, name in binding.items()}
+        return unify(shapes, rule.shapes, partial=True) is not None
 
     def _candidates(self, term: App, binding: Mapping[str, str]) -> Iterator[Node]:
         """The nodes that may compute `term`: where it reads a variable an earlier root bound,
@@ -82,7 +92,7 @@ class Matcher:
         quadratic: `autosched tasks` spent 22 s matching in an unrolled LSTM of 1,200 nodes."""
         path = _bound_path(term, binding)
         if path is None:
-            yield from self.by_op.get(symbol(term.op).op.value, ())
+            yield from self._matching_alone(term)
             return
         values, steps = {binding[path[0]]}, path[1]
         for sub, arg in reversed(steps):
@@ -92,6 +102,17 @@ class Matcher:
                       and arg < len(reader.inputs) and reader.inputs[arg] == v}
         yield from sorted({id(n): n for n in (self.producers[v] for v in values)}.values(),
                           key=lambda n: self.position[id(n)])  # graph order, as the scan: deterministic
+
+    def _matching_alone(self, term: App) -> list[Node]:
+        """The nodes of `term`'s op that match it with nothing bound, once per term: matching
+        alone is necessary for matching under any binding, and a second root that reads no bound
+        variable was otherwise tried against every node of its op for each first root (640² Mul
+        pairs for `mul(a, b), mul(c, c)` in a bidirectional LSTM of 32 steps, 1 s a rule)."""
+        if term not in self._alone:
+            alg = symbol(term.op)
+            self._alone[term] = [node for node in self.by_op.get(alg.op.value, ())
+                                 if alg.output < len(node.outputs) and self._match(term, node.outputs[alg.output], {}, [])]
+        return self._alone[term]
 
     def _match(self, term: Term, value: str, binding: dict[str, str], nodes: list[Node]) -> bool:
         if not isinstance(term, App):
@@ -124,7 +145,8 @@ class Matcher:
         computed = {out for n in nodes for out in n.outputs}
         if any(v in computed for v in binding.values()):  # a variable must be an input of the match
             return None
-        if len(roots) > 1 and self._after_a_root(binding.values(), roots) and self._downstream(roots) & set(binding.values()):
+        if len(roots) > 1 and self._after_a_root(binding.values(), roots) and any(
+                v in self._downstream(r) for r in roots for v in binding.values()):
             return None  # dst would read a value computed from one of the outputs it replaces: a cycle
         for node in nodes:  # what the match computes besides its roots must be read only inside it
             for out in node.outputs:
@@ -140,17 +162,20 @@ class Matcher:
         first = min(self.position[id(self.producers[r])] for r in roots)
         return any(v in self.producers and self.position[id(self.producers[v])] > first for v in values)
 
-    def _downstream(self, roots: Sequence[str]) -> set[str]:
-        """Every value computed from `roots`."""
-        seen: set[str] = set()
-        todo = list(roots)
-        while todo:
-            for reader in self.consumers.get(todo.pop(), ()):
-                for out in reader.outputs:
-                    if out not in seen:
-                        seen.add(out)
-                        todo.append(out)
-        return seen
+    def _downstream(self, root: str) -> frozenset[str]:
+        """Every value computed from `root`, once per root: a recurrence's steps each reach
+        the rest of the graph, and pairs of them were walked again for each binding."""
+        if root not in self._below:
+            seen: set[str] = set()
+            todo = [root]
+            while todo:
+                for reader in self.consumers.get(todo.pop(), ()):
+                    for out in reader.outputs:
+                        if out not in seen:
+                            seen.add(out)
+                            todo.append(out)
+            self._below[root] = frozenset(seen)
+        return self._below[root]
 
 
 def _bound_path(term: App, binding: Mapping[str, str]) -> tuple[str, list[tuple[App, int]]] | None:
@@ -167,8 +192,11 @@ def _bound_path(term: App, binding: Mapping[str, str]) -> tuple[str, list[tuple[
     return None
 
 
-def unify(shapes: Mapping[str, tuple[int, ...]], symbolic: Mapping[str, SymShape]) -> dict[str, int] | None:
-    """Sizes of the dimension symbols that make the symbolic shapes the concrete ones, or None."""
+def unify(shapes: Mapping[str, tuple[int, ...]], symbolic: Mapping[str, SymShape],
+          partial: bool = False) -> dict[str, int] | None:
+    """Sizes of the dimension symbols that make the symbolic shapes the concrete ones, or None.
+    With `partial`, `shapes` are some of the variables': a dimension that reads a symbol they
+    do not fix is left for the rest to decide."""
     dims: dict[str, int] = {}
     pending: list[tuple[Dim, int]] = []
     for v, shape in shapes.items():
@@ -182,7 +210,11 @@ def unify(shapes: Mapping[str, tuple[int, ...]], symbolic: Mapping[str, SymShape
             else:
                 pending.append((d, n))
     for d, n in pending:
-        if any(s not in dims for s in d.symbols) or d.value(dims) != n:
+        if any(s not in dims for s in d.symbols):
+            if partial:
+                continue
+            return None
+        if d.value(dims) != n:
             return None
     return dims
 
