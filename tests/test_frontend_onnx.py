@@ -235,15 +235,17 @@ def test_unsupported_ops_are_listed_in_one_error():
         helper.make_node("NonZero", ["a"], ["c"], name="nz_2"),
         helper.make_node("Unique", ["a"], ["d"], name="top"),
         helper.make_node("FusedConv", ["a"], ["f"], name="vendor", domain="com.microsoft"),
+        *(helper.make_node("GridSample", ["a", "a"], [f"g{i}"], name=f"grid_{i}") for i in range(8)),
     ]
     model = _model(nodes, [_tensor("x", [4])], [_tensor("b", None)])
     with pytest.raises(FrontendError) as info:
         import_model(model, source="ops.onnx")
     message = str(info.value)
     assert message.startswith("ops.onnx: unsupported operators:")
-    for expected in ("NonZero (nodes 'nz_1', 'nz_2')", "Unique (node 'top')", "com.microsoft.FusedConv (node 'vendor')"):
+    for expected in ("NonZero (2 nodes: 'nz_1', 'nz_2')", "Unique (node 'top')", "com.microsoft.FusedConv (node 'vendor')",
+                     "GridSample (8 nodes: 'grid_0', 'grid_1', 'grid_2', 'grid_3', 'grid_4' and 3 more)"):
         assert expected in message
-    assert "Relu" not in message
+    assert "Relu" not in message and "grid_5" not in message
 
 
 def test_missing_file(tmp_path):

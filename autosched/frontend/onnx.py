@@ -127,11 +127,19 @@ def _check_supported(nodes: Sequence[OnnxNode], source: str) -> None:
             op = f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
             missing.setdefault(op, []).append(node.name)
     if missing:
-        listed = "; ".join(
-            f"{op} (node{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)})"
-            for op, names in sorted(missing.items())
-        )
+        listed = "; ".join(f"{op} ({_some_nodes(names)})" for op, names in sorted(missing.items()))
         raise FrontendError(f"{source}: unsupported operators: {listed}")
+
+
+#: node names an error lists per operator: a detector's 180 NonZero nodes made a screenful
+NAMED_NODES = 5
+
+
+def _some_nodes(names: Sequence[str]) -> str:
+    """The first nodes by name, and how many more."""
+    shown = ", ".join(repr(n) for n in names[:NAMED_NODES])
+    more = f" and {len(names) - NAMED_NODES} more" if len(names) > NAMED_NODES else ""
+    return f"{len(names)} nodes: {shown}{more}" if len(names) > 1 else f"node {shown}"
 
 
 def _initializer(tensor: onnx.TensorProto, source: str) -> np.ndarray:
