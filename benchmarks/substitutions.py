@@ -21,7 +21,11 @@ is the database's best configs as they are), and the two tuned builds join the s
 `search_s`, `pet` (PET on the costliest convolution a transformation cuts: `costed`, `conv`,
 `transformation`, `regions`, `corrected`, `checks`, `correction_share`, `estimated_ms_without`,
 `estimated_ms_with`; null without convolutions), `matches_onnxruntime`, `untuned` (`off_ms`,
-`on_ms`, `onnxruntime_ms`, `on_vs_off`) and `tuned` (the same with `trials`; null without `--trials`).
+`on_ms`, `onnxruntime_ms`, `on_vs_off`, `on_vs_off_interval`, `verdict`) and `tuned` (the same with
+`trials`; null without `--trials`). on/off is the median over rounds (blocks of 5 runs of each build)
+of the ratio of the two blocks' medians (`paired_ratio`); its interval holds that median with 95%
+probability whatever the noise's law (`paired_interval`), and the verdict is "faster" or "slower"
+only where the interval excludes 1: `--runs 200` gives 40 rounds.
 `--quick` is a smoke run: rules of one operator generated, the Inception block, 3 runs, 2 trials.
 """
 from __future__ import annotations
@@ -39,7 +43,15 @@ import onnx
 
 from autosched import zoo
 from autosched.api import prepare_graph, tune
-from autosched.compile.evaluate import alternate, compare, onnxruntime_session, sample_inputs
+from autosched.compile.evaluate import (
+    alternate_rounds,
+    compare,
+    joined,
+    onnxruntime_session,
+    paired_interval,
+    paired_ratio,
+    sample_inputs,
+)
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
 from autosched.graph.ir import Graph, Op
@@ -53,6 +65,9 @@ from autosched.substitution import prepare
 from autosched.target import Target
 from autosched.task import extract_tasks
 from autosched.zoo_blocks import BLOCKS
+
+#: runs per block of the alternation: short blocks, many rounds, for the interval of on/off
+BLOCK = 5
 
 
 def rules_figures(max_ops: int | None) -> dict:
@@ -93,15 +108,20 @@ def bench_model(path: Path, workdir: Path, threads: int, runs: int, trials: int)
             ins = [np.ascontiguousarray(feeds[v["name"]]) for v in model.inputs]
             outs = [np.empty(v["shape"], np.dtype(v["dtype"])) for v in model.outputs]
             runners.append(lambda m=model, i=ins, o=outs: m.run_into(i, o))
-        times = alternate([*runners, lambda: session.run(names, feeds)], runs)
+        rounds = alternate_rounds([*runners, lambda: session.run(names, feeds)], runs, BLOCK)
     finally:
         for model in models.values():
             model.close()
-    ms = {key: 1e3 * float(np.median(t)) for key, t in zip([*models, "onnxruntime"], times)}
+    keys = [*models, "onnxruntime"]
+    ms = {key: 1e3 * float(np.median(t)) for key, t in zip(keys, joined(rounds, len(keys)))}
 
     def row(kind: str) -> dict:
+        on, off = keys.index(f"{kind}_on"), keys.index(f"{kind}_off")
+        lo, hi = paired_interval(rounds, on, off)
+        verdict = "faster" if hi < 1 else "slower" if lo > 1 else "within noise"
         return {"off_ms": round(ms[f"{kind}_off"], 3), "on_ms": round(ms[f"{kind}_on"], 3),
-                "onnxruntime_ms": round(ms["onnxruntime"], 3), "on_vs_off": round(ms[f"{kind}_on"] / ms[f"{kind}_off"], 3)}
+                "onnxruntime_ms": round(ms["onnxruntime"], 3), "on_vs_off": round(paired_ratio(rounds, on, off), 3),
+                "on_vs_off_interval": [round(lo, 3), round(hi, 3)], "verdict": verdict}
     return {"rewrites": list(report.applied), "kernels_before": _calls(off, target), "kernels_after": _calls(on, target),
             "estimated_ms_before": round(report.cost_before * 1e3, 4), "estimated_ms_after": round(report.cost_after * 1e3, 4),
             "search_s": round(report.seconds, 2), "pet": pet_figures(off, target, report.corrected),
@@ -178,7 +198,7 @@ def _print(out: dict) -> None:
           + ", ".join(f"{k} {v}" for k, v in r["counts"].items()))
     print("  seconds: " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()))
     print(f"models ({out['threads']} threads, medians of {out['runs']} alternated runs; on/off: with/without "
-          "substitutions)")
+          f"substitutions, the median of the rounds' ratios)")
     for name, m in out["models"].items():
         rewrites = ", ".join(m["rewrites"]) or "none"
         print(f"{name}: {len(m['rewrites'])} rewrites ({rewrites}); kernels {m['kernels_before']} -> "
@@ -195,8 +215,9 @@ def _print(out: dict) -> None:
             if t is None:
                 continue
             trials = f" ({t['trials']} trials each)" if "trials" in t else ""
-            print(f"  {kind}{trials}: off {t['off_ms']:.3f} ms, on {t['on_ms']:.3f} ms (on/off {t['on_vs_off']:.3f}), "
-                  f"onnxruntime {t['onnxruntime_ms']:.3f} ms")
+            lo, hi = t["on_vs_off_interval"]
+            print(f"  {kind}{trials}: off {t['off_ms']:.3f} ms, on {t['on_ms']:.3f} ms (on/off {t['on_vs_off']:.3f}, "
+                  f"95% interval {lo:.3f}-{hi:.3f}: {t['verdict']}), onnxruntime {t['onnxruntime_ms']:.3f} ms")
 
 
 if __name__ == "__main__":
