@@ -136,6 +136,39 @@ def test_run_into_writes_the_arrays_it_is_given_each_time(zoo_dir, tmp_path):
     model.close()
 
 
+def _huge_page_mappings() -> dict[int, int]:
+    """This process's mappings madvised for transparent huge pages ("hg"): start -> bytes."""
+    found, start = {}, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                start = (lo, hi - lo)
+            elif head == "VmFlags:" and "hg" in line.split()[1:]:
+                found[start[0]] = start[1]
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_weights_and_arena_get_fresh_huge_page_mappings_at_every_load(zoo_dir, tmp_path):
+    """Each load maps the weights and the arena anew, on 2 MiB boundaries and madvised for huge
+    pages before they are touched, and a close unmaps them: from the heap, a second load of the
+    same build in one process reused blocks already backed by small pages (MobileNetV2: 0 and
+    12 MB of huge pages), one more way for one build to run at two speeds."""
+    library = build_model(load_onnx(zoo_dir / "mlp.onnx"), tmp_path / "mlp.so").library
+    huge = 2 << 20
+    for _ in range(2):
+        before = _huge_page_mappings()
+        model = load_model(library)
+        new = {a: n for a, n in _huge_page_mappings().items() if before.get(a) != n}
+        weights = model.manifest["weights_bytes"]
+        assert all(a % huge == 0 and n % huge == 0 for a, n in new.items())
+        assert sum(new.values()) >= math.ceil(weights / huge) * huge + huge  # the weights', and an arena
+        model.close()
+        assert not set(new) & set(_huge_page_mappings())
+
+
 def test_group_arguments_follow_task_order():
     graph = optimize(import_model(zoo.bert_layer()))
     for group in fuse(graph):

@@ -38,6 +38,7 @@ def c_executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weigh
     protos = "\n".join(renderer.signature(f, [f"p{k}" for k in range(len(f.params))]) + ";" for f in funcs)
     n_weights = len(weights.blob)
     return f"""/* ---- graph executor ---------------------------------------------------------- */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -47,15 +48,27 @@ def c_executor(graph: Graph, calls: list, funcs: list[PrimFunc], renderer, weigh
 static char* model_weights = NULL;
 static char* model_arena = NULL;
 
-/* Weights and arena on 2 MiB boundaries, asked for as transparent huge pages and touched now.
-   Left to malloc, where they land changes from one load to the next, and with it how many huge
-   pages a kernel with THP "always" gives them (with THP "madvise", none: 0 of ResNet-18's 62 MB
-   against all of it here); one suspect of the same build running at two speeds from one load
-   to the next (issue 18). And an untouched arena page-faulted during the first run. */
+/* Weights and arena each in a mapping of their own on 2 MiB boundaries, asked for as transparent
+   huge pages before they are touched. Left to malloc, where they land changes from one load to
+   the next, and with it how many huge pages a kernel with THP "always" gives them (with THP
+   "madvise", none: 0 of ResNet-18's 62 MB against all of it here); one suspect of the same build
+   running at two speeds from one load to the next (issue 18). aligned_alloc was not enough: the
+   runtime keeps freed blocks up to 32 MiB in the heap (`keep_freed_memory`), and a block reused
+   there is already backed by small pages, which madvise does not change (a MobileNetV2 loaded
+   twice in one process: 0 and 12 MB of huge pages). And an untouched arena page-faulted during
+   the first run. */
+static size_t model_mapped(size_t bytes) {{
+  size_t huge = (size_t)2 << 20;
+  return bytes == 0 ? huge : (bytes + huge - 1) / huge * huge;
+}}
+
 static char* model_alloc(size_t bytes) {{
-  size_t huge = (size_t)2 << 20, size = bytes == 0 ? huge : (bytes + huge - 1) / huge * huge;
-  char* p = (char*)aligned_alloc(huge, size);
-  if (p == NULL) return NULL;
+  size_t huge = (size_t)2 << 20, size = model_mapped(bytes);
+  char* raw = (char*)mmap(NULL, size + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return NULL;
+  char* p = (char*)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+  if (p > raw) munmap(raw, (size_t)(p - raw));
+  if (raw + huge > p) munmap(p + size, (size_t)(raw + huge - p));
 #ifdef MADV_HUGEPAGE
   madvise(p, size, MADV_HUGEPAGE);
 #endif
@@ -77,8 +90,8 @@ int32_t autosched_model_init(const char* weights_path) {{
 }}
 
 void autosched_model_free(void) {{
-  free(model_weights);
-  free(model_arena);
+  if (model_weights != NULL) munmap(model_weights, model_mapped({n_weights}));
+  if (model_arena != NULL) munmap(model_arena, model_mapped({arena_size}));
   model_weights = model_arena = NULL;
 }}
 
