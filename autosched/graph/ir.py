@@ -296,9 +296,14 @@ class Graph:
                     f"constant '{name}' holds {array.dtype.name}{list(array.shape)} "
                     f"but is declared {record.dtype}{list(record.shape)}"
                 )
+        used: set[str] = set()
         for node in self.nodes:
-            for name in (*node.inputs, *node.outputs):
-                self._record(name, f"node '{node.name}'")
+            used.update(node.inputs)
+            used.update(node.outputs)
+        if not used <= self.values.keys() or any(self.values[n].dtype not in DTYPES for n in used):
+            for node in self.nodes:  # the first name at fault, by its node
+                for name in (*node.inputs, *node.outputs):
+                    self._record(name, f"node '{node.name}'")
         ordered = toposort(self.nodes, [*input_names, *self.constants])
         object.__setattr__(self, "nodes", tuple(ordered))
         produced = {out for node in self.nodes for out in node.outputs}

@@ -18,19 +18,19 @@ from autosched.graph.passes.rewrite import fresh_name, rebuild
 def fold_layer_norm(graph: Graph) -> Graph:
     """`graph` with every decomposed LayerNorm over trailing axes replaced by one node."""
     while True:
+        match = _Match(graph)  # once per graph: per division it made ViTs' optimize quadratic
         folded = next((g for div in graph.nodes if div.op is Op.DIV
-                       for g in [_fold_one(graph, div)] if g is not None), None)
+                       for g in [_fold_one(graph, div, match)] if g is not None), None)
         if folded is None:
             return graph
         graph = folded
 
 
-def _fold_one(graph: Graph, div: Node) -> Graph | None:
-    found = _match(graph, div)
+def _fold_one(graph: Graph, div: Node, match: _Match) -> Graph | None:
+    found = _match(graph, div, match)
     if found is None:
         return None
     x, epsilon, axis, removed = found
-    match = _Match(graph)
     normalized = graph.values[x].shape[axis:]
     out = div.outputs[0]
     params: list[str] = []
@@ -56,10 +56,9 @@ def _fold_one(graph: Graph, div: Node) -> Graph | None:
     return rebuild(graph, nodes, constants, new_values)
 
 
-def _match(graph: Graph, div: Node) -> tuple[str, float, int, list[Node]] | None:
+def _match(graph: Graph, div: Node, match: _Match) -> tuple[str, float, int, list[Node]] | None:
     """(x, ε, first normalized axis, the pattern's nodes) when `div` ends d / Sqrt(mean(d·d) + ε)
     with d = x - mean(x), every intermediate read only inside the pattern."""
-    match = _Match(graph)
     d, sqrt_out = div.inputs
     sqrt = match.sole(sqrt_out, Op.SQRT)
     add = match.sole(sqrt.inputs[0], Op.ADD) if sqrt else None
@@ -69,7 +68,7 @@ def _match(graph: Graph, div: Node) -> tuple[str, float, int, list[Node]] | None
     epsilon, var_out = eps_var
     var_mean = match.sole(var_out, Op.REDUCE_MEAN)
     square = match.sole(var_mean.inputs[0], Op.MUL) if var_mean else None
-    sub = graph.producers().get(d)
+    sub = match.producers.get(d)
     if var_mean is None or square is None or square.inputs != (d, d) or sub is None or sub.op is not Op.SUB:
         return None
     x, mean_out = sub.inputs

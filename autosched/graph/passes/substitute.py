@@ -16,6 +16,7 @@ import hashlib
 import heapq
 import itertools
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -40,8 +41,19 @@ class SearchResult:
     explored: tuple[tuple[Graph, tuple[str, ...]], ...] = ()  # every graph costed, with its rules
 
 
+#: digests of the graphs alive, by graph: the search and its cost function ask for each
+#: graph's several times (five per graph costed, 4 s of MaxViT's search)
+_DIGESTS: weakref.WeakKeyDictionary[Graph, str] = weakref.WeakKeyDictionary()
+
+
 def graph_digest(graph: Graph) -> str:
     """A digest of what the graph computes, blind to value and node names."""
+    if graph not in _DIGESTS:
+        _DIGESTS[graph] = _digest(graph)
+    return _DIGESTS[graph]
+
+
+def _digest(graph: Graph) -> str:
     memo: dict[str, str] = {v.name: f"in:{v.name}" for v in graph.inputs}
     memo.update({name: f"const:{name}" for name in graph.constants})
     for node in graph.nodes:
