@@ -167,6 +167,25 @@ def test_cse_merges_equal_constants_and_nodes():
     same_results(g, merged)
 
 
+def test_cse_merges_constants_by_their_bytes():
+    """Equal bytes merge, whatever the name; a difference in a middle element, in the sign of a
+    zero (1/x tells them apart), or in shape or dtype keeps them apart."""
+    b = GraphBuilder()
+    x = b.input("x", (6,))
+    base = np.arange(6, dtype=np.float32)
+    middle, zero = base.copy(), base.copy()
+    middle[3] = 9
+    zero[0] = -0.0
+    arrays = {"a": base, "a_again": base.copy(), "middle": middle, "zero": zero,
+              "wide": base.astype(np.float64), "rows": base.reshape(2, 3)}
+    consts = {name: b.constant(name, array) for name, array in arrays.items()}
+    outs = [b.node(Op.ADD, [x, consts[name]], name=f"add_{name}") for name in ("a", "a_again", "middle", "zero")]
+    outs += [b.node(Op.CAST, [consts["wide"]], to="float32"), b.node(Op.RESHAPE, [consts["rows"]], shape=(6,))]
+    b.output(b.node(Op.CONCAT, outs, axis=0))
+    merged = eliminate_common_subexpressions(b.build())
+    assert sorted(merged.constants) == ["a", "middle", "rows", "wide", "zero"]
+
+
 def test_cse_keeps_duplicates_that_are_graph_outputs():
     b = GraphBuilder()
     x = b.input("x", (4,))

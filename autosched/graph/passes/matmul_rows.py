@@ -28,6 +28,7 @@ from autosched.opset.registry import kind_of
 def matmul_rows(graph: Graph) -> Graph:
     """`graph` with every batched MatMul of a 2-D B (`_batched_rows`) a product of rows."""
     consumers = graph.consumers()
+    position = {id(n): k for k, n in enumerate(graph.nodes)}
     outputs = {v.name for v in graph.outputs}
     constants = dict(graph.constants)
     value = NewValues(graph)
@@ -36,7 +37,7 @@ def matmul_rows(graph: Graph) -> Graph:
     for node in graph.nodes:
         if node.op is not Op.MATMUL or node.name in dropped or not _batched_rows(graph, node):
             continue
-        chain = _epilogue(graph, node, consumers, outputs)
+        chain = _epilogue(graph, node, consumers, position, outputs)
         if (chain[-1] if chain else node).outputs[0] in outputs:
             continue  # the Reshape back would be a copy into the caller's buffer
         a, out = graph.values[node.inputs[0]], graph.values[node.outputs[0]]
@@ -84,13 +85,13 @@ def _batched_rows(graph: Graph, node: Node) -> bool:
             and a.dtype.startswith("float") and not node.attrs)
 
 
-def _epilogue(graph: Graph, node: Node, consumers: dict[str, list[Node]], outputs: set[str]) -> list[Node]:
+def _epilogue(graph: Graph, node: Node, consumers: dict[str, list[Node]], position: dict[int, int],
+              outputs: set[str]) -> list[Node]:
     """The elementwise nodes after `node` that can run on its rows (`_on_rows`), in graph order:
     the longest run of them whose only value read elsewhere is the last one's output, as fusion
     takes an epilogue (a GELU reads its input twice)."""
     shape = graph.values[node.outputs[0]].shape
     region, taken = {node.outputs[0]}, []
-    position = {id(n): k for k, n in enumerate(graph.nodes)}
     # the readers of the region, in graph order: a scan of every later node for each product
     # made this pass quadratic (MaxViT's 7,200 products' epilogues: 5 s in a substitution search)
     heap = [(position[id(r)], r.name, r) for r in consumers.get(node.outputs[0], ())]
