@@ -1,6 +1,8 @@
 """Chains of copies composed into one CopyChain (`graph/passes/fuse_copies.py`): which chains,
 that the composed graph computes what the chain did (numpy reference), that its task survives
 its key, and that builds match the reference with one kernel where the chain ran several."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from graph_helpers import built_matches_reference, same_results
@@ -80,7 +82,7 @@ def _shuffle_units(c=58, side=8, units=3):
     """ShuffleNetV2 units: split the channels in two, a 1x1 convolution and ReLU on one half,
     concatenate, shuffle (reshape, transpose, reshape). From the second unit on, the passed-on
     half is a view of the previous shuffle, so the Concat is a kernel; 58 channels are padded
-    to whole vectors and sliced before it."""
+    to whole vectors and sliced before it (a view: then the first unit's Concat is a kernel too)."""
     b = GraphBuilder("shuffle")
     x = b.input("x", (1, 2 * c, side, side))
     for u in range(units):
@@ -99,13 +101,16 @@ def _shuffle_units(c=58, side=8, units=3):
 
 @pytest.mark.parametrize("lanes", [8, 16])
 def test_a_concat_that_copies_takes_its_inputs_copies_and_the_shuffle_after_it(lanes):
-    """The second unit's Concat, its convolution's conversion back to plain (and slice), the
-    shuffle's Transpose: one kernel, which reads the passed-on half and the blocked result where
-    they are (a ShuffleNetV2 block 1.10x faster, EPYC Zen 5)."""
+    """Each unit's Concat, its convolution's conversion back to plain (and slice), the shuffle's
+    Transpose: one kernel, which reads the passed-on half and the blocked result where they are
+    (a ShuffleNetV2 block 1.10x faster, EPYC Zen 5). The first unit's too: its slice of the
+    conversion is a view (`aliases`), so its Concat cannot take it in place either (it took the
+    copies of the slice, and the Transpose was a kernel of its own: 8 kernels for 3 units, now
+    7; ShuffleNetV2 1.08x faster, EPYC Zen 4)."""
     graph = _shuffle_units()
     planned = optimize(graph, lanes)
     chains = {n.name: n for n in planned.nodes if n.op is Op.COPY_CHAIN and "branches" in n.attrs}
-    assert sorted(chains) == ["u1/shuffle", "u2/rs2"]  # the last unit's ends in the graph's output
+    assert sorted(chains) == ["u0/shuffle", "u1/shuffle", "u2/rs2"]  # the last unit's ends in the graph's output
     chain = chains["u1/shuffle"]
     assert [s[0] for s in chain.attrs["steps"]] == ["Concat", "Reshape", "Transpose"]
     assert [[s[0] for s in b] for b in chain.attrs["branches"]] == [[], ["LayoutTransform", "Slice"]]
@@ -114,7 +119,7 @@ def test_a_concat_that_copies_takes_its_inputs_copies_and_the_shuffle_after_it(l
                 and n.name.startswith(("u1/", "u2/"))]
     same_results(graph, planned)
     for task in [t for t in extract_tasks(planned).tasks if t.op == "CopyChain" and len(t.shapes) == 2]:
-        assert task_from_key(task.key) == task
+        assert replace(task_from_key(task.key), weight=task.weight) == task  # u0's and u1's are one task
 
 
 def test_the_shuffles_chain_copies_whole_planes_in_vectors():
@@ -153,4 +158,4 @@ def test_a_concat_converted_to_plain_keeps_the_conversion_apart():
 def test_shuffle_units_build_and_match_the_reference(target, tmp_path):
     manifest = built_matches_reference(_shuffle_units(units=3), tmp_path / "shuffle.so", target)
     ops = [c["op"] for c in manifest["calls"]]
-    assert ops.count("Concat") <= 1 and "Transpose" in ops and ops.count("CopyChain") == 3
+    assert "Concat" not in ops and "Transpose" not in ops and ops.count("CopyChain") == 3

@@ -19,6 +19,7 @@ from autosched.graph.passes.fold_batchnorm import fold_batchnorm
 from autosched.graph.passes.fold_constants import fold_constants
 from autosched.graph.passes.fold_depth import fold_depth
 from autosched.graph.passes.fold_layer_norm import fold_layer_norm
+from autosched.graph.passes.fold_pad import fold_pad
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.fuse_copies import fuse_copies
@@ -48,6 +49,7 @@ __all__ = [
     "fold_batchnorm",
     "fold_constants",
     "fold_layer_norm",
+    "fold_pad",
     "fold_views",
     "fold_depth",
     "lift_1d",
@@ -87,7 +89,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     Identity removal first exposes Conv→BN pairs an Identity sat between;
     constant folding before BN folding turns computed BN parameters into
     constants, and before the LayerNorm fold the exponents, ε, γ and β; divisions by constants
-    become multiplications after that fold, which finds LayerNorm's division in its pattern; a patch embedding
+    become multiplications after that fold, which finds LayerNorm's division in its pattern; zero
+    Pads that only convolutions read become their padding (`fold_pad`); a patch embedding
     becomes a MatMul after BN folding has scaled its filters, and 1-D convolutions and pools
     2-D ones of height 1 (`lift_1d`) after BN folding has merged into them, and then kernel taps
     that read only padding are dropped (`crop_taps`: on 2-D convolutions, their weights final); CSE after folding sees the final
@@ -109,7 +112,7 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = remove_identity(graph)
     graph = fold_constants(graph)
     graph = divide_by_constant(fold_layer_norm(reduce_pow(graph)))
-    graph = crop_taps(lift_1d(patch_conv(fold_depth(fold_batchnorm(graph)))))
+    graph = crop_taps(lift_1d(patch_conv(fold_depth(fold_batchnorm(fold_pad(graph))))))
     graph = collapse_views(matmul_rows(eliminate_common_subexpressions(graph)))
     if gpu_blocks:
         graph = fold_constants(split_k(graph, gpu_blocks))

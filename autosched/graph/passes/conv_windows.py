@@ -10,6 +10,7 @@ loads are offset by the window's corner, the rows as long as the map's.
 from __future__ import annotations
 
 from autosched.graph.ir import Graph, Node, Op
+from autosched.graph.passes.rewrite import fold_into_readers
 
 
 def fold_conv_windows(graph: Graph) -> Graph:
@@ -28,16 +29,7 @@ def fold_conv_windows(graph: Graph) -> Graph:
             crops[node.outputs[0]] = (node.inputs[0], crop)
     if not crops:
         return graph
-    nodes = []
-    for node in graph.nodes:
-        if node.op is Op.SLICE and node.outputs[0] in crops:
-            continue
-        if node.op is Op.CONV_NCHWC and node.inputs[0] in crops:
-            source, crop = crops[node.inputs[0]]
-            node = Node(node.name, node.op, (source, *node.inputs[1:]), node.outputs, {**node.attrs, "crop": crop})
-        nodes.append(node)
-    values = {name: v for name, v in graph.values.items() if name not in crops}
-    return graph.replace(nodes=tuple(nodes), values=values)
+    return fold_into_readers(graph, crops, Op.SLICE, Op.CONV_NCHWC, lambda conv, crop: {**conv.attrs, "crop": crop})
 
 
 def _spatial_crop(graph: Graph, node: Node) -> tuple[int, int, int, int] | None:

@@ -260,18 +260,19 @@ class _Planner:
 
     def _slice(self, node: Node) -> bool:
         """A slice of a blocked tensor's batch and spatial axes (DeepLab's ASPP convolutions cut
-        into regions, `crop_taps`, each reading a window of the image) is the same slice of the
-        blocked tensor, all channels kept: no conversion to plain and back."""
+        into regions, `crop_taps`, each reading a window of the image), and of its channels in
+        whole blocks (WaveNet's gated units, a convolution's output cut in two), is the same
+        slice of the blocked tensor: no conversion to plain and back."""
         if node.op is not Op.SLICE or node.inputs[0] not in self.blocked:
             return False
         shape = self.values[node.inputs[0]].shape
         at = node.attrs
-        if len(shape) != 4 or (at["starts"][1], at["ends"][1], at["steps"][1]) != (0, shape[1], 1):
-            return False
         copy, block = self.blocked[node.inputs[0]]
-        c = shape[1] // block
-        attrs = {"starts": (*at["starts"][:1], 0, *at["starts"][2:], 0),
-                 "ends": (*at["ends"][:1], c, *at["ends"][2:], block),
+        start, end, step = at["starts"][1], min(at["ends"][1], shape[1]), at["steps"][1]
+        if len(shape) != 4 or step != 1 or start % block or end % block:
+            return False
+        attrs = {"starts": (*at["starts"][:1], start // block, *at["starts"][2:], 0),
+                 "ends": (*at["ends"][:1], end // block, *at["ends"][2:], block),
                  "steps": (*at["steps"][:1], 1, *at["steps"][2:], 1)}
         self._produce_blocked(node, (copy,), block, attrs=attrs)
         return True

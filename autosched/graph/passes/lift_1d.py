@@ -30,6 +30,36 @@ def _over_length(node: Node, shape: tuple[int, ...]) -> bool:
     return axes == {2} and set(node.attrs) <= {"axes", "keepdims"}
 
 
+def _lifted_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts against [N, C, L], as it broadcasts against [N, C, 1, L]."""
+    full = (1,) * (3 - len(shape)) + tuple(shape)
+    return (*full[:2], 1, full[2])
+
+
+def _lifted_along(node: Node, graph: Graph, twins: dict[str, str], constants: dict) -> dict | None:
+    """The attributes `node` takes on lifted operands, where it reads a lifted result and can run
+    on 2-D values: a slice (height kept whole), or an elementwise op whose other operands are
+    constants or tensors of its output's shape; else None."""
+    if len(node.outputs) != 1 or not any(name in twins for name in node.inputs):
+        return None
+    out = graph.values[node.outputs[0]].shape
+    if len(out) != 3:
+        return None
+    if node.op is Op.SLICE and set(node.attrs) <= {"starts", "ends", "steps"}:
+        at = node.attrs
+        return {"starts": (*at["starts"][:2], 0, at["starts"][2]), "ends": (*at["ends"][:2], 1, at["ends"][2]),
+                "steps": (*at["steps"][:2], 1, at["steps"][2])}
+    if kind_of(node.op) is not OpKind.ELEMWISE:
+        return None
+    for name in node.inputs:
+        shape = graph.values[name].shape
+        if name not in twins and name not in constants and shape != out:
+            return None  # a computed tensor broadcast along some axis: left as it is
+        if name in constants and len(shape) > 3:
+            return None
+    return dict(node.attrs)
+
+
 def lift_1d(graph: Graph) -> Graph:
     """`graph` with every Conv, MaxPool and AveragePool of a 3-D input computed as a 2-D one of height 1."""
     if not any(n.op in _LIFTED and len(graph.values[n.inputs[0]].shape) == 3 for n in graph.nodes):
@@ -71,6 +101,32 @@ def lift_1d(graph: Graph) -> Graph:
             pooled = fresh(f"{y.name}_2d", (x.shape[0], x.shape[1], 1, 1), y.dtype)
             nodes.append(Node(node.name, node.op, (twins[x.name],), (pooled,), {**node.attrs, "axes": (2, 3), "keepdims": 1}))
             nodes.append(Node(f"{node.name}_output", Op.RESHAPE, (pooled,), (y.name,), {"shape": y.shape}))
+            continue
+        lifted = _lifted_along(node, graph, twins, constants)
+        if lifted is not None:
+            # a slice or an elementwise op of lifted results runs on their 2-D values, so that the
+            # tensors between lifted ops stay in channel blocks (WaveNet's gated units: the dilated
+            # convolution's output cut in two, tanh times sigmoid, added to the residual)
+            lifted_operands: list[str] = []
+            for name in node.inputs:
+                if name in twins:
+                    lifted_operands.append(twins[name])
+                elif name in constants:
+                    shape = _lifted_shape(graph.values[name].shape)
+                    lifted_operands.append(fresh_name(f"{name}_2d", taken))
+                    taken.add(lifted_operands[-1])
+                    constants[lifted_operands[-1]] = constants[name].reshape(shape)
+                    new_values.append(Value(lifted_operands[-1], shape, graph.values[name].dtype))
+                else:
+                    v = graph.values[name]
+                    lifted_operands.append(fresh(f"{name}_2d", _lifted_shape(v.shape), v.dtype))
+                    nodes.append(Node(f"{node.name}_input{len(lifted_operands)}_2d", Op.RESHAPE, (name,), (lifted_operands[-1],),
+                                      {"shape": _lifted_shape(v.shape)}))
+            y = graph.values[node.outputs[0]]
+            y2 = fresh(f"{y.name}_2d", _lifted_shape(y.shape), y.dtype)
+            nodes.append(Node(node.name, node.op, tuple(lifted_operands), (y2,), lifted))
+            nodes.append(Node(f"{node.name}_output_1d", Op.RESHAPE, (y2,), (y.name,), {"shape": y.shape}))
+            twins[y.name] = y2
             continue
         if node.op not in _LIFTED or len(x.shape) != 3:
             nodes.append(node)

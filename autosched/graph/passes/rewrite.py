@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
-from autosched.graph.ir import Graph, Node, Value
+from autosched.graph.ir import Graph, Node, Op, Value
 
 
 def rebuild(
@@ -26,6 +27,22 @@ def rebuild(
         constants={name: array for name, array in constants.items() if name in used},
         values={name: value for name, value in values.items() if name in used},
     )
+
+
+def fold_into_readers(graph: Graph, folded: Mapping[str, tuple[str, Any]], producer: Op, reader: Op,
+                      attrs: Callable[[Node, Any], dict[str, Any]]) -> Graph:
+    """`graph` without the `producer` nodes whose outputs `folded` maps to (their input, what
+    they did), each of its `reader` nodes reading that input with `attrs(reader, what)`: a Pad
+    or a Slice taken into the convolutions that read it (`fold_pad`, `conv_windows`)."""
+    nodes = []
+    for node in graph.nodes:
+        if node.op is producer and node.outputs[0] in folded:
+            continue
+        if node.op is reader and node.inputs[0] in folded:
+            source, what = folded[node.inputs[0]]
+            node = Node(node.name, node.op, (source, *node.inputs[1:]), node.outputs, attrs(node, what))
+        nodes.append(node)
+    return rebuild(graph, nodes)
 
 
 def rename_inputs(node: Node, mapping: Mapping[str, str]) -> Node:
