@@ -189,7 +189,7 @@ def narrow_in_place_tile(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int
     """The register tile that reads A in place, its last row tile shifted back where the rows do
     not divide m (the templates' shifted split; guarded before 2026-11-28), for
     a product of at least NARROW_MIN_ROWS rows whose n columns fit one panel of at most 4
-    vectors, else None. Packing A pays where
+    vectors (one vector each, where the last vector is partial), else None. Packing A pays where
     many column panels reuse it; with one panel it is a copy of all of A for nothing. ViT-S's
     attention, softmax(QKᵀ)·V over 6 heads of 197×197·197×64, AVX-512, 2 threads, each config
     timed twice: 0.322 and 0.287 ms with A packed in 6 × 32 tiles (no in-place tile divides 197
@@ -201,6 +201,13 @@ def narrow_in_place_tile(m: int, n: int, caps: CpuCapabilities, dtype_bytes: int
     vectors = -(-n // lanes)
     if lanes == 1 or vectors > 4 or m < NARROW_MIN_ROWS:
         return None
+    if n % lanes and vectors > 1:
+        # a panel whose last vector is partial: panels of one vector. AVX-512, EPYC Zen 4, 2
+        # threads, in the model: a conformer's attention, 4 heads of 100×100·100×36, 0.12 ms in
+        # 8 × 48, 0.035 in 8 × 32, 0.023 in 8 × 16; 6 heads of 197×197·197×40, 0.87 ms in 8 × 48,
+        # 0.21 in 8 × 32, 0.15 in 8 × 16, where ·197×48 runs 0.13 in 8 × 48 and in 8 × 16 (and
+        # AVX2's 4 × 24 beats 8 × 8 on ·197×24: 0.069 against 0.084 ms)
+        vectors = 1
     rows = next((r for r in (8, 6, 4, 2) if r * vectors + vectors + 1 <= caps.vector_registers), None)
     return Packing(mr=rows, nr=vectors * lanes, pack_a=False) if rows else None
 
