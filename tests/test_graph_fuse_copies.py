@@ -1,6 +1,7 @@
 """Chains of copies composed into one CopyChain (`graph/passes/fuse_copies.py`): which chains,
 that the composed graph computes what the chain did (numpy reference), that its task survives
 its key, and that builds match the reference with one kernel where the chain ran several."""
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -8,9 +9,11 @@ import pytest
 from graph_helpers import built_matches_reference, same_results
 from isa import RUN_TARGETS
 
+from autosched.compile.kernel import source
+from autosched.compile.model import default_kernel
 from autosched.graph.builder import GraphBuilder
 from autosched.graph.ir import Op
-from autosched.graph.passes import optimize
+from autosched.graph.passes import optimize, optimize_for
 from autosched.task import extract_tasks, task_from_key
 
 RNG = np.random.default_rng(11)
@@ -159,3 +162,25 @@ def test_shuffle_units_build_and_match_the_reference(target, tmp_path):
     manifest = built_matches_reference(_shuffle_units(units=3), tmp_path / "shuffle.so", target)
     ops = [c["op"] for c in manifest["calls"]]
     assert "Concat" not in ops and "Transpose" not in ops and ops.count("CopyChain") == 3
+
+
+@pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
+def test_a_chain_out_of_channel_blocks_walks_the_blocks_channels_inside_the_columns(target, tmp_path):
+    """A 1-D convolution's output as the graph's: its conversion to the plain layout and the
+    Reshape back to 1-D are one copy, whose vectors gather one channel each from pixels of a
+    block's channels; those channels run inside the loop over columns, with no division in
+    their indices (WaveNet's 4 MB output: 0.375 -> 0.106 ms, channel by channel over whole rows
+    before)."""
+    b = GraphBuilder("out1d")
+    w = b.constant("w", (0.2 * RNG.standard_normal((64, 16, 1))).astype(np.float32))
+    b.output(b.node(Op.CONV, [b.input("x", (1, 16, 300)), w], strides=(1,), pads=(0, 0), dilations=(1,), group=1))
+    graph = b.build()
+    manifest = built_matches_reference(graph, tmp_path / "out1d.so", target)
+    (chain,) = [t for t in extract_tasks(optimize_for(graph, target)).tasks if t.op == "CopyChain"]
+    block = chain.shapes[0][-1]
+    code = source(*default_kernel(chain, target), "chain")
+    loops = re.findall(r"for \(int32_t (\w+) = 0; \1 < (\d+);", code)
+    assert loops[-1][1] == str(block), loops
+    inner = re.sub(r"/\*.*?\*/", "", code[code.index(f"{loops[-1][0]} < {block}"):].split("}")[0])
+    assert not re.search(r"[/%]", inner), inner
+    assert [c["op"] for c in manifest["calls"]].count("CopyChain") == 1
