@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from graph_helpers import built_matches_reference, ops, random_inputs, run_graph, same_results
 
 from autosched.graph.builder import GraphBuilder
@@ -404,7 +405,8 @@ def test_a_built_1d_network_matches_the_reference(tmp_path):
     assert ops_built.count("ConvNCHWc") == 3 and "Conv" not in ops_built and ops_built.count("LayoutTransform") <= 2
 
 
-def test_reductions_over_the_length_of_a_lifted_convolution_keep_its_channel_blocks(tmp_path):
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_reductions_over_the_length_of_a_lifted_convolution_keep_its_channel_blocks(tmp_path, target):
     """PointNet's max over points, a mean and a sum over the length (with and without keepdims)
     reduce the convolution's 2-D value in channel blocks: the only conversions left are of the
     [1, C, 1, 1] results, not of the [1, C, 1, L] map (a 4 MB transform, 0.35 ms of PointNet's
@@ -424,7 +426,7 @@ def test_reductions_over_the_length_of_a_lifted_convolution_keep_its_channel_blo
     same_results(graph, lifted)
     reduced = [n for n in lifted.nodes if n.op in (Op.REDUCE_MAX, Op.REDUCE_MEAN, Op.REDUCE_SUM)]
     assert [len(lifted.values[n.inputs[0]].shape) for n in reduced] == [4, 4, 4, 3]
-    manifest = built_matches_reference(net(channel_sum=False), tmp_path / "pointnet.so", "llvm")
+    manifest = built_matches_reference(net(channel_sum=False), tmp_path / "pointnet.so", target)
     keys = [json.loads(t["key"]) for t in manifest["tasks"]]
     converted = [k["in"][0][0] for k in keys if k["op"] == "LayoutTransform"]
     assert all(shape[2:4] == [1, 1] for shape in converted if len(shape) == 5), converted
@@ -461,7 +463,8 @@ def test_zero_pads_of_spatial_axes_that_only_convolutions_read_fold_into_their_p
     assert convs[y2].inputs[0] == img and convs[y2].attrs["pads"] == (1, 2, 2, 1)
 
 
-def test_a_gated_1d_block_runs_in_channel_blocks_from_end_to_end(tmp_path):
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_a_gated_1d_block_runs_in_channel_blocks_from_end_to_end(tmp_path, target):
     """WaveNet's layer: a causal pad, a dilated 1-D convolution, its output cut in two along
     channels (tanh of one half times the sigmoid of the other), a 1x1 convolution and the
     residual sum: the pad folds into the convolution, the cut, the gate and the sum run on the
@@ -481,7 +484,7 @@ def test_a_gated_1d_block_runs_in_channel_blocks_from_end_to_end(tmp_path):
                    dilations=(1,), group=1)
         h = b.node(Op.ADD, [h, o])
     b.output(h)
-    manifest = built_matches_reference(b.build(), tmp_path / "gated.so", "llvm")
+    manifest = built_matches_reference(b.build(), tmp_path / "gated.so", target)
     built = [json.loads(t["key"])["op"] for t in manifest["tasks"]]
     assert "Pad" not in built and "Slice" not in built
     assert sum(t["weight"] for t in manifest["tasks"] if json.loads(t["key"])["op"] == "LayoutTransform") <= 2
