@@ -78,6 +78,13 @@ def lift_1d(graph: Graph) -> Graph:
         new_values.append(Value(name, shape, dtype))
         return name
 
+    def reshaped_constant(name: str, shape: tuple[int, ...]) -> str:
+        array = fresh_name(f"{name}_2d", taken)
+        taken.add(array)
+        constants[array] = constants[name].reshape(shape)
+        new_values.append(Value(array, shape, graph.values[name].dtype))
+        return array
+
     def unary_reader(value: str) -> Node | None:
         """The elementwise node that alone reads `value` (no graph output), its other operands scalars."""
         readers = consumers.get(value, [])
@@ -112,11 +119,7 @@ def lift_1d(graph: Graph) -> Graph:
                 if name in twins:
                     lifted_operands.append(twins[name])
                 elif name in constants:
-                    shape = _lifted_shape(graph.values[name].shape)
-                    lifted_operands.append(fresh_name(f"{name}_2d", taken))
-                    taken.add(lifted_operands[-1])
-                    constants[lifted_operands[-1]] = constants[name].reshape(shape)
-                    new_values.append(Value(lifted_operands[-1], shape, graph.values[name].dtype))
+                    lifted_operands.append(reshaped_constant(name, _lifted_shape(graph.values[name].shape)))
                 else:
                     v = graph.values[name]
                     lifted_operands.append(fresh(f"{name}_2d", _lifted_shape(v.shape), v.dtype))
@@ -143,10 +146,7 @@ def lift_1d(graph: Graph) -> Graph:
             w = graph.values[w_name]
             w_shape = (w.shape[0], w.shape[1], 1, w.shape[2])
             if w_name in constants:
-                w2 = fresh_name(f"{w_name}_2d", taken)
-                taken.add(w2)
-                constants[w2] = constants[w_name].reshape(w_shape)
-                new_values.append(Value(w2, w_shape, w.dtype))
+                w2 = reshaped_constant(w_name, w_shape)
             else:
                 w2 = fresh(f"{w_name}_2d", w_shape, w.dtype)
                 nodes.append(Node(f"{node.name}_weight_2d", Op.RESHAPE, (w_name,), (w2,), {"shape": w_shape}))
