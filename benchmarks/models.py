@@ -10,10 +10,13 @@ their blocks' ratio (`paired_ratio`), which a phase change of the host between r
 alone. The tuned build is timed in the same run, so its ratio to onnxruntime and its speedup
 over the untuned build come from one machine state. Per model,
 `--json` gives `autosched_ms`, `onnxruntime_ms`, `ratio`, `tasks`, `kernel_calls` and
-`matches_onnxruntime` (with --db also `tuned_ms`, `tuned_ratio`, `speedup_vs_untuned`, `tuned_tasks`).
+`matches_onnxruntime` (with --db also `tuned_ms`, `tuned_ratio`, `speedup_vs_untuned`, `tuned_verdict`:
+the tuned build "faster", "slower", "within noise" or "too few rounds" (`paired_verdict`), and
+`tuned_tasks`).
 With `--baseline DIR` (another checkout of autosched, e.g. a `git worktree` of an older commit)
 that checkout's untuned build is timed in the same alternation too (`baseline_ms`,
-`baseline_ratio`, `speedup_vs_baseline`): a change to the defaults is judged against the code
+`baseline_ratio`, `speedup_vs_baseline`, `baseline_verdict`: this checkout's untuned build against
+the baseline's, as `tuned_verdict`): a change to the defaults is judged against the code
 before it in one machine state, not against a figure from another hour of a shared host.
 `--quick` is a smoke run (the MLP alone unless --models says otherwise, 3 runs).
 """
@@ -33,7 +36,16 @@ from pathlib import Path
 import numpy as np
 
 from autosched import zoo
-from autosched.compile.evaluate import compare, joined, latency_rounds, onnxruntime_session, paired_ratio, sample_inputs
+from autosched.compile.evaluate import (
+    compare,
+    joined,
+    latency_rounds,
+    onnxruntime_session,
+    paired_interval,
+    paired_ratio,
+    paired_verdict,
+    sample_inputs,
+)
 from autosched.compile.model import build_model
 from autosched.database import Database, TunedSchedules
 from autosched.frontend.onnx import load_onnx
@@ -62,6 +74,14 @@ class Timed:
     def ratio(self, a: int, b: int) -> float:
         """Build `a`'s time over build `b`'s, round by round (`paired_ratio`)."""
         return paired_ratio(self.rounds, a, b)
+
+    def interval(self, a: int, b: int) -> tuple[float, float]:
+        """The 95% interval of `ratio(a, b)` (`paired_interval`)."""
+        return paired_interval(self.rounds, a, b)
+
+    def verdict(self, a: int, b: int) -> str:
+        """Whether build `a` is faster or slower than build `b` beyond noise (`paired_verdict`)."""
+        return paired_verdict(self.rounds, a, b)
 
 
 def timed_together(libraries: Sequence[Path], session, feeds: dict, threads: int,
@@ -116,11 +136,13 @@ def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database 
            "tasks": len(tasks.tasks), "kernel_calls": len(tasks.groups), "matches_onnxruntime": all(timed.oks)}
     if db is not None:
         out.update({"tuned_ms": round(ms[1], 3), "tuned_ratio": round(ms[1] / ort_ms, 3),
-                    "speedup_vs_untuned": round(timed.ratio(0, 1), 3), "tuned_tasks": len(set(schedules.used))})
+                    "speedup_vs_untuned": round(timed.ratio(0, 1), 3),
+                    "tuned_verdict": timed.verdict(1, 0), "tuned_tasks": len(set(schedules.used))})
     if baseline is not None:
         last = len(ms) - 1
         out.update({"baseline_ms": round(ms[-1], 3), "baseline_ratio": round(ms[-1] / ort_ms, 3),
-                    "speedup_vs_baseline": round(timed.ratio(last, 0), 3)})
+                    "speedup_vs_baseline": round(timed.ratio(last, 0), 3),
+                    "baseline_verdict": timed.verdict(0, last)})
     return out
 
 
@@ -167,10 +189,12 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{r['tasks']:6d} {r['kernel_calls']:6d}  {'ok' if r['matches_onnxruntime'] else 'MISMATCH'}")
             if "tuned_ms" in r:
                 print(f"{'  tuned':14} {r['tuned_ms']:13.3f} {'':15} {r['tuned_ratio']:7.3f} {r['tuned_tasks']:6d} "
-                      f"{'':6}  {r['speedup_vs_untuned']:.2f}x faster than untuned")
+                      f"{'':6}  {r['speedup_vs_untuned']:.2f}x faster than untuned "
+                      f"({r['tuned_verdict']})")
             if "baseline_ms" in r:
                 print(f"{'  baseline':14} {r['baseline_ms']:13.3f} {'':15} {r['baseline_ratio']:7.3f} {'':6} "
-                      f"{'':6}  untuned {r['speedup_vs_baseline']:.2f}x faster than the baseline's")
+                      f"{'':6}  untuned {r['speedup_vs_baseline']:.2f}x faster than the baseline's "
+                      f"({r['baseline_verdict']})")
     return results
 
 

@@ -24,8 +24,9 @@ is the database's best configs as they are), and the two tuned builds join the s
 `on_ms`, `onnxruntime_ms`, `on_vs_off`, `on_vs_off_interval`, `verdict`) and `tuned` (the same with
 `trials`; null without `--trials`). on/off is the median over rounds (blocks of 5 runs of each build)
 of the ratio of the two blocks' medians (`paired_ratio`); its interval holds that median with 95%
-probability whatever the noise's law (`paired_interval`), and the verdict is "faster" or "slower"
-only where the interval excludes 1: `--runs 200` gives 40 rounds.
+probability whatever the noise's law (`paired_interval`), and the verdict (`paired_verdict`) is
+"faster" or "slower" only where the interval excludes 1, "too few rounds" below 6 of them:
+`--runs 200` gives 40 rounds.
 `--quick` is a smoke run: rules of one operator generated, the Inception block, 3 runs, 2 trials.
 """
 from __future__ import annotations
@@ -50,6 +51,7 @@ from autosched.compile.evaluate import (
     onnxruntime_session,
     paired_interval,
     paired_ratio,
+    paired_verdict,
     sample_inputs,
 )
 from autosched.compile.model import build_model
@@ -118,10 +120,9 @@ def bench_model(path: Path, workdir: Path, threads: int, runs: int, trials: int)
     def row(kind: str) -> dict:
         on, off = keys.index(f"{kind}_on"), keys.index(f"{kind}_off")
         lo, hi = paired_interval(rounds, on, off)
-        verdict = "faster" if hi < 1 else "slower" if lo > 1 else "within noise"
         return {"off_ms": round(ms[f"{kind}_off"], 3), "on_ms": round(ms[f"{kind}_on"], 3),
                 "onnxruntime_ms": round(ms["onnxruntime"], 3), "on_vs_off": round(paired_ratio(rounds, on, off), 3),
-                "on_vs_off_interval": [round(lo, 3), round(hi, 3)], "verdict": verdict}
+                "on_vs_off_interval": [round(lo, 3), round(hi, 3)], "verdict": paired_verdict(rounds, on, off)}
     return {"rewrites": list(report.applied), "kernels_before": _calls(off, target), "kernels_after": _calls(on, target),
             "estimated_ms_before": round(report.cost_before * 1e3, 4), "estimated_ms_after": round(report.cost_after * 1e3, 4),
             "search_s": round(report.seconds, 2), "pet": pet_figures(off, target, report.corrected),

@@ -25,7 +25,11 @@ model `untuned` and `shipped` (`ms`, `ratio`, ...) and `checkpoints` (per checkp
 `tune_wall_s`, `estimated_ms`, `model_estimate_ms`, `check` (with `kernels`: tasks the check timed kernel by
 kernel in the model, `chosen` where a config beat the default there, `lost` configs), `tuned_ms`, `tuned_ratio`, `untuned_ms`, `untuned_ratio`,
 `tuned_vs_untuned` (the tuned build's time over the untuned one's, the median over the alternation's
-`rounds` of their blocks' ratio: `paired_ratio`), `onnxruntime_ms`, `ok`, `same_as_untuned`: the
+`rounds` of their blocks' ratio: `paired_ratio`), `tuned_vs_untuned_interval` (the 95% interval of
+that median, whatever the noise's law: `paired_interval`) and `verdict` (`paired_verdict`:
+"faster" or "slower" only where the interval excludes 1, "within noise", or "too few rounds"
+below 6 rounds of 5 runs: a checkpoint is slower than the untuned build only where it says
+"slower"), `onnxruntime_ms`, `ok`, `same_as_untuned`: the
 tuned build is the untuned one byte for byte, so its ratio to it is the host's noise). `--quick` is a smoke run: the MLP (unless --models), checkpoints 4 and 8, 3 runs.
 """
 from __future__ import annotations
@@ -111,6 +115,8 @@ def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], sched
                 "tuned_ms": round(tuned_ms, 3), "tuned_ratio": round(tuned_ms / ort_ms, 3),
                 "untuned_ms": round(again_ms, 3), "untuned_ratio": round(again_ms / ort_ms, 3),
                 "tuned_vs_untuned": round(timed.ratio(0, 1), 3), "rounds": len(timed.rounds),
+                "tuned_vs_untuned_interval": [round(v, 3) for v in timed.interval(0, 1)],
+                "verdict": timed.verdict(0, 1),
                 "onnxruntime_ms": round(ort_ms, 3), "ok": tuned_ok and again_ok,
                 "same_as_untuned": _same_build(tuned, untuned.files)})
     return out
@@ -177,12 +183,13 @@ def _print(name: str, r: dict) -> None:
           f"shipped records only {s['ms']:.3f} ms (ratio {s['ratio']:.3f}, {s['tasks_from_shipped']} of "
           f"{s['tasks']} tasks)")
     print(f"  {'trials':>6} {'tune s':>7} {'est. ms':>8} {'model est.':>10} {'tuned ms':>9} {'ratio':>6} {'untuned ms':>11} "
-          f"{'ratio':>6} {'tuned/untuned':>13} {'ORT ms':>7} {'kernel wins':>11}  check")
+          f"{'ratio':>6} {'tuned/untuned':>13} {'95% interval':>13} {'verdict':>12} {'ORT ms':>7} {'kernel wins':>11}  check")
     for c in r["checkpoints"]:
         est = "-" if c["estimated_ms"] is None else f"{c['estimated_ms']:.3f}"
         print(f"  {c['trials']:6d} {c['tune_wall_s']:7.1f} {est:>8} {c['model_estimate_ms']:10.3f} {c['tuned_ms']:9.3f} "
               f"{c['tuned_ratio']:6.3f} "
-              f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['tuned_vs_untuned']:13.3f} {c['onnxruntime_ms']:7.3f} "
+              f"{c['untuned_ms']:11.3f} {c['untuned_ratio']:6.3f} {c['tuned_vs_untuned']:13.3f} "
+              f"{'{:.3f}-{:.3f}'.format(*c['tuned_vs_untuned_interval']):>13} {c['verdict']:>12} {c['onnxruntime_ms']:7.3f} "
               f"{_kernel_wins(c):>11}  "
               f"{'ok' if c['ok'] else 'MISMATCH'}{', the untuned build' if c['same_as_untuned'] else ''}")
 

@@ -3,7 +3,14 @@ import time
 
 import numpy as np
 
-from autosched.compile.evaluate import alternate, alternate_rounds, joined, paired_interval, paired_ratio
+from autosched.compile.evaluate import (
+    alternate,
+    alternate_rounds,
+    joined,
+    paired_interval,
+    paired_ratio,
+    paired_verdict,
+)
 
 
 def counting(seconds: float):
@@ -113,3 +120,13 @@ def test_the_paired_interval_covers_the_median_as_often_as_it_says():
         below_one += hi < 1
     assert misses <= 0.05 * 400 * 1.5
     assert below_one >= 0.9 * 400
+
+
+def test_a_verdict_is_faster_or_slower_only_where_six_rounds_or_more_exclude_one():
+    """Rounds that all agree leave 1 out of their interval; one that disagrees, among six, does
+    not; five rounds or fewer give no verdict (one round's interval is a point)."""
+    assert paired_verdict(_rounds([0.95, 0.97, 0.96, 0.98, 0.97, 0.96]), 0, 1) == "faster"
+    assert paired_verdict(_rounds([0.95, 0.97, 0.96, 0.98, 0.97, 0.96]), 1, 0) == "slower"
+    assert paired_verdict(_rounds([0.95, 1.02, 0.97, 0.96, 0.97, 0.96]), 0, 1) == "within noise"
+    assert paired_verdict(_rounds([1.037]), 0, 1) == "too few rounds"
+    assert paired_verdict(_rounds([1.02, 1.05, 1.03, 1.04, 1.03]), 0, 1) == "too few rounds"

@@ -279,6 +279,21 @@ def paired_interval(rounds: Sequence[Sequence[Sequence[float]]], a: int, b: int,
     return ratios[k - 1], ratios[n - k]
 
 
+#: rounds below which no verdict is given: the whole range of 5 holds the median at only 94%
+VERDICT_ROUNDS = 6
+
+
+def paired_verdict(rounds: Sequence[Sequence[Sequence[float]]], a: int, b: int, level: float = 0.95) -> str:
+    """What a benchmark may say of build `a` against build `b`: "faster" or "slower" only where
+    the interval of their paired ratio (`paired_interval`) excludes 1, "within noise" where it
+    holds 1, and "too few rounds" below `VERDICT_ROUNDS`, whose interval does not reach `level`
+    (one round's is a point, and would call two timings of one build different)."""
+    if len(rounds) < VERDICT_ROUNDS:
+        return "too few rounds"
+    low, high = paired_interval(rounds, a, b, level)
+    return "faster" if high < 1 else "slower" if low > 1 else "within noise"
+
+
 def _timed(run: Callable[[], object]) -> float:
     """Seconds of one run."""
     t0 = time.perf_counter()
