@@ -56,3 +56,19 @@ def test_a_bilinear_upsampling_runs_one_pass_per_axis_the_innermost_first(tmp_pa
         ["resize_axis3", "resize_axis2"]
     code = renderer_for("llvm").render(lower(schedule, args + outs, "resize"))
     assert code.count("#pragma omp parallel for") == 2
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_a_resize_to_its_own_size_is_an_identity(mode, tmp_path):
+    """SegFormer's head resizes each of its four maps to the first one's size, the first one
+    included: that Resize reads every position in place, imports as an identity and builds."""
+    sizes = numpy_helper.from_array(np.array([1, 4, 8, 8], np.int64), "sizes")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Resize", ["r", "", "", "sizes"], ["same"], name="same", mode=mode),
+             helper.make_node("Add", ["same", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "same_size", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 8, 8))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 4, 8, 8))], [sizes])
+    path = tmp_path / "same.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert "Resize" not in {n.op.value for n in load_onnx(path).nodes}
+    built_matches_onnxruntime(path, tmp_path / "same.so", rtol=1e-6, atol=1e-6)

@@ -191,6 +191,9 @@ def _import(imp: Importer, node: OnnxNode) -> None:
             name = f"{node.name}:axis{axis}:{j}"
             imp.add_constant(name, table)
             inputs.append(name)
+    if not resized:  # every axis in place (SegFormer's head "resizes" its first map to its own size)
+        imp.emit(node, Op.IDENTITY, inputs, node.outputs, {})
+        return
     imp.emit(node, Op.RESIZE, inputs, node.outputs, {"mode": mode, "axes": tuple(resized)})
 
 
