@@ -205,7 +205,7 @@ def schedule_pool2d(out: Tensor, vector_lanes: int) -> Schedule:
         *outer, pixels, lanes = acc.op.axes
         acc.reorder(*outer, *acc.op.reduce_axes, pixels, lanes)
         acc.unroll(pixels)
-        (ry, rx), (kh, kw) = acc.op.reduce_axes, anchor.op.attrs["kernel"]
+        (ry, rx), (kh, kw) = acc.op.reduce_axes, anchor.compute_op.attrs["kernel"]
         if kh * kw <= UNROLLED_WINDOW:
             acc.unroll(ry)
             acc.unroll(rx)

@@ -5,7 +5,7 @@ fills the vector whatever the image's width (NCHW vectorizes along rows of 7, 14
 Converting each convolution alone would pack its input and unpack its output at every layer;
 this pass instead keeps tensors blocked from one convolution to the next, through the
 elementwise ops (bias, activations, residual adds), pools, channel concats and splits, spatial
-reductions and resizes between them, and converts back only where a plain-layout op (a reshape, a
+reductions, resizes and group norms of whole blocks (`_group_chain`) between them, and converts back only where a plain-layout op (a reshape, a
 softmax, the model's outputs) reads a value. It is TVM's AlterOpLayout idea on this IR.
 
 The block of a tensor depends on its channel count alone (the widest of one, then half a
@@ -68,9 +68,16 @@ class _Planner:
         self.converted: dict[tuple[str, int], str] = {}  # (value, block) -> blocked copy in that block
 
     def run(self) -> Graph:
+        chained: set[int] = set()
         for node in self.graph.nodes:
-            if not (self._conv(node) or self._elementwise(node) or self._reduce(node) or self._pool(node)
-                    or self._concat(node) or self._split(node) or self._resize(node) or self._slice(node)):
+            if id(node) in chained:
+                continue
+            chain = self._group_chain(node)
+            if chain:
+                self._grouped(chain)
+                chained.update(id(n) for n in chain)
+            elif not (self._conv(node) or self._elementwise(node) or self._reduce(node) or self._pool(node)
+                      or self._concat(node) or self._split(node) or self._resize(node) or self._slice(node)):
                 self._keep(node)
         if not self.blocked:
             return self.graph  # no convolution to block: nothing changes
@@ -276,6 +283,67 @@ class _Planner:
                  "steps": (*at["steps"][:1], 1, *at["steps"][2:], 1)}
         self._produce_blocked(node, (copy,), block, attrs=attrs)
         return True
+
+    def _group_chain(self, node: Node) -> list[Node] | None:
+        """A group norm of a blocked tensor whose groups are whole channel blocks, as the importer
+        writes it (`opset.norm`): a Reshape of [N, C, H, W] into [N, G, L], a layer norm over L
+        with a uniform scale and bias, reshapes that keep [N, G, L], elementwise ops with
+        constants broadcast along L, and a Reshape back to [N, C, H, W], each value read by the
+        next alone. On the blocked tensor the same Reshapes are views whose L elements per
+        group are the group's, in another order, and nothing in between depends on that order:
+        so the chain runs on the blocks, and the ops around it (PoolFormer's pools, per-channel
+        scales and residual adds) stay blocked, where the plain chain converted back and forth."""
+        if node.op is not Op.RESHAPE or node.inputs[0] not in self.blocked:
+            return None
+        x, y = self.values[node.inputs[0]], self.values[node.outputs[0]]
+        block = self.blocked[x.name][1]
+        if len(x.shape) != 4 or len(y.shape) != 3 or y.shape[0] != x.shape[0] or x.shape[1] % y.shape[1] \
+                or (x.shape[1] // y.shape[1]) % block:
+            return None
+        readers, outputs = self.graph.consumers(), {v.name for v in self.graph.outputs}
+        chain, value = [node], y.name
+        while True:
+            after = readers.get(value, [])
+            if len(after) != 1 or value in outputs:
+                return None
+            step = after[0]
+            if step.op is Op.RESHAPE and self.values[step.outputs[0]].shape == x.shape:
+                return chain + [step]
+            if not self._keeps_groups(step, value, y.shape):
+                return None
+            chain.append(step)
+            value = step.outputs[0]
+
+    def _keeps_groups(self, node: Node, value: str, shape: tuple[int, ...]) -> bool:
+        """Whether `node`, reading `value` of [N, G, L], gives each element a result that does
+        not depend on where in its group it sits."""
+        if len(node.outputs) != 1 or self.values[node.outputs[0]].shape != shape or node.inputs[0] != value \
+                and node.op is not Op.LAYER_NORM and kind_of(node.op) is not OpKind.ELEMWISE:
+            return False
+        others = [n for n in node.inputs if n != value]
+        if node.op is Op.RESHAPE:
+            return True
+        if node.op is Op.LAYER_NORM:
+            return node.inputs[0] == value and node.attrs["axis"] in (2, -1) and all(
+                n in self.constants and np.all(self.constants[n] == self.constants[n].reshape(-1)[0]) for n in others)
+        return kind_of(node.op) is OpKind.ELEMWISE and node.op is not Op.BATCH_NORM and all(
+            n in self.constants and (self.values[n].shape[-1:] in ((), (1,))) for n in others)
+
+    def _grouped(self, chain: list[Node]) -> None:
+        """Emit a `_group_chain` on the blocked tensor: its values renamed, its last Reshape
+        producing the blocked result."""
+        first, last = chain[0], chain[-1]
+        copy, block = self.blocked[first.inputs[0]]
+        renamed: dict[str, str] = {}
+        for node in chain[:-1]:
+            source = first.inputs[0] if node is first else None
+            inputs = tuple(copy if n == source else renamed.get(n, n) for n in node.inputs)
+            out = node.outputs[0]
+            renamed[out] = f"{out}@grouped{block}c"
+            self.values[renamed[out]] = Value(renamed[out], self.values[out].shape, self.values[out].dtype)
+            self._add(Node(node.name, node.op, inputs, (renamed[out],), node.attrs))
+        shape = blocked_shape(self.values[last.outputs[0]].shape, block)
+        self._produce_blocked(last, (renamed[last.inputs[0]],), block, attrs={**last.attrs, "shape": shape})
 
     def _only_output(self, name: str) -> bool:
         """Whether `name` is a graph output that no node reads."""
