@@ -269,7 +269,7 @@ def test_layer_norm_keeps_precision_with_a_large_mean(cpu_target):
 
 
 def _random_layer_norm_configs(n: int, seed: int) -> list[tuple[tuple[int, ...], int, int]]:
-    """(shape, axis, vector lanes) with the normalized size a multiple of 2: the lanes form."""
+    """(shape, axis, vector lanes) with the normalized size a multiple of 2."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
@@ -296,10 +296,29 @@ def test_layer_norm_by_lanes_random(shape, axis, lanes, cpu_target):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape, axis, lanes", [((3, 37), 1, 16), ((2, 3199), 1, 8), ((2, 3, 7), 1, 4),
+                                                ((5, 17), 1, 16), ((1, 2, 9), 2, 8)])
+def test_layer_norm_rows_no_width_divides_sum_in_vectors_and_a_tail(shape, axis, lanes, cpu_target):
+    """A normalized size no vector width divides (wav2vec2's instance norms over 3199 samples)
+    sums its whole chunks in vectors, then the lanes and the elements past the last chunk."""
+    x = te.placeholder(shape, name="x")
+    inner = shape[axis:]
+    gamma, beta = te.placeholder(inner, name="gamma"), te.placeholder(inner, name="beta")
+    data, g, b = rand(*shape, low=-3.0, high=5.0), rand(*inner), rand(*inner)
+    y = ops.layer_norm(x, gamma, beta, axis, epsilon=1e-5, lanes=lanes)
+    got = run(y, [x, gamma, beta], [data, g, b], ops.schedule_layer_norm, cpu_target, vector_lanes=lanes)
+    axes = tuple(range(axis, len(shape)))
+    d = data.astype(np.float64)
+    want = (d - d.mean(axis=axes, keepdims=True)) / np.sqrt(d.var(axis=axes, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("isa", sorted(ISAS))
-def test_layer_norm_sums_in_vectors(isa):
+@pytest.mark.parametrize("width", [768, 3199])
+def test_layer_norm_sums_in_vectors(isa, width):
     target, _, lanes = ISAS[isa]
-    x, g, b = te.placeholder((128, 768), name="x"), te.placeholder((768,), name="g"), te.placeholder((768,), name="b")
+    x, g, b = (te.placeholder((128, width), name="x"), te.placeholder((width,), name="g"),
+               te.placeholder((width,), name="b"))
     y = ops.layer_norm(x, g, b, -1, lanes=lanes)
     code = source(ops.schedule_layer_norm(y, lanes), [x, g, b, y], "k", target)
     assert code.count(f"float layer_norm_sum_lanes[{lanes}]") == 1 and code.count("#pragma omp parallel") == 1

@@ -393,7 +393,7 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
     width = vector_width(math.prod(inner), lanes) if lanes is not None and axis > 0 else 0
 
     def row_sum(name: str, fn) -> Tensor:
-        if width >= 2 and math.prod(inner) % width == 0:
+        if width >= 2 and math.prod(inner) >= width:
             return _row_sum_by_lanes(rows, inner, width, fn, name)
         k = [te.reduce_axis(n, f"k{d}") for d, n in enumerate(inner)]
         return te.compute(rows, lambda *r: te.sum(fn(tuple(r) + tuple(k)), k), name=name, tag=LAYER_NORM_TAG)
@@ -416,12 +416,25 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
 
 def _row_sum_by_lanes(rows: tuple, inner: tuple, width: int, fn, name: str) -> Tensor:
     """Σ over the inner (flattened) axes of fn(row index + inner index), as `width` partial
-    sums over chunks of the flat row (a vector accumulator), then their sum."""
-    k = te.reduce_axis(math.prod(inner) // width, "k")
+    sums over the whole chunks of the flat row (a vector accumulator), then their sum and the
+    elements past the last whole chunk. Why the tail: wav2vec2's instance norms over 3199
+    samples (no vector width divides them) summed each row as one scalar chain, 4x onnxruntime's
+    time."""
+    n = math.prod(inner)
+    chunks, tail = divmod(n, width)
+    k = te.reduce_axis(chunks, "k")
     part = te.compute(rows + (width,), lambda *i: te.sum(fn(tuple(i[:-1]) + unflatten(k * width + i[-1], inner)), k),
                       name=f"{name}_lanes", tag=LAYER_NORM_TAG)
-    lane = te.reduce_axis(width, "lane")
-    return te.compute(rows, lambda *r: te.sum(part[tuple(r) + (lane,)], lane), name=name, tag=LAYER_NORM_TAG)
+    lane = te.reduce_axis(width + tail, "lane")
+
+    def total(*r: Expr) -> Expr:
+        if not tail:
+            return te.sum(part[tuple(r) + (lane,)], lane)
+        # lanes first, then the tail's elements; both indices clamped, so each read stays in range
+        at = lane.var
+        past = unflatten(te.max(at - width, 0) + chunks * width, inner)
+        return te.sum(te.select(at < width, part[tuple(r) + (te.min(at, width - 1),)], fn(tuple(r) + past)), lane)
+    return te.compute(rows, total, name=name, tag=LAYER_NORM_TAG)
 
 
 def _square(v: Expr) -> Expr:
@@ -445,9 +458,10 @@ def schedule_layer_norm(out: Tensor, vector_lanes: int) -> Schedule:
         return s
     tile = o.fuse(*axes[:axis])
     o.parallel(tile)
-    for st in s.stages:
+    for st in reversed(s.stages):  # readers placed first
         if st is not o:
-            reader = s.readers(st)[0]
+            # the last reader holds the others (a row sum reads the mean in its lanes and its tail)
+            reader = s.readers(st)[-1]
             # inside the reader's (single-row) row loops, before its reduction
             s.compute_at(st, reader, tile if reader is o else reader.op.axes[axis - 1])
             spatial = list(st.op.axes)
