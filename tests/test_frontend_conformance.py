@@ -36,7 +36,6 @@ EXPECTED_FAILURES = {
     r"^test_training_dropout": "training-mode Dropout",
     r"^test_identity_(sequence|opt)$": "sequence and optional types are not tensors",
     r"^test_maxpool_with_argmax_": "MaxPool's Indices output",
-    r"^test_resize_.*cubic": "Resize's cubic mode",
     r"^test_resize_.*antialias": "Resize with antialias",
     r"^test_resize_tf_crop_and_resize": "Resize's tf_crop_and_resize (a region of interest)",
     r"^test_resize_.*_not_(larger|smaller)$": "Resize's keep_aspect_ratio_policy",

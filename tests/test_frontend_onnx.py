@@ -320,7 +320,8 @@ def test_operator_errors_name_the_node():
 
 
 @pytest.mark.parametrize("attrs, message", [
-    ({"mode": "cubic"}, "mode 'cubic' is not supported"),
+    ({"mode": "lanczos"}, "mode 'lanczos' is not one of nearest, linear, cubic"),
+    ({"mode": "cubic", "antialias": 1}, "antialias"),
     ({"mode": "nearest", "nearest_mode": "sideways"}, "nearest_mode 'sideways'"),
     ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}, "tf_crop_and_resize"),
     ({"mode": "linear", "antialias": 1}, "antialias"),

@@ -29,6 +29,11 @@ CASES = {
     "one axis": ((1, 8, 6, 10), (1, 8, 6, 25), dict(mode="linear")),
     "trilinear": ((1, 2, 4, 5, 6), (1, 2, 8, 9, 13), dict(mode="linear")),
     "nearest": ((1, 3, 5, 5), (1, 3, 15, 10), dict(mode="nearest")),
+    "bicubic": ((1, 3, 5, 5), (1, 3, 13, 11), dict(mode="cubic")),
+    "bicubic downsampling": ((1, 4, 20, 16), (1, 4, 9, 7), dict(mode="cubic")),
+    "bicubic a=-0.5, outside excluded": ((1, 2, 6, 7), (1, 2, 14, 15), dict(mode="cubic", cubic_coeff_a=-0.5,
+                                                                             exclude_outside=1)),
+    "bicubic align corners": ((2, 3, 4, 6), (2, 3, 9, 13), dict(mode="cubic", coordinate_transformation_mode="align_corners")),
 }
 
 

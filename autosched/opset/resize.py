@@ -1,16 +1,20 @@
-"""Resize (ONNX opsets 13-19): nearest and linear interpolation through index tables.
+"""Resize (ONNX opsets 13-19): nearest, linear and cubic interpolation through index tables.
 
 Why tables: which input row an output row reads depends on the coordinate transformation, the
 nearest rounding and whether scales or sizes were given, in float arithmetic that must match
 ONNX's to pick the same neighbour. The importer computes it once per resized axis, in float64
 numpy as ONNX's reference does, and stores the result as constant inputs of the node: per axis
-the source index (nearest), or the two neighbours and the second one's weight (linear,
-neighbours clamped to the input, as the reference pads its edge). The kernel is a gather, for
-linear a weighted sum of two gathers per resized axis, and the numpy reference reads the
-same tables (interpolating axis by axis, as ONNX's does). Cubic interpolation, antialiasing,
-cropping (tf_crop_and_resize) and aspect-ratio policies are refused by name.
+the source index (nearest), the two neighbours and the second one's weight (linear), or the
+four neighbours and their four weights (cubic: Keys' kernel with `cubic_coeff_a`, weights of
+neighbours outside the input zeroed and the rest renormalized with `exclude_outside`);
+neighbours are clamped to the input, as the reference pads its edge. The kernel is a gather,
+for linear and cubic a weighted sum of two or four gathers per resized axis, and the numpy
+reference reads the same tables (interpolating axis by axis, as ONNX's does). Antialiasing,
+cropping (tf_crop_and_resize) and aspect-ratio policies are refused by name. Cubic came with
+YOLOS, whose position embeddings are resized to the image's patch grid (a constant the build
+folds).
 
-Linear interpolation is computed axis by axis too, the innermost resized axis first, each pass
+Linear and cubic interpolation are computed axis by axis too, the innermost resized axis first, each pass
 at root: the gathers along the innermost axis, lane by lane in vector code, then run over the
 input's rows only, and every later pass reads whole rows at two gathered positions. A
 segmentation head's 8x or 16x bilinear upsampling (DeepLab-v3: 21 classes, 21x21 to 321x321)
@@ -78,8 +82,43 @@ def linear_taps(coords: np.ndarray, in_len: int) -> tuple[np.ndarray, np.ndarray
     return (np.clip(low, 0, in_len - 1).astype(np.int32), np.clip(low + 1, 0, in_len - 1).astype(np.int32), weight)
 
 
+def cubic_taps(coords: np.ndarray, in_len: int, a: float, exclude_outside: bool) -> list[np.ndarray]:
+    """The four neighbours floor(x) - 1 ... floor(x) + 2 of each coordinate (clamped to the
+    input), then their weights from Keys' cubic kernel with parameter `a`; with
+    `exclude_outside`, neighbours outside the input weigh nothing and the rest are rescaled to
+    sum to 1."""
+    base = np.floor(coords)
+    positions = [base + k for k in range(-1, 3)]
+    weights = [_keys(np.abs(coords - p), a) for p in positions]
+    if exclude_outside:
+        weights = [np.where((p >= 0) & (p <= in_len - 1), w, 0.0) for p, w in zip(positions, weights)]
+        total = sum(weights)
+        weights = [w / total for w in weights]
+    return ([np.clip(p, 0, in_len - 1).astype(np.int32) for p in positions]
+            + [w.astype(np.float32) for w in weights])
+
+
+def _keys(d: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel at distances d >= 0."""
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+#: index and weight tables per resized axis, by mode
+TABLES = {"nearest": 1, "linear": 3, "cubic": 8}
+
+
 def _tables_per_axis(attrs: Mapping[str, Any]) -> int:
-    return 1 if attrs["mode"] == "nearest" else 3
+    return TABLES[attrs["mode"]]
+
+
+def _taps(mode: str, tables: Sequence) -> list[tuple[Any, Any]]:
+    """(index table, weight) per neighbour: linear's (low, 1 - w) and (high, w), cubic's four."""
+    if mode == "linear":
+        low, high, weight = tables
+        return [(low, None), (high, weight)]
+    return list(zip(tables[:4], tables[4:]))
 
 
 def _shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
@@ -97,10 +136,13 @@ def _reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndar
         if per == 1:
             y = np.take(y, tables[0].astype(np.int64), axis=axis)
             continue
-        low, high, weight = tables
-        w = weight.reshape([-1 if d == axis else 1 for d in range(y.ndim)])
-        a, b = np.take(y, low.astype(np.int64), axis=axis), np.take(y, high.astype(np.int64), axis=axis)
-        y = (a * (1 - w) + b * w).astype(args[0].dtype)
+        taps = _taps(attrs["mode"], tables)
+        if attrs["mode"] == "linear":
+            (low, _), (high, weight) = taps
+            taps = [(low, 1 - weight), (high, weight)]
+        along = [-1 if d == axis else 1 for d in range(y.ndim)]
+        y = sum(np.take(y, index.astype(np.int64), axis=axis) * w.reshape(along) for index, w in taps).astype(
+            args[0].dtype)
     return [np.ascontiguousarray(y)]
 
 
@@ -116,24 +158,30 @@ def _compute(args: ComputeArgs) -> list[Tensor]:
     order = sorted(range(len(axes)), key=lambda k: -axes[k])  # innermost first
     y = x
     for n, k in enumerate(order):
-        y = _interpolate(y, axes[k], tables[k], args.out_shapes[0][axes[k]],
+        y = _interpolate(y, axes[k], _taps(args.attrs["mode"], tables[k]), args.out_shapes[0][axes[k]],
                          "injective" if n == len(order) - 1 else PASS_TAG)
     return [y]
 
 
-#: the tag of a linear Resize's passes before the last (scheduled at root by `_schedule`)
+#: the tag of a linear or cubic Resize's passes before the last (scheduled at root by `_schedule`)
 PASS_TAG = "resize_pass"
 
 
-def _interpolate(x: Tensor, axis: int, tables: Sequence[Tensor], length: int, tag: str) -> Tensor:
-    """x resized along `axis` to `length`: (1 − w)·x[low] + w·x[high] per position."""
-    low, high, w = tables
+def _interpolate(x: Tensor, axis: int, taps: Sequence[tuple[Tensor, Tensor | None]], length: int, tag: str) -> Tensor:
+    """x resized along `axis` to `length`: Σ w·x[index] over the taps per position, a linear
+    pair's first weight 1 − w of the second's (None)."""
     shape = tuple(length if d == axis else n for d, n in enumerate(x.shape))
 
     def body(*i: Expr) -> Expr:
         def at(table: Tensor) -> Expr:
             return x[tuple(te.cast("int32", table[v]) if d == axis else v for d, v in enumerate(i))]
-        return (te.const(1.0, x.dtype) - w[i[axis]]) * at(low) + w[i[axis]] * at(high)
+        second = taps[-1][1]  # a linear pair's weight, whose complement the first tap takes
+        assert second is not None
+        weights = [w[i[axis]] if w is not None else te.const(1.0, x.dtype) - second[i[axis]] for _, w in taps]
+        out = weights[0] * at(taps[0][0])
+        for (index, _), w in zip(taps[1:], weights[1:]):
+            out = out + w * at(index)
+        return out
     return te.compute(shape, body, name=f"resize_axis{axis}", tag=tag)
 
 
@@ -156,8 +204,8 @@ def _import(imp: Importer, node: OnnxNode) -> None:
     x = imp.value(node.inputs[0])
     rank = len(x.shape)
     mode = node.attr("mode", "nearest")
-    if mode not in ("nearest", "linear"):
-        raise node.error(f"mode {mode!r} is not supported (nearest and linear are)")
+    if mode not in TABLES:
+        raise node.error(f"mode {mode!r} is not one of {', '.join(TABLES)}")
     if node.attr("antialias", 0):
         raise node.error("antialias is not supported")
     if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
@@ -183,8 +231,15 @@ def _import(imp: Importer, node: OnnxNode) -> None:
             scale = float(scales.reshape(-1)[k])
             out_len = int(np.floor(in_len * scale))
         coords = source_coordinates(coordinate_mode, out_len, in_len, scale)
-        tables = [nearest_index(coords, rounding, in_len)] if mode == "nearest" else list(linear_taps(coords, in_len))
-        if out_len == in_len and np.array_equal(tables[0], np.arange(in_len)) and (mode == "nearest" or not tables[2].any()):
+        if mode == "nearest":
+            tables = [nearest_index(coords, rounding, in_len)]
+        elif mode == "linear":
+            tables = list(linear_taps(coords, in_len))
+        else:
+            tables = cubic_taps(coords, in_len, float(node.attr("cubic_coeff_a", -0.75)),
+                                bool(node.attr("exclude_outside", 0)))
+        if out_len == in_len and np.array_equal(coords, np.arange(in_len)) or mode == "nearest" and out_len == in_len \
+                and np.array_equal(tables[0], np.arange(in_len)):
             continue  # this axis reads every input position in place
         resized.append(axis)
         for j, table in enumerate(tables):
