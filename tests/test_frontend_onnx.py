@@ -374,3 +374,40 @@ def test_recurrent_layers_refuse_what_they_cannot_unroll_by_name():
     model = _model([node], [_tensor("x", [4, 1, 3]), _tensor("lens", [1], TensorProto.INT32)], [_tensor("y", None)], [w, r])
     with pytest.raises(FrontendError, match=r"node 'lstm' \(LSTM\): operand 'lens' must be a constant"):
         import_model(model)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatters_of_constants_are_their_values(reduction):
+    """A scatter whose data, indices and updates are all constants (or computed from constants
+    only) imports as its value, with the same last-update-wins and folding rules as the compiled
+    scatter: repeated and negative indices, both ScatterND and ScatterElements."""
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((6, 4)).astype(np.float32)
+    nd_at = np.array([[1], [4], [1], [-1], [0], [4]], np.int64)
+    nd_new = rng.standard_normal((6, 4)).astype(np.float32)
+    el_at = np.array([[0, 3], [2, 2], [1, 0], [3, -1], [0, 0], [1, 1]], np.int64)
+    el_new = rng.standard_normal((6, 2)).astype(np.float32)
+    shift = numpy_helper.from_array(np.array([0], np.int64), "shift")
+    nodes = [helper.make_node("Add", ["nd_at", "shift"], ["nd_at2"]),  # indices computed from constants
+             helper.make_node("ScatterND", ["data", "nd_at2", "nd_new"], ["nd"], reduction=reduction),
+             helper.make_node("ScatterElements", ["data", "el_at", "el_new"], ["el"], axis=1, reduction=reduction),
+             helper.make_node("Add", ["x", "nd"], ["y"]), helper.make_node("Mul", ["x", "el"], ["z"])]
+    model = _model(nodes, [_tensor("x", [6, 4])], [_tensor("y", [6, 4]), _tensor("z", [6, 4])],
+                   [_init("data", data), _init("nd_at", nd_at), _init("nd_new", nd_new), _init("el_at", el_at),
+                    _init("el_new", el_new), shift], opset=18)
+    graph = _matches_onnxruntime(model)
+    assert {n.op for n in graph.nodes} <= {Op.ADD, Op.MUL, Op.RESHAPE}  # no match of rows against updates
+
+
+def test_a_scatter_of_constants_beyond_the_compiled_size_is_folded():
+    """BEiT builds its relative position index with index_put: a ScatterND of 38,416 updates into
+    76,832 rows, whose all-pairs match would be 3e9 comparisons. Its operands are constants, so
+    the importer computes it."""
+    n, k = 20000, 9000
+    rng = np.random.default_rng(4)
+    at = rng.permutation(n)[:k].reshape(k, 1).astype(np.int64)
+    nodes = [helper.make_node("ScatterND", ["data", "at", "new"], ["s"]), helper.make_node("Add", ["x", "s"], ["y"])]
+    model = _model(nodes, [_tensor("x", [n])], [_tensor("y", [n])],
+                   [_init("data", np.zeros(n, np.float32)), _init("at", at),
+                    _init("new", rng.standard_normal(k).astype(np.float32))])
+    _matches_onnxruntime(model)

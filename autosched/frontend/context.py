@@ -196,6 +196,20 @@ class Importer:
         self.emit(replace(onnx_node, name=f"{onnx_node.name}/{label}"), op, inputs, [out], attrs)
         return out
 
+    def computable(self, name: str) -> bool:
+        """Whether `name` is a constant or computed from constants alone: what `constant_value`
+        can fold."""
+        producers = {out: node for node in self.nodes for out in node.outputs}
+        known: dict[str, bool] = {}
+
+        def walk(value: str) -> bool:
+            if value not in known:
+                producer = producers.get(value)
+                known[value] = value in self.constants or (
+                    producer is not None and all(walk(arg) for arg in producer.inputs))
+            return known[value]
+        return walk(name)
+
     def constant_value(self, name: str, reader: OnnxNode) -> np.ndarray:
         """The value of `name`, folding the constant subgraph behind it if needed.
 

@@ -423,11 +423,17 @@ def _scatter_rows(imp: Importer, node: OnnxNode, rows: str, positions: str, upda
         reduction = reduction.decode()
     if reduction != "none" and reduction not in _SCATTER_REDUCTIONS:
         raise node.error(f"unknown reduction '{reduction}' (none, add, mul, max or min)")
+    out = node.outputs[0]
+    if all(imp.computable(v) for v in (rows, positions, updates)):
+        # a scatter of constants (BEiT's relative position index, built with index_put): its value
+        folded = f"{out}:scattered"
+        arrays = [imp.constant_value(v, node) for v in (rows, positions, updates)]
+        imp.add_constant(folded, scattered_rows(arrays[0], arrays[1], arrays[2], reduction))
+        return folded
     pairs = n * k * (r if reduction != "none" else 1)
     if pairs > MAX_SCATTER_PAIRS:
         raise node.error(f"{k} updates into {n} rows of {r} elements: {pairs} comparisons, more than the "
                          f"{MAX_SCATTER_PAIRS} a scatter is compiled for")
-    out = node.outputs[0]
     step = lambda label, op, inputs, attrs: imp.emit_step(node, label, op, inputs, attrs)  # noqa: E731
     imp.add_constant(f"{out}:row_numbers", np.arange(n, dtype=np.int64).reshape(n, 1))
     at = step("positions_row", Op.RESHAPE, [positions], {"shape": (1, k)})
@@ -447,6 +453,24 @@ def _scatter_rows(imp: Importer, node: OnnxNode, rows: str, positions: str, upda
     each = step("each", Op.WHERE, [step("match3", Op.RESHAPE, [match], {"shape": (n, k, 1)}),
                                   step("updates3", Op.RESHAPE, [updates], {"shape": (1, k, r)}), f"{out}:neutral"], {})
     return step("scattered", fold, [rows, step("reduced", reduce, [each], {"axes": (1,), "keepdims": 0})], {})
+
+
+#: the numpy folds of the scatter reductions
+_SCATTER_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def scattered_rows(rows: np.ndarray, positions: np.ndarray, updates: np.ndarray, reduction: str) -> np.ndarray:
+    """What `_scatter_rows` computes, in numpy: the last update of each position taken, or
+    the updates folded in; positions outside the rows ignored."""
+    out = rows.copy()
+    inside = (positions >= 0) & (positions < len(rows))
+    at, given = positions[inside], updates[inside]
+    if reduction == "none":
+        unique, from_end = np.unique(at[::-1], return_index=True)  # each position's last update
+        out[unique] = given[len(at) - 1 - from_end]
+    else:
+        _SCATTER_UFUNCS[reduction].at(out, at, given)
+    return out
 
 
 def _import_scatter_nd(imp: Importer, node: OnnxNode) -> None:
