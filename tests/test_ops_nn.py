@@ -317,3 +317,35 @@ def test_layer_norm_sums_in_vectors(isa, width):
     y = ops.layer_norm(x, g, b, -1, lanes=lanes)
     code = source(ops.schedule_layer_norm(y, lanes), [x, g, b, y], "k", target)
     assert code.count(f"float layer_norm_sum_lanes[{lanes}]") == 1 and code.count("#pragma omp parallel") == 1
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("AveragePool", dict(kernel_shape=[40, 40], strides=[40, 40], ceil_mode=1)),  # HF EfficientNet's pooler
+    ("AveragePool", dict(kernel_shape=[12, 9], strides=[1, 1], pads=[3, 1, 3, 1], count_include_pad=1)),
+    ("MaxPool", dict(kernel_shape=[9, 9], strides=[9, 9], ceil_mode=1)),
+])
+def test_a_window_wider_than_the_map_reduces_only_the_taps_inside_it(op, attrs, tmp_path):
+    """Taps no window ever reads inside the input add nothing (zeros to a sum, -inf to a max), so
+    the reduction covers only the others: EfficientNet's 2560x2560 pooler over a 7x7 map took
+    440 ms with every tap bounds-tested; the divisors still count the whole window's cells."""
+    import onnx
+    from graph_helpers import built_matches_onnxruntime
+    from onnx import TensorProto, helper
+
+    from autosched.compute import task_compute
+    from autosched.frontend.onnx import load_onnx
+    from autosched.ops.nn import POOL_TAG
+    from autosched.target import Target
+    from autosched.task import extract_tasks
+
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 7, 7))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "wide.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    (task,) = extract_tasks(load_onnx(path)).tasks
+    _, (out,) = task_compute(task, Target.parse("llvm").cpu_capabilities)
+    window = next(t for t in te.post_order([out]) if getattr(t.op, "tag", "") == POOL_TAG)
+    (kh, kw), (ry, rx) = attrs["kernel_shape"], window.op.reduce_axes
+    assert ry.extent < kh and rx.extent < kw
+    built_matches_onnxruntime(path, tmp_path / "wide.so", rtol=1e-5, atol=1e-6)

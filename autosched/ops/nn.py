@@ -137,21 +137,36 @@ def _pool(x: Tensor, combiner: str, kernel: int | Sequence[int], stride: int | S
     ow = pool_out_size(w, kw, sw, left, right, dw, ceil_mode)
     if oh < 1 or ow < 1:
         raise ValueError(f"pool2d: the {kh}x{kw} window does not fit the padded {h}x{w} input")
-    # how far past the input the windows reach: at most the stated padding, unless a ceil_mode
+    # the taps some window reads inside the input (padding adds nothing to a sum and never wins
+    # a max): EfficientNet's pooler, a 2560x2560 window over a 7x7 map, reads 7x7 taps
+    (first_y, taps_y), (first_x, taps_x) = (_taps_inside(size, k, st, d, before, out) for size, k, st, d, before, out in
+                                            ((h, kh, sh, dh, top, oh), (w, kw, sw, dw, left, ow)))
+    # how far past the input those taps reach: at most the stated padding, unless a ceil_mode
     # window overhangs it
-    below = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - h - top)
-    beyond = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - w - left)
+    above, ahead = max(0, top - first_y * dh), max(0, left - first_x * dw)
+    below = max(0, (oh - 1) * sh - top + dh * (first_y + taps_y - 1) + 1 - h)
+    beyond = max(0, (ow - 1) * sw - left + dw * (first_x + taps_x - 1) + 1 - w)
     xp = x
-    if top or left or below or beyond:
-        xp = pad(x, ((0, 0), (0, 0), (top, below), (left, beyond)) + ((0, 0),) * len(block), fill,
+    if above or ahead or below or beyond:
+        xp = pad(x, ((0, 0), (0, 0), (above, below), (ahead, beyond)) + ((0, 0),) * len(block), fill,
                  name=f"{combiner}_pool2d_pad")
-    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    shift_y, shift_x = first_y * dh - top + above, first_x * dw - left + ahead
+    ry, rx = te.reduce_axis(taps_y, "ry"), te.reduce_axis(taps_x, "rx")
     reducer = te.max_reduce if combiner == "max" else te.sum
     attrs = {"kernel": (kh, kw), "stride": (sh, sw), "padding": (top, left, bottom, right), "dilation": (dh, dw),
              "ceil_mode": ceil_mode}
     return te.compute((n, c, oh, ow, *block),
-                      lambda n_, c_, y, z, *b: reducer(xp[(n_, c_, y * sh + ry * dh, z * sw + rx * dw) + b], [ry, rx]),
+                      lambda n_, c_, y, z, *b: reducer(xp[(n_, c_, y * sh + ry * dh + shift_y,
+                                                           z * sw + rx * dw + shift_x) + b], [ry, rx]),
                       name="max_pool2d" if combiner == "max" else "avg_pool2d_sum", tag=POOL_TAG, attrs=attrs)
+
+
+def _taps_inside(size: int, kernel: int, stride: int, dilation: int, before: int, out: int) -> tuple[int, int]:
+    """(first, count) of the window taps along an axis that land inside the input for some
+    output position; all of them where none does (a window entirely in padding)."""
+    first = max(0, -(-(before - (out - 1) * stride) // dilation))
+    last = min(kernel - 1, (size - 1 + before) // dilation)
+    return (first, last - first + 1) if last >= first else (0, kernel)
 
 
 def global_avg_pool2d(x: Tensor) -> Tensor:
@@ -205,8 +220,8 @@ def schedule_pool2d(out: Tensor, vector_lanes: int) -> Schedule:
         *outer, pixels, lanes = acc.op.axes
         acc.reorder(*outer, *acc.op.reduce_axes, pixels, lanes)
         acc.unroll(pixels)
-        (ry, rx), (kh, kw) = acc.op.reduce_axes, anchor.compute_op.attrs["kernel"]
-        if kh * kw <= UNROLLED_WINDOW:
+        ry, rx = acc.op.reduce_axes
+        if ry.extent * rx.extent <= UNROLLED_WINDOW:
             acc.unroll(ry)
             acc.unroll(rx)
         acc.vectorize(lanes)
