@@ -244,7 +244,8 @@ def softmax(x: Tensor, axis: int = -1, lanes: int | None = None) -> Tensor:
     """
     axis = normalize_axis(axis, x.ndim)
     if lanes is not None and axis == x.ndim - 1 and x.ndim > 1:
-        width = vector_width(x.shape[axis], lanes)
+        # a whole vector wherever the row holds one: its last chunk shifts back (`_softmax_rows`)
+        width = lanes if x.shape[axis] >= lanes else vector_width(x.shape[axis], lanes)
         if width >= 2:
             return _softmax_rows(x, width)
     k1, k2 = te.reduce_axis(x.shape[axis], "k"), te.reduce_axis(x.shape[axis], "k")
@@ -405,7 +406,9 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
     inv_n = te.const(1.0 / math.prod(inner), x.dtype)
     rows = x.shape[:axis]
 
-    width = vector_width(math.prod(inner), lanes) if lanes is not None and axis > 0 else 0
+    # a whole vector wherever the row holds one, its tail summed apart (`_row_sum_by_lanes`)
+    width = (lanes if math.prod(inner) >= lanes else vector_width(math.prod(inner), lanes)) \
+        if lanes is not None and axis > 0 else 0
 
     def row_sum(name: str, fn) -> Tensor:
         if width >= 2 and math.prod(inner) >= width:
@@ -464,7 +467,9 @@ def schedule_layer_norm(out: Tensor, vector_lanes: int) -> Schedule:
     axis = out.compute_op.attrs["axis"]
     axes = list(o.op.axes)
     inner = o.fuse(*axes[axis:])
-    outer, lanes = o.split(inner, vector_width(inner.extent, vector_lanes))
+    # whole vectors, the last one shifted back to end at the row's end where none divides it
+    outer, lanes = (o.split(inner, vector_lanes, shift=True) if inner.extent >= vector_lanes
+                    else o.split(inner, vector_width(inner.extent, vector_lanes)))
     o.vectorize(lanes)
     for st in s.stages:
         if st is not o:
