@@ -9,7 +9,8 @@ test), or with `--generate MAX_OPS` of a fresh generation of rules of up to that
 here (`autosched substitutions generate` without writing the file).
 
 Per model (the zoo's, a SqueezeNet 1.1, whose fire modules have parallel branches, and an Inception
-block, whose three 1x1 convolutions read one input; any block of `autosched.zoo_blocks` by name): the
+block, whose three 1x1 convolutions read one input; any block of `autosched.zoo_blocks` by name, and
+any .onnx file by its path): the
 rewrites the optimizer applies (from an empty database, as a first build sees it), kernel calls
 before and after, the estimated cost before and after, and the latency of the builds without and
 with substitutions against onnxruntime, all timed in one alternating run (medians; the same
@@ -160,8 +161,8 @@ def _calls(graph: Graph, target: Target) -> int:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--models", help="comma-separated: zoo model names, squeezenet and the zoo's blocks "
-                   "(default: the models, squeezenet and inception_block)")
+    p.add_argument("--models", help="comma-separated: zoo model names, squeezenet, the zoo's blocks or paths of "
+                   ".onnx files (default: the models, squeezenet and inception_block)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--trials", type=int, default=0, help="also tune each model this many trials per setting")
@@ -177,7 +178,12 @@ def main(argv: list[str] | None = None) -> dict:
         workdir = Path(tmp)
         for name in names:
             path = workdir / f"{name}.onnx"
-            if name == "squeezenet":
+            if name.endswith(".onnx"):  # read where it is: an export's weights may lie beside it
+                path = Path(name)
+                if not path.is_file():
+                    p.error(f"no model file {name}")
+                name = path.stem
+            elif name == "squeezenet":
                 onnx.save(zoo.squeezenet(), path)
             elif name in zoo.MODELS:
                 onnx.save(zoo.MODELS[name](), path)

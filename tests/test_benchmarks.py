@@ -229,6 +229,19 @@ def test_the_models_benchmark_takes_onnx_files(tmp_path):
     assert set(out) == {"someone_elses"} and out["someone_elses"]["matches_onnxruntime"]
 
 
+def test_the_substitutions_benchmark_takes_onnx_files(tmp_path):
+    """Substitutions on and off are timed on any model file, read where it lies."""
+    import onnx
+
+    from autosched.zoo_blocks import BLOCKS
+
+    model = tmp_path / "someone_elses.onnx"
+    onnx.save(BLOCKS["inception_block"](), model)
+    out = run_benchmark("substitutions", "--models", str(model), "--runs", "3", "--generate", "1", cwd=tmp_path)
+    (row,) = out["models"].values()
+    assert set(out["models"]) == {"someone_elses"} and row["matches_onnxruntime"] and row["rewrites"]
+
+
 @pytest.mark.slow  # 26 s: a Ray cluster of two nodes and two drivers; the quick fleet run stays in the default suite
 def test_the_fleet_simulation(tmp_path):
     """Two nodes, two drivers of 8 trials each, through the Ray path (each driver claims before it
