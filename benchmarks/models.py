@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -117,9 +116,8 @@ def baseline_build(checkout: Path, model: Path, out: Path) -> Path:
     return out
 
 
-def bench_model(name: str, workdir: Path, threads: int, runs: int, db: Database | None,
+def bench_model(name: str, path: Path, workdir: Path, threads: int, runs: int, db: Database | None,
                 baseline: Path | None = None, min_seconds: float = 0.0) -> dict:
-    path = workdir / f"{name}.onnx"
     graph = load_onnx(path)
     tasks = extract_tasks(optimize_for(graph, Target.parse("llvm")))
     session = onnxruntime_session(path, threads)
@@ -173,12 +171,14 @@ def main(argv: list[str] | None = None) -> dict:
         try:
             if any(n not in files for n in names):
                 zoo.save_zoo(Path(tmp), [n for n in names if n not in files])
-            for stem, path in files.items():
-                shutil.copyfile(path, Path(tmp) / f"{stem}.onnx")
-        except (ValueError, OSError) as e:
+        except ValueError as e:
             raise SystemExit(f"error: {e}") from None
-        for name in names:
-            results[name] = bench_model(name, Path(tmp), args.threads, runs, db, args.baseline, min_seconds)
+        missing = [str(path) for path in files.values() if not path.is_file()]
+        if missing:
+            raise SystemExit(f"error: no model file {missing[0]}")
+        for name in names:  # a file is read where it lies: an export's external weights sit beside it
+            path = files.get(name, Path(tmp) / f"{name}.onnx")
+            results[name] = bench_model(name, path, Path(tmp), args.threads, runs, db, args.baseline, min_seconds)
     if args.json:
         print(json.dumps(results))
     else:
