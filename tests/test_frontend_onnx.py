@@ -411,3 +411,17 @@ def test_a_scatter_of_constants_beyond_the_compiled_size_is_folded():
                    [_init("data", np.zeros(n, np.float32)), _init("at", at),
                     _init("new", rng.standard_normal(k).astype(np.float32))])
     _matches_onnxruntime(model)
+
+
+@pytest.mark.parametrize("scale, bias, steps", [(1.0, 0.0, set()), (1.0, 0.5, {Op.ADD}), (2.0, 0.0, {Op.MUL}),
+                                                (2.0, 0.5, {Op.MUL, Op.ADD})])
+def test_an_instance_norm_of_unit_scale_and_zero_bias_is_no_more_than_the_norm(scale, bias, steps):
+    """torch writes GroupNorm as an instance norm of its groups with scale 1 and bias 0, then the
+    layer's own affine: the instance norm's identity steps import as nothing (PoolFormer's 24 group
+    norms each ran them as a kernel), a real scale or bias as its step."""
+    channels = 4
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)
+    model = _model([node], [_tensor("x", [2, channels, 5, 3])], [_tensor("y", [2, channels, 5, 3])],
+                   [_init("s", np.full(channels, scale, np.float32)), _init("b", np.full(channels, bias, np.float32))])
+    graph = _matches_onnxruntime(model)
+    assert {n.op for n in graph.nodes} - {Op.RESHAPE, Op.LAYER_NORM} == steps

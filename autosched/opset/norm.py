@@ -147,9 +147,16 @@ def _grouped_norm(groups: Callable[[OnnxNode, int], int]) -> Converter:
         grouped = imp.emit_step(node, "grouped", Op.RESHAPE, [x.name], {"shape": (n, g, rest)})
         normed = imp.emit_step(node, "normed", Op.LAYER_NORM, [grouped, unit],
                                {"axis": 2, "epsilon": float(node.attr("epsilon", 1e-5))})
-        y = imp.emit_step(node, "ungrouped", Op.RESHAPE, [normed], {"shape": x.shape})
         per_channel = (c,) + (1,) * (len(x.shape) - 2)
-        for k, label, op in ((1, "scaled", Op.MUL), (2, "shifted", Op.ADD)):
+        # torch writes GroupNorm as an instance norm of the groups with scale 1 and bias 0, then
+        # its own affine: those two steps would be kernels that change nothing
+        steps = [(k, label, op) for k, identity, label, op in ((1, 1, "scaled", Op.MUL), (2, 0, "shifted", Op.ADD))
+                 if not (node.inputs[k] in imp.constants and np.all(imp.constants[node.inputs[k]] == identity))]
+        if not steps:
+            imp.emit(node, Op.RESHAPE, [normed], node.outputs, {"shape": x.shape})
+            return
+        y = imp.emit_step(node, "ungrouped", Op.RESHAPE, [normed], {"shape": x.shape})
+        for n_step, (k, label, op) in enumerate(steps):
             param = node.inputs[k]
             if imp.value(param).shape == (g,) and g != c:  # opset 18-20 GroupNormalization: per group
                 if param not in imp.constants:
@@ -160,7 +167,7 @@ def _grouped_norm(groups: Callable[[OnnxNode, int], int]) -> Converter:
             elif imp.value(param).shape != (c,):
                 raise node.error(f"parameter '{param}' has shape {list(imp.value(param).shape)}, expected [{c}]")
             param = imp.emit_step(node, f"{label}_param", Op.RESHAPE, [param], {"shape": per_channel})
-            if k == 2:
+            if n_step == len(steps) - 1:
                 imp.emit(node, op, [y, param], node.outputs, {})
             else:
                 y = imp.emit_step(node, label, op, [y, param], {})
