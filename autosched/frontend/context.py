@@ -200,15 +200,17 @@ class Importer:
         """Whether `name` is a constant or computed from constants alone: what `constant_value`
         can fold."""
         producers = {out: node for node in self.nodes for out in node.outputs}
-        known: dict[str, bool] = {}
-
-        def walk(value: str) -> bool:
-            if value not in known:
-                producer = producers.get(value)
-                known[value] = value in self.constants or (
-                    producer is not None and all(walk(arg) for arg in producer.inputs))
-            return known[value]
-        return walk(name)
+        seen, todo = set(), [name]
+        while todo:  # every value behind `name` must be a constant or have a producer
+            value = todo.pop()
+            if value in seen or value in self.constants:
+                continue
+            seen.add(value)
+            producer = producers.get(value)
+            if producer is None:
+                return False
+            todo.extend(producer.inputs)
+        return True
 
     def constant_value(self, name: str, reader: OnnxNode) -> np.ndarray:
         """The value of `name`, folding the constant subgraph behind it if needed.
