@@ -5,8 +5,9 @@ fills the vector whatever the image's width (NCHW vectorizes along rows of 7, 14
 Converting each convolution alone would pack its input and unpack its output at every layer;
 this pass instead keeps tensors blocked from one convolution to the next, through the
 elementwise ops (bias, activations, residual adds), pools, channel concats and splits, spatial
-reductions, resizes and group norms of whole blocks (`_group_chain`) between them, and converts back only where a plain-layout op (a reshape, a
-softmax, the model's outputs) reads a value. It is TVM's AlterOpLayout idea on this IR.
+reductions, resizes and group norms of whole blocks (`_group_chain`) between them, and
+converts back only where a plain-layout op (a reshape, a softmax, the model's outputs) reads a
+value. It is TVM's AlterOpLayout idea on this IR.
 
 The block of a tensor depends on its channel count alone (the widest of one, then half a
 target vector that divides it), so producers and consumers of a value agree on it without
@@ -66,6 +67,7 @@ class _Planner:
         self.blocked: dict[str, tuple[str, int]] = {}  # plain value -> (its blocked copy, block)
         self.plain: set[str] = {v.name for v in graph.inputs} | set(graph.constants)
         self.converted: dict[tuple[str, int], str] = {}  # (value, block) -> blocked copy in that block
+        self._readers = graph.consumers()
 
     def run(self) -> Graph:
         chained: set[int] = set()
@@ -300,10 +302,10 @@ class _Planner:
         if len(x.shape) != 4 or len(y.shape) != 3 or y.shape[0] != x.shape[0] or x.shape[1] % y.shape[1] \
                 or (x.shape[1] // y.shape[1]) % block:
             return None
-        readers, outputs = self.graph.consumers(), {v.name for v in self.graph.outputs}
+        outputs = {v.name for v in self.graph.outputs}
         chain, value = [node], y.name
         while True:
-            after = readers.get(value, [])
+            after = self._readers.get(value, [])
             if len(after) != 1 or value in outputs:
                 return None
             step = after[0]
@@ -317,12 +319,11 @@ class _Planner:
     def _keeps_groups(self, node: Node, value: str, shape: tuple[int, ...]) -> bool:
         """Whether `node`, reading `value` of [N, G, L], gives each element a result that does
         not depend on where in its group it sits."""
-        if len(node.outputs) != 1 or self.values[node.outputs[0]].shape != shape or node.inputs[0] != value \
-                and node.op is not Op.LAYER_NORM and kind_of(node.op) is not OpKind.ELEMWISE:
+        if len(node.outputs) != 1 or self.values[node.outputs[0]].shape != shape:
             return False
         others = [n for n in node.inputs if n != value]
         if node.op is Op.RESHAPE:
-            return True
+            return node.inputs[0] == value
         if node.op is Op.LAYER_NORM:
             return node.inputs[0] == value and node.attrs["axis"] in (2, -1) and all(
                 n in self.constants and np.all(self.constants[n] == self.constants[n].reshape(-1)[0]) for n in others)
