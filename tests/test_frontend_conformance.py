@@ -32,7 +32,6 @@ EXPECTED_FAILURES = {
     r"^test_cast(like)?_.*(BFLOAT16|FLOAT8|INT4|UINT4|INT2|UINT2|FLOAT4E2M1)": "element type outside the IR's dtypes",
     r"_(bfloat16|bf16)(_|$)": "bfloat16 is outside the IR's dtypes",
     r"_string(_|$)": "string tensors are outside the IR's dtypes",
-    r"^test_batchnorm_.*_training_mode$": "training-mode BatchNormalization (running statistics outputs)",
     r"^test_training_dropout": "training-mode Dropout",
     r"^test_identity_(sequence|opt)$": "sequence and optional types are not tensors",
     r"^test_maxpool_with_argmax_": "MaxPool's Indices output",

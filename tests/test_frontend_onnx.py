@@ -425,3 +425,21 @@ def test_an_instance_norm_of_unit_scale_and_zero_bias_is_no_more_than_the_norm(s
                    [_init("s", np.full(channels, scale, np.float32)), _init("b", np.full(channels, bias, np.float32))])
     graph = _matches_onnxruntime(model)
     assert {n.op for n in graph.nodes} - {Op.RESHAPE, Op.LAYER_NORM} == steps
+
+
+@pytest.mark.parametrize("read", [("y",), ("y", "running_mean", "running_var")])
+def test_a_batch_norm_in_training_mode_normalizes_by_the_batch(read):
+    """training_mode=1: the batch's own mean and biased variance per channel, then scale and
+    bias; the running statistics, where read, moved towards the batch's by 1 - momentum. BiT
+    standardizes its convolutions' weights with it (its statistics outputs named, read by
+    nothing)."""
+    outputs = ("y", "running_mean", "running_var")
+    rng = np.random.default_rng(5)
+    channels = 3
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], list(outputs), training_mode=1,
+                            momentum=0.8, epsilon=1e-3)
+    params = [_init(name, rng.standard_normal(channels).astype(np.float32)) for name in ("s", "b", "m")]
+    params.append(_init("v", np.abs(rng.standard_normal(channels)).astype(np.float32)))
+    model = _model([node], [_tensor("x", [2, channels, 4, 5])], [_tensor(name, None) for name in read], params,
+                   opset=15)
+    _matches_onnxruntime(model)

@@ -50,9 +50,45 @@ def _per_channel(t: Tensor, idx: tuple, position: int) -> Expr:
 
 
 def _import_batch_norm(imp: Importer, node: OnnxNode) -> None:
-    if node.attr("training_mode", 0) or len(node.used_outputs()) > 1:
-        raise node.error("training mode (running statistics outputs) is not supported")
+    if node.attr("training_mode", 0):
+        _import_batch_statistics(imp, node)
+        return
+    if len(node.used_outputs()) > 1:
+        raise node.error("running statistics outputs need training_mode=1")
     imp.emit(node, Op.BATCH_NORM, node.inputs, node.outputs[:1], {"epsilon": float(node.attr("epsilon", 1e-5))})
+
+
+def _import_batch_statistics(imp: Importer, node: OnnxNode) -> None:
+    """Training mode: x normalized by its own mean and (biased) variance per channel, over the
+    batch and spatial axes, then scaled and shifted; the running statistics outputs, where
+    named, are the inputs' moved towards the batch's by 1 - momentum. BiT standardizes its
+    convolutions' weights so (a batch norm of the weights, in training mode, that the build
+    folds; its statistics outputs named but read by nothing)."""
+    x = imp.value(node.inputs[0])
+    rank = len(x.shape)
+    over = {"axes": (0, *range(2, rank)), "keepdims": 1}
+    epsilon = f"{node.outputs[0]}:epsilon"
+    imp.add_constant(epsilon, np.array(float(node.attr("epsilon", 1e-5)), dtype=x.dtype))
+    step = lambda label, op, inputs, attrs: imp.emit_step(node, label, op, inputs, attrs)  # noqa: E731
+    mean = step("mean", Op.REDUCE_MEAN, [x.name], over)
+    centred = step("centred", Op.SUB, [x.name, mean], {})
+    variance = step("variance", Op.REDUCE_MEAN, [step("square", Op.MUL, [centred, centred], {})], over)
+    normed = step("normed", Op.DIV, [centred, step("deviation", Op.SQRT, [step("guarded", Op.ADD, [
+        variance, epsilon], {})], {})], {})
+    per_channel = {"shape": (x.shape[1],) + (1,) * (rank - 2)}
+    scale = step("scale_per_channel", Op.RESHAPE, [node.inputs[1]], per_channel)
+    bias = step("bias_per_channel", Op.RESHAPE, [node.inputs[2]], per_channel)
+    imp.emit(node, Op.ADD, [step("scaled", Op.MUL, [normed, scale], {}), bias], node.outputs[:1], {})
+    momentum = float(node.attr("momentum", 0.9))
+    kept_share, batch_share = f"{node.outputs[0]}:momentum", f"{node.outputs[0]}:batch_share"
+    imp.add_constant(kept_share, np.array(momentum, dtype=x.dtype))
+    imp.add_constant(batch_share, np.array(1 - momentum, dtype=x.dtype))
+    for index, batch in ((1, mean), (2, variance)):
+        if index < len(node.outputs) and node.outputs[index]:
+            per_channel_batch = step(f"batch{index}", Op.RESHAPE, [batch], {"shape": (x.shape[1],)})
+            moved = step(f"moved{index}", Op.MUL, [per_channel_batch, batch_share], {})
+            kept = step(f"kept{index}", Op.MUL, [node.inputs[2 + index], kept_share], {})
+            imp.emit(node, Op.ADD, [kept, moved], [node.outputs[index]], {})
 
 
 def _softmax_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
