@@ -19,7 +19,7 @@ from pathlib import Path
 
 from autosched.database import Database
 from autosched.errors import AutoschedError
-from autosched.graph.ir import Graph
+from autosched.graph.ir import Graph, Node, Op
 from autosched.graph.passes import (
     eliminate_common_subexpressions,
     eliminate_dead_code,
@@ -122,11 +122,32 @@ def _wraps(rule: Rule) -> bool:
     return any(s in set(subterms(d)) for s, d in zip(rule.src, rule.dst))
 
 
+#: elementwise ops whose two operands commute, broadcasting included (the properties
+#: add-commutative and mul-commutative)
+COMMUTATIVE = (Op.ADD, Op.MUL)
+
+
 def prepare(graph: Graph) -> Graph:
     """The graph the search starts from: the standard pipeline's clean-up passes, so rules see
-    convolutions with their BatchNorms folded and weights as constants."""
+    convolutions with their BatchNorms folded and weights as constants, and constants read last
+    (`constants_last`)."""
     graph = fold_batchnorm(fold_constants(remove_identity(graph)))
-    return eliminate_dead_code(eliminate_common_subexpressions(graph))
+    return constants_last(eliminate_dead_code(eliminate_common_subexpressions(graph)))
+
+
+def constants_last(graph: Graph) -> Graph:
+    """`graph` with each Add and Mul that reads a constant first and a computed value second
+    reading them the other way round. The rules are matched operand by operand, and they spell
+    a bias or a scale second (`addb(matmul3(a, b), c)`); PyTorch's exporter writes a Linear's
+    bias first (`Add(bias, MatMul(x, W))`), so no Q, K and V projections of a Hugging Face
+    transformer could merge. Swapping operands is proved by commutativity."""
+    constants = graph.constants
+    nodes = [Node(n.name, n.op, n.inputs[::-1], n.outputs, n.attrs)
+             if n.op in COMMUTATIVE and len(n.inputs) == 2 and n.inputs[0] in constants
+             and n.inputs[1] not in constants else n for n in graph.nodes]
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
+        return graph
+    return graph.replace(nodes=nodes)
 
 
 def _tuned(db: Database | None, cost: GraphCost,

@@ -24,7 +24,7 @@ from autosched.graph.substitutions.rules import SHIPPED, Rule, load_rules
 from autosched.graph.substitutions.terms import parse_shape, parse_term, subterms, symbol
 from autosched.graph.views import operand_views
 from autosched.graph_cost import roofline
-from autosched.substitution import _rules, prepare, substitute
+from autosched.substitution import _rules, constants_last, prepare, substitute
 from autosched.target import Target
 from autosched.task import extract_tasks
 
@@ -163,6 +163,48 @@ def test_exported_linear_projections_merge_into_one_gemm_read_in_place():
     tasks = extract_tasks(optimize_for(rewritten, LLVM)).tasks
     assert [t.shapes for t in tasks if t.op == "Gemm"] == [((32, 48), (144, 48), (144,))]
     assert "Split" not in [t.op for t in tasks]
+    same_results(graph, rewritten)
+
+
+def _torch_qkv(m=64, k=96):
+    """Q, K and V as PyTorch exports a Linear: MatMul on a [in, out] weight, then the bias added
+    first (`Add(bias, MatMul(x, W))`)."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("torch_qkv")
+    x = b.input("x", (1, m, k))
+    q, kk, v = (b.node(Op.ADD, [b.constant(f"b{i}", (rng.standard_normal(k) * 0.1).astype(np.float32)),
+                               b.node(Op.MATMUL, [x, b.constant(f"w{i}", (rng.standard_normal((k, k)) * 0.1)
+                                                                .astype(np.float32))])]) for i in range(3))
+    scores = b.node(Op.MATMUL, [q, b.node(Op.TRANSPOSE, [kk], perm=(0, 2, 1))])
+    b.output(b.node(Op.MATMUL, [b.node(Op.SOFTMAX, [scores], axis=-1), v]))
+    return b.build()
+
+
+def test_constants_move_last_in_adds_and_muls_only():
+    """A constant first and a computed value second swap; two constants, two computed values
+    and a Sub (not commutative) stay as written."""
+    b = GraphBuilder("order")
+    x = b.input("x", (4, 8))
+    c = b.constant("c", np.ones(8, np.float32))
+    added = b.node(Op.ADD, [c, x])
+    both = b.node(Op.MUL, [c, c])
+    b.output(b.node(Op.SUB, [c, b.node(Op.MUL, [added, b.node(Op.ADD, [x, both])])]))
+    graph = b.build()
+    before = [n.inputs for n in graph.nodes]
+    after = [n.inputs for n in constants_last(graph).nodes]
+    assert [n.op for n in graph.nodes] == [Op.ADD, Op.MUL, Op.ADD, Op.MUL, Op.SUB]
+    assert after == [(x, "c"), *before[1:]]
+    same_results(graph, constants_last(graph))
+
+
+def test_projections_exported_with_the_bias_first_merge():
+    """The rules spell a bias second; PyTorch's exporter writes it first, and Hugging Face
+    transformers' Q, K and V projections never merged until `prepare` put constants last."""
+    graph = _torch_qkv()
+    rewritten, report = substitute(graph, LLVM)
+    assert report.applied.count("dense-0050") == 2, report.summary()
+    tasks = extract_tasks(optimize_for(rewritten, LLVM)).tasks
+    assert [t.shapes for t in tasks if t.op == "MatMul" and len(t.shapes[1]) == 2] == [((1, 64, 96), (96, 288))]
     same_results(graph, rewritten)
 
 
