@@ -235,7 +235,7 @@ def test_unsupported_ops_are_listed_in_one_error():
         helper.make_node("NonZero", ["a"], ["c"], name="nz_2"),
         helper.make_node("Unique", ["a"], ["d"], name="top"),
         helper.make_node("FusedConv", ["a"], ["f"], name="vendor", domain="com.microsoft"),
-        *(helper.make_node("GridSample", ["a", "a"], [f"g{i}"], name=f"grid_{i}") for i in range(8)),
+        *(helper.make_node("RoiAlign", ["a", "a", "a"], [f"g{i}"], name=f"roi_{i}") for i in range(8)),
     ]
     model = _model(nodes, [_tensor("x", [4])], [_tensor("b", None)])
     with pytest.raises(FrontendError) as info:
@@ -243,9 +243,9 @@ def test_unsupported_ops_are_listed_in_one_error():
     message = str(info.value)
     assert message.startswith("ops.onnx: unsupported operators:")
     for expected in ("NonZero (2 nodes: 'nz_1', 'nz_2')", "Unique (node 'top')", "com.microsoft.FusedConv (node 'vendor')",
-                     "GridSample (8 nodes: 'grid_0', 'grid_1', 'grid_2', 'grid_3', 'grid_4' and 3 more)"):
+                     "RoiAlign (8 nodes: 'roi_0', 'roi_1', 'roi_2', 'roi_3', 'roi_4' and 3 more)"):
         assert expected in message
-    assert "Relu" not in message and "grid_5" not in message
+    assert "Relu" not in message and "roi_5" not in message
 
 
 def test_missing_file(tmp_path):

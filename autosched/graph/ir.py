@@ -121,6 +121,7 @@ class Op(str, enum.Enum):
     PAD = "Pad"
     EXPAND = "Expand"
     RESIZE = "Resize"
+    GRID_SAMPLE = "GridSample"
     # not ONNX: what layout planning (graph/passes/layout.py) rewrites convolutions and the
     # tensors between them into, channels cut into blocks that are the innermost axis
     CONV_NCHWC = "ConvNCHWc"

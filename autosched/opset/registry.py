@@ -10,7 +10,21 @@ from collections.abc import Iterable, Mapping
 
 from autosched.frontend.context import Converter
 from autosched.graph.ir import Op
-from autosched.opset import activation, chain, conv, elementwise, layout, logic, matmul, norm, pool, reduce, resize, transform
+from autosched.opset import (
+    activation,
+    chain,
+    conv,
+    elementwise,
+    grid_sample,
+    layout,
+    logic,
+    matmul,
+    norm,
+    pool,
+    reduce,
+    resize,
+    transform,
+)
 from autosched.opset.record import OpDef, OpKind, UnknownOpError
 
 
@@ -39,7 +53,7 @@ def _by_onnx_type(records: Iterable[OpDef]) -> dict[str, Converter]:
 #: graph op -> its record, every op of the IR's vocabulary
 OPS: Mapping[Op, OpDef] = _by_op((*elementwise.RECORDS, *activation.RECORDS, *logic.RECORDS, *conv.RECORDS,
                                   *matmul.RECORDS, *pool.RECORDS, *norm.RECORDS, *reduce.RECORDS, *transform.RECORDS,
-                                  *layout.RECORDS, *resize.RECORDS,
+                                  *layout.RECORDS, *resize.RECORDS, *grid_sample.RECORDS,
                                   *chain.chain_records(lambda op: lookup(op))))  # `lookup` is defined below
 
 #: ONNX op type -> the converter that imports it as a graph op

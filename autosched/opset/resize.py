@@ -32,7 +32,7 @@ from autosched.frontend.context import Converter, Importer, OnnxNode, ints
 from autosched.graph.ir import Node, Op, Value
 from autosched.ops import transform
 from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape
-from autosched.schedule import Schedule, create_schedule
+from autosched.schedule import Schedule
 from autosched.te import Expr, Tensor
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -187,17 +187,7 @@ def _interpolate(x: Tensor, axis: int, taps: Sequence[tuple[Tensor, Tensor | Non
 
 def _schedule(outs: Sequence[Tensor], lanes: int) -> Schedule:
     """`schedule_injective`, with a linear Resize's earlier passes at root, each its own loops."""
-    out = outs[0]
-    s = create_schedule(out)
-    for st in s.stages:
-        if st.op is out.op:
-            continue
-        if st.op.tag == PASS_TAG:
-            transform.schedule_injective_stage(s, Tensor(st.op), lanes)
-        else:
-            s.compute_inline(st)
-    transform.schedule_injective_stage(s, out, lanes)
-    return s
+    return transform.schedule_injective_passes(outs[0], lanes, PASS_TAG)
 
 
 def _import(imp: Importer, node: OnnxNode) -> None:
