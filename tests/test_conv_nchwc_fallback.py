@@ -346,6 +346,37 @@ def test_several_groups_per_block_compute_the_convolution(measure):
     assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
 
 
+#: RegNet's 3x3 layers of 64 channels a group: downsampling 112 -> 56 (2 groups) and 28 -> 14
+#: (8 groups), and a stride-1 one
+REGNET_STRIDED = [blocked_conv_task((1, 128, 112, 112), (128, 64, 3, 3), 16, 16, stride=2, pad=1, groups=2, bias=True),
+                  blocked_conv_task((1, 512, 28, 28), (512, 64, 3, 3), 16, 16, stride=2, pad=1, groups=8, bias=True)]
+REGNET_SAME = blocked_conv_task((1, 512, 14, 14), (512, 64, 3, 3), 16, 16, pad=1, groups=8, bias=True)
+
+
+@pytest.mark.parametrize("target", [INTEL, AMD, INTEL_AVX2], ids=["intel-avx512", "amd-avx512", "avx2"])
+def test_strided_layers_of_wide_groups_take_four_blocks_padded_in_the_loads(target):
+    """On 32 registers a stride-2 layer of four or more blocks a group takes 4 blocks x 7
+    columns, padded inline; its stride-1 twin, a layer of one block a group and any layer on 16
+    registers keep their tiles."""
+    wide = target.capabilities.vector_registers == 32
+    for task in REGNET_STRIDED:
+        c = TEMPLATE.fallback(task, target)
+        if wide:
+            assert (c["tile_oc"], c["tile_ow"][1], c["pad"]) == (4, 7, "inline")
+        else:
+            assert c["tile_oc"] <= 2 and c["pad"] == "root"
+    assert (TEMPLATE.fallback(REGNET_SAME, target)["tile_oc"], TEMPLATE.fallback(REGNET_SAME, target)["pad"]) == (2, "root")
+    narrow = blocked_conv_task((1, 256, 28, 28), (256, 16, 3, 3), 16, 16, stride=2, pad=1, groups=16, bias=True)
+    assert TEMPLATE.fallback(narrow, target)["tile_oc"] == 2
+
+
+def test_strided_wide_group_fallbacks_compute_the_convolution(measure):
+    """Checked by the runner against the numpy reference (AVX-512 where the host has it)."""
+    target = INTEL if runs_here(INTEL) else INTEL_AVX2
+    results = measure([MeasureInput(task, target, TEMPLATE.fallback(task, target)) for task in REGNET_STRIDED])
+    assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
+
+
 @pytest.mark.parametrize("target", [INTEL, AMD, INTEL_AVX2], ids=["intel-avx512", "amd-avx512", "avx2"])
 def test_grouped_layers_of_few_channels_a_group_pad_inline_and_dense_ones_at_root(target):
     """The copy at root is one pass over the input; a grouped layer of 16 channels a group (whole
