@@ -127,3 +127,24 @@ def test_the_cuda_build_matches_onnxruntime_in_emulation(tmp_path, capsys):
     path = _grid_sample(tmp_path / "gs.onnx", (2, 5, 7, 11), (2, 6, 9, 2), mode="cubic", padding_mode="reflection")
     assert main(["check", str(path), "--target", "cuda -arch=sm_80", "--emulate"]) == 0
     assert "ok" in capsys.readouterr().out
+
+
+def test_a_model_onnxruntime_cannot_load_is_checked_against_onnxs_reference(tmp_path, capsys):
+    """Deformable DETR samples on float64 grids, for which onnxruntime has no GridSample: `check`
+    says so and names `--reference onnx`, which compares with ONNX's reference evaluator (its
+    opset-16 "bilinear" spelled as opset 20's "linear" for it)."""
+    from autosched.cli import main
+
+    nodes = [helper.make_node("Cast", ["grid"], ["grid64"], to=TensorProto.DOUBLE),
+             helper.make_node("GridSample", ["x", "grid64"], ["y"], name="sample", mode="bilinear")]
+    graph = helper.make_graph(nodes, "double_grid", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 6, 7)),
+                                                     helper.make_tensor_value_info("grid", TensorProto.FLOAT, (1, 4, 5, 2))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "double_grid.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]), path)
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "onnxruntime cannot load the model" in err and "`check --reference onnx`" in err
+    assert main(["check", str(path), "--reference", "onnx"]) == 0
+    out = capsys.readouterr().out
+    assert "reference: ONNX's reference evaluator" in out and out.rstrip().endswith("ok")

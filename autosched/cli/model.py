@@ -11,7 +11,15 @@ import numpy as np
 from autosched.api import build, open_database, prepare_graph
 from autosched.cli.args import add_build_db_arguments, add_db_argument, add_model_arguments, parse_shape
 from autosched.cli.report import write_report
-from autosched.compile.evaluate import KernelTime, compare, kernel_times, latency, onnxruntime_session, sample_inputs
+from autosched.compile.evaluate import (
+    KernelTime,
+    ReferenceSession,
+    compare,
+    kernel_times,
+    latency,
+    onnxruntime_session,
+    sample_inputs,
+)
 from autosched.errors import AutoschedError
 from autosched.frontend.onnx import load_onnx
 from autosched.graph.passes import optimize_for
@@ -154,15 +162,21 @@ def check_arguments(parser: argparse.ArgumentParser) -> None:
                                                           "(indices, masks, token ids: what random values would not be)")
     parser.add_argument("--emulate", action="store_true",
                         help="with --target cuda: run the CUDA kernels in the CPU emulation (no GPU needed)")
+    parser.add_argument("--reference", choices=("onnxruntime", "onnx"), default="onnxruntime",
+                        help="what to compare with: onnxruntime (the default), or ONNX's reference evaluator "
+                             "(numpy, slow: for models onnxruntime cannot load)")
 
 
 def _built(args: argparse.Namespace, tmp: str):
-    """The model imported, built into `tmp` and loaded, plus an onnxruntime session and the graph."""
+    """The model imported, built into `tmp` and loaded, plus the session to compare with (onnxruntime's,
+    or ONNX's reference evaluator with `--reference onnx`) and the graph."""
     graph = load_onnx(args.model, dict(args.shape))
     files = _build(args, Path(tmp) / "model.so").files
     threads = getattr(args, "threads", None) or os.cpu_count() or 1
     model = load_model(files.library)
     model.set_num_threads(threads)
+    if getattr(args, "reference", "onnxruntime") == "onnx":
+        return graph, model, ReferenceSession(Path(args.model))
     return graph, model, onnxruntime_session(Path(args.model), threads)
 
 
@@ -180,6 +194,7 @@ def run_check(args: argparse.Namespace) -> int:
                                  f"{', '.join(v.name for v in graph.inputs)})")
         diffs = compare(model, session, {**sample_inputs(graph, args.seed), **arrays}, rtol, atol)
         model.close()
+    print(f"reference: {getattr(session, 'label', 'onnxruntime')}")
     print(f"tolerance: rtol {rtol:g}, atol {atol:g} ({given})")
     print(f"{'output':<32} {'max abs err':>12} {'max rel err':>12}  verdict (rtol {rtol:g}, atol {atol:g})")
     for d in diffs:

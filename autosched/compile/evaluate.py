@@ -12,7 +12,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +85,50 @@ def onnxruntime_session(model_path: Path, threads: int, profile_prefix: Path | N
                         model_path, m.group("ir"), m.group("supported"))
             return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        raise AutoschedError(f"{model_path}: onnxruntime cannot load the model: {e}") from None
+        raise AutoschedError(f"{model_path}: onnxruntime cannot load the model: {e} (`check --reference onnx` "
+                             f"compares with ONNX's reference evaluator instead)") from None
+
+
+#: opset 16's spellings of GridSample's modes, which ONNX's reference evaluator only knows by
+#: opset 20's names
+_GRID_SAMPLE_MODES = {b"bilinear": b"linear", b"bicubic": b"cubic"}
+
+
+@dataclass(frozen=True)
+class _Output:
+    name: str
+
+
+class ReferenceSession:
+    """ONNX's reference evaluator (`onnx.reference`) behind onnxruntime's session interface, for
+    `check` on models onnxruntime cannot load (Deformable DETR's GridSample on float64 grids). It
+    is numpy, node by node: minutes for a model onnxruntime runs in milliseconds."""
+
+    label = "ONNX's reference evaluator"
+
+    def __init__(self, model_path: Path) -> None:
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            model = onnx.load(str(model_path))
+        except Exception as e:  # noqa: BLE001 - onnx raises its own exception types
+            raise AutoschedError(f"{model_path}: cannot read the model: {e}") from None
+        for node in model.graph.node:
+            if node.op_type == "GridSample" and node.domain in ("", "ai.onnx"):
+                for attr in node.attribute:
+                    if attr.name == "mode":
+                        attr.s = _GRID_SAMPLE_MODES.get(attr.s, attr.s)
+        try:
+            self._evaluator = ReferenceEvaluator(model)
+        except Exception as e:  # noqa: BLE001 - the evaluator raises whatever its ops do
+            raise AutoschedError(f"{model_path}: ONNX's reference evaluator cannot load the model: {e}") from None
+        self._outputs = [_Output(o.name) for o in model.graph.output]
+
+    def get_outputs(self) -> list[_Output]:
+        return self._outputs
+
+    def run(self, names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self._evaluator.run(list(names) if names else None, dict(feeds)))
 
 
 def sample_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
@@ -100,8 +143,9 @@ def compare(model: Model, session, feeds: dict[str, np.ndarray], rtol: float, at
     try:
         theirs = dict(zip(names, session.run(names, feeds)))
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        raise AutoschedError(f"onnxruntime cannot run the model on these inputs (random integers may fall outside "
-                             f"what they index: give such inputs with --inputs): {e}") from None
+        raise AutoschedError(f"{getattr(session, 'label', 'onnxruntime')} cannot run the model on these inputs "
+                             f"(random integers may fall outside what they index: give such inputs with --inputs): "
+                             f"{e}") from None
     diffs = []
     for name, got in ours.items():
         want = np.asarray(theirs[name])
