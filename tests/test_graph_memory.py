@@ -100,6 +100,7 @@ def test_random_graphs_never_overlap_live_buffers(graph):
     graph = optimize(graph)
     groups = fuse(graph)
     _check_plan(graph, groups, plan_memory(graph, groups))
+    _check_plan(graph, groups, plan_memory(graph, groups, in_place=True))
 
 
 def test_empty_plan():
@@ -205,3 +206,51 @@ def test_a_concat_of_intermediates_is_written_in_place(tmp_path):
     assert plan.buffers["cat"].first <= min(i for i, g in enumerate(groups) if "a" in g.outputs)
     assert plan.buffers["cat"].last >= max(i for i, g in enumerate(groups) if "a" in g.inputs)
     built_matches_reference(graph, tmp_path / "m.so", "llvm", rtol=1e-6, atol=1e-6)
+
+
+def _attention(reads_scores_again: bool = False):
+    """Scores, their softmax and its product by V; optionally the scores read once more after."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("attention")
+    q = b.input("q", (2, 24, 8))
+    k = b.constant("k", rng.standard_normal((2, 8, 24)).astype(np.float32))
+    v = b.constant("v", rng.standard_normal((2, 24, 8)).astype(np.float32))
+    scores = b.node(Op.MATMUL, [q, k], name="scores")
+    probs = b.node(Op.SOFTMAX, [scores], axis=-1, name="probs")
+    out = b.node(Op.MATMUL, [probs, v], name="context")
+    if reads_scores_again:
+        out = b.node(Op.ADD, [out, b.node(Op.REDUCE_MAX, [scores], axes=(2,), keepdims=1, name="peak")], name="sum")
+    b.output(out)
+    return b.build()
+
+
+def test_a_softmax_whose_input_dies_writes_over_it():
+    """With `in_place` (CPU kernels) the probabilities take the scores' bytes; without it, and
+    where a later kernel still reads the scores, they get bytes of their own."""
+    graph = optimize(_attention())
+    groups = fuse(graph)
+    plan, separate = plan_memory(graph, groups, in_place=True), plan_memory(graph, groups)
+    _check_plan(graph, groups, plan)
+    assert plan.aliases == {"probs": "scores"} and "probs" not in plan.buffers
+    assert "probs" in separate.buffers and plan.arena_size < separate.arena_size
+    later = optimize(_attention(reads_scores_again=True))
+    later_groups = fuse(later)
+    assert "probs" in plan_memory(later, later_groups, in_place=True).buffers
+
+
+def test_a_softmax_run_in_place_computes_what_the_reference_does(tmp_path):
+    """Its kernel reads each row whole before writing it, so one buffer serves both; the
+    kernel promises no `restrict` for it."""
+    from autosched import te
+    from autosched.codegen.cstyle import param_decls
+    from autosched.lower import lower
+    from autosched.lower.ir import MAY_ALIAS
+    from autosched.ops import nn
+
+    built_matches_reference(_attention(), tmp_path / "attention.so", "llvm", rtol=1e-5, atol=1e-5)
+    x = te.placeholder((4, 32), name="x")
+    y = nn.softmax(x, -1, lanes=8)
+    func = lower(nn.schedule_softmax(y, 8), [x, y], "k")
+    assert param_decls(func, ["a", "b"]) == ["const float* restrict a", "float* restrict b"]
+    func.attrs[MAY_ALIAS] = True
+    assert param_decls(func, ["a", "b"]) == ["const float* a", "float* b"]

@@ -15,7 +15,7 @@ import numpy as np
 
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
-from autosched.lower.ir import Allocate, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
+from autosched.lower.ir import MAY_ALIAS, Allocate, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autosched.te.expr import (
     INT_DTYPES,
     LIBM_UNARY,
@@ -181,9 +181,12 @@ class CStyleRenderer(ABC):
 
 
 def param_decls(func: PrimFunc, names: list[str], restrict: str = "restrict") -> list[str]:
-    """Parameter declarations; inputs are const, since the kernel never writes them."""
+    """Parameter declarations; inputs are const, since the kernel never writes them. A kernel
+    that runs in place somewhere (`MAY_ALIAS`) promises no `restrict`: its input and output
+    are then one buffer."""
     written = {id(s.buffer) for s in walk_stmts(func.body) if isinstance(s, Store)}
-    return [f"{'' if id(b) in written else 'const '}{C_TYPES[b.dtype]}* {restrict} {n}"
+    qualifier = "" if func.attrs.get(MAY_ALIAS) else f"{restrict} "
+    return [f"{'' if id(b) in written else 'const '}{C_TYPES[b.dtype]}* {qualifier}{n}"
             for b, n in zip(func.params, names)]
 
 

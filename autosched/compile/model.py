@@ -28,7 +28,7 @@ from autosched.errors import AutoschedError
 from autosched.graph.ir import Graph
 from autosched.graph.passes import FusedGroup, fuse, optimize_for, plan_memory
 from autosched.lower import PrimFunc, lower
-from autosched.lower.ir import Store, walk_stmts
+from autosched.lower.ir import MAY_ALIAS, Store, walk_stmts
 from autosched.runtime import Kernel
 from autosched.runtime.model import MANIFEST_FORMAT, file_sha256
 from autosched.schedule import Schedule, create_schedule
@@ -95,6 +95,7 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
     weights = Weights()
     plans: dict[tuple, _KernelPlan] = {}
     calls = []
+    planned: list[tuple[FusedGroup, _KernelPlan]] = []
     for group, task_index in zip(groups, taskset.group_tasks):
         names = group_arguments(group)
         n_in = len(names) - len(group.outputs)
@@ -112,13 +113,17 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
                 weights.add(folded, _run_precompute(pre, [graph.constants[names[p]] for p in positions]))
             args.append(Arg(folded))
         calls.append((group, renderer.symbol(plan.func), args))
+        planned.append((group, plan))
     for name in dict.fromkeys(a.name for _, _, args in calls for a in args
                                  if a.name is not None and a.name in graph.constants):
         weights.add(name, graph.constants[name])
     for v in graph.outputs:
         if v.name in graph.constants:
             weights.add(v.name, graph.constants[v.name])
-    memory = plan_memory(graph, groups)
+    memory = plan_memory(graph, groups, in_place=target.kind == "llvm")
+    for group, plan in planned:  # a kernel run in place reads and writes one buffer through two pointers
+        if memory.aliases.get(group.outputs[0]) == group.anchor.inputs[0]:
+            plan.func.attrs[MAY_ALIAS] = True
     funcs = [p.func for p in plans.values()]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -140,6 +140,10 @@ class WarpMma(Stmt):
     a_rows: Expr | None = None
 
 
+#: `PrimFunc.attrs` key: two of the kernel's parameters may be one buffer (it runs in place)
+MAY_ALIAS = "may_alias"
+
+
 @dataclass(eq=False)
 class PrimFunc:
     """One kernel: parameters in call order, then the body."""

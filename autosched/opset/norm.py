@@ -274,7 +274,8 @@ RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.SOFTMAX, OpKind.REDUCE, same_shape, _softmax_reference,
           lambda args: [nn.softmax(args.inputs[0], args.attrs["axis"], lanes=args.lanes)],
           on_output(nn.schedule_softmax), {"Softmax": Converter(_import_softmax),
-                                           "LogSoftmax": Converter(_import_log_softmax)}),
+                                           "LogSoftmax": Converter(_import_log_softmax)},
+          in_place=True),  # a row's reductions read it whole before any of its outputs is written
     OpDef(Op.LAYER_NORM, OpKind.REDUCE, _layer_norm_shape, _layer_norm_reference, _layer_norm_compute,
           _layer_norm_schedule, {"LayerNormalization": Converter(_import_layer_norm),
                                  "InstanceNormalization": _grouped_norm(lambda node, channels: channels),

@@ -92,6 +92,9 @@ class OpDef:
     and Unsqueeze all become Reshape); an op only layout planning creates has none. `scalar` and
     `operand_load` are set for elementwise ops only. `algebra` holds the symbols the op
     contributes to graph substitutions (`opset/algebra.py`); ops no substitution touches have none.
+    `in_place` says the op's CPU kernel reads each position of its first input only before it
+    writes that position of its output, and no other, so the memory planner may give the output
+    the input's bytes where nothing reads the input afterwards (`plan_memory`).
     """
 
     op: Op
@@ -104,6 +107,7 @@ class OpDef:
     scalar: ScalarFn | None = None
     operand_load: OperandLoad | None = None
     algebra: tuple[AlgebraOp, ...] = ()
+    in_place: bool = False
 
 
 def on_output(schedule: Callable[[Tensor, int], Schedule]) -> ScheduleFn:

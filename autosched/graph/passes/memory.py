@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from autosched.graph.ir import Graph
 from autosched.graph.passes.aliases import ALIGNMENT, find_aliases
 from autosched.graph.passes.fuse import FusedGroup
+from autosched.opset.registry import lookup
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,33 @@ class MemoryPlan:
                                                  size=buffer.size - offset)
 
 
-def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALIGNMENT) -> MemoryPlan:
-    """Assign arena offsets to the outputs of `groups`, executed in the given order."""
+def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALIGNMENT,
+                in_place: bool = False) -> MemoryPlan:
+    """Assign arena offsets to the outputs of `groups`, executed in the given order; with
+    `in_place` (CPU kernels), the outputs of ops that may run in place (`in_place_outputs`)
+    take their input's bytes."""
     external = {v.name for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
     views = find_aliases(graph).views
     aliases = {alias: root for alias, (root, _) in views.items()}
+    first, last = _lifetimes(groups, aliases, external)
+    if in_place:
+        aliases.update(in_place_outputs(graph, groups, aliases, external, last))
+        first, last = _lifetimes(groups, aliases, external)
+    sizes = {name: _round_up(graph.values[name].nbytes, alignment) for name in first}
+    placed: list[Buffer] = []
+    for name in sorted(first, key=lambda n: (-sizes[n], first[n], n)):
+        candidate = Buffer(name, 0, sizes[name], first[name], last[name])
+        rivals = sorted((b for b in placed if b.overlaps_in_time(candidate)), key=lambda b: b.offset)
+        placed.append(Buffer(name, _best_fit(rivals, sizes[name]), sizes[name], first[name], last[name]))
+    arena = max((b.offset + b.size for b in placed), default=0)
+    return MemoryPlan({b.name: b for b in sorted(placed, key=lambda b: (b.first, b.name))}, arena,
+                      {alias: root for alias, root in aliases.items() if root in first},
+                      {alias: offset for alias, (root, offset) in views.items() if root in first and offset})
+
+
+def _lifetimes(groups: Sequence[FusedGroup], aliases: Mapping[str, str],
+               external: set[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """The first and last group that touches each arena buffer (a view's, its root's)."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for index, group in enumerate(groups):
@@ -75,16 +98,28 @@ def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALI
                 name = aliases.get(name, name)  # a concat's part: its producer writes the root's bytes
                 first[name] = min(first.get(name, index), index)
                 last[name] = index
-    sizes = {name: _round_up(graph.values[name].nbytes, alignment) for name in first}
-    placed: list[Buffer] = []
-    for name in sorted(first, key=lambda n: (-sizes[n], first[n], n)):
-        candidate = Buffer(name, 0, sizes[name], first[name], last[name])
-        rivals = sorted((b for b in placed if b.overlaps_in_time(candidate)), key=lambda b: b.offset)
-        placed.append(Buffer(name, _best_fit(rivals, sizes[name]), sizes[name], first[name], last[name]))
-    arena = max((b.offset + b.size for b in placed), default=0)
-    return MemoryPlan({b.name: b for b in sorted(placed, key=lambda b: (b.first, b.name))}, arena,
-                      {alias: root for alias, root in aliases.items() if root in first},
-                      {alias: offset for alias, (root, offset) in views.items() if root in first and offset})
+    return first, last
+
+
+def in_place_outputs(graph: Graph, groups: Sequence[FusedGroup], aliases: Mapping[str, str], external: set[str],
+                     last: Mapping[str, int]) -> dict[str, str]:
+    """Output -> input, for each group whose anchor may run in place (`OpDef.in_place`: a
+    softmax) and whose first input is an arena buffer of the output's size that no later group
+    reads. The output then needs no bytes of its own: a kernel writing a fresh buffer larger
+    than the caches reads each line of it for ownership before writing it, and leaves the
+    input's dirty lines to be written back too. Whisper's 4 x 1500 x 1500 attention scores (36
+    MB) took their softmax 2.3-3.4 ms into a new buffer, 2.1 ms in place (EPYC Zen 4, 2 threads,
+    the kernel alone behind a producer that dirties its input)."""
+    found: dict[str, str] = {}
+    for index, group in enumerate(groups):
+        if not lookup(group.anchor.op).in_place or len(group.outputs) != 1:
+            continue
+        x, out = group.anchor.inputs[0], group.outputs[0]
+        if (x in external or out in external or x in aliases or out in aliases or x in found.values()
+                or last.get(x) != index or graph.values[x].nbytes != graph.values[out].nbytes):
+            continue
+        found[out] = x
+    return found
 
 
 def _best_fit(rivals: Sequence[Buffer], size: int) -> int:
