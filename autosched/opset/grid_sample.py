@@ -142,15 +142,16 @@ def _shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
 
 def _reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
     x, grid = args
+    exact = np.float64 if np.float64 in (x.dtype, grid.dtype) else np.float32
     sizes = _spatial(attrs, x.shape)
-    per_axis = [axis_taps(_NUMPY, grid[..., len(sizes) - 1 - a].astype(np.float32), size, attrs["mode"],
+    per_axis = [axis_taps(_NUMPY, grid[..., len(sizes) - 1 - a].astype(exact), size, attrs["mode"],
                           attrs["padding_mode"], bool(attrs["align_corners"])) for a, size in enumerate(sizes)]
     batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
-    out = np.zeros((x.shape[0], *grid.shape[1:-1], x.shape[1]), np.float32)
+    out = np.zeros((x.shape[0], *grid.shape[1:-1], x.shape[1]), exact)
     for combo in itertools.product(*per_axis):
         weight = math.prod(w for _, w in combo)
         picked = x[(batch, slice(None)) + tuple(i for i, _ in combo)]  # advanced indices first: [N, *out, C]
-        out += np.asarray(weight, np.float32)[..., None] * picked
+        out += np.asarray(weight, exact)[..., None] * picked
     return [np.ascontiguousarray(np.moveaxis(out, -1, 1)).astype(x.dtype)]
 
 
@@ -160,10 +161,11 @@ def _compute(args: ComputeArgs) -> list[Tensor]:
     sizes = _spatial(attrs, x.shape)
     rank = len(sizes)
     where = grid.shape[:-1]  # [N, *out]
+    exact = "float64" if "float64" in (x.dtype, grid.dtype) else "float32"  # a double model's taps in double
     tables = []  # per axis, per tap: (index, weight) stages over [N, *out]
     for a, size in enumerate(sizes):
         def taps_at(*i: Expr, a: int = a, size: int = size) -> list[tuple[Expr, Expr]]:
-            g = te.cast("float32", grid[i + (te.const(rank - 1 - a, "int32"),)])
+            g = te.cast(exact, grid[i + (te.const(rank - 1 - a, "int32"),)])
             return axis_taps(_TE, g, size, attrs["mode"], attrs["padding_mode"], bool(attrs["align_corners"]))
         count = {"nearest": 1, "linear": 2, "cubic": 4}[attrs["mode"]]
         tables.append([(te.compute(where, lambda *i, k=k, f=taps_at: f(*i)[k][0], name=f"grid_index{a}_{k}",
@@ -180,7 +182,7 @@ def _compute(args: ComputeArgs) -> list[Tensor]:
                 value = value * weight[(n,) + o]
             total = value if total is None else total + value
         assert total is not None
-        return total if x.dtype == "float32" else te.cast(x.dtype, total)
+        return te.cast(x.dtype, total)
     return [te.compute(args.out_shapes[0], body, name="grid_sample", tag="injective")]
 
 
