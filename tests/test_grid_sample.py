@@ -160,3 +160,26 @@ def test_a_double_model_samples_in_double(tmp_path):
     path = tmp_path / "double.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET)]), path)
     built_matches_onnxruntime(path, tmp_path / "double.so", rtol=1e-12, atol=1e-12)
+
+
+def _affine_grid(path, theta_shape, size, constant_size=True):
+    inits = [numpy_helper.from_array(np.array(size, np.int64), "size")] if constant_size else []
+    inputs = [helper.make_tensor_value_info("theta", TensorProto.FLOAT, theta_shape)]
+    if not constant_size:
+        inputs.append(helper.make_tensor_value_info("size", TensorProto.INT64, (len(size),)))
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="affine")
+    graph = helper.make_graph([node], "affine", inputs, [helper.make_tensor_value_info("grid", TensorProto.FLOAT, None)],
+                              inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+    return path
+
+
+def test_an_affine_grid_is_one_product_and_bad_ones_name_the_node(tmp_path):
+    """A 2-D and a 3-D AffineGrid match onnxruntime; a theta that does not fit the size, and a
+    size given at run time, are refused naming the node."""
+    built_matches_onnxruntime(_affine_grid(tmp_path / "a2.onnx", (2, 2, 3), (2, 3, 5, 7)), tmp_path / "a2.so")
+    built_matches_onnxruntime(_affine_grid(tmp_path / "a3.onnx", (1, 3, 4), (1, 2, 3, 4, 5)), tmp_path / "a3.so")
+    with pytest.raises(FrontendError, match="'affine'.*theta \\[2, 2, 3\\] is not an affine map of size \\[2, 3, 4, 5, 6\\]"):
+        load_onnx(_affine_grid(tmp_path / "bad.onnx", (2, 2, 3), (2, 3, 4, 5, 6)))
+    with pytest.raises(FrontendError, match="'affine'"):
+        load_onnx(_affine_grid(tmp_path / "dynamic.onnx", (2, 2, 3), (2, 3, 5, 7), constant_size=False))
