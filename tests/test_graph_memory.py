@@ -33,6 +33,9 @@ def _check_plan(graph, groups, plan):
         if root in plan.buffers:
             assert plan.offsets.get(alias, 0) % ALIGNMENT == 0
             assert plan.offsets.get(alias, 0) + graph.values[alias].nbytes <= graph.values[root].nbytes
+    views = plan.views
+    for group in groups:  # every value a kernel reads or writes has bytes in the arena, or is external
+        assert all(name in external or name in views for name in (*group.inputs, *group.outputs))
     for buffer in plan.buffers.values():
         assert buffer.offset % ALIGNMENT == 0 and buffer.size >= graph.values[buffer.name].nbytes
         assert buffer.offset + buffer.size <= plan.arena_size
@@ -254,3 +257,23 @@ def test_a_softmax_run_in_place_computes_what_the_reference_does(tmp_path):
     assert param_decls(func, ["a", "b"]) == ["const float* restrict a", "float* restrict b"]
     func.attrs[MAY_ALIAS] = True
     assert param_decls(func, ["a", "b"]) == ["const float* a", "float* b"]
+
+
+def test_a_view_of_a_softmax_written_in_place_reads_the_bytes_it_was_written_to(tmp_path):
+    """The probabilities, reshaped (a view, no kernel) and read by another softmax: the view's
+    root becomes the scores too. It pointed at the probabilities' own buffer, which no longer
+    existed (a KeyError at build), before views were re-rooted."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("view_of_probs")
+    scores = b.node(Op.MATMUL, [b.input("q", (2, 24, 8)), b.constant("k", rng.standard_normal((2, 8, 24)).astype(
+        np.float32))], name="scores")
+    flat = b.node(Op.RESHAPE, [b.node(Op.SOFTMAX, [scores], axis=-1, name="probs")], shape=(48, 24), name="flat")
+    again = b.node(Op.SOFTMAX, [flat], axis=0, name="again")
+    b.output(b.node(Op.MATMUL, [again, b.constant("w", rng.standard_normal((24, 5)).astype(np.float32))], name="out"))
+    graph = b.build()
+    optimized = optimize(graph)
+    groups = fuse(optimized)
+    plan = plan_memory(optimized, groups, in_place=True)
+    _check_plan(optimized, groups, plan)
+    assert plan.aliases == {"probs": "scores", "flat": "scores"}
+    built_matches_reference(graph, tmp_path / "view.so", "llvm", rtol=1e-5, atol=1e-5)

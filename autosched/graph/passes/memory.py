@@ -69,7 +69,9 @@ def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALI
     aliases = {alias: root for alias, (root, _) in views.items()}
     first, last = _lifetimes(groups, aliases, external)
     if in_place:
-        aliases.update(in_place_outputs(graph, groups, aliases, external, last))
+        over = in_place_outputs(graph, groups, aliases, external, last)
+        # a view of an output written over its input is a view of that input, at the same offset
+        aliases = {**{alias: over.get(root, root) for alias, root in aliases.items()}, **over}
         first, last = _lifetimes(groups, aliases, external)
     sizes = {name: _round_up(graph.values[name].nbytes, alignment) for name in first}
     placed: list[Buffer] = []
@@ -80,7 +82,7 @@ def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALI
     arena = max((b.offset + b.size for b in placed), default=0)
     return MemoryPlan({b.name: b for b in sorted(placed, key=lambda b: (b.first, b.name))}, arena,
                       {alias: root for alias, root in aliases.items() if root in first},
-                      {alias: offset for alias, (root, offset) in views.items() if root in first and offset})
+                      {alias: offset for alias, (_, offset) in views.items() if aliases[alias] in first and offset})
 
 
 def _lifetimes(groups: Sequence[FusedGroup], aliases: Mapping[str, str],
