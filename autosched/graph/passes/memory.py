@@ -118,8 +118,9 @@ def in_place_outputs(graph: Graph, groups: Sequence[FusedGroup], aliases: Mappin
             continue
         x, out = group.anchor.inputs[0], group.outputs[0]
         if (x in external or out in external or x in aliases or out in aliases or x in found.values()
-                or last.get(x) != index or graph.values[x].nbytes != graph.values[out].nbytes):
-            continue
+                or last.get(x) != index or graph.values[x].nbytes != graph.values[out].nbytes
+                or any(x in node.inputs for node in group.epilogue)):
+            continue  # an epilogue reading x could read a position already written (a shifted last vector)
         found[out] = x
     return found
 
