@@ -53,13 +53,12 @@ class _Math:
     max: Callable[[Any, Any], Any]
     trunc_int: Callable[[Any], Any]  # toward zero, to int32, as C's cast and numpy's astype
     to_float: Callable[[Any], Any]
-    both: Callable[[Any, Any], Any]  # logical and
 
 
 _NUMPY = _Math(np.floor, np.rint, np.where, np.minimum, np.maximum, lambda x: np.trunc(x).astype(np.int32),
-               lambda x: np.asarray(x, np.float32), lambda a, b: a & b)
+               lambda x: np.asarray(x, np.float32))
 _TE = _Math(te.floor, te.round_even, te.select, te.min, te.max, lambda x: te.cast("int32", x),
-            lambda x: te.cast("float32", x), lambda a, b: a & b)
+            lambda x: te.cast("float32", x))
 
 
 def _reflect(m: _Math, x: Any, low: float, high: float) -> Any:
@@ -103,7 +102,7 @@ def axis_taps(m: _Math, g: Any, size: int, mode: str, padding: str, align: bool)
     if mode == "nearest":
         x = m.round_even(x)
     if padding == "border" and mode != "cubic":
-        x = m.select(m.both(x >= low, x <= high), x, m.min(m.max(x, 0.0), size - 1.0))
+        x = m.select((x >= low) & (x <= high), x, m.min(m.max(x, 0.0), size - 1.0))
     elif padding == "reflection" and mode != "cubic":
         x = _reflect(m, x, low, high)
     if mode == "nearest":
@@ -119,16 +118,12 @@ def axis_taps(m: _Math, g: Any, size: int, mode: str, padding: str, align: bool)
     taps = []
     for index, weight in zip(starts, weights):
         if padding == "zeros":
-            inside = m.both(index >= 0, index < size)
+            inside = (index >= 0) & (index < size)
             weight = m.select(inside, weight, x * 0.0)
         elif padding == "reflection":
             index = m.trunc_int(_reflect(m, m.to_float(index), low, high))
         taps.append((m.min(m.max(index, 0), size - 1), weight))
     return taps
-
-
-def _spatial(attrs: Mapping[str, Any], x_shape: Shape) -> tuple[int, ...]:
-    return tuple(x_shape[2:])
 
 
 def _shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
@@ -143,7 +138,7 @@ def _shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
 def _reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
     x, grid = args
     exact = np.float64 if np.float64 in (x.dtype, grid.dtype) else np.float32
-    sizes = _spatial(attrs, x.shape)
+    sizes = tuple(x.shape[2:])
     per_axis = [axis_taps(_NUMPY, grid[..., len(sizes) - 1 - a].astype(exact), size, attrs["mode"],
                           attrs["padding_mode"], bool(attrs["align_corners"])) for a, size in enumerate(sizes)]
     batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
@@ -158,7 +153,7 @@ def _reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndar
 def _compute(args: ComputeArgs) -> list[Tensor]:
     x, grid = args.inputs
     attrs = args.attrs
-    sizes = _spatial(attrs, x.shape)
+    sizes = tuple(x.shape[2:])
     rank = len(sizes)
     where = grid.shape[:-1]  # [N, *out]
     exact = "float64" if "float64" in (x.dtype, grid.dtype) else "float32"  # a double model's taps in double
