@@ -6,7 +6,7 @@ For each eligible task, every kernel timed as a built model runs it, which is al
 times it (stages that read only weights, the direct algorithm's packing and Winograd's weight
 transform alike, precomputed: `autosched.measure.fold`): `direct` is the direct algorithm's
 fallback config (the untuned kernel before Winograd), `winograd` the fastest of `--trials`
-random Winograd configs of the same template (algorithm winograd_2/winograd_4, channel blocks
+random Winograd configs of the same template (algorithm winograd_2/4/6 where offered, channel blocks
 where the template has them, GEMM tile and order, padding; the direct-only knobs stay at the
 fallback's values), `untuned` the fallback config now (Winograd where its rule says so).
 Kernels are compiled first, then timed in interleaved

@@ -93,6 +93,16 @@ def test_chosen_f4_points_round_less_than_the_textbook_points():
     assert chosen < textbook and chosen < 1e-5 and f2 < 2e-6
 
 
+def test_f6_rounds_within_the_checks_tolerance():
+    """F(6×6)'s bound in search_spaces/llvm/conv2d_winograd.py (`algorithms`): about five times
+    F(4)'s error at 512 channels and below the model check's 1e-4 of max |y|."""
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((1, 512, 14, 14)), rng.standard_normal((32, 512, 3, 3))
+    ref = _direct64(x, w, 0)
+    f4, f6 = (_rel_error(_float32_winograd(x, w, m), ref) for m in (4, 6))
+    assert f4 < f6 < 5e-5
+
+
 # (N, C, H, W, OC, pad, ic_bn, oc_bn): odd sizes, partial tiles, channel counts not multiples of 16
 SHAPES = [(1, 6, 7, 9, 10, 1, 3, 5), (2, 12, 11, 10, 6, 2, 4, 3), (1, 8, 5, 5, 8, 0, 8, 8),
           (1, 24, 9, 13, 20, 1, 6, 4), (1, 5, 6, 6, 3, 2, 5, 1)]
@@ -182,13 +192,21 @@ def test_only_eligible_convolutions_get_the_algorithm_knob(cpu_target):
     assert TEMPLATE.fallback(task, cpu_target)["algorithm"] == "direct"
 
 
-def _winograd_configs(task, target, n: int, seed: int) -> list:
+@pytest.mark.parametrize("x_shape, dilation, f6", [((1, 8, 12, 12), 1, True), ((1, 8, 12, 11), 1, False),
+                                                   ((1, 8, 24, 24), 2, True), ((1, 8, 22, 24), 2, False)])
+def test_f6_is_offered_on_maps_of_two_whole_tiles_a_side(cpu_target, x_shape, dilation, f6):
+    """Per phase of a dilated convolution: 22 rows at dilation 2 are phases of 11."""
+    task = conv_task(x_shape, (16, 8, 3, 3), pad=dilation, dilation=dilation)
+    assert ("winograd_6" in TEMPLATE.space(task, cpu_target).knob("algorithm").values) == f6
+    assert wino.algorithms((12, 12), (1, 1))[-1] == "winograd_6" and "winograd_6" not in wino.algorithms((7, 7), (1, 1))
+
+
+def _winograd_configs(task, target, n: int, seed: int, algorithms=("winograd_2", "winograd_4")) -> list:
     space = TEMPLATE.space(task, target)
-    position = space.position("algorithm")
     out = []
-    for i in space.sample(20 * n, np.random.default_rng(seed)):
+    for i in space.sample(40 * n, np.random.default_rng(seed)):
         config = space.get(i)
-        if config.digits[position] == 0:  # direct: tests/test_templates_llvm.py draws those
+        if config["algorithm"] not in algorithms:  # direct: tests/test_templates_llvm.py draws those
             continue
         try:
             TEMPLATE.apply(task, config, target)
@@ -224,13 +242,20 @@ def test_twenty_random_winograd_configs_are_correct(isa, measure):
     _check_random_winograd_configs(isa, 20, measure)
 
 
-def _check_random_winograd_configs(isa: str, n: int, measure, task_args: dict = TASK) -> None:
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_random_f6_configs_are_correct(isa, measure):
+    """F(6×6) on a map of two whole tiles a side (14×13: partial tiles too)."""
+    _check_random_winograd_configs(isa, 4, measure, {**TASK, "x_shape": (1, 12, 14, 13)}, ("winograd_6",))
+
+
+def _check_random_winograd_configs(isa: str, n: int, measure, task_args: dict = TASK,
+                                   algorithms=("winograd_2", "winograd_4")) -> None:
     """Built for each ISA's target (its lanes and registers) on any host; run where the host can."""
     target, register, lanes = ISAS[isa]
     task = conv_task(**task_args)
-    configs = _winograd_configs(task, target, n, zlib.crc32(isa.encode()))
+    configs = _winograd_configs(task, target, n, zlib.crc32(isa.encode()), algorithms)
     assert len(configs) == n
-    assert {c["algorithm"] for c in configs} == {"winograd_2", "winograd_4"}
+    assert {c["algorithm"] for c in configs} == set(algorithms)
     for config in configs[:3]:
         code = renderer_for("llvm").render(lower(*TEMPLATE.apply(task, config, target), "k"))
         assert "#pragma omp parallel for" in code  # vectors: 24 channels give blocks of 6, 8, 12, 24

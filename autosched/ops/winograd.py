@@ -3,7 +3,7 @@
 Each m×m output tile comes from an (m+2)×(m+2) input tile d: Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A
 (Lavin & Gray 2015). Summed over input channels, the elementwise product becomes one GEMM per
 tile position (ε, ν): M[ε,ν] = V[ε,ν] · U[ε,ν] over channels, which does (m+2)²/(9 m²) of the
-direct convolution's multiplications (0.44× for m = 2, 0.25× for m = 4) at the cost of the
+direct convolution's multiplications (0.44× for m = 2, 0.25× for m = 4, 0.20× for m = 6) at the cost of the
 transforms and of rounding error that grows with m.
 
 The transform matrices are generated (not pasted) from interpolation points by Cook–Toom: Aᵀ is
@@ -20,10 +20,13 @@ the worst of 3–6 seeds; the simulation is `_float32_winograd` in tests/test_wi
     F(4,3) 0, ±1, ±2       1.0e-5    9.9e-6
     F(4,3) 0, ±1, ±1/2     9.2e-6      —
     F(4,3) 0, ±1, 2, -1/2  3.9e-6    5.0e-6
+    F(6,3) 0, ±1, ±2, ±1/2 1.6e-5    3.1e-5
 
 so F(4,3) uses 0, ±1, 2, -1/2 (`POINTS`): half the error of the textbook 0, ±1, ±2, for a
-denser Bᵀ (26 non-zeros against 22, so a dearer input transform). All are far inside the
-check's tolerance (rtol 1e-3, atol 1e-4 per unit of max |y|).
+denser Bᵀ (26 non-zeros against 22, so a dearer input transform). F(6,3) (20×20 inputs, 3
+seeds) with 0, ±1, ±2, 1/2, -1/4 rounds to 4.3e-5 and 6.2e-5, with 0, ±1, ±1/2, 2, -1/4 to
+2.2e-4 and 4.4e-4, so it takes the symmetric set. All are inside the check's tolerance (rtol
+1e-3, atol 1e-4 per unit of max |y|).
 
 Every transform is written out as sparse sums with constant coefficients (zeros dropped, ±1
 without a multiplication), selected per tile position by a chain of `select`s on the position
@@ -72,6 +75,7 @@ KERNEL = 3
 POINTS: dict[int, tuple[Fraction, ...]] = {
     2: (Fraction(0), Fraction(1), Fraction(-1)),
     4: (Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-1, 2)),
+    6: (Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fraction(1, 2), Fraction(-1, 2)),
 }
 TILE_SIZES = tuple(POINTS)
 

@@ -212,7 +212,7 @@ class _Blocked:
             ReorderKnob("reduce_order", REDUCE_ORDERS[:1] if one_by_one else REDUCE_ORDERS),
             ChoiceKnob("unroll_kw", (False, True) if d.kw > 1 else (False,)),
             *conv_knobs(d),
-            *(winograd.winograd_knobs() if self._winograd(d) else ()),
+            *(winograd.winograd_knobs((d.oh, d.ow), d.dilation) if self._winograd(d) else ()),
         ))
 
     @staticmethod

@@ -5,7 +5,8 @@ stride 1, groups 1, any dilation; others keep their space unchanged) and hands c
 `algorithm` is not "direct" to `schedule_winograd_nchw`. `schedule_winograd` schedules the
 stages of `conv2d_winograd_nchwc` wherever they sit, so an NCHW[x]c template can reuse it.
 
-Knobs: `algorithm` (direct, winograd_2, winograd_4: F(2×2,3×3) or F(4×4,3×3)), the channel
+Knobs: `algorithm` (direct, winograd_2, winograd_4, winograd_6: F(m×m,3×3) for m = 2, 4, 6; F(6×6)
+only on maps of `MIN_F6_SIZE` or more, `algorithms`), the channel
 blocks `oc_bn`/`ic_bn` shared with the direct schedule, `wino_tile_t` (tiles per GEMM register
 tile; the largest divisor of the tile count not above it is used, so one knob serves both tile
 sizes), `wino_gemm_order` (whether a weight panel or a tile panel stays hot across the inner
@@ -40,7 +41,7 @@ from search_spaces.llvm.common import (
 )
 
 DIRECT = "direct"
-ALGORITHMS = (DIRECT, "winograd_2", "winograd_4")
+ALGORITHMS = (DIRECT, "winograd_2", "winograd_4", "winograd_6")
 TILE_T = (2, 4, 6, 7, 8, 12, 14, 16)
 GEMM_ORDERS = ("oc_outer", "tile_outer")
 #: the knobs of the ConvNCHWc template that its Winograd kernels read (`schedule_winograd_blocked`)
@@ -53,9 +54,27 @@ def eligible(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[i
     return tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and min(dilation) >= 1 and groups == 1
 
 
-def winograd_knobs() -> list[Knob]:
+#: F(6×6) only where a phase's output map is at least this wide and tall: two whole tiles a side.
+#: Its transformed weights are 64/9 of the filter's bytes (F(4): 4×), and on 7×7 maps its one
+#: 12×12 tile a side would compute three outputs for each one kept
+MIN_F6_SIZE = 12
+
+
+def algorithms(out_hw: tuple[int, int], dilation: tuple[int, int]) -> tuple[str, ...]:
+    """The `algorithm` values of an eligible task's space.
+
+    F(6×6, 3×3), with points 0, ±1, ±2, ±1/2 (`autosched.ops.winograd`), rounds to 1.6e-5 and
+    3.1e-5 of max |y| at 128 and 512 channels, five times F(4)'s error and within the check's
+    1e-4. Alone, EPYC Zen 4, 2 threads, warm caches (knob variants of the untuned ConvNCHWc
+    config, best of 5): 0.87 of F(4)'s time on a 40×40 map of 64 channels (CSP block), 0.95 on
+    ResNet-18's 28×28 layer, 0.97-1.00 on 56×56 ones; on VGG's 112×112 layer 1.5× slower (19×19
+    tiles: no register tile divides 361). So it is a choice for the tuner, not a default."""
+    return tuple(a for a in ALGORITHMS if a != "winograd_6" or min(phase_size(out_hw, dilation)) >= MIN_F6_SIZE)
+
+
+def winograd_knobs(out_hw: tuple[int, int], dilation: tuple[int, int]) -> list[Knob]:
     """The knobs an eligible task's space gains (the algorithm first)."""
-    return [ChoiceKnob("algorithm", ALGORITHMS), ChoiceKnob("wino_tile_t", TILE_T),
+    return [ChoiceKnob("algorithm", algorithms(out_hw, dilation)), ChoiceKnob("wino_tile_t", TILE_T),
             ChoiceKnob("wino_gemm_order", GEMM_ORDERS)]
 
 
@@ -360,5 +379,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "NARROW_TILE_T", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
+__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "NARROW_TILE_T", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "algorithms", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
            "schedule_winograd", "schedule_winograd_nchw"]
