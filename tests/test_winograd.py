@@ -140,6 +140,25 @@ def test_blocked_op_takes_and_gives_nchwc_with_a_blocked_epilogue():
     assert _rel_error(got, ref) <= TOLERANCE
 
 
+@pytest.mark.parametrize("n, multiple, padded", [(1, 4, 12), (2, 7, 21), (1, 16, 9)])
+def test_the_tile_count_rounds_up_to_the_register_tile(n, multiple, padded):
+    """F(2) on 6×6 outputs: 9 tiles an image. The repeats of the last tile feed GEMM rows the
+    output transform never reads; more than the count leaves it whole."""
+    c, bi, bo, oc = 8, 4, 4, 8
+    x = te.placeholder((n, c // bi, 6, 6, bi), name="x")
+    w, b = te.placeholder((oc, c, 3, 3), name="w"), te.placeholder((oc,), name="b")
+    out = winograd.conv2d_winograd_nchwc(x, w, b, 1, m=2, oc_bn=bo, tile_multiple=multiple)
+    sched = create_schedule(out)
+    assert next(st for st in sched.stages if st.op.tag == winograd.GEMM_TAG).op.shape[3] == padded
+    kernel = build_kernel(sched, [x, w, b, out], "winograd_rounded")
+    rng = np.random.default_rng(multiple)
+    xs, ws, bs = (rng.standard_normal(s).astype(np.float32) for s in ((n, c, 6, 6), (oc, c, 3, 3), (oc,)))
+    y = np.empty(out.shape, np.float32)
+    kernel(np.ascontiguousarray(xs.reshape(n, c // bi, bi, 6, 6).transpose(0, 1, 3, 4, 2)), ws, bs, y)
+    got = y.transpose(0, 1, 4, 2, 3).reshape(n, oc, 6, 6)
+    assert _rel_error(got, _direct64(xs, ws, 1) + bs[None, :, None, None]) <= TOLERANCE
+
+
 #: n, c, h, w, oc, pad, dilation, m: outputs that are whole phases of whole tiles, phases of
 #: different lengths (13 rows at dilation 3), partial tiles, and dilation along one axis only
 DILATED = [(1, 8, 12, 12, 8, 2, (2, 2), 4), (1, 8, 13, 11, 12, 3, (3, 3), 4), (2, 8, 9, 10, 8, 2, (2, 2), 2),

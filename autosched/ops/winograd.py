@@ -45,7 +45,7 @@ Stages (tags): "pad" (the input grown to whole tiles; absent when nothing to pad
 "winograd_weight" U[ε,ν,OC/bo,C,bo] (reads only weights: `autosched.compile.model` precomputes it at
 build time; "winograd_weight_rows" is its first 1-D pass G g), "winograd_input_rows" (d B) and "winograd_input" V[ε,ν,C/bi,T,bi] (Bᵀ d B),
 "winograd_gemm" M[ε,ν,OC/bo,T,bo], "winograd_output_rows" (M A) and "winograd_output"
-Y[N,OC/bo,OH,OW,bo] (Aᵀ M A) with bias and epilogue. T = N·⌈OH/m⌉·⌈OW/m⌉ tiles. The input and
+Y[N,OC/bo,OH,OW,bo] (Aᵀ M A) with bias and epilogue. T = N·⌈OH/m⌉·⌈OW/m⌉ tiles (rounded up to a multiple of the GEMM's register tile). The input and
 output transforms run as two 1-D passes each (about half the terms of the 2-D sums).
 """
 from __future__ import annotations
@@ -221,9 +221,13 @@ def weight_transform(w: Tensor, m: int, oc_bn: int) -> Tensor:
         attrs={"m": m})
 
 
-def input_transform(xp: Tensor, m: int, tiles: tuple[int, int], dilation: Sequence[int] = (1, 1)) -> Tensor:
+def input_transform(xp: Tensor, m: int, tiles: tuple[int, int], dilation: Sequence[int] = (1, 1),
+                    tile_multiple: int = 1) -> Tensor:
     """V[ε, ν, C/bi, T, bi] = (Bᵀ d B)[ε, ν] for each tile t = (n·TH + th)·TW + tw of the padded input
-    (of `tile_counts`, per phase of the dilation).
+    (of `tile_counts`, per phase of the dilation). T is rounded up to a multiple of
+    `tile_multiple` (where that is not more than T), the tiles past the last one repeating it: a GEMM register tile of that many
+    tiles then divides the count whatever it is (361 tiles of F(6) on a 112×112 map, 1369 of
+    F(4) on 147×147), and the output transform never reads the repeats.
 
     Two 1-D passes (tag "winograd_input_rows" for d B, then Bᵀ ·): 2·α·nnz(Bᵀ) terms per tile
     and channel instead of nnz(Bᵀ)² (312 against 676 for F(4,3)); schedules compute the first
@@ -236,18 +240,24 @@ def input_transform(xp: Tensor, m: int, tiles: tuple[int, int], dilation: Sequen
 
     dh, dw = dilation
 
+    count = n * th_ * tw_
+    multiple = min(tile_multiple, count)
+    padded = _ceil_div(count, multiple) * multiple
+
     def rows(i, nu, c, t, ci):
+        if padded > count:
+            t = te.min(t, count - 1)
         b = t // (th_ * tw_)
         y, x = _tile_origin((t // tw_) % th_, th_, m, dh), _tile_origin(t % tw_, tw_, m, dw)
         return _by_index(nu, alpha, lambda q: _combine(
             [(bt[q, j], xp[b, c, y + i * dh, x + j * dw, ci]) for j in range(alpha)], xp.dtype))
-    d_b = te.compute((alpha, alpha, cb, n * th_ * tw_, bi), rows, name=f"{xp.name}_winograd_rows",
+    d_b = te.compute((alpha, alpha, cb, padded, bi), rows, name=f"{xp.name}_winograd_rows",
                      tag=INPUT_ROWS_TAG, attrs={"m": m})
 
     def body(e, nu, c, t, ci):
         return _by_index(e, alpha, lambda a: _combine(
             [(bt[a, i], d_b[i, nu, c, t, ci]) for i in range(alpha)], xp.dtype))
-    return te.compute((alpha, alpha, cb, n * th_ * tw_, bi), body, name=f"{xp.name}_winograd", tag=INPUT_TAG,
+    return te.compute((alpha, alpha, cb, padded, bi), body, name=f"{xp.name}_winograd", tag=INPUT_TAG,
                       attrs={"m": m})
 
 
@@ -289,12 +299,13 @@ def output_transform(mm: Tensor, n: int, out_hw: tuple[int, int], m: int, bias: 
 
 
 def conv2d_winograd_nchwc(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: int | Sequence[int] = 1,
-                          dilation: int | Sequence[int] = 1, *, m: int, oc_bn: int,
+                          dilation: int | Sequence[int] = 1, *, m: int, oc_bn: int, tile_multiple: int = 1,
                           epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
     """conv2d of x in NCHW[bi]c ([N, C/bi, H, W, bi]) with OIHW weights, in NCHW[oc_bn]c.
 
     `epilogue` functions receive the blocked indices (n, oc/oc_bn, oh, ow, oc%oc_bn); `bias`
-    is [OC] and added before them.
+    is [OC] and added before them. The GEMM's tile count is a multiple of `tile_multiple`
+    (`input_transform`).
     """
     if x.ndim != 5 or w.ndim != 4:
         raise ValueError(f"{name}: expects NCHW[x]c input and OIHW weights, got {list(x.shape)} and {list(w.shape)}")
@@ -314,12 +325,12 @@ def conv2d_winograd_nchwc(x: Tensor, w: Tensor, bias: Tensor | None = None, padd
     pads = ((0, 0), (0, 0), (top, hp - h - top), (left, wp - wd - left), (0, 0))
     xp = pad(x, pads, name=f"{name}_pad") if any(b or a for b, a in pads) else x
     u = weight_transform(w, m, oc_bn)
-    v = input_transform(xp, m, tiles, dil)
+    v = input_transform(xp, m, tiles, dil, tile_multiple)
     return output_transform(batched_gemm(v, u), n, (oh_, ow_), m, bias, epilogue, name, dil)
 
 
 def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: int | Sequence[int] = 1,
-                    dilation: int | Sequence[int] = 1, *, m: int, ic_bn: int, oc_bn: int,
+                    dilation: int | Sequence[int] = 1, *, m: int, ic_bn: int, oc_bn: int, tile_multiple: int = 1,
                     epilogue: Sequence[EpilogueFn] = (), name: str = "conv2d") -> Tensor:
     """The NCHW result: x packed to NCHW[ic_bn]c (tag "pack"), the blocked Winograd convolution,
     unpacked to NCHW (tag "unpack") with bias and `epilogue` (NCHW indices) after it, as
@@ -330,7 +341,7 @@ def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: i
     if ic_bn < 1 or c % ic_bn:
         raise ValueError(f"{name}: input channel block {ic_bn} does not divide {c} channels")
     blocked = conv2d_winograd_nchwc(pack_data(x, ic_bn), whole_blocks(w, oc_bn), None, padding, dilation, m=m,
-                                    oc_bn=oc_bn, name=name)
+                                    oc_bn=oc_bn, tile_multiple=tile_multiple, name=name)
     return unpack_nchw(blocked, w.shape[0], bias, epilogue, name)
 
 

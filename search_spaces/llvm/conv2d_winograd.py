@@ -8,8 +8,7 @@ stages of `conv2d_winograd_nchwc` wherever they sit, so an NCHW[x]c template can
 Knobs: `algorithm` (direct, winograd_2, winograd_4, winograd_6: F(m×m,3×3) for m = 2, 4, 6; F(6×6)
 only on maps of `MIN_F6_SIZE` or more, `algorithms`), the channel
 blocks `oc_bn`/`ic_bn` shared with the direct schedule, `wino_tile_t` (tiles per GEMM register
-tile; the largest divisor of the tile count not above it is used, so one knob serves both tile
-sizes), `wino_gemm_order` (whether a weight panel or a tile panel stays hot across the inner
+tile, at most the tile count, which the op rounds up to a multiple of it: `register_tiles`), `wino_gemm_order` (whether a weight panel or a tile panel stays hot across the inner
 parallel iterations) and the shared `pad` (padding at root or inlined into the input
 transform).
 
@@ -67,8 +66,11 @@ def algorithms(out_hw: tuple[int, int], dilation: tuple[int, int]) -> tuple[str,
     3.1e-5 of max |y| at 128 and 512 channels, five times F(4)'s error and within the check's
     1e-4. Alone, EPYC Zen 4, 2 threads, warm caches (knob variants of the untuned ConvNCHWc
     config, best of 5): 0.87 of F(4)'s time on a 40×40 map of 64 channels (CSP block), 0.95 on
-    ResNet-18's 28×28 layer, 0.97-1.00 on 56×56 ones; on VGG's 112×112 layer 1.5× slower (19×19
-    tiles: no register tile divides 361). So it is a choice for the tuner, not a default."""
+    ResNet-18's 28×28 layer, 0.97-1.00 on 56×56 ones, 0.95-0.97 on VGG's 112×112 layer (361
+    tiles, rounded up to a multiple of the register tile). Built as the fallback on maps of 14
+    or more, ResNet-18, the CSP block and U-Net's decoder ran as fast as with F(4)
+    (`benchmarks/models.py --baseline`, 40 runs, within noise): its weights are 64/9 of the
+    filter's bytes, F(4)'s 4×. So it is a choice for the tuner, not a default."""
     return tuple(a for a in ALGORITHMS if a != "winograd_6" or min(phase_size(out_hw, dilation)) >= MIN_F6_SIZE)
 
 
@@ -105,8 +107,9 @@ MIN_FALLBACK_SIZE = 8
 #: on cores without full-width 512-bit FMA pipes (Zen 4's AVX-512, AVX2), undilated layers whose
 #: channel counts are both at least `SMALL_MAP_CHANNELS` take, in the blocked fallback, F(2) on
 #: 7×7 maps too, and on 32 registers 8 tiles per register tile where 8 divide the tile count and
-#: 7 do not: the generic cap of 7 leaves 4 of a 7×7 map's 16 tiles, too few accumulators; where
-#: 7 divide it (784 tiles of a 112×112 map) 7 ran 0.97 of 8's time (`blocked_fallback_values`)
+#: 7 do not (a 7×7 map's 16 tiles; measured when 7 fell to 4 there, the largest divisor, too few
+#: accumulators); where 7 divide it (784 tiles of a 112×112 map) 7 ran 0.97 of 8's time
+#: (`blocked_fallback_values`)
 SMALL_MAP_CHANNELS = 128
 SMALL_MAP_SIZE = 7
 NARROW_TILE_T = 8
@@ -213,7 +216,7 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
         th, tw = winograd.tile_counts(*out_hw, 4 if f4 else 2)
         tiles = th * tw
         registers = caps.vector_registers if caps is not None else 0
-        eight = (narrow and registers >= 32 and tiles % NARROW_TILE_T == 0 and _largest_divisor(tiles, 7) < 7
+        eight = (narrow and registers >= 32 and tiles % NARROW_TILE_T == 0 and tiles % 7 != 0
                  and NARROW_TILE_T * vectors <= ACCUMULATORS_PER_REGISTER * registers)
         tile_t = NARROW_TILE_T if eight else 7
     return {"algorithm": "winograd_4" if f4 else "winograd_2", "wino_tile_t": tile_t, "wino_gemm_order": "tile_outer"}
@@ -226,7 +229,8 @@ def schedule_winograd_blocked(tt: TaskTensors, config: Config, target: Target, l
     through `conv2d_winograd_nchwc`; `bias_epilogue` (the template's blocked bias, over the same
     tensors) is applied first."""
     out = winograd.conv2d_winograd_nchwc(tt.anchor[0], tt.anchor[1], None, padding, dilation, m=tile_size(config),
-                                         oc_bn=out_block, epilogue=tuple(bias_epilogue) + tuple(tt.epilogue))
+                                         oc_bn=out_block, tile_multiple=config["wino_tile_t"],
+                                         epilogue=tuple(bias_epilogue) + tuple(tt.epilogue))
     s = create_schedule(out)
     schedule_winograd(s, config, target, lanes, blocked_out=out)
     return s, list(tt.args) + [out]
@@ -242,8 +246,12 @@ def _vectorize_last(st: Stage, axis: IterVar, lanes: int) -> None:
     st.vectorize(axis)
 
 
-def _largest_divisor(n: int, at_most: int) -> int:
-    return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
+def register_tiles(config: Config, tiles: int) -> int:
+    """Tiles per GEMM register tile: `wino_tile_t`, or all of them where there are fewer. The op
+    rounds its tile count up to a multiple of it (`winograd.input_transform`). Until 2026-12-07
+    it was the largest divisor of the count not above the knob, so awkward counts fell to tiny
+    tiles: one tile per register tile for F(4) on Inception-v3's 147×147 maps (1369 = 37²)."""
+    return min(config["wino_tile_t"], tiles)
 
 
 def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, blocked_out: Tensor | None = None
@@ -329,7 +337,7 @@ def _per_tile(s: Schedule, rows: Stage, parent: Stage, tile_loop: IterVar, lanes
 def _schedule_gemm(s: Schedule, mm: Stage, config: Config, target: Target, lanes: int) -> None:
     """M[ε, ν, OC/bo, T, bo]: register tiles of tile_t tiles × bo channels, reduction outside them."""
     _, _, _, tiles, bo = mm.op.shape
-    tile_t = _largest_divisor(tiles, config["wino_tile_t"])
+    tile_t = register_tiles(config, tiles)
     vec = lanes if bo % lanes == 0 else bo
     check_register_tile(tile_t * (bo // vec), config, target)
     acc = s[s.cache_write(Tensor(mm.op), "local")]
@@ -359,7 +367,7 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     oc_bn, ic_bn = config["oc_bn"], config["ic_bn"]
     out = winograd.conv2d_winograd(tt.anchor[0], tt.anchor[1], tt.anchor[2] if len(tt.anchor) > 2 else None,
                                    padding=padding, dilation=dilation, m=tile_size(config), ic_bn=ic_bn, oc_bn=oc_bn,
-                                   epilogue=tt.epilogue)
+                                   tile_multiple=config["wino_tile_t"], epilogue=tt.epilogue)
     s = create_schedule(out)
     inline_epilogue(s, out, tags=(conv_nchwc.UNPACK_TAG,))
     y = schedule_winograd(s, config, target, lanes)
@@ -379,5 +387,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "NARROW_TILE_T", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "algorithms", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
+__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "NARROW_TILE_T", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "algorithms", "register_tiles", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
            "schedule_winograd", "schedule_winograd_nchw"]
