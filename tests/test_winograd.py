@@ -140,10 +140,20 @@ def test_blocked_op_takes_and_gives_nchwc_with_a_blocked_epilogue():
     assert _rel_error(got, ref) <= TOLERANCE
 
 
-@pytest.mark.parametrize("n, multiple, padded", [(1, 4, 12), (2, 7, 21), (1, 16, 9)])
+@pytest.mark.parametrize("count, wanted, tile", [(16, 12, 8), (16, 14, 8), (196, 16, 14), (196, 7, 7), (100, 7, 5),
+                                                (81, 7, 7), (1369, 7, 7), (361, 12, 12), (4, 16, 4)])
+def test_gemm_tiles_keep_divisors_of_at_least_half_the_wanted_tile(count, wanted, tile):
+    """The first four are the shipped records' tiles (16 tiles of ResNet-18's 7×7 maps under
+    F(2) and of its 14×14 ones under F(4), 196 of its 56×56 ones): they mean what they did when
+    only divisors were taken."""
+    assert winograd.gemm_tile(count, wanted) == tile
+
+
+@pytest.mark.parametrize("n, multiple, padded", [(1, 8, 16), (1, 4, 9), (1, 16, 9), (2, 16, 18)])
 def test_the_tile_count_rounds_up_to_the_register_tile(n, multiple, padded):
     """F(2) on 6×6 outputs: 9 tiles an image. The repeats of the last tile feed GEMM rows the
-    output transform never reads; more than the count leaves it whole."""
+    output transform never reads; a divisor of at least half the wanted tile, or more tiles
+    wanted than there are, leaves the count whole."""
     c, bi, bo, oc = 8, 4, 4, 8
     x = te.placeholder((n, c // bi, 6, 6, bi), name="x")
     w, b = te.placeholder((oc, c, 3, 3), name="w"), te.placeholder((oc,), name="b")

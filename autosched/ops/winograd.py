@@ -45,8 +45,9 @@ Stages (tags): "pad" (the input grown to whole tiles; absent when nothing to pad
 "winograd_weight" U[ε,ν,OC/bo,C,bo] (reads only weights: `autosched.compile.model` precomputes it at
 build time; "winograd_weight_rows" is its first 1-D pass G g), "winograd_input_rows" (d B) and "winograd_input" V[ε,ν,C/bi,T,bi] (Bᵀ d B),
 "winograd_gemm" M[ε,ν,OC/bo,T,bo], "winograd_output_rows" (M A) and "winograd_output"
-Y[N,OC/bo,OH,OW,bo] (Aᵀ M A) with bias and epilogue. T = N·⌈OH/m⌉·⌈OW/m⌉ tiles (rounded up to a multiple of the GEMM's register tile). The input and
-output transforms run as two 1-D passes each (about half the terms of the 2-D sums).
+Y[N,OC/bo,OH,OW,bo] (Aᵀ M A) with bias and epilogue. T = N·⌈OH/m⌉·⌈OW/m⌉ tiles (rounded up to
+a multiple of the GEMM's register tile: `gemm_tile`). The input and output transforms run as
+two 1-D passes each (about half the terms of the 2-D sums).
 """
 from __future__ import annotations
 
@@ -173,6 +174,17 @@ def tile_counts(oh: int, ow: int, m: int, dilation: Sequence[int] = (1, 1)) -> t
     return th, tw
 
 
+def gemm_tile(count: int, wanted: int) -> int:
+    """Tiles per GEMM register tile for `wanted` of `count` tiles: the largest divisor of the
+    count not above `wanted` where it is at least half of it, else `wanted` itself, for which
+    `input_transform` rounds the count up (the repeats of the last tile feed GEMM rows that the
+    output transform never reads). Divisors alone left awkward counts one tile per register
+    tile: F(4) on Inception-v3's 147×147 maps (1369 = 37² tiles), F(6) on 112×112 (361)."""
+    wanted = min(wanted, count)
+    divisor = max(d for d in range(1, wanted + 1) if count % d == 0)
+    return divisor if 2 * divisor >= wanted else wanted
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -224,10 +236,8 @@ def weight_transform(w: Tensor, m: int, oc_bn: int) -> Tensor:
 def input_transform(xp: Tensor, m: int, tiles: tuple[int, int], dilation: Sequence[int] = (1, 1),
                     tile_multiple: int = 1) -> Tensor:
     """V[ε, ν, C/bi, T, bi] = (Bᵀ d B)[ε, ν] for each tile t = (n·TH + th)·TW + tw of the padded input
-    (of `tile_counts`, per phase of the dilation). T is rounded up to a multiple of
-    `tile_multiple` (where that is not more than T), the tiles past the last one repeating it: a GEMM register tile of that many
-    tiles then divides the count whatever it is (361 tiles of F(6) on a 112×112 map, 1369 of
-    F(4) on 147×147), and the output transform never reads the repeats.
+    (of `tile_counts`, per phase of the dilation), T rounded up to a multiple of
+    `gemm_tile(T, tile_multiple)`, the tiles past the last one repeating it.
 
     Two 1-D passes (tag "winograd_input_rows" for d B, then Bᵀ ·): 2·α·nnz(Bᵀ) terms per tile
     and channel instead of nnz(Bᵀ)² (312 against 676 for F(4,3)); schedules compute the first
@@ -241,7 +251,7 @@ def input_transform(xp: Tensor, m: int, tiles: tuple[int, int], dilation: Sequen
     dh, dw = dilation
 
     count = n * th_ * tw_
-    multiple = min(tile_multiple, count)
+    multiple = gemm_tile(count, tile_multiple)
     padded = _ceil_div(count, multiple) * multiple
 
     def rows(i, nu, c, t, ci):
@@ -346,5 +356,5 @@ def conv2d_winograd(x: Tensor, w: Tensor, bias: Tensor | None = None, padding: i
 
 
 __all__ = ["winograd_matrices", "conv2d_winograd", "conv2d_winograd_nchwc", "weight_transform", "input_transform",
-           "batched_gemm", "output_transform", "check_eligible", "tile_counts", "WEIGHT_TAG", "INPUT_TAG", "GEMM_TAG",
+           "batched_gemm", "output_transform", "check_eligible", "tile_counts", "gemm_tile", "WEIGHT_TAG", "INPUT_TAG", "GEMM_TAG",
            "OUTPUT_TAG", "INPUT_ROWS_TAG", "OUTPUT_ROWS_TAG", "WEIGHT_ROWS_TAG", "POINTS", "TILE_SIZES"]

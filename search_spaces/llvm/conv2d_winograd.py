@@ -8,7 +8,8 @@ stages of `conv2d_winograd_nchwc` wherever they sit, so an NCHW[x]c template can
 Knobs: `algorithm` (direct, winograd_2, winograd_4, winograd_6: F(m×m,3×3) for m = 2, 4, 6; F(6×6)
 only on maps of `MIN_F6_SIZE` or more, `algorithms`), the channel
 blocks `oc_bn`/`ic_bn` shared with the direct schedule, `wino_tile_t` (tiles per GEMM register
-tile, at most the tile count, which the op rounds up to a multiple of it: `register_tiles`), `wino_gemm_order` (whether a weight panel or a tile panel stays hot across the inner
+tile: `winograd.gemm_tile` of it, for which the op rounds its tile count up), `wino_gemm_order`
+(whether a weight panel or a tile panel stays hot across the inner
 parallel iterations) and the shared `pad` (padding at root or inlined into the input
 transform).
 
@@ -246,14 +247,6 @@ def _vectorize_last(st: Stage, axis: IterVar, lanes: int) -> None:
     st.vectorize(axis)
 
 
-def register_tiles(config: Config, tiles: int) -> int:
-    """Tiles per GEMM register tile: `wino_tile_t`, or all of them where there are fewer. The op
-    rounds its tile count up to a multiple of it (`winograd.input_transform`). Until 2026-12-07
-    it was the largest divisor of the count not above the knob, so awkward counts fell to tiny
-    tiles: one tile per register tile for F(4) on Inception-v3's 147×147 maps (1369 = 37²)."""
-    return min(config["wino_tile_t"], tiles)
-
-
 def schedule_winograd(s: Schedule, config: Config, target: Target, lanes: int, blocked_out: Tensor | None = None
                       ) -> Stage:
     """Schedule the Winograd stages of `s`: padding, weight and input transforms, the batched
@@ -337,7 +330,7 @@ def _per_tile(s: Schedule, rows: Stage, parent: Stage, tile_loop: IterVar, lanes
 def _schedule_gemm(s: Schedule, mm: Stage, config: Config, target: Target, lanes: int) -> None:
     """M[ε, ν, OC/bo, T, bo]: register tiles of tile_t tiles × bo channels, reduction outside them."""
     _, _, _, tiles, bo = mm.op.shape
-    tile_t = register_tiles(config, tiles)
+    tile_t = winograd.gemm_tile(tiles, config["wino_tile_t"])
     vec = lanes if bo % lanes == 0 else bo
     check_register_tile(tile_t * (bo // vec), config, target)
     acc = s[s.cache_write(Tensor(mm.op), "local")]
@@ -387,5 +380,5 @@ def schedule_winograd_nchw(task: Task, config: Config, target: Target, lanes: in
     return s, list(tt.args) + [out]
 
 
-__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "NARROW_TILE_T", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "algorithms", "register_tiles", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
+__all__ = ["ALGORITHMS", "BLOCKED_KNOBS", "DIRECT", "NARROW_TILE_T", "SMALL_MAP_CHANNELS", "SMALL_MAP_SIZE", "eligible", "phase_size", "algorithms", "winograd_knobs", "algorithm", "tile_size", "fallback_values", "direct_values", "blocked_fallback_values", "schedule_winograd_blocked",
            "schedule_winograd", "schedule_winograd_nchw"]
