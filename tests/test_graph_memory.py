@@ -259,6 +259,23 @@ def test_a_softmax_run_in_place_computes_what_the_reference_does(tmp_path):
     assert param_decls(func, ["a", "b"]) == ["const float* a", "float* b"]
 
 
+def test_a_chain_of_softmaxes_run_in_place_shares_its_first_input(tmp_path):
+    """Found by the random graphs above: the second softmax writes over the first's output,
+    which already took its input's bytes, so both outputs are that input's buffer (not a
+    buffer of the first output starting at the second); the second kernel drops `restrict`."""
+    b = GraphBuilder()
+    r = b.node(Op.RELU, [b.input("x", (3, 40))], name="r")
+    s1 = b.node(Op.SOFTMAX, [r], axis=1, name="s1")
+    s2 = b.node(Op.SOFTMAX, [s1], axis=1, name="s2")
+    b.output(b.node(Op.RELU, [s2], name="y"))
+    graph = optimize(b.build())
+    groups = fuse(graph)
+    plan = plan_memory(graph, groups, in_place=True)
+    _check_plan(graph, groups, plan)
+    assert plan.aliases["s1"] == plan.aliases["s2"] == "r" and set(plan.buffers) == {"r"}
+    built_matches_reference(graph, tmp_path / "chain.so", "llvm", rtol=1e-6, atol=1e-6)
+
+
 def test_a_view_of_a_softmax_written_in_place_reads_the_bytes_it_was_written_to(tmp_path):
     """The probabilities, reshaped (a view, no kernel) and read by another softmax: the view's
     root becomes the scores too. It pointed at the probabilities' own buffer, which no longer

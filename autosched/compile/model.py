@@ -122,7 +122,8 @@ def build_model(graph: Graph, out: Path, target: Target | str = "llvm",
             weights.add(v.name, graph.constants[v.name])
     memory = plan_memory(graph, groups, in_place=target.kind == "llvm")
     for group, plan in planned:  # a kernel run in place reads and writes one buffer through two pointers
-        if memory.aliases.get(group.outputs[0]) == group.anchor.inputs[0]:
+        source = group.anchor.inputs[0]
+        if memory.aliases.get(group.outputs[0]) == memory.aliases.get(source, source):
             plan.func.attrs[MAY_ALIAS] = True
     funcs = [p.func for p in plans.values()]
     out = Path(out)

@@ -63,7 +63,7 @@ def plan_memory(graph: Graph, groups: Sequence[FusedGroup], alignment: int = ALI
                 in_place: bool = False) -> MemoryPlan:
     """Assign arena offsets to the outputs of `groups`, executed in the given order; with
     `in_place` (CPU kernels), the outputs of ops that may run in place (`in_place_outputs`)
-    take their input's bytes."""
+    take their input's bytes (its root's, along a chain of them)."""
     external = {v.name for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
     views = find_aliases(graph).views
     aliases = {alias: root for alias, (root, _) in views.items()}
@@ -121,7 +121,7 @@ def in_place_outputs(graph: Graph, groups: Sequence[FusedGroup], aliases: Mappin
                 or last.get(x) != index or graph.values[x].nbytes != graph.values[out].nbytes
                 or any(x in node.inputs for node in group.epilogue)):
             continue  # an epilogue reading x could read a position already written (a shifted last vector)
-        found[out] = x
+        found[out] = found.get(x, x)  # a softmax of a softmax run in place: both over the first's input
     return found
 
 
