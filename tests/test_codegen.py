@@ -192,6 +192,25 @@ def test_edge_tiles_keep_vector_code_through_loop_versioning():
     np.testing.assert_array_equal(out, np.arange(37) * 3.0)
 
 
+def test_a_guarded_edge_tile_loop_stops_at_its_bound():
+    """The scalar edge of a split that does not divide (37 = 2·16 + 5) runs 5 iterations, its
+    bound in the loop, not 16 iterations that each test the guard; a serial split likewise."""
+    x = te.placeholder((37, 37), name="x")
+    y = te.compute((37, 37), lambda i, j: x[j, i] + 1.0, name="y")
+    s = create_schedule(y)
+    io, ii = s[y].split(s[y].op.axes[0], 16)
+    jo, ji = s[y].split(s[y].op.axes[1], 16)
+    s[y].reorder(io, jo, ii, ji)
+    s[y].vectorize(ji)
+    kern = build_kernel(s, [x, y], "edge_bound")
+    assert re.search(r"for \(int32_t \w+ = 0; \w+ < as_min_i32\(16, ", kern.source), kern.source
+    assert "+ j_i) < 37" not in kern.source  # its guard is the bound now (the row's stays)
+    data = np.arange(37 * 37, dtype=np.float32).reshape(37, 37)
+    out = np.zeros((37, 37), np.float32)
+    kern(data, out)
+    np.testing.assert_array_equal(out, data.T + 1.0)
+
+
 def test_padding_select_vectorizes_inside_and_stays_safe_at_the_border():
     x = te.placeholder((4, 40), name="x")
     xp = te.compute((4, 48), lambda i, j: te.select((j >= 4) & (j < 44), x[i, j - 4], 0.0), name="xp")

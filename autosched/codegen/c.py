@@ -199,10 +199,19 @@ class CRenderer(CStyleRenderer):
         head = {ForKind.PARALLEL: parallel, ForKind.UNROLL: f"{pad}#pragma GCC unroll {s.extent}\n",
                 ForKind.VECTORIZE: f"{pad}#pragma omp simd\n"}.get(s.kind, "")
         threaded = s.kind is ForKind.PARALLEL and bool(parallel)
+        extent: Expr = Const(s.extent, s.var.dtype)
+        body_stmt = s.body
+        if s.kind in (ForKind.SERIAL, ForKind.VECTORIZE) and isinstance(body_stmt, IfThenElse) \
+                and body_stmt.orelse is None:
+            bounds, rest = _upper_bounds(body_stmt.cond, s.var)
+            for b in bounds:
+                extent = arith.simplify(BinOp("min", extent, b), self._ranges)
+            if bounds:
+                body_stmt = body_stmt.then if rest is None else IfThenElse(rest, body_stmt.then, None)
         self._in_parallel += threaded
-        body = self._stmt(s.body, d + 1)
+        body = self._stmt(body_stmt, d + 1)
         self._in_parallel -= threaded
-        return f"{head}{pad}for (int32_t {v} = 0; {v} < {s.extent}; ++{v}) {{\n{body}{pad}}}\n"
+        return f"{head}{pad}for (int32_t {v} = 0; {v} < {self._expr(extent)}; ++{v}) {{\n{body}{pad}}}\n"
 
     # --- vectorized loops -----------------------------------------------------------------------
     def _versioned_vector_loop(self, s: For, d: int) -> str | None:
@@ -421,6 +430,30 @@ def _linear_guard(cond: Expr, v: Var) -> bool:
         return not any(var_in_atoms(arith.linear(x), v) for x in (cond.a, cond.b) if x.dtype in INT_DTYPES) \
             and all(x.dtype in INT_DTYPES for x in (cond.a, cond.b))
     return v not in free_vars(cond)
+
+
+def _upper_bounds(cond: Expr, v: Var) -> tuple[list[Expr], Expr | None]:
+    """The bounds B of the conjuncts of `cond` that read v < B (v with coefficient 1, as the
+    edge tile of a split that does not divide: outer·f + v < extent), and the conjunction of the
+    others (None if none). A loop over v then stops at the bound instead of testing every
+    iteration: a 16-lane tail of 3 lanes runs 3 iterations, not 16 (a layout conversion of 19
+    columns took half the time)."""
+    if isinstance(cond, BinOp) and cond.op == "and":
+        (ba, ra), (bb, rb) = _upper_bounds(cond.a, v), _upper_bounds(cond.b, v)
+        rest = rb if ra is None else ra if rb is None else BinOp("and", ra, rb)
+        return ba + bb, rest
+    if isinstance(cond, Cmp) and cond.op in ("lt", "le", "gt", "ge") and all(
+            x.dtype in INT_DTYPES for x in (cond.a, cond.b)):
+        small, big = (cond.a, cond.b) if cond.op in ("lt", "le") else (cond.b, cond.a)
+        gap = arith.linear(small).plus(arith.linear(big), -1)  # v + rest < 0 (≤ 0 for le, ge)
+        if gap.coeff(v) == 1:
+            others = gap.plus(arith.linear(v), -1)
+            if not var_in_atoms(others, v):
+                bound = others.scaled(-1)
+                if cond.op in ("le", "ge"):
+                    bound.const += 1
+                return [bound.to_expr()], None
+    return [], cond
 
 
 def _flatten_stores(s: Stmt, v: Var):
