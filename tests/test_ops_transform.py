@@ -136,6 +136,8 @@ def test_concat_on_an_outer_axis_picks_whole_vectors(isa):
     ((1, 4, 5, 3, 4), 4, 8),
     ((2, 8, 7, 9, 8), 8, 0),
     ((1, 3, 4, 5, 16), 16, 8),
+    ((1, 2, 5, 19, 16), 16, 0),
+    ((2, 3, 7, 7, 8), 8, 0),
 ])
 def test_layout_transform_matches_the_graph_conversion(shape, src, dst, cpu_target):
     x = te.placeholder(shape, name="x")
@@ -175,6 +177,18 @@ def test_a_conversion_to_the_plain_layout_walks_the_blocks_channels_inside_the_c
     assert [extent for _, extent in loops][-2:] == [str(48 // lanes), "16"], loops
     inner = re.sub(r"/\*.*?\*/", "", code[code.index(f"{loops[-1][0]} < 16"):].split("}")[0])
     assert not re.search(r"[/%]", inner), inner
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_a_conversion_to_the_plain_layout_of_rows_no_vector_fills_runs_the_whole_map_as_one_row(isa):
+    """19 columns: the map's 361 pixels are one run in both layouts, so each channel has one
+    partial vector at the end of the map, not one per row (0.12 -> 0.067 ms for 1024 channels,
+    AVX-512, 2 threads)."""
+    lanes = ISAS[isa][2]
+    x = te.placeholder((1, 4, 19, 19, 16), name="x")
+    y = conv_nchwc.layout_transform(x, 16, 0)
+    code = source(conv_nchwc.schedule_layout_transform(y, lanes), [x, y], "lt")
+    assert "< 361" in code and "< 19)" not in code, code
 
 
 @pytest.mark.parametrize("make, expect, shape, suffix", [

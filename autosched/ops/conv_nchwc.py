@@ -219,7 +219,8 @@ def schedule_layout_transform(out: Tensor, vector_lanes: int) -> Schedule:
     block, or the columns of a plain output) in vectors. The injective default fuses every outer
     axis into the parallel loop, and the conversion's index then takes a division and a modulo
     per axis for each vector it copies (blocks of 8 to blocks of 4 channels at 56x56 moved
-    10 GB/s); here they happen once per row, and the row loop steps by constants."""
+    10 GB/s); here they happen once per row, and the row loop steps by constants. To the plain
+    layout, rows that whole vectors do not fill are fused into one row of the whole map."""
     s = create_schedule(out)
     for st in s.stages:
         if st.op is not out.op:
@@ -237,9 +238,17 @@ def schedule_layout_transform(out: Tensor, vector_lanes: int) -> Schedule:
         # each pixel's line came back from L2 once per channel: WaveNet's 4 MB output, 256
         # channels in blocks of 16 by 4,000 columns, at 21 GB/s)
         co, ci = o.split(axes[1], block)
-        wo, lanes = o.split(axes[3], vector_width(axes[3].extent, vector_lanes))
-        o.reorder(axes[0], co, axes[2], wo, ci, lanes)
-        o.parallel(o.fuse(axes[0], co, axes[2]))
+        if axes[3].extent % vector_lanes == 0:
+            wo, lanes = o.split(axes[3], vector_lanes)
+            o.reorder(axes[0], co, axes[2], wo, ci, lanes)
+            o.parallel(o.fuse(axes[0], co, axes[2]))
+        else:
+            # rows that whole vectors do not fill (19 or 28 columns) run as one row of the map,
+            # which both layouts lay out contiguously: one edge per channel, not one per row
+            pixels = o.fuse(axes[2], axes[3])
+            wo, lanes = o.split(pixels, vector_width(axes[2].extent * axes[3].extent, vector_lanes))
+            o.reorder(axes[0], co, wo, ci, lanes)
+            o.parallel(o.fuse(axes[0], co, wo))
         o.vectorize(lanes)
         return s
     _, lanes = o.split(axes[-1], vector_width(axes[-1].extent, vector_lanes))
