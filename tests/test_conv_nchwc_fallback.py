@@ -304,21 +304,26 @@ def test_avx512_window_tiles_of_rows_they_do_not_divide_recompute_few_columns(ta
 POINTWISE_19 = blocked_conv_task((1, 128, 19, 19), (64, 128, 1, 1), 16, 16, bias=True)
 STRIDE2_17 = blocked_conv_task((1, 64, 35, 35), (64, 64, 3, 3), 16, 16, stride=2, bias=True)
 POINTWISE_14 = blocked_conv_task((1, 128, 14, 14), (64, 128, 1, 1), 16, 16, bias=True)
+POINTWISE_38 = blocked_conv_task((1, 64, 38, 38), (32, 64, 1, 1), 16, 16, bias=True)
 
 
 @pytest.mark.parametrize("target", [INTEL, AMD], ids=["intel-avx512", "amd-avx512"])
-def test_avx512_rows_the_tile_does_not_divide_take_one_block_by_the_whole_row(target):
+def test_avx512_rows_the_tile_does_not_divide_take_one_block_by_a_dividing_tile(target):
     """1x1 1024 -> 1024 on 19x19 3.71-3.78 -> 3.39-3.46 ms, 3x3 stride 2 onto 17x17 2.63-2.66 ->
     2.49-2.51 (EPYC Zen 4, 2 threads, alone); rows the tile divides keep it, as do 16 registers."""
     assert _tile(POINTWISE_19, target) == (1, 1, 19, False)
     assert _tile(STRIDE2_17, target) == (1, 1, 17, True)
     assert _tile(POINTWISE_14, target)[2] == 7
     assert _tile(POINTWISE_19, INTEL_AVX2)[2] != 19
+    # wider 1x1 rows: the widest divisor up to 28 (512 -> 256 on 38x38 1.76-1.90 -> 1.68-1.72 ms);
+    # a window's wider rows keep `_window_tile`'s measured choice
+    assert _tile(POINTWISE_38, target) == (1, 1, 19, False)
+    assert _tile(ROW_33, target) == (1, 1, 17, True)
 
 
 @pytest.mark.parametrize("target", [INTEL, AMD], ids=["intel-avx512", "amd-avx512"])
 def test_avx512_fallbacks_compute_the_convolution(measure, target):
-    tasks = (STRIDE2_56, STRIDE2_14, WIDE_3X3, ROW_33, ROW_9, POINTWISE_19, STRIDE2_17)
+    tasks = (STRIDE2_56, STRIDE2_14, WIDE_3X3, ROW_33, ROW_9, POINTWISE_19, STRIDE2_17, POINTWISE_38)
     inputs = [MeasureInput(task, target, TEMPLATE.fallback(task, target)) for task in tasks]
     if not runs_here(target):
         for inp in inputs:
