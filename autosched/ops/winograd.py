@@ -3,8 +3,8 @@
 Each m×m output tile comes from an (m+2)×(m+2) input tile d: Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A
 (Lavin & Gray 2015). Summed over input channels, the elementwise product becomes one GEMM per
 tile position (ε, ν): M[ε,ν] = V[ε,ν] · U[ε,ν] over channels, which does (m+2)²/(9 m²) of the
-direct convolution's multiplications (0.44× for m = 2, 0.25× for m = 4, 0.20× for m = 6) at the cost of the
-transforms and of rounding error that grows with m.
+direct convolution's multiplications (0.44× for m = 2, 0.25× for m = 4, 0.20× for m = 6) at
+the cost of the transforms and of rounding error that grows with m.
 
 The transform matrices are generated (not pasted) from interpolation points by Cook–Toom: Aᵀ is
 the Vandermonde matrix of the points (plus the point at infinity), G the Lagrange-scaled

@@ -468,14 +468,14 @@ def _dividing_row_tile(d: BlockedConvDims, knobs: dict, values: dict, task: Task
     widest divisor of the row from `MIN_DIVIDING_COLUMNS` to `WINDOW_ACCUMULATORS` columns (the
     whole row up to 28): every pixel computed once, one weight vector per reduction step against
     as many broadcasts; layers with a window only where the whole row fits (`_window_tile` chose
-    its tiles of wider rows by measurement), and only blocks of one whole vector. EPYC Zen 4, 2 threads, alone, untuned config against this one, two
-    interleaved rounds each: 1x1 1024 -> 1024 on 19x19 (2 blocks x 3 tiles of 7) 3.71-3.78 ->
+    its tiles of wider rows by measurement), and only blocks of one whole vector. EPYC Zen 4,
+    2 threads, alone, untuned config against this one, two interleaved rounds each: 1x1 1024 -> 1024 on 19x19 (2 blocks x 3 tiles of 7) 3.71-3.78 ->
     3.39-3.46 ms, 768 -> 192 on 17x17 (2 x 3 x 6) 0.400-0.403 -> 0.369-0.371, 512 -> 256 on 13x13
     (2 x 2 x 7) 0.208 -> 0.191, 512 -> 256 on 38x38 (2 x 5 x 8) 1.76-1.90 -> 1.68-1.72 (2 x 19),
     256 -> 256 on 33x33 (2 x 5 x 7) 0.678-0.680 -> 0.632-0.634 (3 x 11), 3x3 stride 2 288 -> 384
     onto 17x17 (3 blocks x 2 x 9) 2.63-2.66 -> 2.49-2.51, SqueezeNet's classifier padded to 1008
-    channels on 13x13 (3 blocks x 2 x 7) 0.82-0.85 -> 0.78-0.79. Rows the tile divides (7, 14) ran the
-    same either way (1x1 1024 -> 256 on 14x14, 2048 -> 512 on 7x7, 3x3 stride 2 onto 14x14)."""
+    channels on 13x13 (3 blocks x 2 x 7) 0.82-0.85 -> 0.78-0.79. Rows the tile divides (7, 14)
+    ran the same either way (1x1 1024 -> 256 on 14x14, 2048 -> 512 on 7x7, 3x3 stride 2 onto 14x14)."""
     width = d.ow
     # a window's tile (`_window_tile`) was measured on rows wider than 28: only 1x1 layers split them
     widest = WINDOW_ACCUMULATORS if d.kh == d.kw == 1 or width <= WINDOW_ACCUMULATORS else 0
