@@ -4,7 +4,7 @@ falls on all three alike); and the build from the shipped records alone (a first
 tuning). Every build is `autosched build`'s, of the graph the substitutions choose with the
 records at hand, so a rewritten graph's tuned tasks are the ones built.
 
-    python benchmarks/tuning.py [--models mlp,resnet18] [--checkpoints 250,500,1000] [--shipped]
+    python benchmarks/tuning.py [--models mlp,resnet18,my.onnx] [--checkpoints 250,500,1000] [--shipped]
                                 [--scheduler costliest] [--caches cold] [--threads 2] [--runs 20] [--db-dir DIR]
                                 [--json] [--quick]
 
@@ -72,9 +72,8 @@ def estimated_ms(db: Database, tasks, target: Target, fallback: Database | None)
     return round(total * 1e3, 3), whole
 
 
-def curve(name: str, workdir: Path, db_path: Path, checkpoints: list[int], scheduler: str,
+def curve(name: str, path: Path, workdir: Path, db_path: Path, checkpoints: list[int], scheduler: str,
           threads: int, runs: int, shipped: bool, caches: str = "warm", min_seconds: float = 0.0) -> dict:
-    path = workdir / f"{name}.onnx"
     target = Target.parse("llvm")
     session = onnxruntime_session(path, threads)
     feeds = sample_inputs(load_onnx(path), 0)
@@ -132,7 +131,9 @@ def _same_build(a: ModelFiles, b: ModelFiles) -> bool:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", help="comma-separated model names: the zoo's, or llama_block, resnext_block, squeezenet, vit_block (default: the zoo)")
+    p.add_argument("--models", help="comma-separated model names: the zoo's, autosched/zoo.py's others "
+                                    "(llama_block, resnext_block, squeezenet, vit_block, ...), autosched/zoo_blocks.py's, "
+                                    "or paths of .onnx files (default: the zoo)")
     p.add_argument("--checkpoints", help="cumulative trial counts to stop and time at (default: 250,500,1000)")
     p.add_argument("--scheduler", default="gradient", choices=["costliest", "gradient"])
     p.add_argument("--caches", default="warm", choices=CACHE_CHOICES,
@@ -150,7 +151,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--quick", action="store_true", help="smoke run: the MLP, checkpoints 4 and 8, 3 runs")
     args = p.parse_args(argv)
     checkpoints = sorted(int(c) for c in (args.checkpoints or ("4,8" if args.quick else "250,500,1000")).split(","))
-    names = (args.models or ("mlp" if args.quick else ",".join(zoo.MODELS))).split(",")
+    requested = (args.models or ("mlp" if args.quick else ",".join(zoo.MODELS))).split(",")
+    files = {Path(n).stem: Path(n) for n in requested if n.endswith(".onnx")}
+    names = [Path(n).stem if n.endswith(".onnx") else n for n in requested]
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise SystemExit(f"error: no model file {missing[0]}")
     runs = 3 if args.quick else args.runs
     args.db_dir.mkdir(parents=True, exist_ok=True)
     mode = "" if args.caches == "warm" else f"-{args.caches}"
@@ -163,11 +169,12 @@ def main(argv: list[str] | None = None) -> dict:
                "models": {}}
     with tempfile.TemporaryDirectory(prefix="autosched-curve-") as tmp:
         try:
-            zoo.save_zoo(Path(tmp), names)
+            zoo.save_zoo(Path(tmp), [n for n in names if n not in files])
         except ValueError as e:
             raise SystemExit(f"error: {e}") from None
-        for name in names:
-            results["models"][name] = r = curve(name, Path(tmp), dbs[name], checkpoints, args.scheduler,
+        for name in names:  # a file is read where it lies: an export's external weights sit beside it
+            path = files.get(name, Path(tmp) / f"{name}.onnx")
+            results["models"][name] = r = curve(name, path, Path(tmp), dbs[name], checkpoints, args.scheduler,
                                                 args.threads, runs, args.shipped, args.caches,
                                                 0.0 if args.quick else args.min_seconds)
             if not args.json:

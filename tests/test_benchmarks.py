@@ -142,9 +142,15 @@ def test_every_benchmark_script_is_covered():
 
 @pytest.fixture(scope="module")
 def tuning(tmp_path_factory) -> tuple[dict, Path]:
-    """The tuning benchmark's output and the database it tuned into."""
+    """The tuning benchmark's output and the database it tuned into; the MLP given as a file, as a
+    user's own model is."""
+    import onnx
+
+    from autosched import zoo
+
     tmp = tmp_path_factory.mktemp("tuning")
-    out = run_benchmark("tuning", "--db-dir", str(tmp / "curves"), cwd=tmp)
+    onnx.save(zoo.mlp(), tmp / "mlp.onnx")
+    out = run_benchmark("tuning", "--db-dir", str(tmp / "curves"), "--models", str(tmp / "mlp.onnx"), cwd=tmp)
     (db,) = (tmp / "curves").glob("*.db")
     return out, db
 
@@ -160,6 +166,7 @@ def test_the_missing_fields_of_a_result_are_named():
 def test_tuning_benchmark(tuning):
     out, _ = tuning
     assert missing(out, FIELDS["tuning"]) == []
+    assert list(out["models"]) == ["mlp"]  # a file's model is named by its stem
     (curve,) = out["models"].values()
     assert [c["trials"] for c in curve["checkpoints"]] == [4, 8]
     assert curve["untuned"]["ok"] and curve["shipped"]["ok"] and all(c["ok"] for c in curve["checkpoints"])
