@@ -68,7 +68,12 @@ def _compute(args: ComputeArgs) -> list[Tensor]:
                             groups=at.get("group", 1), epilogue=args.epilogues)]
 
 
-def _import(imp: Importer, node: OnnxNode) -> None:
+#: a Conv of integers less their zero points (the integer ONNX ops, `opset.quantize`): its sums
+#: must be the exact integer ones, so no algorithm that rounds between the products (Winograd)
+EXACT_SUMS_ATTR = "exact_sums"
+
+
+def import_conv(imp: Importer, node: OnnxNode, exact_sums: bool = False) -> None:
     x, w = imp.value(node.inputs[0]), imp.value(node.inputs[1])
     kernel = node.attr("kernel_shape", w.shape[2:])
     attrs = window_attrs(node, x.shape[2:], kernel)
@@ -76,6 +81,8 @@ def _import(imp: Importer, node: OnnxNode) -> None:
         raise node.error(f"kernel_shape {list(kernel)} disagrees with weight shape {list(w.shape)}")
     del attrs["kernel_shape"]
     attrs["group"] = int(node.attr("group", 1))
+    if exact_sums:
+        attrs[EXACT_SUMS_ATTR] = 1
     inputs = [name for name in node.inputs if name]
     imp.emit(node, Op.CONV, inputs, node.outputs, attrs)
 
@@ -299,6 +306,6 @@ SAME_CONV_BIAS = AlgebraOp("convb", Op.CONV, (4, 4, 1), lambda a, n: (a[0][0], a
 
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.CONV, OpKind.ANCHOR, conv_shape, conv_reference, _compute, on_output(conv_ops.schedule_conv2d),
-          {"Conv": Converter(_import), "ConvTranspose": Converter(_import_transpose, constant_inputs=(1,))},
+          {"Conv": Converter(import_conv), "ConvTranspose": Converter(_import_transpose, constant_inputs=(1,))},
           algebra=(SAME_CONV, SAME_CONV_BIAS)),
 )

@@ -1,17 +1,31 @@
-"""QuantizeLinear and DequantizeLinear (QDQ models) as float arithmetic.
+"""Quantized ONNX ops as float arithmetic: QuantizeLinear and DequantizeLinear (QDQ models),
+QLinearConv and QLinearMatMul (the QOperator format), ConvInteger, MatMulInteger and
+DynamicQuantizeLinear (what onnxruntime's dynamic quantization writes).
 
 A QDQ model marks where an int8 runtime would quantize; autosched computes in float32, so each
 pair becomes the rounding it stands for: quantize is round-half-even(x / scale) + zero point,
 saturated to the integer type and cast to it; dequantize is (q - zero point) · scale. The
 model's outputs are then those an exact int8 runtime computes, at float speed. Scales and zero
-points must be constants (a weight's DequantizeLinear folds away with its weight).
+points must be constants (a weight's DequantizeLinear folds away with its weight), except the
+zero point DynamicQuantizeLinear computes.
+
+The integer ops multiply operands less their zero points, small integers that float32 holds
+exactly, in an ordinary float Conv or MatMul: its sums are the int32 accumulator's while they
+stay below 2^24 in magnitude (a 3x3 convolution of 256 channels of uint8 by int8 reaches 2^23
+at most), whatever the order they are added in. The QLinear ops then requantize as
+onnxruntime does: the accumulator (bias included) times the float32 multiplier
+x_scale · w_scale / y_scale, rounded half to even, plus the output's zero point, saturated.
 """
 from __future__ import annotations
+
+import math
+from dataclasses import replace
 
 import numpy as np
 
 from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_axis, numpy_dtype
 from autosched.graph.ir import Op
+from autosched.opset.conv import import_conv
 
 
 def _per_axis(imp: Importer, node: OnnxNode, value: np.ndarray, rank: int, dtype: str, label: str) -> str:
@@ -45,16 +59,160 @@ def _import_quantize(imp: Importer, node: OnnxNode) -> None:
         raise node.error(f"quantizing to {target} is not supported (only integer types)")
     rank = len(x.shape)
     scale = _per_axis(imp, node, node.required_const(1), rank, x.dtype, "scale")
-    value = imp.emit_step(node, "rounded", Op.ROUND, [imp.emit_step(node, "scaled", Op.DIV, [x.name, scale], {})], {})
-    if zero_point is not None:
-        zero = _per_axis(imp, node, zero_point, rank, x.dtype, "zero_point")
-        value = imp.emit_step(node, "shifted", Op.ADD, [value, zero], {})
+    value = imp.emit_step(node, "scaled", Op.DIV, [x.name, scale], {})
+    zero = None if zero_point is None else _per_axis(imp, node, zero_point, rank, x.dtype, "zero_point")
+    _store(imp, node, value, zero, target, node.outputs[0])
+
+
+def _store(imp: Importer, node: OnnxNode, value: str, zero: str | None, target: np.dtype, out: str) -> None:
+    """`value` rounded half to even, plus the zero point `zero` (None: 0), saturated to the
+    integer type `target` and cast to it as the node's output `out`."""
+    value = imp.emit_step(node, f"{out}:rounded", Op.ROUND, [value], {})
+    if zero is not None:
+        value = imp.emit_step(node, f"{out}:shifted", Op.ADD, [value, zero], {})
     info = np.iinfo(target)
-    value = imp.emit_step(node, "saturated", Op.CLIP, [value], {"min": float(info.min), "max": float(info.max)})
-    imp.emit(node, Op.CAST, [value], node.outputs, {"to": target.name})
+    value = imp.emit_step(node, f"{out}:saturated", Op.CLIP, [value], {"min": float(info.min), "max": float(info.max)})
+    imp.emit(replace(node, name=f"{node.name}/{out}"), Op.CAST, [value], [out], {"to": target.name})
+
+
+def _known(imp: Importer, node: OnnxNode, index: int) -> np.ndarray | None:
+    """Input `index` where it is a constant or computed from constants alone, else None."""
+    if not node.has_input(index):
+        return None
+    name = node.inputs[index]
+    return imp.constant_value(name, node) if imp.computable(name) else None
+
+
+def _along(node: OnnxNode, array: np.ndarray, axis: int, extent: int, what: str) -> np.ndarray:
+    """A per-tensor (one value) or per-axis (`extent` values) parameter, shaped to broadcast
+    along `axis` (counted from the end) of the operand or output it belongs to."""
+    if array.size == 1:
+        return array.reshape(())
+    if array.ndim != 1 or array.size != extent:
+        raise node.error(f"{what} has shape {list(array.shape)}: one value, or one per element of the axis "
+                         f"of size {extent}, is supported")
+    return array.reshape((extent,) + (1,) * (-axis - 1))
+
+
+def _centred(imp: Importer, node: OnnxNode, index: int, zero_index: int, axis: int, label: str) -> str:
+    """Integer input `index` less its zero point (input `zero_index`, one value or one per
+    element of `axis`, counted from the end) as float32: exact, both being small integers.
+    Computed here where both are known; otherwise two elementwise steps."""
+    shape = imp.value(node.inputs[index]).shape
+    extent = shape[axis] if len(shape) >= -axis else 1
+    value, zero = _known(imp, node, index), _known(imp, node, zero_index)
+    if zero is not None:
+        zero = _along(node, zero, axis, extent, f"input {zero_index} (the zero point of input {index})")
+    if value is not None and (zero is not None or not node.has_input(zero_index)):
+        name = f"{node.outputs[0]}:{label}"
+        imp.add_constant(name, value.astype(np.float32) - (0 if zero is None else zero.astype(np.float32)))
+        return name
+    out = imp.emit_step(node, f"{label}_float", Op.CAST, [node.inputs[index]], {"to": "float32"})
+    if not node.has_input(zero_index):
+        return out
+    if zero is not None:
+        zero_name = f"{node.outputs[0]}:{label}_zero_point"
+        imp.add_constant(zero_name, zero.astype(np.float32))
+    else:  # computed at run time (DynamicQuantizeLinear's), or a graph input
+        zero_shape = imp.value(node.inputs[zero_index]).shape
+        zero_name = imp.emit_step(node, f"{label}_zero_point", Op.CAST, [node.inputs[zero_index]], {"to": "float32"})
+        if math.prod(zero_shape) != 1:
+            if zero_shape != (extent,):
+                raise node.error(f"input {zero_index} (the zero point of input {index}) has shape {list(zero_shape)}: "
+                                 f"one value, or one per element of the axis of size {extent}, is supported")
+            zero_name = imp.emit_step(node, f"{label}_zero_point_along", Op.RESHAPE, [zero_name],
+                                      {"shape": (extent,) + (1,) * (-axis - 1)})
+    return imp.emit_step(node, label, Op.SUB, [out, zero_name], {})
+
+
+def _product(imp: Importer, node: OnnxNode, conv: bool, a: str, b: str, bias: str | None = None) -> str:
+    """The float Conv (with the node's window attributes) or MatMul of two centred operands."""
+    out = f"{node.outputs[0]}:accumulated"
+    if conv:
+        import_conv(imp, replace(node, name=f"{node.name}/accumulated", op_type="Conv",
+                                 inputs=(a, b) + ((bias,) if bias else ()), outputs=(out,)), exact_sums=True)
+        return out
+    return imp.emit_step(node, "accumulated", Op.MATMUL, [a, b], {})
+
+
+def _import_integer(conv: bool):
+    """ConvInteger and MatMulInteger: int32 results."""
+    def fn(imp: Importer, node: OnnxNode) -> None:
+        a = _centred(imp, node, 0, 2, -3 if conv else -2, "a")
+        b = _centred(imp, node, 1, 3, -4 if conv else -1, "b")
+        imp.emit(node, Op.CAST, [_product(imp, node, conv, a, b)], node.outputs, {"to": "int32"})
+    return fn
+
+
+def _import_qlinear(conv: bool):
+    """QLinearConv (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+    bias) and QLinearMatMul (the same but bias): per-tensor scales, or per output channel for the
+    weight (axis 0 of a Conv's, the last of a MatMul's second operand)."""
+    def fn(imp: Importer, node: OnnxNode) -> None:
+        a = _centred(imp, node, 0, 2, -3 if conv else -2, "a")
+        b = _centred(imp, node, 3, 5, -4 if conv else -1, "b")
+        bias = None
+        if conv and node.has_input(8):
+            known = _known(imp, node, 8)
+            if known is None:
+                raise node.error("input 8 (the int32 bias) must be a constant")
+            bias = f"{node.outputs[0]}:bias"
+            imp.add_constant(bias, known.astype(np.float32))
+        acc = _product(imp, node, conv, a, b, bias)
+        channels = imp.value(acc).shape[1 if conv else -1]
+        x_scale, y_scale = (_along(node, node.required_const(i), -1, 1, f"input {i} (a scale)") for i in (1, 6))
+        w_scale = _along(node, node.required_const(4), -3 if conv else -1, channels, "input 4 (the weight's scale)")
+        name = f"{node.outputs[0]}:multiplier"  # in onnxruntime's order: (x_scale · w_scale) / y_scale
+        imp.add_constant(name, (x_scale.astype(np.float32) * w_scale.astype(np.float32)) / y_scale.astype(np.float32))
+        value = imp.emit_step(node, "scaled", Op.MUL, [acc, name], {})
+        zero_point = node.const(7)
+        target = np.dtype(zero_point.dtype if zero_point is not None else np.uint8)
+        zero = None
+        if zero_point is not None:
+            zero = f"{node.outputs[0]}:zero_point"
+            imp.add_constant(zero, _along(node, zero_point, -1, 1, "input 7 (the output's zero point)").astype(np.float32))
+        _store(imp, node, value, zero, target, node.outputs[0])
+    return fn
+
+
+def _import_dynamic_quantize(imp: Importer, node: OnnxNode) -> None:
+    """DynamicQuantizeLinear as onnxruntime computes it: the range of x widened to hold 0,
+    scale (max - min) / 255 (1 where the range is empty), zero point round(-min / scale)
+    saturated to uint8, y = saturate(round(x / scale) + zero point)."""
+    x = imp.value(node.inputs[0])
+    every = {"axes": tuple(range(len(x.shape))), "keepdims": 0}
+    zero = _constant(imp, node, "origin", 0.0)
+    top = imp.emit_step(node, "max", Op.MAX, [imp.emit_step(node, "data_max", Op.REDUCE_MAX, [x.name], every), zero], {})
+    low = imp.emit_step(node, "min", Op.MIN, [imp.emit_step(node, "data_min", Op.REDUCE_MIN, [x.name], every), zero], {})
+    width = imp.emit_step(node, "range", Op.SUB, [top, low], {})
+    empty = imp.emit_step(node, "empty", Op.CAST, [imp.emit_step(node, "is_empty", Op.EQUAL, [top, low], {})],
+                          {"to": x.dtype})
+    outputs = node.outputs + ("", "", "")
+    scale = outputs[1] or f"{outputs[0] or node.name}:scale"
+    imp.emit(replace(node, name=f"{node.name}/scale"), Op.ADD, [imp.emit_step(node, "step", Op.DIV, [
+        width, _constant(imp, node, "levels", 255.0)], {}), empty], [scale], {})
+    origin = imp.emit_step(node, "origin_over_scale", Op.DIV, [imp.emit_step(node, "negated_min", Op.NEG, [low], {}),
+                                                                scale], {})
+    target = np.dtype(np.uint8)
+    zero_point = f"{node.outputs[0] or node.name}:zero_point"
+    _store(imp, node, origin, None, target, outputs[2] or zero_point)
+    shift = imp.emit_step(node, "zero_point_float", Op.CAST, [outputs[2] or zero_point], {"to": x.dtype})
+    if outputs[0]:
+        _store(imp, node, imp.emit_step(node, "scaled", Op.DIV, [x.name, scale], {}), shift, target, outputs[0])
+
+
+def _constant(imp: Importer, node: OnnxNode, label: str, value: float) -> str:
+    name = f"{node.outputs[0] or node.name}:{label}"
+    imp.add_constant(name, np.array(value, np.float32))
+    return name
 
 
 IMPORTERS: dict[str, Converter] = {
     "DequantizeLinear": Converter(_import_dequantize, constant_inputs=(1, 2)),
     "QuantizeLinear": Converter(_import_quantize, constant_inputs=(1, 2)),
+    "QLinearConv": Converter(_import_qlinear(conv=True), constant_inputs=(1, 2, 4, 5, 6, 7)),
+    "QLinearMatMul": Converter(_import_qlinear(conv=False), constant_inputs=(1, 2, 4, 5, 6, 7)),
+    "ConvInteger": Converter(_import_integer(conv=True)),
+    "MatMulInteger": Converter(_import_integer(conv=False)),
+    "DynamicQuantizeLinear": Converter(_import_dynamic_quantize),
 }

@@ -26,6 +26,7 @@ from autosched.ops import conv as conv_ops
 from autosched.ops import conv_nchwc
 from autosched.ops.transform import PAD_TAG
 from autosched.ops.util import vector_width
+from autosched.opset.conv import EXACT_SUMS_ATTR
 from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob, SplitKnob, SplitPolicy
 from autosched.target import Target
@@ -69,6 +70,7 @@ class ConvDims:
     stride: tuple[int, int]
     pads: tuple[int, int, int, int]
     dilation: tuple[int, int]
+    exact_sums: bool = False  # integer operands (`EXACT_SUMS_ATTR`): no Winograd
 
 
 def conv_dims(task: Task) -> ConvDims:
@@ -81,7 +83,7 @@ def conv_dims(task: Task) -> ConvDims:
     _, _, oh, ow = task.out_shapes[0]
     pads = tuple(attrs.get("pads", (0, 0, 0, 0)))
     return ConvDims(n, c, h, w, oc, kh, kw, oh, ow, int(attrs.get("group", 1)), tuple(attrs.get("strides", (1, 1))),
-                    pads, tuple(attrs.get("dilations", (1, 1))))
+                    pads, tuple(attrs.get("dilations", (1, 1))), bool(attrs.get(EXACT_SUMS_ATTR)))
 
 
 def _channel_blocks(channels: int, lanes: int) -> tuple[int, ...]:
@@ -217,7 +219,7 @@ class _Blocked:
 
     @staticmethod
     def _winograd(d: ConvDims) -> bool:
-        return winograd.eligible((d.kh, d.kw), d.stride, d.dilation, d.groups)
+        return not d.exact_sums and winograd.eligible((d.kh, d.kw), d.stride, d.dilation, d.groups)
 
     def schedule(self, task: Task, d: ConvDims, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         lanes = vector_lanes(target, task.dtypes[0])

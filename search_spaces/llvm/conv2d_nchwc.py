@@ -27,6 +27,7 @@ from autosched.graph.layout import blocked_groups, plain_shape
 from autosched.lower.lower import CACHE_LINE_BYTES, MAX_PREFETCH_LINES
 from autosched.ops import conv_nchwc
 from autosched.ops.epilogue import apply_epilogue
+from autosched.opset.conv import EXACT_SUMS_ATTR
 from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob
 from autosched.target import Target
@@ -74,6 +75,7 @@ class BlockedConvDims:
     pads: tuple[int, int, int, int]
     dilation: tuple[int, int]
     crop: tuple[int, int, int, int] = (0, 0, 0, 0)  # the input's edges it does not read (`input_window`)
+    exact_sums: bool = False  # integer operands (`EXACT_SUMS_ATTR`): no Winograd
 
 
 def blocked_conv_dims(task: Task) -> BlockedConvDims:
@@ -88,7 +90,8 @@ def blocked_conv_dims(task: Task) -> BlockedConvDims:
     return BlockedConvDims(c, oc, kh, kw, oh, ow, in_block, out_block, groups,
                            blocked_groups(c, oc, groups, in_block, out_block) == "depthwise",
                            tuple(attrs.get("strides", (1, 1))), tuple(attrs.get("pads", (0, 0, 0, 0))),
-                           tuple(attrs.get("dilations", (1, 1))), tuple(attrs.get("crop", (0, 0, 0, 0))))
+                           tuple(attrs.get("dilations", (1, 1))), tuple(attrs.get("crop", (0, 0, 0, 0))),
+                           bool(attrs.get(EXACT_SUMS_ATTR)))
 
 
 class Conv2dNCHWcTemplate(CpuTemplate):
@@ -642,8 +645,9 @@ def _prefetched(d: BlockedConvDims, config: Config, dtype: str) -> bool:
 
 
 def _winograd(d: BlockedConvDims) -> bool:
-    """Winograd needs the input in blocks too (`conv2d_winograd_nchwc`), and all of it."""
-    return bool(d.in_block) and not any(d.crop) and winograd.eligible((d.kh, d.kw), d.stride, d.dilation, d.groups)
+    """Winograd needs the input in blocks too (`conv2d_winograd_nchwc`), and all of it, and sums
+    that may be rounded."""
+    return bool(d.in_block) and not any(d.crop) and not d.exact_sums and winograd.eligible((d.kh, d.kw), d.stride, d.dilation, d.groups)
 
 
 def _tile_blocked_output(s: Schedule, out: Tensor, acc: Stage, config: Config, tile_oc: int) -> None:

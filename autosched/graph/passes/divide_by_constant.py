@@ -5,7 +5,11 @@ cores measured, where two FMAs issue each cycle), and exporters divide by consta
 GELU's x / √2 in every BERT, ViT and ConvNeXt MLP, attention's scores / √d. The product
 differs from the correctly rounded quotient by at most one and a half units in the last
 place (the reciprocal is rounded once, the product once); where the constant is a power of
-two, not at all. ONNX Runtime's GELU kernels multiply by 1/√2 too.
+two, not at all. ONNX Runtime's GELU kernels multiply by 1/√2 too. A value that is rounded to
+an integer keeps the divisions it is computed from elementwise (QuantizeLinear's x / scale,
+DynamicQuantizeLinear's scale (max - min) / 255): there one unit in the last place moves a
+value on a rounding boundary to the next integer, a whole quantization step, and the model
+would no longer compute what an int8 runtime does.
 """
 
 from __future__ import annotations
@@ -14,6 +18,11 @@ import numpy as np
 
 from autosched.graph.ir import Graph, Node, Op, Value
 from autosched.graph.passes.rewrite import fresh_name, rebuild
+from autosched.opset.record import OpKind
+from autosched.opset.registry import lookup
+
+#: ops that round their input to an integer
+ROUNDING = frozenset({Op.ROUND, Op.FLOOR, Op.CEIL})
 
 
 def divide_by_constant(graph: Graph) -> Graph:
@@ -22,9 +31,10 @@ def divide_by_constant(graph: Graph) -> Graph:
     taken = set(graph.values) | set(graph.constants)
     constants = dict(graph.constants)
     reciprocals: dict[str, str] = {}  # divisor constant -> its reciprocal's name
+    rounded = _rounded(graph)
     nodes: list[Node] = []
     for node in graph.nodes:
-        divisor = node.inputs[1] if node.op is Op.DIV and len(node.inputs) == 2 else ""
+        divisor = node.inputs[1] if node.op is Op.DIV and len(node.inputs) == 2 and node.outputs[0] not in rounded else ""
         inverse = None if not divisor or divisor in reciprocals else _reciprocal(graph, node, divisor)
         if inverse is not None:
             name = fresh_name(f"{divisor}_reciprocal", taken)
@@ -39,6 +49,22 @@ def divide_by_constant(graph: Graph) -> Graph:
         return graph
     new_values = [Value(r, graph.values[d].shape, graph.values[d].dtype) for d, r in reciprocals.items()]
     return rebuild(graph, nodes, constants, new_values)
+
+
+def _rounded(graph: Graph) -> set[str]:
+    """The values that a rounding op's input is computed from through elementwise ops alone."""
+    producers = {out: node for node in graph.nodes for out in node.outputs}
+    found: set[str] = set()
+    todo = [name for node in graph.nodes if node.op in ROUNDING for name in node.inputs]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        producer = producers.get(name)
+        if producer is not None and lookup(producer.op).kind is OpKind.ELEMWISE:
+            todo.extend(producer.inputs)
+    return found
 
 
 def _reciprocal(graph: Graph, node: Node, divisor: str) -> np.ndarray | None:

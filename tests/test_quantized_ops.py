@@ -1,0 +1,176 @@
+"""The integer ONNX ops (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger,
+DynamicQuantizeLinear) against onnxruntime's integer kernels: bit for bit where the model is
+the op alone, and within rounding flips of the float ops between them in models that
+onnxruntime's own quantizer wrote. Weights lie in [-64, 63] (onnxruntime's `reduce_range`):
+on AVX2 cores without VNNI its u8·s8 kernels add pairs in saturating 16-bit lanes, and full-range
+weights would make the reference, not autosched, wrong."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autosched import zoo
+from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
+from autosched.compile.model import build_model
+from autosched.frontend.onnx import load_onnx
+from autosched.graph.ir import Op
+from autosched.graph.passes import optimize_for
+from autosched.graph.passes.divide_by_constant import divide_by_constant
+from autosched.runtime import load_model
+from autosched.target import Target
+from autosched.task import extract_tasks
+from autosched.templates import get_template
+
+info = helper.make_tensor_value_info
+RNG = np.random.default_rng(7)
+
+
+def _model(tmp_path, name, nodes, inputs, outputs, inits, opset=21):
+    path = tmp_path / f"{name}.onnx"
+    graph = helper.make_graph(nodes, name, inputs, outputs, [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def _differences(tmp_path, path, feeds=None, atol=0.0):
+    graph = load_onnx(path)
+    model = load_model(build_model(graph, tmp_path / f"{path.stem}.so").library)
+    try:
+        return compare(model, onnxruntime_session(path, 2), feeds or sample_inputs(graph, 1), rtol=0, atol=atol)
+    finally:
+        model.close()
+
+
+def _weights(*shape):
+    return RNG.integers(-64, 64, shape).astype(np.int8)
+
+
+def _qconv(tmp_path, channels, size, per_channel, out_type):
+    """QLinearConv, 3x3 stride 1, its input of the output's type (as onnxruntime's kernels
+    have them): 64 channels on 14x14 is a shape float convolutions take Winograd for."""
+    oc = channels
+    w_scale = (RNG.random(oc) * 0.01 + 0.002).astype(np.float32) if per_channel else np.array(0.004, np.float32)
+    w_zero = np.zeros(oc if per_channel else (), np.int8)
+    unsigned = out_type == TensorProto.UINT8
+    y_zero, x_zero = (np.array(100, np.uint8), np.array(7, np.uint8)) if unsigned else (np.array(-5, np.int8),
+                                                                                        np.array(-9, np.int8))
+    inits = {"sx": np.array(0.05, np.float32), "zx": x_zero, "w": _weights(oc, channels, 3, 3),
+             "sw": w_scale, "zw": w_zero, "sy": np.array(0.6, np.float32), "zy": y_zero,
+             "b": RNG.integers(-2000, 2000, oc).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"], pads=[1, 1, 1, 1])
+    return _model(tmp_path, "qconv", [node], [info("x", out_type, [1, channels, size, size])],
+                  [info("y", out_type, [1, oc, size, size])], inits)
+
+
+@pytest.mark.parametrize("channels, size, per_channel, out_type", [
+    (8, 12, True, TensorProto.UINT8), (64, 14, True, TensorProto.UINT8), (64, 14, False, TensorProto.INT8)])
+def test_qlinear_conv_is_onnxruntimes_bit_for_bit(tmp_path, channels, size, per_channel, out_type):
+    diffs = _differences(tmp_path, _qconv(tmp_path, channels, size, per_channel, out_type))
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_integer_convolutions_are_never_winograd(tmp_path):
+    """Winograd rounds between the products: its sums of integers are not the integer sums, and
+    a requantized output one step off. The same float convolution does take it."""
+    target = Target.parse("llvm")
+
+    def conv_space(path):
+        (task,) = [t for t in extract_tasks(optimize_for(load_onnx(path), target)).tasks if t.op.startswith("Conv")]
+        return [k.name for k in get_template(task.op, "llvm").space(task, target).knobs]
+
+    integer = conv_space(_qconv(tmp_path, 64, 14, True, TensorProto.UINT8))
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    float_path = _model(tmp_path, "fconv", [node], [info("x", TensorProto.FLOAT, [1, 64, 14, 14])],
+                        [info("y", TensorProto.FLOAT, [1, 64, 14, 14])], {"w": _weights(64, 64, 3, 3).astype(np.float32)})
+    assert "algorithm" in conv_space(float_path) and "algorithm" not in integer
+
+
+@pytest.mark.parametrize("b_scale, b_zero", [(np.array(0.004, np.float32), np.array(0, np.int8)),
+                                             ((RNG.random(24) * 0.01).astype(np.float32), np.zeros(24, np.int8))])
+def test_qlinear_matmul_is_onnxruntimes_bit_for_bit(tmp_path, b_scale, b_zero):
+    inits = {"sa": np.array(0.05, np.float32), "za": np.array(7, np.uint8), "b": _weights(32, 24), "sb": b_scale,
+             "zb": b_zero, "sy": np.array(0.3, np.float32), "zy": np.array(120, np.uint8)}
+    path = _model(tmp_path, "qmm", [helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+                                                     ["y"])],
+                  [info("a", TensorProto.UINT8, [2, 10, 32])], [info("y", TensorProto.UINT8, [2, 10, 24])], inits)
+    diffs = _differences(tmp_path, path)
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_conv_integer_and_matmul_integer_are_exact(tmp_path):
+    inits = {"w": _weights(16, 8, 3, 3), "zx": np.array(7, np.uint8), "b": _weights(32, 24),
+             "zb": RNG.integers(-3, 4, 24).astype(np.int8)}
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "zx"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MatMulInteger", ["a", "b", "", "zb"], ["m"])]
+    path = _model(tmp_path, "integer", nodes, [info("x", TensorProto.UINT8, [1, 8, 12, 12]),
+                                                info("a", TensorProto.UINT8, [10, 32])],
+                  [info("c", TensorProto.INT32, [1, 16, 12, 12]), info("m", TensorProto.INT32, [10, 24])], inits)
+    diffs = _differences(tmp_path, path)
+    assert len(diffs) == 2 and all(d.ok for d in diffs), diffs
+
+
+def test_dynamic_quantization_is_onnxruntimes_bit_for_bit(tmp_path):
+    """The pattern onnxruntime's `quantize_dynamic` writes, with every output of
+    DynamicQuantizeLinear a model output; an all-zero input (an empty range: scale 1) too."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "b", "xz", "zb"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "sb"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["y"])]
+    outputs = [info("y", TensorProto.FLOAT, [1, 10, 24]), info("xq", TensorProto.UINT8, [1, 10, 32]),
+               info("xs", TensorProto.FLOAT, []), info("xz", TensorProto.UINT8, [])]
+    path = _model(tmp_path, "dynamic", nodes, [info("x", TensorProto.FLOAT, [1, 10, 32])], outputs,
+                  {"b": _weights(32, 24), "zb": np.array(3, np.int8), "sb": np.array(0.004, np.float32)})
+    for x in (RNG.standard_normal((1, 10, 32)).astype(np.float32) * 3 + 1, np.zeros((1, 10, 32), np.float32)):
+        diffs = _differences(tmp_path, path, {"x": x})
+        assert len(diffs) == 4 and all(d.ok for d in diffs), diffs
+
+
+def test_a_rounded_quotient_keeps_its_division(tmp_path):
+    """x / 3 rounded stays a division (its reciprocal's product can land on the other side of a
+    half); x / 3 elsewhere becomes a product."""
+    three = {"three": np.array(3.0, np.float32)}
+    nodes = [helper.make_node("Div", ["x", "three"], ["q"]), helper.make_node("Round", ["q"], ["r"]),
+             helper.make_node("Div", ["x2", "three"], ["e"])]
+    path = _model(tmp_path, "div", nodes, [info("x", TensorProto.FLOAT, [4]), info("x2", TensorProto.FLOAT, [4])],
+                  [info("r", TensorProto.FLOAT, [4]), info("e", TensorProto.FLOAT, [4])], three)
+    graph = divide_by_constant(load_onnx(path))
+    producers = {n.outputs[0]: n.op for n in graph.nodes}
+    assert producers["q"] is Op.DIV and producers["e"] is Op.MUL
+
+
+def test_models_quantized_by_onnxruntime_match_it(tmp_path):
+    """A BERT layer quantized dynamically (MatMulInteger) and a convolutional block statically in
+    the QOperator format (QLinearConv), by onnxruntime's quantizer. Between the integer ops run
+    float ones (LayerNorm, softmax, residual adds) whose last-place differences flip an
+    occasional rounding, so the outputs agree within a small share of their range, not bit for bit
+    (what those flips amount to, measured: 0.14% of max |y| on a BERT layer)."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    bert = tmp_path / "bert.onnx"
+    onnx.save(zoo.bert_layer(seq=16, hidden=128, heads=2), bert)
+    quantization.quantize_dynamic(bert, tmp_path / "bert_int8.onnx", weight_type=quantization.QuantType.QInt8)
+    block = tmp_path / "block.onnx"
+    onnx.save(zoo.resnext_block(size=16), block)
+    x = load_onnx(block).inputs[0]
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{x.name: np.random.default_rng(s).standard_normal(x.shape).astype(np.float32)}
+                                 for s in range(3)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantization.quantize_static(block, tmp_path / "block_int8.onnx", Calibration(),
+                                 quant_format=quantization.QuantFormat.QOperator, op_types_to_quantize=["Conv"],
+                                 per_channel=True, reduce_range=True)
+    for name, op in (("bert_int8", "MatMulInteger"), ("block_int8", "QLinearConv")):
+        path = tmp_path / f"{name}.onnx"
+        assert op in {n.op_type for n in onnx.load(path).graph.node}
+        graph = load_onnx(path)
+        feeds = sample_inputs(graph, 1)
+        reference = onnxruntime_session(path, 2).run(None, feeds)[0]
+        diffs = _differences(tmp_path, path, feeds, atol=0.01 * float(np.abs(reference).max()))
+        assert diffs and all(d.ok for d in diffs), diffs
