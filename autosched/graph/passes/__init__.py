@@ -32,6 +32,7 @@ from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
 from autosched.graph.passes.remove_identity import remove_identity
 from autosched.graph.passes.space_to_depth import space_to_depth
+from autosched.graph.passes.split_groups import split_groups
 from autosched.graph.passes.split_k import split_k
 from autosched.target import CpuCapabilities, Target
 
@@ -65,6 +66,7 @@ __all__ = [
     "reduce_pow",
     "remove_identity",
     "space_to_depth",
+    "split_groups",
     "split_k",
 ]
 
@@ -99,7 +101,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     whatever the others orphaned. Views fold after CSE, so a Reshape/Transpose chain two
     MatMuls share is merged first and stays a node (it has two readers). With `layout_lanes`
     (a CPU target's float32 vector, `Target.layout_lanes`), convolutions a few channels short of
-    whole vectors are padded to them (by at most `pad_waste` of their channels), and convolutions and the ops between them are then
+    whole vectors are padded to them (by at most `pad_waste` of their channels), grouped 3x3 ones of
+    wide groups become one convolution per group (`split_groups`), and convolutions and the ops between them are then
     planned into channel blocks, and a blocked 5x5 convolution of stride 2 Winograd can take
     becomes a 3x3 one over its input's phases (`space_to_depth`); with `pointwise_rows` (a
     target of 16 vector registers), blocked 1x1 convolutions of stride 1 run over their image as
@@ -120,7 +123,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = eliminate_dead_code(graph)
     if not layout_lanes:
         return graph
-    graph = space_to_depth(plan_layout(pad_channels(graph, layout_lanes, pad_waste), layout_lanes))
+    graph = pad_channels(split_groups(graph, layout_lanes), layout_lanes, pad_waste)
+    graph = space_to_depth(plan_layout(graph, layout_lanes))
     if pointwise_rows:
         graph = flatten_pointwise(graph, layout_lanes)
     graph = fold_conv_windows(graph)
