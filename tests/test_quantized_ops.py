@@ -47,7 +47,7 @@ def _weights(*shape):
     return RNG.integers(-64, 64, shape).astype(np.int8)
 
 
-def _qconv(tmp_path, channels, size, per_channel, out_type):
+def _qconv(tmp_path, channels, size, per_channel, out_type, group=1):
     """QLinearConv, 3x3 stride 1, its input of the output's type (as onnxruntime's kernels
     have them): 64 channels on 14x14 is a shape float convolutions take Winograd for."""
     oc = channels
@@ -56,18 +56,21 @@ def _qconv(tmp_path, channels, size, per_channel, out_type):
     unsigned = out_type == TensorProto.UINT8
     y_zero, x_zero = (np.array(100, np.uint8), np.array(7, np.uint8)) if unsigned else (np.array(-5, np.int8),
                                                                                         np.array(-9, np.int8))
-    inits = {"sx": np.array(0.05, np.float32), "zx": x_zero, "w": _weights(oc, channels, 3, 3),
+    inits = {"sx": np.array(0.05, np.float32), "zx": x_zero, "w": _weights(oc, channels // group, 3, 3),
              "sw": w_scale, "zw": w_zero, "sy": np.array(0.6, np.float32), "zy": y_zero,
              "b": RNG.integers(-2000, 2000, oc).astype(np.int32)}
-    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"], pads=[1, 1, 1, 1])
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"], pads=[1, 1, 1, 1],
+                            group=group)
     return _model(tmp_path, "qconv", [node], [info("x", out_type, [1, channels, size, size])],
                   [info("y", out_type, [1, oc, size, size])], inits)
 
 
-@pytest.mark.parametrize("channels, size, per_channel, out_type", [
-    (8, 12, True, TensorProto.UINT8), (64, 14, True, TensorProto.UINT8), (64, 14, False, TensorProto.INT8)])
-def test_qlinear_conv_is_onnxruntimes_bit_for_bit(tmp_path, channels, size, per_channel, out_type):
-    diffs = _differences(tmp_path, _qconv(tmp_path, channels, size, per_channel, out_type))
+@pytest.mark.parametrize("channels, size, per_channel, out_type, group", [
+    (8, 12, True, TensorProto.UINT8, 1), (64, 14, True, TensorProto.UINT8, 1), (64, 14, False, TensorProto.INT8, 1),
+    (32, 14, True, TensorProto.UINT8, 32), (128, 28, True, TensorProto.UINT8, 2)])
+def test_qlinear_conv_is_onnxruntimes_bit_for_bit(tmp_path, channels, size, per_channel, out_type, group):
+    """Dense, depthwise (MobileNets quantized) and grouped in groups `split_groups` cuts apart."""
+    diffs = _differences(tmp_path, _qconv(tmp_path, channels, size, per_channel, out_type, group))
     assert diffs and all(d.ok for d in diffs), diffs
 
 
