@@ -48,9 +48,9 @@ def test_each_group_is_a_convolution_with_its_activations(tmp_path):
     assert all(n.attrs["group"] == 1 for n in graph.nodes if n.op is Op.CONV)
 
 
-@pytest.mark.parametrize("change", [dict(size=14), dict(groups=12), dict(stride=2), dict(kernel=1), "exact"])
+@pytest.mark.parametrize("change", [dict(size=7), dict(groups=12), dict(stride=2), dict(kernel=1), "exact"])
 def test_narrow_groups_small_maps_and_exact_sums_stay_grouped(tmp_path, change):
-    """14x14 maps (F(2) lost to the grouped kernel), 16-channel groups, strides, other kernels,
+    """7x7 maps (where each group would run direct), 16-channel groups, strides, other kernels,
     and integer convolutions (which take no Winograd) keep their one grouped convolution."""
     graph = load_onnx(_grouped(tmp_path, **({} if change == "exact" else change)))
     if change == "exact":

@@ -11,8 +11,13 @@ it stays in each kernel's epilogue. Untuned, 2 threads, EPYC Zen 4, one grouped 
 before and after); 32-channel groups, 8 on
 56x56 2.48 -> 1.25 (2.34), 6 on 28x28 0.48 -> 0.28 (0.45), 4 on 28x28 0.31 -> 0.18 (0.27);
 HuggingFace's RegNet (64-channel groups) 1.10x faster in all, 0.94 -> 0.84 of onnxruntime's
-time. But 8 groups of 64 on 14x14 went 0.60 -> 0.97 ms: there F(2)'s transforms outweigh what
-they save, hence `MIN_SIZE`, where the fallback's Winograd turns to F(4).
+time, with maps of 16 or more. On 14x14 maps F(2) takes each group: a 1x1 conv, 8 groups of 64
+and a 1x1 conv (512 channels) ran 1.16x and 1.13x faster split, 4 groups of 64 on 14x14 1.20x
+(40 runs), and RegNet 1.08x more (0.89 -> 0.76 of onnxruntime's time). On 7x7 maps the groups'
+convolutions stay direct (Winograd's fallback wants 128 channels there), and 17 groups of 64 ran
+as fast split as grouped: `MIN_SIZE` is the fallback's floor for Winograd. (A grouped layer
+reading the model's input measures the split wrongly: the input, not in the arena, is copied
+into blocks once per group.)
 """
 from __future__ import annotations
 
@@ -25,8 +30,8 @@ from autosched.opset.registry import lookup
 #: channels per group, in and out, from which a group is worth a Winograd convolution of its own
 #: (the fallback's floor for Winograd: `conv2d_winograd.MIN_FALLBACK_CHANNELS`)
 MIN_GROUP_CHANNELS = 32
-#: output maps at least this wide and tall (`conv2d_winograd.MIN_F4_SIZE`)
-MIN_SIZE = 16
+#: output maps at least this wide and tall (`conv2d_winograd.MIN_FALLBACK_SIZE`)
+MIN_SIZE = 8
 
 
 def split_groups(graph: Graph, lanes: int) -> Graph:
