@@ -143,6 +143,17 @@ def test_remove_identity_bypasses_and_keeps_needed_copies():
     same_results(g, cleaned)
 
 
+def test_a_cast_to_the_type_it_has_is_removed_and_others_stay():
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    same = b.node(Op.CAST, [x], name="same", to="float32")
+    b.output(b.node(Op.RELU, [same], name="relu"), b.node(Op.CAST, [x], name="to_int", to="int32"))
+    g = b.build()
+    cleaned = remove_identity(g)
+    assert ops(cleaned) == [Op.RELU, Op.CAST] and cleaned.nodes[0].inputs == (x,)
+    same_results(g, cleaned)
+
+
 def test_dead_code_elimination_drops_unused_nodes_and_constants():
     b = GraphBuilder()
     x = b.input("x", (4,))

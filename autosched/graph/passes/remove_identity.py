@@ -1,4 +1,6 @@
-"""Remove Identity and inference-mode Dropout: both pass their input through."""
+"""Remove Identity, inference-mode Dropout and a Cast to the type its input already has: all
+pass their input through. (DINOv2's export casts its float32 image to float32: a copy of the
+whole input, 0.076 ms of the model's 11.3, EPYC Zen 4, 2 threads.)"""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def remove_identity(graph: Graph) -> Graph:
     writers_of: dict[str, str] = {}  # producer of key writes value instead
     kept: list[Node] = []
     for node in graph.nodes:
-        if node.op not in _PASS_THROUGH:
+        if node.op not in _PASS_THROUGH and not _same_type_cast(graph, node):
             kept.append(node)
             continue
         source, target = readers_of.get(node.inputs[0], node.inputs[0]), node.outputs[0]
@@ -39,3 +41,7 @@ def remove_identity(graph: Graph) -> Graph:
             node = Node(node.name, node.op, node.inputs, tuple(writers_of.get(o, o) for o in node.outputs), node.attrs)
         rewritten.append(node)
     return rebuild(graph, rewritten)
+
+
+def _same_type_cast(graph: Graph, node: Node) -> bool:
+    return node.op is Op.CAST and node.attrs.get("to") == graph.values[node.inputs[0]].dtype
