@@ -19,6 +19,7 @@ x_scale · w_scale / y_scale, rounded half to even, plus the output's zero point
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -135,7 +136,7 @@ def _product(imp: Importer, node: OnnxNode, conv: bool, a: str, b: str, bias: st
     return imp.emit_step(node, "accumulated", Op.MATMUL, [a, b], {})
 
 
-def _import_integer(conv: bool):
+def _import_integer(conv: bool) -> Callable[[Importer, OnnxNode], None]:
     """ConvInteger and MatMulInteger: int32 results."""
     def fn(imp: Importer, node: OnnxNode) -> None:
         a = _centred(imp, node, 0, 2, -3 if conv else -2, "a")
@@ -144,7 +145,7 @@ def _import_integer(conv: bool):
     return fn
 
 
-def _import_qlinear(conv: bool):
+def _import_qlinear(conv: bool) -> Callable[[Importer, OnnxNode], None]:
     """QLinearConv (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
     bias) and QLinearMatMul (the same but bias): per-tensor scales, or per output channel for the
     weight (axis 0 of a Conv's, the last of a MatMul's second operand)."""
