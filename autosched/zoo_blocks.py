@@ -272,6 +272,39 @@ def regnet_block(seed: int = 16) -> onnx.ModelProto:
     return b.model("regnet_block", [tensor_info("input", (1, 48, 56, 56))], [tensor_info(x, (1, 208, 14, 14))])
 
 
+def resnest_block(seed: int = 19) -> onnx.ModelProto:
+    """Two ResNeSt-style split-attention bottlenecks (radix 2, cardinality 1): a 3x3 convolution
+    in 2 groups whose halves are summed, pooled and turned into per-channel weights by two 1x1
+    convolutions and a softmax over the radix, then weigh the halves; the second bottleneck
+    downsamples by an average pool after its attention (ResNeSt's "avd"). Groups of 32 and 64
+    channels in, 64 and 128 out, on 56x56 and 28x28 maps."""
+    b, x, cin = ModelBuilder(seed), "input", 64
+    for i, (w, pool) in enumerate(((64, False), (128, True))):
+        y = b.node("Relu", [b.conv_bn(x, f"b{i}.a", cin, w, 1)], f"b{i}/Relu_a")
+        y = b.node("Relu", [b.conv_bn(y, f"b{i}.split", w, 2 * w, 3, group=2)], f"b{i}/Relu_split")
+        halves = b.node("Split", [y], f"b{i}/halves", outputs=2, axis=1)
+        gap = b.node("GlobalAveragePool", [b.node("Add", [halves, f"{halves[:-2]}:1"], f"b{i}/sum")], f"b{i}/gap")
+        inter = max(w // 2, 32)
+        s = b.node("Relu", [b.conv_bn(gap, f"b{i}.fc1", w, inter, 1)], f"b{i}/Relu_fc1")
+        s = b.node("Conv", [s, b.normal(f"b{i}.fc2.w", (2 * w, inter, 1, 1), 0.1),
+                            b.normal(f"b{i}.fc2.b", (2 * w,), 0.01)], f"b{i}/fc2")
+        radix = b.constant(f"b{i}.radix_shape", np.array([1, 2, w], np.int64))
+        s = b.node("Softmax", [b.node("Reshape", [s, radix], f"b{i}/radix")], f"b{i}/rsoftmax", axis=1)
+        s = b.node("Reshape", [s, b.constant(f"b{i}.gate_shape", np.array([1, 2 * w, 1, 1], np.int64))], f"b{i}/gates")
+        gates = b.node("Split", [s], f"b{i}/gate_halves", outputs=2, axis=1)
+        y = b.node("Add", [b.node("Mul", [halves, gates], f"b{i}/weigh0"),
+                           b.node("Mul", [f"{halves[:-2]}:1", f"{gates[:-2]}:1"], f"b{i}/weigh1")], f"b{i}/attended")
+        if pool:
+            y = b.node("AveragePool", [y], f"b{i}/avd", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+            shortcut = b.conv_bn(b.node("AveragePool", [x], f"b{i}/down", kernel_shape=[2, 2], strides=[2, 2]),
+                                 f"b{i}.proj", cin, 4 * w, 1)
+        else:
+            shortcut = b.conv_bn(x, f"b{i}.proj", cin, 4 * w, 1)
+        y = b.conv_bn(y, f"b{i}.c", w, 4 * w, 1)
+        x, cin = b.node("Relu", [b.node("Add", [y, shortcut], f"b{i}/add")], f"b{i}/Relu_c"), 4 * w
+    return b.model("resnest_block", [tensor_info("input", (1, 64, 56, 56))], [tensor_info(x, (1, 512, 28, 28))])
+
+
 def swin_block(seed: int = 17, side: int = 56, c: int = 96, heads: int = 3, window: int = 7) -> onnx.ModelProto:
     """Two Swin-T stage-1 blocks (56x56 tokens of 96 channels, 3 heads): window partition and
     reverse as Reshape/Transpose chains, attention inside 7x7 windows (64 windows of 49 tokens, a
@@ -421,6 +454,7 @@ BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "mixer_block": mixer_block,
     "dcgan_generator": dcgan_generator,
     "regnet_block": regnet_block,
+    "resnest_block": resnest_block,
     "swin_block": swin_block,
     "deeplab_block": deeplab_block,
     "video_block": video_block,
