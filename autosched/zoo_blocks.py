@@ -305,6 +305,44 @@ def resnest_block(seed: int = 19) -> onnx.ModelProto:
     return b.model("resnest_block", [tensor_info("input", (1, 64, 56, 56))], [tensor_info(x, (1, 512, 28, 28))])
 
 
+def hrnet_stage(seed: int = 20) -> onnx.ModelProto:
+    """HRNet-W18's second stage: branches of 18 channels at 56x56 and 36 at 28x28, two BasicBlocks
+    each, then the exchange (the low branch projected by a 1x1 conv and upsampled by a nearest
+    Resize into the high one, the high one downsampled by a strided 3x3 conv into the low one).
+    Channel counts no vector divides: layout planning leaves these convolutions plain."""
+    b, xs, chans = ModelBuilder(seed), ["x0", "x1"], (18, 36)
+    for br, c in enumerate(chans):
+        x = xs[br]
+        for k in range(2):
+            y = b.node("Relu", [b.conv_bn(x, f"b{br}.{k}.a", c, c, 3)], f"b{br}.{k}/Relu_a")
+            y = b.conv_bn(y, f"b{br}.{k}.b", c, c, 3)
+            x = b.node("Relu", [b.node("Add", [y, x], f"b{br}.{k}/add")], f"b{br}.{k}/Relu_b")
+        xs[br] = x
+    scales = b.constant("up.scales", np.array([1, 1, 2, 2], np.float32))
+    up = b.node("Resize", [b.conv_bn(xs[1], "f10", 36, 18, 1), "", scales], "up", mode="nearest")
+    high = b.node("Relu", [b.node("Add", [xs[0], up], "fuse0")], "fuse0/Relu")
+    low = b.node("Relu", [b.node("Add", [xs[1], b.conv_bn(xs[0], "f01", 18, 36, 3, stride=2)], "fuse1")], "fuse1/Relu")
+    return b.model("hrnet_stage", [tensor_info("x0", (1, 18, 56, 56)), tensor_info("x1", (1, 36, 28, 28))],
+                   [tensor_info(high, (1, 18, 56, 56)), tensor_info(low, (1, 36, 28, 28))])
+
+
+def res2net_block(seed: int = 21) -> onnx.ModelProto:
+    """A Res2Net-50 (26w x 4s) bottleneck at 56x56: the 1x1 reduction's 104 channels split into
+    four of 26, three of them through 3x3 convolutions each fed the previous one's output added
+    to its split (hierarchical residuals), concatenated with the fourth, then the 1x1 expansion."""
+    b, x = ModelBuilder(seed), "input"
+    y = b.node("Relu", [b.conv_bn(x, "a", 256, 104, 1)], "a/Relu")
+    b.node("Split", [y], "split", outputs=4, axis=1)
+    parts, outs, prev = [f"split:{i}" for i in range(4)], [], None
+    for i in range(3):
+        source = parts[i] if prev is None else b.node("Add", [parts[i], prev], f"s{i}/add")
+        prev = b.node("Relu", [b.conv_bn(source, f"s{i}", 26, 26, 3)], f"s{i}/Relu")
+        outs.append(prev)
+    y = b.conv_bn(b.node("Concat", [*outs, parts[3]], "cat", axis=1), "c", 104, 256, 1)
+    x = b.node("Relu", [b.node("Add", [y, x], "res")], "out")
+    return b.model("res2net_block", [tensor_info("input", (1, 256, 56, 56))], [tensor_info(x, (1, 256, 56, 56))])
+
+
 def swin_block(seed: int = 17, side: int = 56, c: int = 96, heads: int = 3, window: int = 7) -> onnx.ModelProto:
     """Two Swin-T stage-1 blocks (56x56 tokens of 96 channels, 3 heads): window partition and
     reverse as Reshape/Transpose chains, attention inside 7x7 windows (64 windows of 49 tokens, a
@@ -455,6 +493,8 @@ BLOCKS: dict[str, Callable[[], onnx.ModelProto]] = {
     "dcgan_generator": dcgan_generator,
     "regnet_block": regnet_block,
     "resnest_block": resnest_block,
+    "hrnet_stage": hrnet_stage,
+    "res2net_block": res2net_block,
     "swin_block": swin_block,
     "deeplab_block": deeplab_block,
     "video_block": video_block,

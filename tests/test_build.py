@@ -345,7 +345,7 @@ def test_conv_transpose_matches_onnxruntime(tmp_path, kernel, stride, pads, outp
 
 
 @pytest.mark.parametrize("name", ["conv1d_stack", "fpn_block", "unet_decoder", "shufflenet_block", "dcgan_generator",
-                                  "deeplab_block", "video_block", "resnest_block",
+                                  "deeplab_block", "video_block", "resnest_block", "hrnet_stage", "res2net_block",
                                   *[pytest.param(n, marks=pytest.mark.slow) for n in
                                     ("vgg_small", "inception_block", "se_block", "dilated_block", "mbv3_block",
                                      "effnet_block", "dense_block", "convnext_block", "csp_block", "mixer_block",
@@ -356,7 +356,8 @@ def test_blocks_no_developer_had_seen_match_onnxruntime(tmp_path, name):
     the DCGAN generator's strided ConvTransposes, DeepLab's dilated convolutions on odd maps (per
     phase in Winograd's kernel) and ASPP head (taps cropped, regions), the video block's 3-D
     convolutions, BatchNorms and pools (`fold_depth`), ResNeSt's split attention (its grouped
-    convolutions one per group, `split_groups`, their concat split again in place); the others
+    convolutions one per group, `split_groups`, their concat split again in place), HRNet's and
+    Res2Net's convolutions of 18, 26 and 36 channels (plain, Winograd F(2) untuned); the others
     under -m slow."""
     from autosched.zoo_blocks import BLOCKS
 

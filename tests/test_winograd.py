@@ -346,19 +346,24 @@ def test_the_weight_transform_is_computed_at_build_time(algorithm, cpu_target):
 @pytest.mark.parametrize("isa", sorted(ISAS))
 def test_fallback_picks_winograd_for_wide_layers_and_is_correct(isa, measure):
     """Untuned builds run Winograd where both channel counts are whole vectors (≥ 32): F(4) on
-    maps of at least 16, F(2) down to 8; few or odd channels and 7×7 maps keep the direct algorithm."""
+    maps of at least 16, F(2) down to 8; F(2) where they are not whole vectors but at least 16
+    (HRNet's 18 and 36, Res2Net's 26); fewer channels, whole vectors below 32 and 7×7 maps keep
+    the direct algorithm."""
     target, _, lanes = ISAS[isa]
     wide, small = conv_task((1, 32, 18, 17), (64, 32, 3, 3), pad=1, bias=True, epilogue="relu"), \
         conv_task((1, 64, 9, 8), (32, 64, 3, 3), pad=1, epilogue="residual")
+    odd = conv_task((1, 26, 12, 11), (26, 26, 3, 3), pad=1, bias=True, epilogue="relu")
     assert TEMPLATE.fallback(conv_task((1, 64, 7, 7), (64, 64, 3, 3), pad=1), target)["algorithm"] == "direct"
-    configs = [TEMPLATE.fallback(t, target) for t in (wide, small)]
-    assert [c["algorithm"] for c in configs] == ["winograd_4", "winograd_2"]
-    for config in configs:
+    configs = [TEMPLATE.fallback(t, target) for t in (wide, small, odd)]
+    assert [c["algorithm"] for c in configs] == ["winograd_4", "winograd_2", "winograd_2"]
+    for config in configs[:2]:
         assert config["oc_bn"] % lanes == 0 and config["ic_bn"] % lanes == 0
-    assert TEMPLATE.fallback(conv_task((1, 24, 9, 9), (24, 24, 3, 3), pad=1), target)["algorithm"] == "direct"
+    for channels in (12, 16):  # too few; whole vectors below 32
+        task = conv_task((1, channels, 9, 9), (channels, channels, 3, 3), pad=1)
+        assert TEMPLATE.fallback(task, target)["algorithm"] == "direct", channels
     if not runs_here(target):
         pytest.skip(f"the host cannot run {isa} code")
-    results = measure([MeasureInput(t, target, c) for t, c in zip((wide, small), configs)])
+    results = measure([MeasureInput(t, target, c) for t, c in zip((wide, small, odd), configs)])
     assert all(r.ok for r in results), [r.error_msg[:300] for r in results]
 
 
