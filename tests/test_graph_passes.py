@@ -154,6 +154,20 @@ def test_a_cast_to_the_type_it_has_is_removed_and_others_stay():
     same_results(g, cleaned)
 
 
+def test_a_pass_through_of_a_value_an_identity_then_outputs_reads_the_output():
+    """y = matmul; z = cast(y, own type) + 1; output = identity(y): the matmul now writes the
+    output, and the add reads it there."""
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    y = b.node(Op.RELU, [x], name="y")
+    z = b.node(Op.ADD, [b.node(Op.CAST, [y], name="same", to="float32"), b.constant("one", _f32(4))], name="z")
+    b.output(z, b.node(Op.IDENTITY, [y], name="scores"))
+    g = b.build()
+    cleaned = remove_identity(g)
+    assert ops(cleaned) == [Op.RELU, Op.ADD] and cleaned.nodes[1].inputs[0] == "scores"
+    same_results(g, cleaned)
+
+
 def test_dead_code_elimination_drops_unused_nodes_and_constants():
     b = GraphBuilder()
     x = b.input("x", (4,))

@@ -34,9 +34,10 @@ def remove_identity(graph: Graph) -> Graph:
             readers_of[source] = target
         else:
             kept.append(rename_inputs(node, readers_of))
+    resolved = {name: _last(readers_of, name) for name in readers_of}
     rewritten = []
     for node in kept:
-        node = rename_inputs(node, readers_of)
+        node = rename_inputs(node, resolved)
         if any(out in writers_of for out in node.outputs):
             node = Node(node.name, node.op, node.inputs, tuple(writers_of.get(o, o) for o in node.outputs), node.attrs)
         rewritten.append(node)
@@ -45,3 +46,14 @@ def remove_identity(graph: Graph) -> Graph:
 
 def _same_type_cast(graph: Graph, node: Node) -> bool:
     return node.op is Op.CAST and node.attrs.get("to") == graph.values[node.inputs[0]].dtype
+
+
+def _last(readers_of: dict[str, str], name: str) -> str:
+    """Where a reader of `name` reads in the end: a pass-through's input may itself be renamed
+    later (ONNX's expanded Attention casts its scores to their own type for the softmax and
+    passes them to a graph output through an Identity, which then writes them)."""
+    seen = set()
+    while name in readers_of and name not in seen:
+        seen.add(name)
+        name = readers_of[name]
+    return name
