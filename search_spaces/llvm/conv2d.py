@@ -278,7 +278,7 @@ class _Blocked:
         if self._winograd(d):  # Winograd where it pays (its own rule), else these direct values
             values.update(winograd.direct_values() if direct_only else
                           winograd.fallback_values(space, d.c, d.oc, (d.oh, d.ow), d.dilation, lanes, target))
-        if (d.c % lanes or d.oc % lanes) and "root" in knobs["pad"].values and values.get("algorithm", "direct") == "direct":
+        if (d.c % lanes or d.oc % lanes) and "root" in knobs["pad"].values and values.get("algorithm", winograd.DIRECT) == winograd.DIRECT:
             # channels in blocks of no whole vector: the padded input as a copy of its own. Alone
             # (2 threads, EPYC Zen 4, best of 5): HRNet's 18 -> 36 channels, 3x3 stride 2 on 56x56
             # 0.171 -> 0.138 ms, 26 channels 5x5 on 28x28 0.470 -> 0.267 ms; in the model
