@@ -242,10 +242,18 @@ def test_zen5_first_layers_compute_the_convolution(measure):
 
 def test_winograd_tiles_hold_16_accumulators_on_full_width_512_bit_pipes():
     """F(4) on 56x56 has 196 tiles: 14 per register tile on Intel and Zen 5 (16 at most), 7
-    elsewhere; on every target the output blocks run innermost among the GEMM's parallel items."""
+    elsewhere; on every target the output blocks run innermost among the GEMM's parallel items.
+    Where 16 would pad the tile count (49 tiles of 28x28 under F(4) and of 14x14 under F(2):
+    to 64), the register tile is the one that pads it least (7), and 112x112's 784 tiles take 16."""
     intel, zen5, amd = (TEMPLATE.fallback(WIDE_3X3, t) for t in (INTEL, ZEN5, AMD))
     assert intel["algorithm"] == zen5["algorithm"] == amd["algorithm"] == "winograd_4"
-    assert (intel["wino_tile_t"], zen5["wino_tile_t"], amd["wino_tile_t"]) == (16, 16, 7)
+    assert (intel["wino_tile_t"], zen5["wino_tile_t"], amd["wino_tile_t"]) == (14, 14, 7)
+    for shape, weights, algorithm, tile_t in (((1, 128, 28, 28), (128, 128, 3, 3), "winograd_4", 7),
+                                              ((1, 256, 14, 14), (256, 256, 3, 3), "winograd_2", 7),
+                                              ((1, 64, 112, 112), (64, 64, 3, 3), "winograd_4", 16)):
+        for target in (INTEL, ZEN5):
+            config = TEMPLATE.fallback(blocked_conv_task(shape, weights, 16, 16, pad=1), target)
+            assert (config["algorithm"], config["wino_tile_t"]) == (algorithm, tile_t), (shape, target)
     avx2 = TEMPLATE.fallback(WIDE_3X3, INTEL_AVX2)
     assert avx2["wino_tile_t"] == 7  # 16 ymm registers: no room
     assert {c["wino_gemm_order"] for c in (intel, zen5, amd, avx2)} == {"tile_outer"}

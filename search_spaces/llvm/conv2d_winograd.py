@@ -189,7 +189,8 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
 
     On cores whose two 512-bit FMA pipes of 4-cycle latency keep 8 independent accumulators busy
     (Intel's AVX-512 cores, Zen 5: `caps`; 32 registers), the register tile is up to
-    `WIDE_TILE_ACCUMULATORS` vectors rather than 7 tiles of a one-vector block. On a Xeon
+    `WIDE_TILE_ACCUMULATORS` vectors rather than 7 tiles of a one-vector block, of those the
+    one that pads the tile count least (`_unpadded_tile_t`). On a Xeon
     (Sapphire Rapids class, 2 threads, blocks of 16), ResNet-18's 56×56 layers ran 0.350 → 0.316
     ms alone (14 tiles; median of 4 interleaved rounds) and 0.36-0.38 → 0.33-0.35 in the model;
     on Zen 5, with the order above, VGG's 56x56 layers 0.96 → 0.87-0.89 of the other order's
@@ -222,16 +223,29 @@ def blocked_fallback_values(channels: int, out_channels: int, out_hw: tuple[int,
         return direct_values()
     f4 = uses_f4(out_hw, dilation)
     vectors = out_block // lanes
+    th, tw = winograd.tile_counts(*out_hw, 4 if f4 else 2)
+    tiles = th * tw
     if wide:
-        tile_t = max((t for t in TILE_T if t * vectors <= WIDE_TILE_ACCUMULATORS), default=TILE_T[0])
+        tile_t = _unpadded_tile_t(tiles, [t for t in TILE_T if t * vectors <= WIDE_TILE_ACCUMULATORS] or [TILE_T[0]])
     else:
-        th, tw = winograd.tile_counts(*out_hw, 4 if f4 else 2)
-        tiles = th * tw
         registers = caps.vector_registers if caps is not None else 0
         eight = (narrow and registers >= 32 and tiles % NARROW_TILE_T == 0 and tiles % 7 != 0
                  and NARROW_TILE_T * vectors <= ACCUMULATORS_PER_REGISTER * registers)
         tile_t = NARROW_TILE_T if eight else 7
     return {"algorithm": "winograd_4" if f4 else "winograd_2", "wino_tile_t": tile_t, "wino_gemm_order": "tile_outer"}
+
+
+def _unpadded_tile_t(tiles: int, candidates: list[int]) -> int:
+    """Of `candidates` (register tiles that fit), the one whose GEMM tile (`winograd.gemm_tile`)
+    pads the tile count least, then the widest. The count is one image's: a divisor of it
+    divides every batch's. On a Xeon (Sapphire Rapids class, 2 threads, alone, warm) 16 tiles
+    per register tile padded the 49 tiles of ResNet-18's 28x28 (F(4)) and 14x14 (F(2)) layers
+    to 64 and ran 0.73-0.74 ms, 7 of them 0.47-0.49 ms; timed cold, 0.90 -> 0.61 and 1.31 -> 0.92."""
+    def cost(t: int) -> tuple[int, int]:
+        g = winograd.gemm_tile(tiles, t)
+        return -(-tiles // g) * g, -g
+
+    return min(candidates, key=cost)
 
 
 def schedule_winograd_blocked(tt: TaskTensors, config: Config, target: Target, lanes: int,
