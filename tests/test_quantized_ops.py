@@ -1,6 +1,7 @@
 """The integer ONNX ops (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger,
-DynamicQuantizeLinear) against onnxruntime's integer kernels: bit for bit where the model is
-the op alone, and within rounding flips of the float ops between them in models that
+DynamicQuantizeLinear, and onnxruntime's contrib ops QLinearAdd, QLinearMul,
+QLinearGlobalAveragePool and QGemm) against onnxruntime's integer kernels: bit for bit where the
+model is the op alone (QLinearAdd within one step), and within rounding flips of the float ops between them in models that
 onnxruntime's own quantizer wrote. Weights lie in [-64, 63] (onnxruntime's `reduce_range`):
 on AVX2 cores without VNNI its u8·s8 kernels add pairs in saturating 16-bit lanes, and full-range
 weights would make the reference, not autosched, wrong."""
@@ -30,7 +31,9 @@ RNG = np.random.default_rng(7)
 def _model(tmp_path, name, nodes, inputs, outputs, inits, opset=21):
     path = tmp_path / f"{name}.onnx"
     graph = helper.make_graph(nodes, name, inputs, outputs, [numpy_helper.from_array(a, n) for n, a in inits.items()])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    domains = [helper.make_opsetid("", opset)] + [helper.make_opsetid("com.microsoft", 1)] * any(
+        n.domain == "com.microsoft" for n in nodes)
+    onnx.save(helper.make_model(graph, opset_imports=domains), path)
     return path
 
 
@@ -177,3 +180,102 @@ def test_models_quantized_by_onnxruntime_match_it(tmp_path):
         reference = onnxruntime_session(path, 2).run(None, feeds)[0]
         diffs = _differences(tmp_path, path, feeds, atol=0.01 * float(np.abs(reference).max()))
         assert diffs and all(d.ok for d in diffs), diffs
+
+
+def _contrib(op, inputs, outputs, **attrs):
+    return helper.make_node(op, inputs, outputs, domain="com.microsoft", **attrs)
+
+
+def _binary_inits():
+    return {"sa": np.array(0.031, np.float32), "za": np.array(120, np.uint8), "sb": np.array(0.047, np.float32),
+            "zb": np.array(131, np.uint8), "sc": np.array(0.06, np.float32), "zc": np.array(128, np.uint8)}
+
+
+@pytest.mark.parametrize("b_shape", [[1, 32, 14, 14], [1, 32, 1, 1]], ids=["same", "per-channel"])
+def test_qlinear_mul_is_onnxruntimes_bit_for_bit_and_add_within_one_step(tmp_path, b_shape):
+    """QLinearMul as onnxruntime's kernel; QLinearAdd, computed as the contrib op's formula
+    (and onnxruntime's x86 kernel's steps), differs from onnxruntime by one step at some exact
+    halves, 0.5% of random inputs: its kernels round those differently on different ISAs."""
+    names = ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"]
+    shape = [1, 32, 14, 14]
+    feeds = {"a": RNG.integers(0, 256, shape).astype(np.uint8), "b": RNG.integers(0, 256, b_shape).astype(np.uint8)}
+    inputs = [info("a", TensorProto.UINT8, shape), info("b", TensorProto.UINT8, b_shape)]
+    mul = _model(tmp_path, "qmul", [_contrib("QLinearMul", names, ["c"])], inputs, [info("c", TensorProto.UINT8, shape)],
+                 _binary_inits())
+    diffs = _differences(tmp_path, mul, feeds)
+    assert diffs and all(d.ok for d in diffs), diffs
+    add = _model(tmp_path, "qadd", [_contrib("QLinearAdd", names, ["c"])], inputs, [info("c", TensorProto.UINT8, shape)],
+                 _binary_inits())
+    graph = load_onnx(add)
+    model = load_model(build_model(graph, tmp_path / "qadd.so").library)
+    try:
+        ours = model.run(feeds)["c"].astype(np.int32)
+    finally:
+        model.close()
+    theirs = onnxruntime_session(add, 2).run(None, feeds)[0].astype(np.int32)
+    assert np.abs(ours - theirs).max() <= 1 and np.mean(ours != theirs) < 0.01
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_global_average_pool_is_onnxruntimes_bit_for_bit(tmp_path, channels_last):
+    shape, out = ([1, 7, 7, 48], [1, 1, 1, 48]) if channels_last else ([1, 48, 7, 7], [1, 48, 1, 1])
+    inits = {"sx": np.array(0.031, np.float32), "zx": np.array(3, np.int8), "sy": np.array(0.017, np.float32),
+             "zy": np.array(-7, np.int8)}
+    path = _model(tmp_path, "qgap", [_contrib("QLinearGlobalAveragePool", ["x", "sx", "zx", "sy", "zy"], ["y"],
+                                              channels_last=channels_last)],
+                  [info("x", TensorProto.INT8, shape)], [info("y", TensorProto.INT8, out)], inits)
+    diffs = _differences(tmp_path, path)
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
+@pytest.mark.parametrize("quantized", [True, False], ids=["uint8-out", "float-out"])
+def test_qgemm_is_onnxruntimes_bit_for_bit(tmp_path, quantized):
+    """A classifier as onnxruntime's quantizer writes it (B transposed, per-column scales, an
+    int32 C), its output requantized or in float (with alpha)."""
+    inits = {"sa": np.array(0.03, np.float32), "za": np.array(120, np.uint8), "w": _weights(40, 64),
+             "sw": (RNG.random(40) * 0.01 + 0.002).astype(np.float32), "zw": np.zeros(40, np.int8),
+             "c": RNG.integers(-3000, 3000, 40).astype(np.int32)}
+    names = ["a", "sa", "za", "w", "sw", "zw", "c"]
+    if quantized:
+        inits.update({"sy": np.array(0.3, np.float32), "zy": np.array(128, np.uint8)})
+        names += ["sy", "zy"]
+    node = _contrib("QGemm", names, ["y"], transB=1, **({} if quantized else {"alpha": 0.5}))
+    path = _model(tmp_path, "qgemm", [node], [info("a", TensorProto.UINT8, [3, 64])],
+                  [info("y", TensorProto.UINT8 if quantized else TensorProto.FLOAT, [3, 40])], inits)
+    diffs = _differences(tmp_path, path)
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_a_cnn_quantized_with_the_defaults_matches_onnxruntime(tmp_path):
+    """onnxruntime's `quantize_static` in the QOperator format with its default op types writes
+    its contrib ops for the residual add, the global pool and the classifier; the model's
+    output agrees with onnxruntime's within one step of its quantization."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    f = TensorProto.FLOAT
+    inits = {"w1": (RNG.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
+             "w2": (RNG.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32),
+             "fc": (RNG.standard_normal((10, 16)) * 0.3).astype(np.float32), "bias": np.zeros(10, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Add", ["c2", "r1"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r2"]), helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["v"]), helper.make_node("Gemm", ["v", "fc", "bias"], ["y"], transB=1)]
+    path = _model(tmp_path, "cnn", nodes, [info("x", f, [1, 8, 16, 16])], [info("y", f, [1, 10])], inits, opset=17)
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": np.random.default_rng(s).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+                                 for s in range(3)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantized = tmp_path / "cnn_int8.onnx"
+    quantization.quantize_static(path, quantized, Calibration(), quant_format=quantization.QuantFormat.QOperator,
+                                 reduce_range=True)
+    model = onnx.load(quantized)
+    assert {"QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= {n.op_type for n in model.graph.node
+                                                                   if n.domain == "com.microsoft"}
+    last = next(n for n in model.graph.node if n.output[0] == "y")
+    step = float(numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == last.input[1])))
+    diffs = _differences(tmp_path, quantized, atol=step * 1.001)
+    assert diffs and all(d.ok for d in diffs), diffs

@@ -120,12 +120,16 @@ def _upgrade(model: onnx.ModelProto, opset: int, source: str) -> onnx.ModelProto
                             f"by onnx.version_converter ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})") from exc
 
 
+def _converter_key(node: OnnxNode) -> str:
+    """The key of a node's converter: its op type in ONNX's domain, else "domain.OpType"."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
 def _check_supported(nodes: Sequence[OnnxNode], source: str) -> None:
     missing: dict[str, list[str]] = {}
     for node in nodes:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in CONVERTERS:
-            op = f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
-            missing.setdefault(op, []).append(node.name)
+        if _converter_key(node) not in CONVERTERS:
+            missing.setdefault(_converter_key(node), []).append(node.name)
     if missing:
         listed = "; ".join(f"{op} ({_some_nodes(names)})" for op, names in sorted(missing.items()))
         raise FrontendError(f"{source}: unsupported operators: {listed}")
@@ -228,7 +232,10 @@ class _Edges:
 
 
 def _check_arity(node: OnnxNode, opset: int) -> None:
-    """Operand counts and required operands against the op's ONNX schema."""
+    """Operand counts and required operands against the op's ONNX schema (contrib ops have
+    none in onnx: their converters check the operands they read)."""
+    if _converter_key(node) != node.op_type:
+        return
     try:
         schema = onnx.defs.get_schema(node.op_type, opset)
     except onnx.defs.SchemaError:
@@ -249,7 +256,7 @@ def _check_arity(node: OnnxNode, opset: int) -> None:
 
 
 def _convert(imp: Importer, node: OnnxNode) -> None:
-    converter = CONVERTERS[node.op_type]
+    converter = CONVERTERS[_converter_key(node)]
     constants = {
         i: imp.constant_value(node.inputs[i], node) for i in converter.constant_inputs if node.has_input(i)
     }

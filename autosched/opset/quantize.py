@@ -28,6 +28,9 @@ from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_
 from autosched.graph.ir import Op
 from autosched.opset.conv import import_conv
 
+#: the domain of onnxruntime's contrib ops (importers of another domain than ONNX's are keyed "domain.OpType")
+MICROSOFT = "com.microsoft"
+
 
 def _per_axis(imp: Importer, node: OnnxNode, value: np.ndarray, rank: int, dtype: str, label: str) -> str:
     """A scale or zero point as a constant in `dtype`, shaped to broadcast along the node's axis."""
@@ -202,6 +205,99 @@ def _import_dynamic_quantize(imp: Importer, node: OnnxNode) -> None:
         _store(imp, node, imp.emit_step(node, "scaled", Op.DIV, [x.name, scale], {}), shift, target, outputs[0])
 
 
+def _output_type(node: OnnxNode, zero_index: int, fallback: np.dtype | str) -> np.dtype:
+    """The integer type a QLinear op writes: its output zero point's, else `fallback`."""
+    zero_point = node.const(zero_index)
+    return np.dtype(zero_point.dtype if zero_point is not None else fallback)
+
+
+def _zero_point(imp: Importer, node: OnnxNode, index: int) -> str | None:
+    """The output zero point (input `index`, one value) as a float32 constant, None if absent."""
+    zero_point = node.const(index)
+    if zero_point is None:
+        return None
+    return _scalar(imp, node, "zero_point", _along(node, zero_point, -1, 1, f"input {index} (the output's zero point)"))
+
+
+def _scalar(imp: Importer, node: OnnxNode, label: str, value: np.ndarray | np.floating | float) -> str:
+    name = f"{node.outputs[0]}:{label}"
+    imp.add_constant(name, np.asarray(value, np.float32))
+    return name
+
+
+def _scalar_input(node: OnnxNode, index: int, what: str) -> np.float32:
+    """A per-tensor scale (input `index`) as float32."""
+    return np.float32(_along(node, node.required_const(index), -1, 1, f"input {index} ({what})"))
+
+
+def _import_qlinear_binary(op: Op) -> Callable[[Importer, OnnxNode], None]:
+    """com.microsoft's QLinearAdd and QLinearMul (A, A_scale, A_zero_point, B, B_scale,
+    B_zero_point, C_scale, C_zero_point; broadcasting as Add and Mul) as onnxruntime's x86
+    kernels compute them, in float32: each operand's real value (q - zero point) · scale, the
+    two combined, over C_scale, rounded half to even, plus C's zero point, saturated. The
+    kernel is compiled without contracting products into sums (`codegen.c.UNCONTRACTED`)."""
+    def fn(imp: Importer, node: OnnxNode) -> None:
+        a, b = (imp.emit_step(node, f"{label}_real", Op.MUL, [
+            _centred(imp, node, index, index + 2, -1, label),
+            _scalar(imp, node, f"{label}_scale", _scalar_input(node, index + 1, "a scale"))], {})
+            for index, label in ((0, "a"), (3, "b")))
+        value = imp.emit_step(node, "combined", op, [a, b], {})
+        c_scale = _scalar(imp, node, "c_scale", _scalar_input(node, 6, "the output's scale"))
+        value = imp.emit_step(node, "scaled", Op.DIV, [value, c_scale], {})
+        _store(imp, node, value, _zero_point(imp, node, 7), _output_type(node, 7, imp.value(node.inputs[0]).dtype),
+               node.outputs[0])
+    return fn
+
+
+def _import_qlinear_global_average_pool(imp: Importer, node: OnnxNode) -> None:
+    """com.microsoft's QLinearGlobalAveragePool (X, x_scale, x_zero_point, y_scale,
+    y_zero_point; `channels_last`): the integer sum of each channel's map less its zero point
+    (exact in float32 below 2^24: maps of up to 65,793 pixels), times x_scale / (y_scale · the
+    map's size), stored as y's integers."""
+    x = imp.value(node.inputs[0])
+    rank = len(x.shape)
+    if rank < 3:
+        raise node.error(f"input 0 has rank {rank}; at least 3 (N, C and a spatial axis) is needed")
+    axes = tuple(range(1, rank - 1)) if int(node.attr("channels_last", 0)) else tuple(range(2, rank))
+    size = math.prod(x.shape[a] for a in axes)
+    total = imp.emit_step(node, "sum", Op.REDUCE_SUM, [_centred(imp, node, 0, 2, -1, "x")],
+                          {"axes": axes, "keepdims": 1})
+    x_scale, y_scale = (_along(node, node.required_const(i), -1, 1, f"input {i} (a scale)").astype(np.float32)
+                        for i in (1, 3))
+    multiplier = x_scale / (y_scale * np.float32(size))
+    value = imp.emit_step(node, "scaled", Op.MUL, [total, _scalar(imp, node, "multiplier", multiplier)], {})
+    _store(imp, node, value, _zero_point(imp, node, 4), _output_type(node, 4, x.dtype), node.outputs[0])
+
+
+def _import_qgemm(imp: Importer, node: OnnxNode) -> None:
+    """com.microsoft's QGemm (A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale,
+    y_zero_point; transA, transB, alpha): the integer product of the operands less their zero
+    points (b's per column), plus C (int32, of scale alpha · a_scale · b_scale), times that
+    scale: float32 out without y_scale, else over y_scale and stored as y's integers."""
+    trans_a, trans_b = int(node.attr("transA", 0)), int(node.attr("transB", 0))
+    a = _centred(imp, node, 0, 2, -1, "a")
+    b = _centred(imp, node, 3, 5, -2 if trans_b else -1, "b")
+    columns = imp.value(node.inputs[3]).shape[0 if trans_b else 1]
+    operands = [a, b]
+    if node.has_input(6):
+        known = _known(imp, node, 6)
+        if known is None:
+            raise node.error("input 6 (the int32 C) must be a constant")
+        operands.append(_scalar(imp, node, "c", known))
+    acc = imp.emit_step(node, "accumulated", Op.GEMM, operands,
+                        {"alpha": 1.0, "beta": 1.0, "transA": trans_a, "transB": trans_b})
+    a_scale = _along(node, node.required_const(1), -1, 1, "input 1 (a's scale)").astype(np.float32)
+    b_scale = _along(node, node.required_const(4), -1, columns, "input 4 (b's scale)").astype(np.float32)
+    scale = np.float32(node.attr("alpha", 1.0)) * a_scale * b_scale
+    if not node.has_input(7):
+        imp.emit(node, Op.MUL, [acc, _scalar(imp, node, "scale", scale)], node.outputs, {})
+        return
+    y_scale = _along(node, node.required_const(7), -1, 1, "input 7 (y's scale)").astype(np.float32)
+    value = imp.emit_step(node, "scaled", Op.MUL, [acc, _scalar(imp, node, "multiplier", scale / y_scale)], {})
+    _store(imp, node, value, _zero_point(imp, node, 8), _output_type(node, 8, imp.value(node.inputs[0]).dtype),
+           node.outputs[0])
+
+
 def _constant(imp: Importer, node: OnnxNode, label: str, value: float) -> str:
     name = f"{node.outputs[0] or node.name}:{label}"
     imp.add_constant(name, np.array(value, np.float32))
@@ -216,4 +312,10 @@ IMPORTERS: dict[str, Converter] = {
     "ConvInteger": Converter(_import_integer(conv=True)),
     "MatMulInteger": Converter(_import_integer(conv=False)),
     "DynamicQuantizeLinear": Converter(_import_dynamic_quantize),
+    # onnxruntime's contrib ops that its quantizer writes (QOperator format), keyed by domain
+    f"{MICROSOFT}.QLinearAdd": Converter(_import_qlinear_binary(Op.ADD), constant_inputs=(1, 2, 4, 5, 6, 7)),
+    f"{MICROSOFT}.QLinearMul": Converter(_import_qlinear_binary(Op.MUL), constant_inputs=(1, 2, 4, 5, 6, 7)),
+    f"{MICROSOFT}.QLinearGlobalAveragePool": Converter(_import_qlinear_global_average_pool,
+                                                       constant_inputs=(1, 2, 3, 4)),
+    f"{MICROSOFT}.QGemm": Converter(_import_qgemm, constant_inputs=(1, 2, 4, 5, 7, 8)),
 }
