@@ -279,3 +279,20 @@ def test_a_cnn_quantized_with_the_defaults_matches_onnxruntime(tmp_path):
     step = float(numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == last.input[1])))
     diffs = _differences(tmp_path, quantized, atol=step * 1.001)
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_check_says_why_a_quantized_model_differs(tmp_path, capsys):
+    """`check` of a QDQ convolution at zero tolerance: the float sums differ from onnxruntime's
+    in their last places, and the verdict names quantization's rounding as what to expect."""
+    from autosched.cli.app import main
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(3, np.uint8), "w": (RNG.standard_normal((8, 4, 3, 3))
+                                                                              * 0.3).astype(np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Conv", ["d", "w"], ["y"], pads=[1, 1, 1, 1])]
+    path = _model(tmp_path, "qdq", nodes, [info("x", TensorProto.FLOAT, [1, 4, 9, 9])],
+                  [info("y", TensorProto.FLOAT, [1, 8, 9, 9])], inits)
+    assert main(["check", str(path), "--rtol", "0", "--atol", "0"]) == 1
+    assert "the model quantizes" in capsys.readouterr().out
+    assert main(["check", str(path)]) == 0
+    assert "the model quantizes" not in capsys.readouterr().out
