@@ -1,7 +1,8 @@
 """The integer ONNX ops (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger,
 DynamicQuantizeLinear, and onnxruntime's contrib ops QLinearAdd, QLinearMul,
-QLinearGlobalAveragePool and QGemm) against onnxruntime's integer kernels: bit for bit where the
-model is the op alone (QLinearAdd within one step), and within rounding flips of the float ops between them in models that
+QLinearGlobalAveragePool, QGemm, QLinearConcat, QLinearSigmoid and QLinearLeakyRelu) against
+onnxruntime's integer kernels: bit for bit where the model is the op alone (QLinearAdd and
+QLinearSigmoid within one step), and within rounding flips of the float ops between them in models that
 onnxruntime's own quantizer wrote. Weights lie in [-64, 63] (onnxruntime's `reduce_range`):
 on AVX2 cores without VNNI its u8·s8 kernels add pairs in saturating 16-bit lanes, and full-range
 weights would make the reference, not autosched, wrong."""
@@ -296,3 +297,35 @@ def test_check_says_why_a_quantized_model_differs(tmp_path, capsys):
     assert "the model quantizes" in capsys.readouterr().out
     assert main(["check", str(path)]) == 0
     assert "the model quantizes" not in capsys.readouterr().out
+
+
+def test_qlinear_concat_requantizes_each_operand_as_onnxruntime_does(tmp_path):
+    """One operand quantized as the output (copied), one with a scale and zero point of its own."""
+    inits = {"sy": np.array(0.05, np.float32), "zy": np.array(128, np.uint8), "s1": np.array(0.05, np.float32),
+             "z1": np.array(128, np.uint8), "s2": np.array(0.031, np.float32), "z2": np.array(100, np.uint8)}
+    node = _contrib("QLinearConcat", ["sy", "zy", "a", "s1", "z1", "b", "s2", "z2"], ["y"], axis=1)
+    path = _model(tmp_path, "qcat", [node], [info("a", TensorProto.UINT8, [1, 16, 7, 7]),
+                                             info("b", TensorProto.UINT8, [1, 24, 7, 7])],
+                  [info("y", TensorProto.UINT8, [1, 40, 7, 7])], inits)
+    diffs = _differences(tmp_path, path)
+    assert diffs and all(d.ok for d in diffs), diffs
+
+
+@pytest.mark.parametrize("op, attrs", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1})])
+def test_qlinear_activations_are_within_one_step_of_onnxruntime(tmp_path, op, attrs):
+    """Every one of the 256 inputs (onnxruntime tabulates the op for them): LeakyRelu bit for
+    bit, the sigmoid (onnxruntime's own approximation) within one step."""
+    inits = {"sx": np.array(0.05, np.float32), "zx": np.array(-3, np.int8), "sy": np.array(1 / 256, np.float32),
+             "zy": np.array(-128, np.int8)}
+    if op == "QLinearLeakyRelu":
+        inits.update({"sy": np.array(0.04, np.float32), "zy": np.array(-20, np.int8)})
+    path = _model(tmp_path, "qact", [_contrib(op, ["x", "sx", "zx", "sy", "zy"], ["y"], **attrs)],
+                  [info("x", TensorProto.INT8, [256])], [info("y", TensorProto.INT8, [256])], inits)
+    x = np.arange(-128, 128).astype(np.int8)
+    model = load_model(build_model(load_onnx(path), tmp_path / "qact.so").library)
+    try:
+        ours = model.run({"x": x})["y"].astype(np.int32)
+    finally:
+        model.close()
+    theirs = onnxruntime_session(path, 2).run(None, {"x": x})[0].astype(np.int32)
+    assert np.abs(ours - theirs).max() <= (1 if op == "QLinearSigmoid" else 0)

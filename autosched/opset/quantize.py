@@ -253,6 +253,53 @@ def _import_qlinear_binary(op: Op) -> Callable[[Importer, OnnxNode], None]:
     return fn
 
 
+def _real(imp: Importer, node: OnnxNode, index: int, scale_index: int, zero_index: int, label: str) -> str:
+    """Integer input `index` as the real value it stands for, (q - zero point) · scale (per
+    tensor), in float32."""
+    scale = _scalar_input(node, scale_index, "a scale")
+    return imp.emit_step(node, f"{label}_real", Op.MUL, [_centred(imp, node, index, zero_index, -1, label),
+                                                         _scalar(imp, node, f"{label}_scale", scale)], {})
+
+
+def _requantized(imp: Importer, node: OnnxNode, value: str, scale_index: int, zero_index: int,
+                 fallback: np.dtype | str) -> None:
+    """The float `value` over the output's scale (input `scale_index`), stored as the output's
+    integers with its zero point (input `zero_index`)."""
+    scale = _scalar(imp, node, "y_scale", _scalar_input(node, scale_index, "the output's scale"))
+    value = imp.emit_step(node, "scaled", Op.DIV, [value, scale], {})
+    _store(imp, node, value, _zero_point(imp, node, zero_index), _output_type(node, zero_index, fallback),
+           node.outputs[0])
+
+
+def _import_qlinear_unary(op: Op, **defaults: float) -> Callable[[Importer, OnnxNode], None]:
+    """com.microsoft's QLinearSigmoid and QLinearLeakyRelu (X, X_scale, X_zero_point, Y_scale,
+    Y_zero_point): the op on X's real values, requantized. onnxruntime tabulates the op for each
+    of the 256 inputs with its own sigmoid, which may put a value on the other side of a half:
+    one step apart."""
+    def fn(imp: Importer, node: OnnxNode) -> None:
+        attrs = {name: float(node.attr(name, value)) for name, value in defaults.items()}
+        value = imp.emit_step(node, "activated", op, [_real(imp, node, 0, 1, 2, "x")], attrs)
+        _requantized(imp, node, value, 3, 4, imp.value(node.inputs[0]).dtype)
+    return fn
+
+
+#: the most operands a QLinearConcat may join (its scales and zero points are read as constants)
+MAX_CONCAT_OPERANDS = 256
+
+
+def _import_qlinear_concat(imp: Importer, node: OnnxNode) -> None:
+    """com.microsoft's QLinearConcat (Y_scale, Y_zero_point, then X, X_scale, X_zero_point per
+    operand; `axis`): each operand's real values requantized to Y's scale and zero point (an
+    operand quantized as Y already is its integers again, exactly), concatenated."""
+    if len(node.inputs) < 5 or (len(node.inputs) - 2) % 3 or len(node.inputs) > 2 + 3 * MAX_CONCAT_OPERANDS:
+        raise node.error(f"has {len(node.inputs)} inputs: Y_scale, Y_zero_point and a triple (X, X_scale, "
+                         f"X_zero_point) per operand, at most {MAX_CONCAT_OPERANDS} of them, are expected")
+    rank = len(imp.value(node.inputs[2]).shape)
+    parts = [_real(imp, node, i, i + 1, i + 2, f"x{(i - 2) // 3}") for i in range(2, len(node.inputs), 3)]
+    value = imp.emit_step(node, "joined", Op.CONCAT, parts, {"axis": normalize_axis(node, node.attr("axis"), rank)})
+    _requantized(imp, node, value, 0, 1, imp.value(node.inputs[2]).dtype)
+
+
 def _import_qlinear_global_average_pool(imp: Importer, node: OnnxNode) -> None:
     """com.microsoft's QLinearGlobalAveragePool (X, x_scale, x_zero_point, y_scale,
     y_zero_point; `channels_last`): the integer sum of each channel's map less its zero point
@@ -322,4 +369,9 @@ IMPORTERS: dict[str, Converter] = {
     f"{MICROSOFT}.QLinearGlobalAveragePool": Converter(_import_qlinear_global_average_pool,
                                                        constant_inputs=(1, 2, 3, 4)),
     f"{MICROSOFT}.QGemm": Converter(_import_qgemm, constant_inputs=(1, 2, 4, 5, 7, 8)),
+    f"{MICROSOFT}.QLinearSigmoid": Converter(_import_qlinear_unary(Op.SIGMOID), constant_inputs=(1, 2, 3, 4)),
+    f"{MICROSOFT}.QLinearLeakyRelu": Converter(_import_qlinear_unary(Op.LEAKY_RELU, alpha=0.01),
+                                               constant_inputs=(1, 2, 3, 4)),
+    f"{MICROSOFT}.QLinearConcat": Converter(_import_qlinear_concat, constant_inputs=tuple(
+        i for i in range(2 + 3 * MAX_CONCAT_OPERANDS) if i < 2 or (i - 2) % 3)),
 }
