@@ -1,6 +1,7 @@
 """The integer ONNX ops (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger,
 DynamicQuantizeLinear, and onnxruntime's contrib ops QLinearAdd, QLinearMul,
-QLinearGlobalAveragePool, QGemm, QLinearConcat, QLinearSigmoid and QLinearLeakyRelu) against
+QLinearGlobalAveragePool, QLinearAveragePool, QGemm, QLinearConcat, QLinearSigmoid and
+QLinearLeakyRelu) against
 onnxruntime's integer kernels: bit for bit where the model is the op alone (QLinearAdd and
 QLinearSigmoid within one step), and within rounding flips of the float ops between them in models that
 onnxruntime's own quantizer wrote. Weights lie in [-64, 63] (onnxruntime's `reduce_range`):
@@ -329,3 +330,18 @@ def test_qlinear_activations_are_within_one_step_of_onnxruntime(tmp_path, op, at
         model.close()
     theirs = onnxruntime_session(path, 2).run(None, {"x": x})[0].astype(np.int32)
     assert np.abs(ours - theirs).max() <= (1 if op == "QLinearSigmoid" else 0)
+
+
+@pytest.mark.parametrize("pads, count_include_pad", [([1, 1, 1, 1], 0), ([1, 1, 1, 1], 1), ([0, 0, 0, 0], 0)])
+def test_qlinear_average_pool_is_onnxruntimes_bit_for_bit(tmp_path, pads, count_include_pad):
+    """Inception's 3x3 stride-1 pool branch (as onnxruntime's quantizer writes it) and a strided one."""
+    inits = {"sx": np.array(0.031, np.float32), "zx": np.array(100, np.uint8), "sy": np.array(0.029, np.float32),
+             "zy": np.array(90, np.uint8)}
+    strides = [1, 1] if pads[0] else [2, 2]
+    out = 14 if pads[0] else 6
+    node = _contrib("QLinearAveragePool", ["x", "sx", "zx", "sy", "zy"], ["y"], kernel_shape=[3, 3], pads=pads,
+                    strides=strides, count_include_pad=count_include_pad)
+    path = _model(tmp_path, "qpool", [node], [info("x", TensorProto.UINT8, [1, 16, 14, 14])],
+                  [info("y", TensorProto.UINT8, [1, 16, out, out])], inits)
+    diffs = _differences(tmp_path, path)
+    assert diffs and all(d.ok for d in diffs), diffs

@@ -29,6 +29,7 @@ import numpy as np
 from autosched.frontend.context import Converter, Importer, OnnxNode, normalize_axis, numpy_dtype
 from autosched.graph.ir import Op
 from autosched.opset.conv import import_conv
+from autosched.opset.window import window_attrs
 
 #: the domain of onnxruntime's contrib ops (importers of another domain than ONNX's are keyed "domain.OpType")
 MICROSOFT = "com.microsoft"
@@ -300,6 +301,18 @@ def _import_qlinear_concat(imp: Importer, node: OnnxNode) -> None:
     _requantized(imp, node, value, 0, 1, imp.value(node.inputs[2]).dtype)
 
 
+def _import_qlinear_average_pool(imp: Importer, node: OnnxNode) -> None:
+    """com.microsoft's QLinearAveragePool (X, x_scale, x_zero_point, y_scale, y_zero_point; the
+    attributes of AveragePool): AveragePool of X's real values, requantized."""
+    if int(node.attr("channels_last", 0)):
+        raise node.error("channels_last=1 is not supported (onnxruntime's quantizer writes 0)")
+    x = imp.value(node.inputs[0])
+    attrs = window_attrs(node, x.shape[2:], node.attr("kernel_shape", []))
+    attrs.update(ceil_mode=int(node.attr("ceil_mode", 0)), count_include_pad=int(node.attr("count_include_pad", 0)))
+    value = imp.emit_step(node, "pooled", Op.AVERAGE_POOL, [_real(imp, node, 0, 1, 2, "x")], attrs)
+    _requantized(imp, node, value, 3, 4, x.dtype)
+
+
 def _import_qlinear_global_average_pool(imp: Importer, node: OnnxNode) -> None:
     """com.microsoft's QLinearGlobalAveragePool (X, x_scale, x_zero_point, y_scale,
     y_zero_point; `channels_last`): the integer sum of each channel's map less its zero point
@@ -372,6 +385,7 @@ IMPORTERS: dict[str, Converter] = {
     f"{MICROSOFT}.QLinearSigmoid": Converter(_import_qlinear_unary(Op.SIGMOID), constant_inputs=(1, 2, 3, 4)),
     f"{MICROSOFT}.QLinearLeakyRelu": Converter(_import_qlinear_unary(Op.LEAKY_RELU, alpha=0.01),
                                                constant_inputs=(1, 2, 3, 4)),
+    f"{MICROSOFT}.QLinearAveragePool": Converter(_import_qlinear_average_pool, constant_inputs=(1, 2, 3, 4)),
     f"{MICROSOFT}.QLinearConcat": Converter(_import_qlinear_concat, constant_inputs=tuple(
         i for i in range(2 + 3 * MAX_CONCAT_OPERANDS) if i < 2 or (i - 2) % 3)),
 }
