@@ -1,9 +1,9 @@
 """The integer ONNX ops (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger,
 DynamicQuantizeLinear, and onnxruntime's contrib ops QLinearAdd, QLinearMul,
-QLinearGlobalAveragePool, QLinearAveragePool, QGemm, QLinearConcat, QLinearSigmoid and
-QLinearLeakyRelu) against
-onnxruntime's integer kernels: bit for bit where the model is the op alone (QLinearAdd and
-QLinearSigmoid within one step), and within rounding flips of the float ops between them in models that
+QLinearGlobalAveragePool, QLinearAveragePool, QGemm, QLinearConcat, QLinearSigmoid,
+QLinearLeakyRelu and QLinearSoftmax) against
+onnxruntime's integer kernels: bit for bit where the model is the op alone (QLinearAdd,
+QLinearSigmoid and QLinearSoftmax within one step), and within rounding flips of the float ops between them in models that
 onnxruntime's own quantizer wrote. Weights lie in [-64, 63] (onnxruntime's `reduce_range`):
 on AVX2 cores without VNNI its u8·s8 kernels add pairs in saturating 16-bit lanes, and full-range
 weights would make the reference, not autosched, wrong."""
@@ -345,3 +345,22 @@ def test_qlinear_average_pool_is_onnxruntimes_bit_for_bit(tmp_path, pads, count_
                   [info("y", TensorProto.UINT8, [1, 16, out, out])], inits)
     diffs = _differences(tmp_path, path)
     assert diffs and all(d.ok for d in diffs), diffs
+
+
+def test_qlinear_softmax_is_within_one_step_of_onnxruntime(tmp_path):
+    """Attention's probabilities as onnxruntime's quantizer writes them (scale 1/256, zero point
+    0) over the last axis; onnxruntime's table of exponentials rounds some halves apart."""
+    inits = {"sx": np.array(0.08, np.float32), "zx": np.array(128, np.uint8), "sy": np.array(1 / 256, np.float32),
+             "zy": np.array(0, np.uint8)}
+    shape = [2, 4, 16, 16]
+    path = _model(tmp_path, "qsoftmax", [_contrib("QLinearSoftmax", ["x", "sx", "zx", "sy", "zy"], ["y"], axis=-1,
+                                                  opset=13)],
+                  [info("x", TensorProto.UINT8, shape)], [info("y", TensorProto.UINT8, shape)], inits)
+    x = RNG.integers(0, 256, shape).astype(np.uint8)
+    model = load_model(build_model(load_onnx(path), tmp_path / "qsoftmax.so").library)
+    try:
+        ours = model.run({"x": x})["y"].astype(np.int32)
+    finally:
+        model.close()
+    theirs = onnxruntime_session(path, 2).run(None, {"x": x})[0].astype(np.int32)
+    assert np.abs(ours - theirs).max() <= 1 and np.mean(ours != theirs) < 0.05

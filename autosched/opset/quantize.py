@@ -1,6 +1,7 @@
 """Quantized ONNX ops as float arithmetic: QuantizeLinear and DequantizeLinear (QDQ models),
 QLinearConv and QLinearMatMul (the QOperator format), with onnxruntime's contrib ops that its
-quantizer writes there by default (QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QGemm),
+quantizer writes there by default (QLinearAdd, QLinearMul, QLinearGlobalAveragePool,
+QLinearAveragePool, QGemm, QLinearConcat, QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax),
 ConvInteger, MatMulInteger and DynamicQuantizeLinear (what onnxruntime's dynamic quantization
 writes).
 
@@ -284,6 +285,20 @@ def _import_qlinear_unary(op: Op, **defaults: float) -> Callable[[Importer, Onnx
     return fn
 
 
+def _import_qlinear_softmax(imp: Importer, node: OnnxNode) -> None:
+    """com.microsoft's QLinearSoftmax (X, X_scale, x_zero_point, y_scale, y_zero_point; `axis`,
+    and `opset`, the original Softmax's: before 13 a softmax over the flattened trailing axes,
+    which is one axis when `axis` is the last): Softmax of X's real values, requantized.
+    onnxruntime's table of exponentials may put a value on the other side of a half: one step."""
+    rank = len(imp.value(node.inputs[0]).shape)
+    axis = normalize_axis(node, node.attr("axis", -1), rank)
+    if int(node.attr("opset", 13)) < 13 and axis != rank - 1:
+        raise node.error(f"opset {node.attr('opset')} semantics over axis {axis} of {rank} (flattening the axes "
+                         "after it) are not supported; only the last axis")
+    value = imp.emit_step(node, "softmax", Op.SOFTMAX, [_real(imp, node, 0, 1, 2, "x")], {"axis": axis})
+    _requantized(imp, node, value, 3, 4, imp.value(node.inputs[0]).dtype)
+
+
 #: the most operands a QLinearConcat may join (its scales and zero points are read as constants)
 MAX_CONCAT_OPERANDS = 256
 
@@ -385,6 +400,7 @@ IMPORTERS: dict[str, Converter] = {
     f"{MICROSOFT}.QLinearSigmoid": Converter(_import_qlinear_unary(Op.SIGMOID), constant_inputs=(1, 2, 3, 4)),
     f"{MICROSOFT}.QLinearLeakyRelu": Converter(_import_qlinear_unary(Op.LEAKY_RELU, alpha=0.01),
                                                constant_inputs=(1, 2, 3, 4)),
+    f"{MICROSOFT}.QLinearSoftmax": Converter(_import_qlinear_softmax, constant_inputs=(1, 2, 3, 4)),
     f"{MICROSOFT}.QLinearAveragePool": Converter(_import_qlinear_average_pool, constant_inputs=(1, 2, 3, 4)),
     f"{MICROSOFT}.QLinearConcat": Converter(_import_qlinear_concat, constant_inputs=tuple(
         i for i in range(2 + 3 * MAX_CONCAT_OPERANDS) if i < 2 or (i - 2) % 3)),
