@@ -358,3 +358,27 @@ def test_qlinear_softmax_is_within_one_step_of_onnxruntime(tmp_path):
     x = RNG.integers(0, 256, shape).astype(np.uint8)
     ours, theirs = _integer_outputs(tmp_path, path, {"x": x})
     assert np.abs(ours - theirs).max() <= 1 and np.mean(ours != theirs) < 0.05
+
+
+def test_quantize_then_dequantize_drops_the_integer_round_trip(tmp_path):
+    """QuantizeLinear's integers (rounded, shifted by the zero point, clipped to int8) cast back to
+    float for DequantizeLinear: the two Casts go, the values do not change. A Cast pair on values
+    not known to be integers (one that truncates fractions, one after a Clip to bounds that are
+    not integers) stays. The inputs stay within int8 (a cast beyond it is undefined in C)."""
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(3, np.int8), "lo": np.array(-100.5, np.float32),
+             "hi": np.array(100.5, np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+             helper.make_node("Cast", ["x"], ["t"], to=TensorProto.INT8),
+             helper.make_node("Cast", ["t"], ["truncated"], to=TensorProto.FLOAT),
+             helper.make_node("Round", ["x"], ["r"]), helper.make_node("Clip", ["r", "lo", "hi"], ["c"]),
+             helper.make_node("Cast", ["c"], ["w"], to=TensorProto.INT8),
+             helper.make_node("Cast", ["w"], ["clipped"], to=TensorProto.FLOAT)]
+    outputs = [info(n, TensorProto.FLOAT, [64]) for n in ("y", "truncated", "clipped")]
+    path = _model(tmp_path, "roundtrip", nodes, [info("x", TensorProto.FLOAT, [64])], outputs, inits)
+    graph = optimize_for(load_onnx(path), Target.parse("llvm"))
+    casts = [n for n in graph.nodes if n.op is Op.CAST]
+    assert len(casts) == 4 and "q" not in {i for n in graph.nodes for i in n.inputs}
+    x = np.clip(RNG.standard_normal(64) * 40, -120, 120).astype(np.float32)
+    diffs = _differences(tmp_path, path, {"x": x})
+    assert len(diffs) == 3 and all(d.ok for d in diffs), diffs

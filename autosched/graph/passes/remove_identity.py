@@ -1,8 +1,17 @@
 """Remove Identity, inference-mode Dropout and a Cast to the type its input already has: all
 pass their input through. (DINOv2's export casts its float32 image to float32: a copy of the
-whole input, 0.076 ms of the model's 11.3, EPYC Zen 4, 2 threads.)"""
+whole input, 0.076 ms of the model's 11.3, EPYC Zen 4, 2 threads.)
+
+So does a Cast back to float of a Cast to an integer type whose float operand already holds
+integers within that type's range: what a quantized model's QuantizeLinear (rounded, plus the
+zero point, clipped to the type) hands the next DequantizeLinear, and the QOperator ops their
+successors. gcc compiles a vector conversion to int8 and back lane by lane, 48 scalar
+instructions per 16 values: a QDQ ResNet-18's 56x56 convolutions ran 0.66 ms alone against the
+float model's 0.44 (Xeon, 2 threads)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from autosched.graph.ir import Graph, Node, Op
 from autosched.graph.passes.rewrite import rebuild, rename_inputs
@@ -23,10 +32,12 @@ def remove_identity(graph: Graph) -> Graph:
     writers_of: dict[str, str] = {}  # producer of key writes value instead
     kept: list[Node] = []
     for node in graph.nodes:
-        if node.op not in _PASS_THROUGH and not _same_type_cast(graph, node):
+        round_trip = _round_trip_source(graph, producers, node)
+        if node.op not in _PASS_THROUGH and not _same_type_cast(graph, node) and round_trip is None:
             kept.append(node)
             continue
-        source, target = readers_of.get(node.inputs[0], node.inputs[0]), node.outputs[0]
+        passed = round_trip or node.inputs[0]
+        source, target = readers_of.get(passed, passed), node.outputs[0]
         if target not in outputs:
             readers_of[target] = source
         elif source in producers and source not in outputs and source not in writers_of:
@@ -46,6 +57,47 @@ def remove_identity(graph: Graph) -> Graph:
 
 def _same_type_cast(graph: Graph, node: Node) -> bool:
     return node.op is Op.CAST and node.attrs.get("to") == graph.values[node.inputs[0]].dtype
+
+
+def _round_trip_source(graph: Graph, producers: dict[str, Node], node: Node) -> str | None:
+    """The float value a Cast of a Cast gives back unchanged, if `node` is one: the inner Cast
+    takes a float of that type to an integer type, and a Clip within that type's range of
+    integer values produced it."""
+    if node.op is not Op.CAST or node.inputs[0] not in producers:
+        return None
+    inner = producers[node.inputs[0]]
+    if inner.op is not Op.CAST or inner.inputs[0] not in producers:
+        return None
+    source = graph.values[inner.inputs[0]]
+    kind = np.dtype(graph.values[inner.outputs[0]].dtype)
+    if source.dtype != node.attrs.get("to") or kind.kind not in "iu" or np.dtype(source.dtype).kind != "f":
+        return None
+    clip = producers[source.name]
+    info = np.iinfo(kind)
+    if clip.op is not Op.CLIP or not info.min <= clip.attrs.get("min", -np.inf) <= clip.attrs.get("max", np.inf) <= info.max:
+        return None
+    return source.name if _integral(graph, producers, source.name, depth=5) else None
+
+
+def _integral(graph: Graph, producers: dict[str, Node], name: str, depth: int) -> bool:
+    """Whether value `name` holds integers only: a constant of integers, a rounding, an integer
+    value cast, or sums, differences and clips (to integer bounds) of such, `depth` levels down."""
+    if name in graph.constants:
+        array = graph.constants[name]
+        return bool(np.all(np.isfinite(array)) and np.all(array == np.round(array)))
+    node = producers.get(name)
+    if node is None or depth == 0:
+        return False
+    if node.op in (Op.ROUND, Op.FLOOR, Op.CEIL):
+        return True
+    if node.op is Op.CAST:
+        return np.dtype(graph.values[node.inputs[0]].dtype).kind in "iub"
+    if node.op in (Op.ADD, Op.SUB):
+        return all(_integral(graph, producers, i, depth - 1) for i in node.inputs)
+    if node.op is Op.CLIP:
+        bounds = [node.attrs.get("min", 0.0), node.attrs.get("max", 0.0)]
+        return all(float(b).is_integer() for b in bounds) and _integral(graph, producers, node.inputs[0], depth - 1)
+    return False
 
 
 def _last(readers_of: dict[str, str], name: str) -> str:
