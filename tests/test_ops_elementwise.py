@@ -185,3 +185,26 @@ def test_half_precision_scalars_broadcast_into_vectors_on_every_isa(isa, tmp_pat
     code = source(ops.schedule_elementwise(out, lanes * 2), [a, b, out], "half", target)
     assert f"f16x{lanes * 2}" in code and "__builtin_convertvector" in code
     compile_c(code, target_flags(target), cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_eight_bit_casts_convert_whole_vectors_on_every_isa(isa, dtype, tmp_path):
+    """float32 to 8-bit integers and back (a quantized model's activations): gcc converts those
+    lane by lane unless they pass through 32-bit (and 16-bit) lanes. The kernel's assembly, for
+    each ISA wherever this runs, has vector conversions and no scalar ones; run where it can be."""
+    import subprocess
+
+    from autosched.codegen.gcc import target_flags
+
+    target, _, lanes = ISAS[isa]
+    x = te.placeholder((64, 32), "float32", name="x")
+    q = te.compute((64, 32), lambda i, j: te.cast(dtype, x[i, j]), name="q")
+    out = te.compute((64, 32), lambda i, j: te.cast("float32", q[i, j]) * te.const(0.5, "float32"), name="out")
+    code = source(ops.schedule_elementwise(out, lanes), [x, out], "cast8", target)
+    path = tmp_path / "cast8.c"
+    path.write_text(code)
+    flags = [f for f in target_flags(target) if f != "-shared"]
+    asm = subprocess.run(["gcc", *flags, "-S", "-o", "-", str(path)], check=True, capture_output=True, text=True).stdout
+    assert "cvttps2dq" in asm and "cvtdq2ps" in asm
+    assert "cvttss2si" not in asm and "cvtsi2ss" not in asm
