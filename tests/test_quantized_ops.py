@@ -382,3 +382,53 @@ def test_quantize_then_dequantize_drops_the_integer_round_trip(tmp_path):
     x = np.clip(RNG.standard_normal(64) * 40, -120, 120).astype(np.float32)
     diffs = _differences(tmp_path, path, {"x": x})
     assert len(diffs) == 3 and all(d.ok for d in diffs), diffs
+
+
+def test_the_check_of_a_rounding_kernel_allows_a_few_one_step_flips():
+    """A kernel that rounds (a quantized model's) may differ from the reference by one step where
+    its sums, added in another order, land on the other side of a half; a share of such flips
+    passes, more do not, and a NaN never does."""
+    from autosched.measure.local import ROUNDING_OUTLIERS
+    from autosched.measure.worker import compare_outputs
+
+    want = (np.arange(1000) * 0.5).astype(np.float32)
+    flipped = want.copy()
+    flipped[::250] += 0.5  # 4 of 1000
+    assert compare_outputs([flipped], [want], 1e-3, 1e-4, ROUNDING_OUTLIERS) is None
+    assert compare_outputs([flipped], [want], 1e-3, 1e-4)["error"] == "WRONG_ANSWER"
+    many = want.copy()
+    many[::20] += 0.5  # 50 of 1000
+    assert compare_outputs([many], [want], 1e-3, 1e-4, ROUNDING_OUTLIERS)["error"] == "WRONG_ANSWER"
+    broken = flipped.copy()
+    broken[1] = np.nan
+    assert compare_outputs([broken], [want], 1e-3, 1e-4, ROUNDING_OUTLIERS)["error"] == "WRONG_ANSWER"
+
+
+def test_a_qdq_convolution_can_be_tuned(tmp_path):
+    """The tasks of a QDQ convolution round in their epilogue; the runner measures their
+    Winograd and direct configs, where an exact check rejected the default (a one-step flip in
+    some of the 200,704 outputs, on random data)."""
+    from autosched.measure import MeasureInput
+    from autosched.measure.interface import build_then_run
+    from autosched.measure.local import LocalBuilder, LocalRunner, RunnerOptions, rounds
+
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(3, np.int8),
+             "w": (RNG.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "sy": np.array(0.02, np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Conv", ["d", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "sy", "z"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "sy", "z"], ["y"])]
+    path = _model(tmp_path, "qdqconv", nodes, [info("x", TensorProto.FLOAT, [1, 64, 56, 56])],
+                  [info("y", TensorProto.FLOAT, [1, 64, 56, 56])], inits)
+    target = Target.parse("llvm")
+    task = next(t for t in extract_tasks(optimize_for(load_onnx(path), target)).tasks if t.op == "ConvNCHWc")
+    assert rounds(task)
+    template = get_template(task.op, target.kind)
+    fallback = template.fallback(task, target)
+    direct = template.space(task, target).from_values({**{k.name: fallback[k.name] for k in fallback.space.knobs},
+                                                       "algorithm": "direct"})
+    with LocalRunner(RunnerOptions(repeat=1, min_repeat_ms=1.0, threads=2)) as runner:
+        results = build_then_run(LocalBuilder(cache_dir=tmp_path), runner,
+                                 [MeasureInput(task, target, c) for c in (fallback, direct)])
+    assert all(r.ok for r in results), [r.error_msg for r in results]

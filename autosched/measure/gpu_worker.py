@@ -156,7 +156,7 @@ def handle(gpu: Gpu, req: dict) -> dict:
         gpu.driver.synchronize()
         for host, ptr in zip(outputs, ptrs[len(inputs):]):
             gpu.driver.to_host(host, ptr)
-        wrong = compare_outputs(outputs, expected, req["rtol"], req["atol"])
+        wrong = compare_outputs(outputs, expected, req["rtol"], req["atol"], req.get("outliers", 0.0))
         if wrong is not None:
             return wrong
         if req["flush_bytes"] > 0:

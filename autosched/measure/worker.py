@@ -32,14 +32,16 @@ def load_data(path: str) -> tuple[list, list]:
     return _DATA[path]
 
 
-def compare_outputs(outputs: list, expected: list, rtol: float, atol: float) -> dict | None:
-    """None when every output matches its reference, else the WRONG_ANSWER reply naming the worst element."""
+def compare_outputs(outputs: list, expected: list, rtol: float, atol: float, outliers: float = 0.0) -> dict | None:
+    """None when every output matches its reference (all but a share `outliers` of its
+    elements, for kernels that round), else the WRONG_ANSWER reply naming the worst element."""
     for k, (got, want) in enumerate(zip(outputs, expected)):
         # long float32 reductions summed in another order differ by up to ~sqrt(k)·eps of the
         # terms' magnitude, which near a zero crossing dwarfs any fixed atol: scale it by the output's
         finite = np.abs(want[np.isfinite(want)]) if want.dtype.kind == "f" else np.zeros(0)
         scale = max(1.0, float(finite.max())) if finite.size else 1.0
-        if not np.allclose(got, want, rtol=rtol, atol=atol * scale, equal_nan=False):
+        close = np.isclose(got, want, rtol=rtol, atol=atol * scale, equal_nan=False)
+        if not close.all() and (np.isnan(got).any() or np.mean(~close) > outliers):
             err = np.abs(got.astype(np.float64) - want.astype(np.float64))
             where = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))), err.shape)
             return {"error": "WRONG_ANSWER",
@@ -92,7 +94,7 @@ def load_checked(req: dict) -> Loaded | dict:
     outputs = [np.full(b.shape, np.nan, dtype=e.dtype) for b, e in zip(params[len(inputs):], expected)]
     args = kern.bind(list(inputs) + outputs + [precompute(f, inputs) for f in manifest.get("folded", ())])
     kern.run(args)
-    wrong = compare_outputs(outputs, expected, req["rtol"], req["atol"])
+    wrong = compare_outputs(outputs, expected, req["rtol"], req["atol"], req.get("outliers", 0.0))
     if wrong is not None:
         return wrong
     if "static_estimate" in manifest:  # a GPU kernel's emulation: its time is the model's, not this CPU's
