@@ -243,15 +243,8 @@ def _import_qlinear_binary(op: Op) -> Callable[[Importer, OnnxNode], None]:
     of random inputs, all within rounding of a half (no order of these float32 steps, with or
     without fused multiply-adds, nor the fixed-point form of its other kernels, matched it)."""
     def fn(imp: Importer, node: OnnxNode) -> None:
-        a, b = (imp.emit_step(node, f"{label}_real", Op.MUL, [
-            _centred(imp, node, index, index + 2, -1, label),
-            _scalar(imp, node, f"{label}_scale", _scalar_input(node, index + 1, "a scale"))], {})
-            for index, label in ((0, "a"), (3, "b")))
-        value = imp.emit_step(node, "combined", op, [a, b], {})
-        c_scale = _scalar(imp, node, "c_scale", _scalar_input(node, 6, "the output's scale"))
-        value = imp.emit_step(node, "scaled", Op.DIV, [value, c_scale], {})
-        _store(imp, node, value, _zero_point(imp, node, 7), _output_type(node, 7, imp.value(node.inputs[0]).dtype),
-               node.outputs[0])
+        value = imp.emit_step(node, "combined", op, [_real(imp, node, 0, 1, 2, "a"), _real(imp, node, 3, 4, 5, "b")], {})
+        _requantized(imp, node, value, 6, 7, imp.value(node.inputs[0]).dtype)
     return fn
 
 
