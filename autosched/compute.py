@@ -59,6 +59,12 @@ def task_compute(task: Task, caps: Capabilities) -> tuple[list[Tensor], list[Ten
 
 
 def default_schedule(task: Task, outs: list[Tensor], caps: CpuCapabilities) -> Schedule:
-    """The untuned baseline schedule of a task's computation, vectorized for `caps`."""
-    vector_lanes = caps.lanes(np.dtype(outs[0].dtype).itemsize)
+    """The untuned baseline schedule of a task's computation, vectorized for `caps`: as many
+    lanes as one vector holds of the widest type the task reads, computes or writes. A kernel
+    writing bytes from float32 (a quantizing chain's uint8) ran 64 lanes of float, four vectors
+    per operation, whose clamps and narrowing gcc 12 then compiled lane by lane: 1.6 ns an
+    element, where 16 lanes take one vmaxps and one vpmovdb per vector."""
+    widest = max(np.dtype(dtype).itemsize for dtype in (*task.dtypes, *task.out_dtypes,
+                                                       *(step.dtype for step in task.epilogue)))
+    vector_lanes = caps.lanes(widest)
     return lookup(task.op).schedule(outs, vector_lanes)

@@ -66,6 +66,14 @@ class CpuCapabilities:
         """Elements of a `dtype_bytes`-wide type in one vector register."""
         return max(1, self.vector_bytes // dtype_bytes)
 
+    @property
+    def byte_dot(self) -> bool:
+        """Whether the vectors multiply bytes four at a time into int32 lanes (x86's VNNI, as
+        vpdpbusd at this vector width): what int8 products (`IntegerMatMul`) need to beat float."""
+        if self.vector_bytes >= 64:
+            return "avx512_vnni" in self.flags
+        return self.vector_bytes == 32 and ("avx_vnni" in self.flags or {"avx512_vnni", "avx512vl"} <= self.flags)
+
 
 @dataclass(frozen=True)
 class GpuCapabilities:

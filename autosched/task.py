@@ -165,7 +165,7 @@ def task_for_group(graph: Graph, group: FusedGroup) -> Task:
         epilogue.append(EpilogueOp(node.op.value, _attrs(node.attrs), operands, values[node.outputs[0]].dtype))
         steps[node.outputs[0]] = k
     attrs = dict(anchor.attrs)
-    if anchor.op in (Op.MATMUL, Op.GEMM):
+    if anchor.op in (Op.MATMUL, Op.GEMM, Op.INTEGER_MATMUL):
         weights = tuple(k for k, name in enumerate(anchor.inputs) if name in graph.constants)
         if weights:
             attrs[WEIGHT_INPUTS_ATTR] = weights
@@ -241,6 +241,8 @@ def _anchor_flops(graph: Graph, node: Node) -> int:
         a = view_shape(shape[node.inputs[0]], operand_views(node.attrs)[0])
         k = a[0] if node.op is Op.GEMM and node.attrs["transA"] else a[-1]
         return 2 * out_size * k + (out_size if len(node.inputs) == 3 else 0)
+    if node.op is Op.INTEGER_MATMUL:  # integer operations, counted as the float product's
+        return 2 * out_size * shape[node.inputs[0]][-1]
     if kind_of(node.op) is OpKind.POOL:
         return out_size * math.prod(node.attrs["kernel_shape"])
     if kind_of(node.op) is OpKind.REDUCE:

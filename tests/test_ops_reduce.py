@@ -6,6 +6,7 @@ from ops_helpers import rand, run
 
 from autosched import ops, te
 from autosched.compile.kernel import source
+from autosched.ops.reduce import REDUCE_LANES_TAG
 
 REDUCERS = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}
 
@@ -71,3 +72,16 @@ def test_inner_axis_reduction_accumulates_vectors(isa):
     assert y.op.attrs["width"] == lanes
     code = source(ops.schedule_reduce(y, lanes), [x, y], "rowmax", target)
     assert f"max_f32x{lanes}(" in code and code.count("#pragma omp parallel") == 1
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_a_reduction_of_every_axis_accumulates_vectors(name, keepdims, cpu_target):
+    """DynamicQuantizeLinear's range of a whole activation: in scalar order one chain of
+    dependent operations (0.55 ms for BERT's 128 x 3072, Xeon), by lanes a vector one."""
+    x = te.placeholder((6, 96), name="x")
+    data = rand(6, 96, low=-1.0, high=1.0)
+    y = getattr(ops, name)(x, None, keepdims, lanes=16)
+    assert any(getattr(t.op, "tag", "") == REDUCE_LANES_TAG for t in te.post_order([y]))
+    got = run(y, [x], [data], ops.schedule_reduce, cpu_target, vector_lanes=16)
+    np.testing.assert_allclose(got, REDUCERS[name](data, axis=None, keepdims=keepdims), rtol=1e-4, atol=1e-5)

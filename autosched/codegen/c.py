@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TypeGuard, TypeVar
 
-from autosched.codegen import threads, vmath
+from autosched.codegen import dot, threads, vmath
 from autosched.codegen.cstyle import (
     BINARY_OPS,
     C_TYPES,
@@ -333,6 +333,8 @@ class CRenderer(CStyleRenderer):
             return ("((" + vt + "){" + ", ".join(f"{name}[{base} + {c * k}]" for k in range(lanes)) + "})", True)
         if isinstance(e, Select):
             return self._vselect(e, v, lanes, vt)
+        if isinstance(e, (BinOp, Call)) and e.dtype == "int32" and any(_is_dot4(x) for x in (e, *children(e))):
+            return self._vdot(e, v, lanes, vt)
         kids = [self._vexpr(k, v, lanes) for k in children(e)]
         if not _all_present(kids):
             return None
@@ -365,6 +367,27 @@ class CRenderer(CStyleRenderer):
                 code = f"__builtin_convertvector({code}, {self._vtype(step, lanes)})"
             return (code, True)
         return None
+
+    def _vdot(self, e: BinOp | Call, v: Var, lanes: int, vt: str) -> tuple[str, bool] | None:
+        """`acc + dot4(a, b)` (or dot4 alone) over all lanes: one vpdpbusd where the target has it."""
+        acc: Expr
+        product: Expr
+        if isinstance(e, Call):
+            acc, product = Const(0, "int32"), e
+        elif e.op == "add":
+            acc, product = (e.a, e.b) if _is_dot4(e.b) else (e.b, e.a)
+        else:
+            return None
+        if not isinstance(product, Call) or not _is_dot4(product):
+            return None
+        parts = [self._vexpr(x, v, lanes) for x in (acc, *product.args)]
+        if not _all_present(parts):
+            return None
+        ut = self._vtype("uint32", lanes)
+        codes = [code if is_vec else self._splat(code, x.dtype, lanes) for (code, is_vec), x in zip(parts, (acc, *product.args))]
+        self._helpers.setdefault(dot.SCALAR_NAME, dot.SCALAR)
+        self._helpers.setdefault(dot.accumulate_name(vt), dot.accumulate(vt, ut, lanes, self.INLINE))
+        return (f"{dot.accumulate_name(vt)}({', '.join(codes)})", True)
 
     def _permuted_load(self, e: Load, v: Var, lanes: int, vt: str) -> tuple[str, bool] | None:
         """A load whose lanes read elements of one aligned block of `lanes` in a fixed pattern:
@@ -439,6 +462,10 @@ class CRenderer(CStyleRenderer):
                 if b is None or b[0] < 0 or b[1] >= x.source.size:
                     return False
         return True
+
+
+def _is_dot4(e: Expr) -> bool:
+    return isinstance(e, Call) and e.name == "dot4"
 
 
 def _linear_guard(cond: Expr, v: Var) -> bool:

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from autosched.codegen import dot
 from autosched.codegen.errors import CodegenError
 from autosched.lower import arith
 from autosched.lower.ir import MAY_ALIAS, Allocate, For, IfThenElse, Let, PrimFunc, Seq, Stmt, Store, walk_stmts
@@ -155,6 +156,9 @@ class CStyleRenderer(ABC):
         if isinstance(e, Select):
             return f"({self._expr(e.cond)} ? {self._expr(e.t)} : {self._expr(e.f)})"
         if isinstance(e, Call):
+            if e.name == "dot4":
+                self._helpers.setdefault(dot.SCALAR_NAME, dot.SCALAR.replace("static inline", self.INLINE))
+                return f"{dot.SCALAR_NAME}({self._expr(e.args[0])}, {self._expr(e.args[1])})"
             if e.name in ("neg", "not"):
                 return MATH[e.name].format(self._expr(e.args[0]))
             return math_fmt(e.name, e.args[0].dtype).format(*[self._expr(a) for a in e.args])

@@ -32,6 +32,7 @@ class Op(str, enum.Enum):
     CONV = "Conv"
     GEMM = "Gemm"
     MATMUL = "MatMul"
+    INTEGER_MATMUL = "IntegerMatMul"  # uint8 by int8 into int32 (`graph/passes/integer_matmul.py`)
     ADD = "Add"
     SUB = "Sub"
     MUL = "Mul"

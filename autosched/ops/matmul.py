@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from autosched import te
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, add, apply_epilogue, bias_add, scale
 from autosched.ops.transform import INJECTIVE_TAG
+from autosched.ops.util import local_accumulator, parallel_copy
 from autosched.schedule import Schedule, create_schedule
 from autosched.target import CpuCapabilities
 from autosched.te import Tensor
@@ -297,13 +298,8 @@ def schedule_matmul(out: Tensor, vector_lanes: int) -> Schedule:
         if st.op.tag in (EPILOGUE_TAG, INJECTIVE_TAG) and st.op is not out.op:
             s.compute_inline(st)  # the epilogue into the output; operand views into the packing
         elif st.op.tag == "pack" or st.op.name == "gemm_beta_c":
-            _schedule_copy(st)
-    if out.op is anchor.op:
-        acc = s.cache_write(anchor, "local")
-        acc_stage = s[acc]
-    else:
-        acc_stage = s[anchor]
-        acc_stage.set_scope("local")
+            parallel_copy(st)
+    acc_stage = local_accumulator(s, s[anchor], out)
     o = s[out]
     axes = list(o.op.axes)
     io, ii = o.split(axes[-2], mr)
@@ -323,10 +319,3 @@ def schedule_matmul(out: Tensor, vector_lanes: int) -> Schedule:
     acc_stage.unroll(cjo)
     acc_stage.vectorize(cjv)
     return s
-
-
-def _schedule_copy(st) -> None:
-    """Layout copies run at root with their outer loops fused and parallel."""
-    axes = list(st.op.axes)
-    if len(axes) > 1:
-        st.parallel(st.fuse(*axes[:-1]))

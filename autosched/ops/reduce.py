@@ -21,7 +21,7 @@ _REDUCERS = {"sum": te.sum, "prod": te.prod_reduce, "max": te.max_reduce, "min":
 def _reduce(x: Tensor, combiner: str, axes: int | Sequence[int] | None, keepdims: bool, name: str,
             lanes: int | None = None) -> Tensor:
     axes = normalize_axes(axes, x.ndim)
-    if lanes is not None and x.ndim - 1 in axes and len(axes) < x.ndim:
+    if lanes is not None and x.ndim - 1 in axes:
         width = vector_width(x.shape[-1], lanes)
         if width >= 2 and x.shape[-1] % width == 0:
             return _reduce_by_lanes(x, combiner, axes, keepdims, name, width)

@@ -109,3 +109,19 @@ def tile_reduction(s: Schedule, out: Stage, acc: Stage, vector_lanes: int, vecto
         spatial = list(acc.op.axes)
         acc.reorder(*spatial[:-1], *acc.op.reduce_axes, spatial[-1])
         acc.vectorize(spatial[-1])
+
+
+def parallel_copy(st: Stage) -> None:
+    """A layout copy (a packing) at root: every axis but the innermost fused into one parallel loop."""
+    axes = list(st.op.axes)
+    if len(axes) > 1:
+        st.parallel(st.fuse(*axes[:-1]))
+
+
+def local_accumulator(s: Schedule, anchor: Stage, out: Tensor) -> Stage:
+    """The stage a register tile accumulates `anchor`'s reduction in: a local cache of it where
+    it is the output itself, else the anchor moved to local scope (its epilogue then reads it)."""
+    if out.op is anchor.op:
+        return s[s.cache_write(out, "local")]
+    anchor.set_scope("local")
+    return anchor

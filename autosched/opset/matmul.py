@@ -12,6 +12,7 @@ import numpy as np
 from autosched.frontend.context import Converter, Importer, OnnxNode
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.views import keeps_rows, operand_views, view_array, view_shape, view_tensor
+from autosched.ops import integer_matmul as imm_ops
 from autosched.ops import matmul as mm_ops
 from autosched.opset import attention, recurrent
 from autosched.opset.algebra import AlgebraOp, no_attrs
@@ -24,6 +25,7 @@ from autosched.opset.record import (
     direct,
     on_output,
 )
+from autosched.schedule import Schedule
 from autosched.target import CpuCapabilities
 from autosched.te import Tensor
 
@@ -61,6 +63,29 @@ def _matmul_compute(args: ComputeArgs) -> list[Tensor]:
     # FMA) unless the view keeps A's rows contiguous: then the index is affine and A is read in place
     packing = mm_ops.default_packing(m, n, _cpu(args), trans_a=not keeps_rows(ins[0].shape, view_a))
     return [mm_ops.matmul(a, b, epilogue=args.epilogues, packing=packing)]
+
+
+def _integer_matmul_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    a, b = inputs[0], inputs[1]
+    if (a.dtype, b.dtype) != ("uint8", "int8") or len(a.shape) < 2 or len(b.shape) != 2 or a.shape[-1] != b.shape[0]:
+        raise ValueError(f"expects uint8 A [..., m, k] and int8 B [k, n], got {a.dtype}{list(a.shape)} and "
+                         f"{b.dtype}{list(b.shape)}")
+    return [((*a.shape[:-1], b.shape[1]), "int32")]
+
+
+def _integer_matmul_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    return [np.matmul(args[0].astype(np.int64), args[1].astype(np.int64)).astype(np.int32)]
+
+
+def _integer_matmul_compute(args: ComputeArgs) -> list[Tensor]:
+    mr, mb, vectors, _ = imm_ops.DEFAULT_TILE
+    return [imm_ops.integer_matmul(args.inputs[0], args.inputs[1], vectors * _cpu(args).lanes(4), mr * mb,
+                                   epilogue=args.epilogues)]
+
+
+def _integer_matmul_schedule(outs: list[Tensor], lanes: int) -> Schedule:
+    mr, mb, _, k_unroll = imm_ops.DEFAULT_TILE
+    return imm_ops.schedule_integer_matmul(outs[0], lanes, mr, mb, k_unroll)
 
 
 def _cpu(args: ComputeArgs) -> CpuCapabilities:
@@ -202,6 +227,9 @@ RECORDS: tuple[OpDef, ...] = (
                    # attention's products of activations, [batch, heads, rows, k] by [batch, heads, k, cols]
                    AlgebraOp("bmatmul", Op.MATMUL, (4, 4), lambda a, n: (a[0][0], a[0][1], a[0][2], a[1][3]),
                              lambda a: [(a[0][0], a[1][0]), (a[0][1], a[1][1]), (a[0][3], a[1][2])], no_attrs))),
+    # made by a CPU pass, never imported (`graph/passes/integer_matmul.py`)
+    OpDef(Op.INTEGER_MATMUL, OpKind.ANCHOR, _integer_matmul_shape, _integer_matmul_reference,
+          _integer_matmul_compute, _integer_matmul_schedule),
     OpDef(Op.GEMM, OpKind.ANCHOR, _gemm_shape, _gemm_reference, _gemm_compute,
           on_output(mm_ops.schedule_matmul), {"Gemm": Converter(_import_gemm)},
           # a linear layer as PyTorch exports it: x [M, K] by a weight [N, K], plus a bias [N]

@@ -16,6 +16,7 @@ from autosched.te.expr import (
     ceil,
     const,
     cos,
+    dot4,
     erf,
     exp,
     floor,
@@ -53,7 +54,7 @@ from autosched.te.tensor import (
 __all__ = [
     "Expr", "Var", "Const", "BinOp", "Cmp", "Select", "Call", "Cast", "Load", "Reduce",
     "exp", "log", "tanh", "erf", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "abs", "floor", "fmod", "ceil", "round_even", "power",
-    "max", "min", "logical_not", "select", "cast", "const", "as_expr",
+    "max", "min", "logical_not", "dot4", "select", "cast", "const", "as_expr",
     "IterVar", "Tensor", "ComputeOp", "PlaceholderOp", "SPATIAL", "REDUCE",
     "placeholder", "compute", "reduce_axis", "sum", "max_reduce", "min_reduce", "prod_reduce", "post_order",
 ]

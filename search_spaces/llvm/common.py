@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from autosched import te
 from autosched.compute import epilogue_fn
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn
-from autosched.schedule import Schedule, Stage
+from autosched.schedule import Schedule
 from autosched.space import Config, ConfigError, ConfigSpace
 from autosched.target import CpuCapabilities, Target
 from autosched.task import Task
@@ -84,13 +84,6 @@ def inline_epilogue(s: Schedule, out: Tensor, tags: Sequence[str] = ()) -> None:
     for st in s.stages:
         if st.op is not out.op and (st.op.tag == EPILOGUE_TAG or st.op.tag in tags):
             s.compute_inline(st)
-
-
-def parallel_copy(st: Stage) -> None:
-    """A layout copy at root: every axis but the innermost fused into one parallel loop."""
-    axes = list(st.op.axes)
-    if len(axes) > 1:
-        st.parallel(st.fuse(*axes[:-1]))
 
 
 def divisors(n: int, at_most: int | None = None) -> tuple[int, ...]:

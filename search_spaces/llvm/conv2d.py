@@ -25,7 +25,7 @@ from typing import Protocol
 from autosched.ops import conv as conv_ops
 from autosched.ops import conv_nchwc
 from autosched.ops.transform import PAD_TAG
-from autosched.ops.util import vector_width
+from autosched.ops.util import parallel_copy, vector_width
 from autosched.opset.conv import EXACT_SUMS_ATTR
 from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob, SplitKnob, SplitPolicy
@@ -40,7 +40,6 @@ from search_spaces.llvm.common import (
     cpu_capabilities,
     divisors,
     inline_epilogue,
-    parallel_copy,
     task_tensors,
     vector_lanes,
 )

@@ -27,6 +27,7 @@ from autosched.graph.layout import blocked_groups, plain_shape
 from autosched.lower.lower import CACHE_LINE_BYTES, MAX_PREFETCH_LINES
 from autosched.ops import conv_nchwc
 from autosched.ops.epilogue import apply_epilogue
+from autosched.ops.util import parallel_copy
 from autosched.opset.conv import EXACT_SUMS_ATTR
 from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob, ReorderKnob
@@ -41,7 +42,6 @@ from search_spaces.llvm.common import (
     cpu_capabilities,
     divisors,
     inline_epilogue,
-    parallel_copy,
     task_tensors,
     vector_lanes,
 )

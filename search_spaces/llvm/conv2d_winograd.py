@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from autosched.ops import conv_nchwc, winograd
 from autosched.ops.transform import PAD_TAG
-from autosched.ops.util import vector_width
+from autosched.ops.util import parallel_copy, vector_width
 from autosched.schedule import Schedule, Stage, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace, Knob
 from autosched.target import CpuCapabilities, Target
@@ -36,7 +36,6 @@ from search_spaces.llvm.common import (
     check_register_tile,
     cpu_capabilities,
     inline_epilogue,
-    parallel_copy,
     task_tensors,
 )
 

@@ -33,7 +33,7 @@ from autosched.graph.views import keeps_rows, operand_views, view_shape, view_te
 from autosched.ops import matmul as mm
 from autosched.ops.epilogue import EpilogueFn, add, apply_epilogue, scale
 from autosched.ops.transform import INJECTIVE_TAG, PAD_TAG, pad
-from autosched.ops.util import broadcast_load
+from autosched.ops.util import broadcast_load, local_accumulator, parallel_copy
 from autosched.schedule import Schedule, create_schedule
 from autosched.space import ChoiceKnob, Config, ConfigSpace, ReorderKnob, SplitKnob
 from autosched.target import Target
@@ -46,7 +46,6 @@ from search_spaces.llvm.common import (
     cpu_capabilities,
     inline_epilogue,
     max_accumulators,
-    parallel_copy,
     task_tensors,
     vector_lanes,
 )
@@ -261,11 +260,7 @@ class MatmulTemplate(CpuTemplate):
         if not per_tile:
             for st in packs:
                 parallel_copy(st)
-        if out.op is anchor.op:
-            acc = s[s.cache_write(out, "local")]
-        else:
-            acc = anchor
-            acc.set_scope("local")
+        acc = local_accumulator(s, anchor, out)
 
         o = s[out]
         axes = list(o.op.axes)

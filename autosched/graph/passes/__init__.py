@@ -23,6 +23,7 @@ from autosched.graph.passes.fold_pad import fold_pad
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.fuse_copies import fuse_copies
+from autosched.graph.passes.integer_matmul import integer_matmul
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.lift_1d import lift_1d
 from autosched.graph.passes.matmul_rows import matmul_rows
@@ -57,6 +58,7 @@ __all__ = [
     "matmul_rows",
     "fuse",
     "fuse_copies",
+    "integer_matmul",
     "optimize",
     "optimize_for",
     "pad_channels",
@@ -81,11 +83,12 @@ def optimize_for(graph: Graph, target: Target) -> Graph:
     caps = target.capabilities
     waste = max_waste(caps) if isinstance(caps, CpuCapabilities) else MAX_WASTE
     pointwise_rows = isinstance(caps, CpuCapabilities) and caps.vector_registers <= FLAT_POINTWISE_REGISTERS
-    return optimize(graph, target.layout_lanes, target.gpu_blocks, waste, pointwise_rows)
+    byte_dot = isinstance(caps, CpuCapabilities) and caps.byte_dot
+    return optimize(graph, target.layout_lanes, target.gpu_blocks, waste, pointwise_rows, byte_dot)
 
 
 def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | None = None,
-             pad_waste: float = MAX_WASTE, pointwise_rows: bool = False) -> Graph:
+             pad_waste: float = MAX_WASTE, pointwise_rows: bool = False, byte_dot: bool = False) -> Graph:
     """The standard rewrite pipeline, in an order where each pass feeds the next.
 
     Identity removal first exposes Conv→BN pairs an Identity sat between;
@@ -111,6 +114,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     are extracted from and its model is built from. With `gpu_blocks` (a GPU target's `Target.gpu_blocks`), deep
     products too small to fill the GPU are split along K (`split_k`), and MatMuls read both
     operands through their views (a GPU kernel stages both through shared memory anyway).
+    With `byte_dot` (a CPU target that multiplies bytes four at a time, `CpuCapabilities.byte_dot`),
+    MatMuls of quantized integers become int8 products (`integer_matmul`).
     """
     graph = remove_identity(graph)
     graph = fold_constants(graph)
@@ -120,6 +125,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     if gpu_blocks:
         graph = fold_constants(split_k(graph, gpu_blocks))
     graph = fold_views(graph, dense_in_place=not gpu_blocks)
+    if byte_dot:
+        graph = integer_matmul(graph)
     graph = eliminate_dead_code(graph)
     if not layout_lanes:
         return graph

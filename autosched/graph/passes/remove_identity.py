@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autosched.graph.integers import integral
 from autosched.graph.ir import Graph, Node, Op
 from autosched.graph.passes.rewrite import rebuild, rename_inputs
 
@@ -76,28 +77,7 @@ def _round_trip_source(graph: Graph, producers: dict[str, Node], node: Node) -> 
     info = np.iinfo(kind)
     if clip.op is not Op.CLIP or not info.min <= clip.attrs.get("min", -np.inf) <= clip.attrs.get("max", np.inf) <= info.max:
         return None
-    return source.name if _integral(graph, producers, source.name, depth=5) else None
-
-
-def _integral(graph: Graph, producers: dict[str, Node], name: str, depth: int) -> bool:
-    """Whether value `name` holds integers only: a constant of integers, a rounding, an integer
-    value cast, or sums, differences and clips (to integer bounds) of such, `depth` levels down."""
-    if name in graph.constants:
-        array = graph.constants[name]
-        return bool(np.all(np.isfinite(array)) and np.all(array == np.round(array)))
-    node = producers.get(name)
-    if node is None or depth == 0:
-        return False
-    if node.op in (Op.ROUND, Op.FLOOR, Op.CEIL):
-        return True
-    if node.op is Op.CAST:
-        return np.dtype(graph.values[node.inputs[0]].dtype).kind in "iub"
-    if node.op in (Op.ADD, Op.SUB):
-        return all(_integral(graph, producers, i, depth - 1) for i in node.inputs)
-    if node.op is Op.CLIP:
-        bounds = [node.attrs.get("min", 0.0), node.attrs.get("max", 0.0)]
-        return all(float(b).is_integer() for b in bounds) and _integral(graph, producers, node.inputs[0], depth - 1)
-    return False
+    return source.name if integral(graph, producers, source.name) else None
 
 
 def _last(readers_of: dict[str, str], name: str) -> str:

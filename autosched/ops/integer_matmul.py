@@ -1,0 +1,122 @@
+"""Integer matrix products: uint8 activations by int8 weights into exact int32 sums.
+
+What a quantized model's MatMul computes once its operands' zero points are taken out
+(`graph/passes/integer_matmul.py`). Both operands are packed into uint32 words of four bytes
+along k, so the micro-kernel's one operation is `dot4` (vpdpbusd): A's word broadcast, B's
+words a vector of nr columns, 64 products per 512-bit instruction where float32 FMA does 16.
+A is packed at every call (rows padded to whole row tiles with copies of its last row, whose
+sums the output never reads); B is a weight packed into nr-column panels, which the build
+precomputes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from autosched import te
+from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue
+from autosched.ops.transform import INJECTIVE_TAG
+from autosched.ops.util import local_accumulator, parallel_copy
+from autosched.schedule import Schedule, create_schedule
+from autosched.te import Tensor
+from autosched.te.expr import call
+
+INTEGER_MATMUL_TAG = "integer_matmul"
+PACK_TAG = "pack"
+ROWS_TAG = "integer_matmul_rows"
+#: the untuned kernel's tile: (rows per register block mr, blocks per tile mb, int32 vectors of
+#: columns, k steps unrolled); the template's fallback
+DEFAULT_TILE = (8, 2, 2, 4)
+#: bytes per packed word: the reduction runs over k in steps of four
+WORD = 4
+
+
+def _word(byte_at: Callable[[int], te.Expr], k: int, first) -> te.Expr:
+    """The uint32 word of bytes k = first .. first + 3 (`byte_at(t)` reads byte t as uint32),
+    zero past k."""
+    word = None
+    for t in range(WORD):
+        byte = byte_at(t)
+        if k % WORD:
+            byte = te.select(first + t < k, byte, te.const(0, "uint32"))
+        part = byte if t == 0 else call("shl", byte, te.const(8 * t, "uint32"))
+        word = part if word is None else call("bitor", word, part)
+    assert word is not None
+    return word
+
+
+def _byte(x: te.Expr) -> te.Expr:
+    """An int8 or uint8 element as the uint32 of its byte."""
+    return te.cast("uint32", x if x.dtype == "uint8" else te.cast("uint8", x))
+
+
+def integer_matmul(a: Tensor, b: Tensor, nr: int, row_block: int, epilogue: Sequence[EpilogueFn] = (),
+                   name: str = "integer_matmul") -> Tensor:
+    """C[..., m, n] = sum_k int32(A[..., m, k]) · int32(B[k, n]) for uint8 A and int8 B, with
+    B in panels of `nr` columns and A's rows padded to whole blocks of `row_block`."""
+    if a.dtype != "uint8" or b.dtype != "int8" or a.ndim < 2 or b.ndim != 2:
+        raise ValueError(f"{name}: expects uint8 A [..., m, k] and int8 B [k, n], got {a.dtype}{list(a.shape)} "
+                         f"and {b.dtype}{list(b.shape)}")
+    m, k = a.shape[-2:]
+    if b.shape[0] != k:
+        raise ValueError(f"{name}: inner dimensions differ: A{list(a.shape)} and B{list(b.shape)}")
+    n, kq = b.shape[1], -(-k // WORD)
+    rows = -(-m // row_block) * row_block
+    batch = a.shape[:-2]
+
+    def a_word(*i):
+        row, q = te.min(i[-2], m - 1) if rows != m else i[-2], i[-1]
+        return _word(lambda t: _byte(a[i[:-2] + (row, te.min(q * WORD + t, k - 1) if k % WORD else q * WORD + t)]), k,
+                     q * WORD)
+
+    def b_word(jo, q, jl):
+        col = te.min(jo * nr + jl, n - 1) if n % nr else jo * nr + jl
+        return _word(lambda t: _byte(b[(te.min(q * WORD + t, k - 1) if k % WORD else q * WORD + t, col)]), k, q * WORD)
+
+    ap = te.compute(batch + (rows, kq), a_word, name=f"{a.name}_words", tag=PACK_TAG)
+    bp = te.compute((-(-n // nr), kq, nr), b_word, name=f"{b.name}_words", tag=PACK_TAG)
+    q = te.reduce_axis(kq, "q")
+    c = te.compute(batch + (rows, n), lambda *i: te.sum(te.dot4(ap[i[:-1] + (q,)], bp[i[-1] // nr, q, i[-1] % nr]), q),
+                   name=name, tag=INTEGER_MATMUL_TAG, attrs={"nr": nr, "row_block": row_block})
+    if rows != m:
+        core = c
+        c = te.compute(batch + (m, n), lambda *i: core[i], name=f"{name}_rows", tag=ROWS_TAG)
+    return apply_epilogue(c, epilogue)
+
+
+def schedule_integer_matmul(out: Tensor, lanes: int, mr: int, mb: int = 1, k_unroll: int = 1) -> Schedule:
+    """Tiles of mr · mb rows by nr columns over the threads (column panels outermost, so a
+    thread's consecutive tiles read one B panel from cache), each accumulated block by block of
+    mr rows in registers: k outermost, its steps unrolled `k_unroll` times, rows and vectors of
+    columns unrolled. `lanes` int32 lanes per vector."""
+    s = create_schedule(out)
+    anchor = next(st for st in s.stages if st.op.tag == INTEGER_MATMUL_TAG)
+    nr = anchor.op.attrs["nr"]
+    for st in s.stages:
+        if st.op is not out.op and st.op.tag in (EPILOGUE_TAG, INJECTIVE_TAG, ROWS_TAG):
+            s.compute_inline(st)
+        elif st.op.tag == PACK_TAG:
+            parallel_copy(st)
+    acc = local_accumulator(s, anchor, out)
+    o = s[out]
+    axes = list(o.op.axes)
+    io, ii = o.split(axes[-2], mr * mb)
+    jo, ji = o.split(axes[-1], nr)
+    o.reorder(*axes[:-2], jo, io, ii, ji)
+    tile = o.fuse(*axes[:-2], jo, io)
+    o.parallel(tile)
+    vector = lanes if nr % lanes == 0 else nr
+    _, jv = o.split(ji, vector)
+    o.vectorize(jv)
+    s.compute_at(acc, o, tile)
+    ci, cj = list(acc.op.axes)[-2:]
+    (cq,) = acc.op.reduce_axes
+    cib, cii = acc.split(ci, mr)
+    cjo, cjv = acc.split(cj, vector)
+    qo, qu = acc.split(cq, k_unroll)
+    acc.reorder(*list(acc.op.axes)[:-2], cib, qo, qu, cii, cjo, cjv)
+    acc.unroll(qu)
+    acc.unroll(cii)
+    acc.unroll(cjo)
+    acc.vectorize(cjv)
+    return s
+

@@ -1,0 +1,131 @@
+"""Int8 products by `dot4` (`IntegerMatMul`): exact int32 sums from every config of its
+template, vpdpbusd where the target has VNNI (read in the assembly for several -mcpu on any
+x86-64 host, run where the host has the ISA), and the pass that turns a quantized model's float
+MatMuls into them, checked against onnxruntime's integer kernels."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import quantize_dynamic
+
+from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
+from autosched.compile.kernel import build_kernel
+from autosched.compile.model import build_model
+from autosched.frontend.onnx import load_onnx
+from autosched.graph.builder import GraphBuilder
+from autosched.graph.ir import Op
+from autosched.graph.passes import optimize_for
+from autosched.runtime import load_model
+from autosched.target import Target
+from autosched.task import extract_tasks
+from autosched.templates import get_template
+from tests.isa import AVX2, runs_here
+
+VNNI_512 = Target.parse("llvm -mcpu=sapphirerapids")
+VNNI_256 = Target.parse("llvm -mcpu=alderlake")  # AVX-VNNI on 256-bit vectors, no AVX-512
+#: target -> the register that vpdpbusd should use there (None: the target has no VNNI)
+TARGETS = {"avx512_vnni": (VNNI_512, "zmm"), "avx_vnni": (VNNI_256, "ymm"), "avx2": (AVX2, None)}
+TEMPLATE = get_template("IntegerMatMul", "llvm")
+RNG = np.random.default_rng(3)
+
+
+def _task(a_shape, n, bias=False):
+    """IntegerMatMul of a uint8 input by an int8 weight, cast to float (plus a bias)."""
+    b = GraphBuilder()
+    k = a_shape[-1]
+    w = b.constant("w", RNG.integers(-128, 128, (k, n)).astype(np.int8))
+    y = b.node(Op.CAST, [b.node(Op.INTEGER_MATMUL, [b.input("a", a_shape, "uint8"), w])], to="float32")
+    if bias:
+        y = b.node(Op.ADD, [y, b.constant("bias", RNG.standard_normal(n).astype(np.float32))])
+    b.output(y)
+    graph = b.build()
+    (task,) = extract_tasks(graph).tasks
+    return task, graph.constants
+
+
+def test_targets_with_vnni_multiply_bytes():
+    assert VNNI_512.capabilities.byte_dot and VNNI_256.capabilities.byte_dot
+    assert not AVX2.capabilities.byte_dot
+    assert not Target.parse("llvm -mcpu=skylake-avx512").capabilities.byte_dot
+
+
+@pytest.mark.parametrize("isa", sorted(TARGETS))
+def test_the_product_is_vpdpbusd_where_the_target_has_vnni(isa, tmp_path):
+    target, register = TARGETS[isa]
+    task, _ = _task((128, 768), 768)
+    kern = build_kernel(*TEMPLATE.apply(task, TEMPLATE.fallback(task, target), target), "k", target=target,
+                        cache_dir=tmp_path)
+    asm = subprocess.run(["objdump", "-d", str(kern.path)], capture_output=True, text=True, check=True).stdout
+    lines = [line for line in asm.splitlines() if re.search(r"\svpdpbusd\s", line)]
+    if register is None:
+        assert not lines
+    else:
+        assert lines and all(f"%{register}" in line for line in lines)
+
+
+#: (A's shape, n): BERT's projection; rows, reduction and columns no tile divides (k not whole
+#: words of four); A with a batch axis; one row
+SHAPES = [((128, 768), 768), ((13, 30), 37), ((2, 9, 20), 33), ((1, 64), 48)]
+
+
+@pytest.mark.parametrize("isa", sorted(TARGETS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[0])) + f"_{s[1]}")
+def test_every_config_sums_exactly(isa, shape, tmp_path):
+    target, _ = TARGETS[isa]
+    if not runs_here(target):
+        pytest.skip(f"this host cannot run {isa} code")
+    task, constants = _task(*shape, bias=True)
+    space = TEMPLATE.space(task, target)
+    configs = [TEMPLATE.fallback(task, target)] + [space.get(int(i)) for i in RNG.integers(0, len(space), 4)]
+    a = RNG.integers(0, 256, shape[0]).astype(np.uint8)
+    weight, bias = constants["w"], constants["bias"]
+    expected = (a.astype(np.int64) @ weight.astype(np.int64)).astype(np.float32) + bias
+    for config in configs:
+        if not TEMPLATE.valid(task, config, target):
+            continue
+        sched, args = TEMPLATE.apply(task, config, target)
+        kern = build_kernel(sched, args, "k", target=target, cache_dir=tmp_path)
+        out = np.zeros(expected.shape, np.float32)
+        kern(a, weight, bias, out)
+        np.testing.assert_array_equal(out, expected, err_msg=f"config {config}")
+
+
+def _dynamic_mlp(tmp_path):
+    """A two-layer MLP quantized by onnxruntime's `quantize_dynamic` (its defaults: uint8
+    activations quantized at run time, int8 weights): DynamicQuantizeLinear and MatMulInteger."""
+    w1 = (RNG.standard_normal((96, 128)) * 0.1).astype(np.float32)
+    w2 = (RNG.standard_normal((128, 40)) * 0.1).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 96])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 40])],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    float_path, path = tmp_path / "mlp.onnx", tmp_path / "mlp_dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), float_path)
+    quantize_dynamic(str(float_path), str(path))
+    return path
+
+
+def test_a_dynamically_quantized_model_multiplies_bytes_on_vnni_targets_only(tmp_path):
+    graph = load_onnx(_dynamic_mlp(tmp_path))
+    ops = {isa: [n.op for n in optimize_for(graph, target).nodes] for isa, (target, _) in TARGETS.items()}
+    assert ops["avx512_vnni"].count(Op.INTEGER_MATMUL) == 2 and ops["avx_vnni"].count(Op.INTEGER_MATMUL) == 2
+    assert Op.INTEGER_MATMUL not in ops["avx2"]
+
+
+def test_a_dynamically_quantized_model_matches_onnxruntime(tmp_path):
+    """Built for this host (int8 products where it has VNNI, float ones elsewhere), equal to
+    onnxruntime's integer kernels within float rounding of the dequantized sums."""
+    path = _dynamic_mlp(tmp_path)
+    graph = load_onnx(path)
+    model = load_model(build_model(graph, tmp_path / "mlp.so").library)
+    try:
+        diffs = compare(model, onnxruntime_session(path, 2), sample_inputs(graph, 1), rtol=1e-4, atol=1e-5)
+    finally:
+        model.close()
+    assert all(d.ok for d in diffs), diffs
