@@ -129,3 +129,16 @@ def test_a_dynamically_quantized_model_matches_onnxruntime(tmp_path):
     finally:
         model.close()
     assert all(d.ok for d in diffs), diffs
+
+
+@pytest.mark.parametrize("a_shape, n, in_place", [((64, 1024), 10, True), ((13, 30), 37, False)])
+def test_the_register_tile_runs_whole_vectors_reading_a_in_place_where_k_is_whole_words(a_shape, n, in_place):
+    """A's words are one 32-bit load each where k is a multiple of four (else A is packed), and
+    an output narrower than a vector (a classifier's 10 columns) still accumulates whole
+    vectors: with the product's own 10 columns its dot products ran lane by lane, 4x slower."""
+    from autosched.compile.kernel import source
+
+    task, _ = _task(a_shape, n)
+    code = source(*TEMPLATE.apply(task, TEMPLATE.fallback(task, VNNI_512), VNNI_512), "k", VNNI_512)
+    assert "dpbusd_i32x16(" in code and "dot4_u8s8(load" not in code
+    assert ("load_word_u8(&in0[" in code) == in_place and ("in0_words" in code) != in_place

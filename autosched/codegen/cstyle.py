@@ -156,6 +156,10 @@ class CStyleRenderer(ABC):
         if isinstance(e, Select):
             return f"({self._expr(e.cond)} ? {self._expr(e.t)} : {self._expr(e.f)})"
         if isinstance(e, Call):
+            word = dot.word_source(e) if e.name == "bitor" else None
+            if word is not None:
+                self._helpers.setdefault(dot.WORD_NAME, dot.WORD.replace("static inline", self.INLINE))
+                return f"{dot.WORD_NAME}(&{self._expr(word)})"
             if e.name == "dot4":
                 self._helpers.setdefault(dot.SCALAR_NAME, dot.SCALAR.replace("static inline", self.INLINE))
                 return f"{dot.SCALAR_NAME}({self._expr(e.args[0])}, {self._expr(e.args[1])})"

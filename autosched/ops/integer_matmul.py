@@ -22,6 +22,9 @@ from autosched.te.expr import call
 
 INTEGER_MATMUL_TAG = "integer_matmul"
 PACK_TAG = "pack"
+#: A's words, read in place by the product where k is whole words (`codegen.dot.word_source`:
+#: one 32-bit load each), else packed at every call
+A_WORDS_TAG = "integer_matmul_a_words"
 ROWS_TAG = "integer_matmul_rows"
 #: the untuned kernel's tile: (rows per register block mr, blocks per tile mb, int32 vectors of
 #: columns, k steps unrolled); the template's fallback
@@ -52,7 +55,8 @@ def _byte(x: te.Expr) -> te.Expr:
 def integer_matmul(a: Tensor, b: Tensor, nr: int, row_block: int, epilogue: Sequence[EpilogueFn] = (),
                    name: str = "integer_matmul") -> Tensor:
     """C[..., m, n] = sum_k int32(A[..., m, k]) · int32(B[k, n]) for uint8 A and int8 B, with
-    B in panels of `nr` columns and A's rows padded to whole blocks of `row_block`."""
+    B in panels of `nr` columns and the product computed on whole row blocks of `row_block` and
+    whole panels (a register tile then always runs whole vectors; the output drops the rest)."""
     if a.dtype != "uint8" or b.dtype != "int8" or a.ndim < 2 or b.ndim != 2:
         raise ValueError(f"{name}: expects uint8 A [..., m, k] and int8 B [k, n], got {a.dtype}{list(a.shape)} "
                          f"and {b.dtype}{list(b.shape)}")
@@ -72,12 +76,13 @@ def integer_matmul(a: Tensor, b: Tensor, nr: int, row_block: int, epilogue: Sequ
         col = te.min(jo * nr + jl, n - 1) if n % nr else jo * nr + jl
         return _word(lambda t: _byte(b[(te.min(q * WORD + t, k - 1) if k % WORD else q * WORD + t, col)]), k, q * WORD)
 
-    ap = te.compute(batch + (rows, kq), a_word, name=f"{a.name}_words", tag=PACK_TAG)
+    ap = te.compute(batch + (rows, kq), a_word, name=f"{a.name}_words", tag=A_WORDS_TAG)
     bp = te.compute((-(-n // nr), kq, nr), b_word, name=f"{b.name}_words", tag=PACK_TAG)
     q = te.reduce_axis(kq, "q")
-    c = te.compute(batch + (rows, n), lambda *i: te.sum(te.dot4(ap[i[:-1] + (q,)], bp[i[-1] // nr, q, i[-1] % nr]), q),
-                   name=name, tag=INTEGER_MATMUL_TAG, attrs={"nr": nr, "row_block": row_block})
-    if rows != m:
+    cols = -(-n // nr) * nr
+    c = te.compute(batch + (rows, cols), lambda *i: te.sum(te.dot4(ap[i[:-1] + (q,)], bp[i[-1] // nr, q, i[-1] % nr]), q),
+                   name=name, tag=INTEGER_MATMUL_TAG, attrs={"nr": nr, "row_block": row_block, "whole_words": k % WORD == 0})
+    if (rows, cols) != (m, n):
         core = c
         c = te.compute(batch + (m, n), lambda *i: core[i], name=f"{name}_rows", tag=ROWS_TAG)
     return apply_epilogue(c, epilogue)
@@ -94,13 +99,15 @@ def schedule_integer_matmul(out: Tensor, lanes: int, mr: int, mb: int = 1, k_unr
     for st in s.stages:
         if st.op is not out.op and st.op.tag in (EPILOGUE_TAG, INJECTIVE_TAG, ROWS_TAG):
             s.compute_inline(st)
-        elif st.op.tag == PACK_TAG:
+        elif st.op.tag == A_WORDS_TAG and anchor.op.attrs["whole_words"]:
+            s.compute_inline(st)
+        elif st.op.tag in (PACK_TAG, A_WORDS_TAG):
             parallel_copy(st)
     acc = local_accumulator(s, anchor, out)
     o = s[out]
     axes = list(o.op.axes)
     io, ii = o.split(axes[-2], mr * mb)
-    jo, ji = o.split(axes[-1], nr)
+    jo, ji = o.split(axes[-1], nr, whole=True)  # whole panels, as the product computes them
     o.reorder(*axes[:-2], jo, io, ii, ji)
     tile = o.fuse(*axes[:-2], jo, io)
     o.parallel(tile)
