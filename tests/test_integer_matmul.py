@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import quantize_dynamic
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 from autosched.compile.evaluate import compare, onnxruntime_session, sample_inputs
 from autosched.compile.kernel import build_kernel
@@ -111,17 +111,51 @@ def _dynamic_mlp(tmp_path):
     return path
 
 
-def test_a_dynamically_quantized_model_multiplies_bytes_on_vnni_targets_only(tmp_path):
-    graph = load_onnx(_dynamic_mlp(tmp_path))
+class _Calibration(CalibrationDataReader):
+    def __init__(self, name, shape):
+        self.feeds = iter([{name: RNG.standard_normal(shape).astype(np.float32)} for _ in range(4)])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def _static_gemm_mlp(tmp_path, activations, per_channel):
+    """Two Gemm layers (PyTorch's Linear: B transposed, a bias) quantized by onnxruntime's
+    `quantize_static` in its default QDQ format: each weight reaches the product dequantized."""
+    w1 = (RNG.standard_normal((128, 96)) * 0.1).astype(np.float32)
+    w2 = (RNG.standard_normal((40, 128)) * 0.1).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1)]
+    inits = {"w1": w1, "b1": RNG.standard_normal(128).astype(np.float32), "w2": w2,
+             "b2": RNG.standard_normal(40).astype(np.float32)}
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 96])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 40])],
+                              [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    float_path, path = tmp_path / "gemm_mlp.onnx", tmp_path / f"gemm_mlp_{activations}_{per_channel}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), float_path)
+    quantize_static(str(float_path), str(path), _Calibration("x", (8, 96)), quant_format=QuantFormat.QDQ,
+                    activation_type=activations, weight_type=QuantType.QInt8, per_channel=per_channel)
+    return path
+
+
+MODELS = {"dynamic": lambda tmp: _dynamic_mlp(tmp),
+          "qdq_s8": lambda tmp: _static_gemm_mlp(tmp, QuantType.QInt8, False),
+          "qdq_u8_per_channel": lambda tmp: _static_gemm_mlp(tmp, QuantType.QUInt8, True)}
+
+
+@pytest.mark.parametrize("form", sorted(MODELS))
+def test_quantized_models_multiply_bytes_on_vnni_targets_only(form, tmp_path):
+    graph = load_onnx(MODELS[form](tmp_path))
     ops = {isa: [n.op for n in optimize_for(graph, target).nodes] for isa, (target, _) in TARGETS.items()}
     assert ops["avx512_vnni"].count(Op.INTEGER_MATMUL) == 2 and ops["avx_vnni"].count(Op.INTEGER_MATMUL) == 2
     assert Op.INTEGER_MATMUL not in ops["avx2"]
 
 
-def test_a_dynamically_quantized_model_matches_onnxruntime(tmp_path):
+@pytest.mark.parametrize("form", sorted(MODELS))
+def test_quantized_models_match_onnxruntime(form, tmp_path):
     """Built for this host (int8 products where it has VNNI, float ones elsewhere), equal to
     onnxruntime's integer kernels within float rounding of the dequantized sums."""
-    path = _dynamic_mlp(tmp_path)
+    path = MODELS[form](tmp_path)
     graph = load_onnx(path)
     model = load_model(build_model(graph, tmp_path / "mlp.so").library)
     try:
@@ -129,6 +163,22 @@ def test_a_dynamically_quantized_model_matches_onnxruntime(tmp_path):
     finally:
         model.close()
     assert all(d.ok for d in diffs), diffs
+
+
+def test_dequantized_weights_give_back_their_integers_and_scales():
+    """A QDQ weight arrives multiplied out: Q · s is found again bit for bit (one scale, or one
+    per column), and a float weight that no int8 grid holds is left alone."""
+    from autosched.graph.passes.integer_matmul import _integer_weights
+
+    q = RNG.integers(-127, 128, (64, 24)).astype(np.int8)
+    q[0] = 127
+    for scale in (np.float32(0.0123), (RNG.random(24) * 0.05 + 0.001).astype(np.float32)):
+        weights = (q.astype(np.float32) * scale).astype(np.float32)
+        found = _integer_weights(weights)
+        assert found is not None
+        np.testing.assert_array_equal(found[0], q)
+        np.testing.assert_array_equal((found[0] * found[1]).astype(np.float32), weights)
+    assert _integer_weights(RNG.standard_normal((64, 24)).astype(np.float32)) is None
 
 
 @pytest.mark.parametrize("a_shape, n, in_place", [((64, 1024), 10, True), ((13, 30), 37, False)])
