@@ -60,3 +60,84 @@ def integer_range(graph: Graph, producers: dict[str, Node], name: str, depth: in
             return None
         return (a[0] + b[0], a[1] + b[1]) if node.op is Op.ADD else (a[0] - b[1], a[1] - b[0])
     return None
+
+
+#: values a byte holds
+BYTE_VALUES = 256
+
+
+def scaled_operand(graph: Graph, producers: dict[str, Node], name: str) -> tuple[float, str]:
+    """(s, A0) with value `name` = A0 · s for a scalar constant s (a DequantizeLinear's scale in
+    a QDQ model), or (1, `name`)."""
+    node = producers.get(name)
+    if node is not None and node.op is Op.MUL and len(node.inputs) == 2:
+        for k, operand in enumerate(node.inputs):
+            factor = graph.constants.get(operand)
+            other = node.inputs[1 - k]
+            if factor is not None and factor.size == 1 and graph.values[other].shape == graph.values[name].shape:
+                return float(factor.reshape(())), other
+    return 1.0, name
+
+
+#: the largest |q| of a quantized weight: int8's symmetric 127 (onnxruntime's default), its
+#: range's 128, and the 7-bit ones of `reduce_range`
+_WEIGHT_MAXIMA = (127.0, 128.0, 63.0, 64.0)
+
+
+def integer_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(Q, s) with `weight` = Q · s exactly in float32, Q int8 [k, n] and s one scale (shape ())
+    or one per column (shape (n,)), or None. A QDQ model's weight reaches here dequantized
+    (constant folding multiplied it out): its scale is recovered from each column's largest
+    magnitude over the quantized maximum, and kept only where Q · s gives every weight back
+    bit for bit (so the rewrite computes the model's own weights)."""
+    if weight.dtype != np.float32 or not np.all(np.isfinite(weight)):
+        return None
+    if np.all(weight == np.round(weight)) and weight.min() >= -128 and weight.max() <= 127:
+        return weight.astype(np.int8), np.array(1.0, np.float32)
+    for per_column in (False, True):
+        found = _column_scales(weight if per_column else weight.reshape(-1, 1))
+        if found is not None:
+            q, scale = found
+            return q.reshape(weight.shape), scale if per_column else scale.reshape(())
+    return None
+
+
+def _column_scales(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(Q int8, s float32 per column) with weight = Q · s bit for bit, column by column: each
+    column's scale is its largest magnitude over a quantized maximum, or one float32 step
+    either side of it (the float product rounded the largest weight), whichever gives the
+    column back; None where some column has none."""
+    peak = np.abs(weight).max(axis=0).astype(np.float64)
+    scales = np.where(peak == 0, np.float32(1), np.float32(0)).astype(np.float32)
+    open_ = peak > 0
+    for maximum in _WEIGHT_MAXIMA:
+        guess = (np.where(open_, peak, 1.0) / maximum).astype(np.float32)
+        for scale in (guess, np.nextafter(guess, np.float32(0)), np.nextafter(guess, np.float32(np.inf))):
+            q = np.round(weight / scale)
+            fits = (q.min(axis=0) >= -128) & (q.max(axis=0) <= 127) & np.all((q * scale).astype(np.float32) == weight,
+                                                                                  axis=0)
+            take = open_ & fits
+            scales[take] = scale[take]
+            open_ &= ~take
+            if not open_.any():
+                return np.round(weight / scales).astype(np.int8), scales
+    return None
+
+
+def bytes_and_offset(graph: Graph, producers: dict[str, Node], name: str) -> tuple[str, int, str | None] | None:
+    """(X, lo, Z) with value `name` = X - Z, X integers within lo .. lo + 255 and Z a scalar
+    float value (None: 0), or None where `name` is not of that form."""
+    bounds = integer_range(graph, producers, name)
+    if bounds is not None and bounds[1] - bounds[0] < BYTE_VALUES:
+        return name, bounds[0], None  # A itself
+    node = producers.get(name)
+    if node is None or node.op is not Op.SUB or len(node.inputs) != 2:
+        return None
+    x, zero = node.inputs
+    bounds = integer_range(graph, producers, x)
+    z = graph.values[zero]
+    if bounds is None or bounds[1] - bounds[0] >= BYTE_VALUES or z.size != 1 or z.dtype != "float32":
+        return None
+    if graph.values[x].shape != graph.values[name].shape:
+        return None  # the zero point broadcasts X, which the product would then read whole
+    return x, bounds[0], zero

@@ -8,7 +8,7 @@ dynamically quantized BERT layer ran at 2.6x autosched's time with float product
 threads). A MatMul, or a Gemm of an untransposed A, is rewritten where:
 
 - its weight W [k, n] is a constant Q · s with Q int8 and s one scale or one per column, bit
-  for bit (`_integer_weights`): a quantized weight less a zero zero point (what onnxruntime's
+  for bit (`graph.integers.integer_weights`): a quantized weight less a zero zero point (what onnxruntime's
   quantizer writes by default), dequantized and folded in a QDQ model;
 - A = (X - Z) · a with X provably integers within 256 consecutive values (`graph/integers.py`:
   the quantizing chain's clip), Z a scalar (the zero point, a constant or computed at run time
@@ -27,12 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autosched.graph.integers import integer_range
+from autosched.graph.integers import bytes_and_offset, integer_weights, scaled_operand
 from autosched.graph.ir import Graph, Node, Op, Value, toposort
 from autosched.graph.passes.rewrite import NewValues, rebuild
-
-#: values a byte holds
-BYTE_VALUES = 256
 
 
 @dataclass(frozen=True)
@@ -75,9 +72,9 @@ def integer_matmul(graph: Graph) -> Graph:
         product = _product(graph, node)
         if product is None or graph.values[product.a].dtype != "float32" or len(graph.values[product.a].shape) < 2:
             continue
-        a_scale, centred = _scaled(graph, producers, product.a)
-        split = _bytes_and_offset(graph, producers, centred)
-        weights = _integer_weights(product.weight)
+        a_scale, centred = scaled_operand(graph, producers, product.a)
+        split = bytes_and_offset(graph, producers, centred)
+        weights = integer_weights(product.weight)
         if split is None or weights is None:
             continue
         x, lo, zero = split
@@ -141,64 +138,3 @@ class _Emitter:
         name = self.value(f"{self.out.name}:{label}", array.shape, array.dtype.name)
         self.constants[name] = array
         return name
-
-
-def _scaled(graph: Graph, producers: dict[str, Node], name: str) -> tuple[float, str]:
-    """(s, A0) with value `name` = A0 · s for a scalar constant s (a DequantizeLinear's scale in
-    a QDQ model), or (1, `name`)."""
-    node = producers.get(name)
-    if node is not None and node.op is Op.MUL and len(node.inputs) == 2:
-        for k, operand in enumerate(node.inputs):
-            factor = graph.constants.get(operand)
-            other = node.inputs[1 - k]
-            if factor is not None and factor.size == 1 and graph.values[other].shape == graph.values[name].shape:
-                return float(factor.reshape(())), other
-    return 1.0, name
-
-
-#: the largest |q| of a quantized weight: int8's symmetric 127 (onnxruntime's default), its
-#: range's 128, and the 7-bit ones of `reduce_range`
-_WEIGHT_MAXIMA = (127.0, 128.0, 63.0, 64.0)
-
-
-def _integer_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(Q, s) with `weight` = Q · s exactly in float32, Q int8 [k, n] and s one scale (shape ())
-    or one per column (shape (n,)), or None. A QDQ model's weight reaches here dequantized
-    (constant folding multiplied it out): its scale is recovered from each column's largest
-    magnitude over the quantized maximum, and kept only where Q · s gives every weight back
-    bit for bit (so the rewrite computes the model's own weights)."""
-    if weight.dtype != np.float32 or not np.all(np.isfinite(weight)):
-        return None
-    if np.all(weight == np.round(weight)) and weight.min() >= -128 and weight.max() <= 127:
-        return weight.astype(np.int8), np.array(1.0, np.float32)
-    for per_column in (False, True):
-        peak = np.abs(weight).max(axis=0 if per_column else None).astype(np.float64)
-        for maximum in _WEIGHT_MAXIMA:
-            guess = (peak / maximum).astype(np.float32)
-            for scale in (guess, np.nextafter(guess, np.float32(0)), np.nextafter(guess, np.float32(np.inf))):
-                if np.any(scale == 0):
-                    break
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    q = np.round(weight / scale)
-                if q.min() >= -128 and q.max() <= 127 and np.array_equal((q * scale).astype(np.float32), weight):
-                    return q.astype(np.int8), scale.astype(np.float32)
-    return None
-
-
-def _bytes_and_offset(graph: Graph, producers: dict[str, Node], name: str) -> tuple[str, int, str | None] | None:
-    """(X, lo, Z) with value `name` = X - Z, X integers within lo .. lo + 255 and Z a scalar
-    float value (None: 0), or None where `name` is not of that form."""
-    bounds = integer_range(graph, producers, name)
-    if bounds is not None and bounds[1] - bounds[0] < BYTE_VALUES:
-        return name, bounds[0], None  # A itself
-    node = producers.get(name)
-    if node is None or node.op is not Op.SUB or len(node.inputs) != 2:
-        return None
-    x, zero = node.inputs
-    bounds = integer_range(graph, producers, x)
-    z = graph.values[zero]
-    if bounds is None or bounds[1] - bounds[0] >= BYTE_VALUES or z.size != 1 or z.dtype != "float32":
-        return None
-    if graph.values[x].shape != graph.values[name].shape:
-        return None  # the zero point broadcasts X, which the product would then read whole
-    return x, bounds[0], zero
