@@ -233,7 +233,7 @@ def _anchor_flops(graph: Graph, node: Node) -> int:
     shape = {name: graph.values[name].shape for name in (*node.inputs, *node.outputs)}
     out = shape[node.outputs[0]]
     out_size = math.prod(out)
-    if node.op in (Op.CONV, Op.CONV_NCHWC):
+    if node.op in (Op.CONV, Op.CONV_NCHWC, Op.INTEGER_CONV_NCHWC):
         weight = shape[node.inputs[1]]
         macs = out_size * math.prod(weight[1:])
         return 2 * macs + (out_size if len(node.inputs) == 3 else 0)

@@ -23,3 +23,13 @@ def runs_here(target: Target) -> bool:
 #: register shape (on an AVX2 host the two are the same)
 RUN_TARGETS = list({(t.capabilities.vector_bytes, t.capabilities.vector_registers): t
                     for t in (AVX2, HOST) if runs_here(t)}.values())
+
+
+def byte_dot_registers(library) -> set[str]:
+    """The register classes ("zmm", "ymm") of the vpdpbusd instructions (VNNI's int8 dot
+    products) in a built kernel's assembly; empty where it has none."""
+    import re
+    import subprocess
+
+    asm = subprocess.run(["objdump", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    return {m.group(1) for m in re.finditer(r"\svpdpbusd\s+%(\w{3})", asm)}

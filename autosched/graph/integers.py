@@ -14,6 +14,8 @@ from autosched.graph.ir import Graph, Node, Op
 
 #: producers looked through before giving up
 DEPTH = 5
+#: ops whose output holds values of their first input only (moved, or the largest of some)
+_SAME_VALUES = (Op.LAYOUT_TRANSFORM, Op.RESHAPE, Op.TRANSPOSE, Op.MAX_POOL, Op.IDENTITY)
 
 
 def integral(graph: Graph, producers: dict[str, Node], name: str, depth: int = DEPTH) -> bool:
@@ -27,6 +29,8 @@ def integral(graph: Graph, producers: dict[str, Node], name: str, depth: int = D
         return False
     if node.op in (Op.ROUND, Op.FLOOR, Op.CEIL):
         return True
+    if node.op in _SAME_VALUES:
+        return integral(graph, producers, node.inputs[0], depth - 1)
     if node.op is Op.CAST:
         return np.dtype(graph.values[node.inputs[0]].dtype).kind in "iub"
     if node.op in (Op.ADD, Op.SUB):
@@ -47,6 +51,8 @@ def integer_range(graph: Graph, producers: dict[str, Node], name: str, depth: in
         array = graph.constants[name]
         return (int(array.min()), int(array.max())) if array.size else None
     node = producers[name]
+    if node.op in _SAME_VALUES:
+        return integer_range(graph, producers, node.inputs[0], depth - 1)
     if node.op is Op.CAST:
         kind = np.dtype(graph.values[node.inputs[0]].dtype)
         return (0, 1) if kind.kind == "b" else (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
@@ -126,18 +132,19 @@ def _column_scales(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 
 def bytes_and_offset(graph: Graph, producers: dict[str, Node], name: str) -> tuple[str, int, str | None] | None:
     """(X, lo, Z) with value `name` = X - Z, X integers within lo .. lo + 255 and Z a scalar
-    float value (None: 0), or None where `name` is not of that form."""
+    float value (None: 0), or None where `name` is not of that form. A difference X - Z is
+    taken apart before `name` itself is taken as X: X is then the quantizer's own value (a
+    QOperator model's bytes cast to float), which the product can read as it is."""
+    node = producers.get(name)
+    if node is not None and node.op is Op.SUB and len(node.inputs) == 2:
+        x, zero = node.inputs
+        bounds = integer_range(graph, producers, x)
+        z = graph.values[zero]
+        # the shapes alike: a zero point that broadcast X would have the product read all of it
+        if (bounds is not None and bounds[1] - bounds[0] < BYTE_VALUES and z.size == 1 and z.dtype == "float32"
+                and graph.values[x].shape == graph.values[name].shape):
+            return x, bounds[0], zero
     bounds = integer_range(graph, producers, name)
     if bounds is not None and bounds[1] - bounds[0] < BYTE_VALUES:
-        return name, bounds[0], None  # A itself
-    node = producers.get(name)
-    if node is None or node.op is not Op.SUB or len(node.inputs) != 2:
-        return None
-    x, zero = node.inputs
-    bounds = integer_range(graph, producers, x)
-    z = graph.values[zero]
-    if bounds is None or bounds[1] - bounds[0] >= BYTE_VALUES or z.size != 1 or z.dtype != "float32":
-        return None
-    if graph.values[x].shape != graph.values[name].shape:
-        return None  # the zero point broadcasts X, which the product would then read whole
-    return x, bounds[0], zero
+        return name, bounds[0], None
+    return None

@@ -126,6 +126,7 @@ class Op(str, enum.Enum):
     # not ONNX: what layout planning (graph/passes/layout.py) rewrites convolutions and the
     # tensors between them into, channels cut into blocks that are the innermost axis
     CONV_NCHWC = "ConvNCHWc"
+    INTEGER_CONV_NCHWC = "IntegerConvNCHWc"  # uint8 by int8 into int32 (`graph/passes/integer_conv.py`)
     LAYOUT_TRANSFORM = "LayoutTransform"
     # not ONNX: a chain of copies composed into one (graph/passes/fuse_copies.py)
     COPY_CHAIN = "CopyChain"

@@ -33,23 +33,19 @@ DEFAULT_TILE = (8, 2, 2, 4)
 WORD = 4
 
 
-def _word(byte_at: Callable[[int], te.Expr], k: int, first) -> te.Expr:
-    """The uint32 word of bytes k = first .. first + 3 (`byte_at(t)` reads byte t as uint32),
-    zero past k."""
+def byte_word(byte_at: Callable[[int], te.Expr], valid: Callable[[int], te.Expr] | None = None) -> te.Expr:
+    """The uint32 word of four bytes, byte t = `byte_at(t)` (an int8 or uint8 element) in bits
+    8t .. 8t + 7, each 0 where `valid(t)` is false."""
     word = None
     for t in range(WORD):
-        byte = byte_at(t)
-        if k % WORD:
-            byte = te.select(first + t < k, byte, te.const(0, "uint32"))
+        x = byte_at(t)
+        byte = te.cast("uint32", x if x.dtype == "uint8" else te.cast("uint8", x))
+        if valid is not None:
+            byte = te.select(valid(t), byte, te.const(0, "uint32"))
         part = byte if t == 0 else call("shl", byte, te.const(8 * t, "uint32"))
         word = part if word is None else call("bitor", word, part)
     assert word is not None
     return word
-
-
-def _byte(x: te.Expr) -> te.Expr:
-    """An int8 or uint8 element as the uint32 of its byte."""
-    return te.cast("uint32", x if x.dtype == "uint8" else te.cast("uint8", x))
 
 
 def integer_matmul(a: Tensor, b: Tensor, nr: int, row_block: int, epilogue: Sequence[EpilogueFn] = (),
@@ -67,14 +63,20 @@ def integer_matmul(a: Tensor, b: Tensor, nr: int, row_block: int, epilogue: Sequ
     rows = -(-m // row_block) * row_block
     batch = a.shape[:-2]
 
+    def along_k(q, t):
+        """Step t of word q along k, inside k (its padding's bytes read the last, then are 0)."""
+        return te.min(q * WORD + t, k - 1) if k % WORD else q * WORD + t
+
+    def inside(q):
+        return (lambda t: q * WORD + t < k) if k % WORD else None
+
     def a_word(*i):
         row, q = te.min(i[-2], m - 1) if rows != m else i[-2], i[-1]
-        return _word(lambda t: _byte(a[i[:-2] + (row, te.min(q * WORD + t, k - 1) if k % WORD else q * WORD + t)]), k,
-                     q * WORD)
+        return byte_word(lambda t: a[i[:-2] + (row, along_k(q, t))], inside(q))
 
     def b_word(jo, q, jl):
         col = te.min(jo * nr + jl, n - 1) if n % nr else jo * nr + jl
-        return _word(lambda t: _byte(b[(te.min(q * WORD + t, k - 1) if k % WORD else q * WORD + t, col)]), k, q * WORD)
+        return byte_word(lambda t: b[(along_k(q, t), col)], inside(q))
 
     ap = te.compute(batch + (rows, kq), a_word, name=f"{a.name}_words", tag=A_WORDS_TAG)
     bp = te.compute((-(-n // nr), kq, nr), b_word, name=f"{b.name}_words", tag=PACK_TAG)

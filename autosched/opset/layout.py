@@ -11,9 +11,11 @@ import numpy as np
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.layout import blocked_shape, convert, plain_shape, to_blocked, to_plain
 from autosched.ops import conv_nchwc as conv_blocked
+from autosched.ops import integer_conv
 from autosched.ops.epilogue import apply_epilogue
 from autosched.opset.conv import conv_reference, conv_shape
 from autosched.opset.record import ComputeArgs, OpDef, OpKind, Shape, on_output
+from autosched.schedule import Schedule
 from autosched.te import Tensor
 
 
@@ -53,6 +55,30 @@ def _conv_compute(args: ComputeArgs) -> list[Tensor]:
     return [apply_epilogue(y, pre + args.epilogues)]
 
 
+def _integer_conv_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    x, w = inputs[0], inputs[1]
+    if (x.dtype, w.dtype) != ("uint8", "int8") or node.attrs["in_block"] % 4:
+        raise ValueError(f"expects uint8 input in blocks of a multiple of 4 and int8 weights, got {x.dtype} in blocks "
+                         f"of {node.attrs['in_block']} and {w.dtype}")
+    ((shape, _),) = _conv_shape(node, [Value(x.name, x.shape, "float32"), Value(w.name, w.shape, "float32")])
+    return [(shape, "int32")]
+
+
+def _integer_conv_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    """In float64 (exact at these sizes): the input less the padding's value, zero-padded,
+    plus that value times each filter's sum."""
+    value = attrs["pad_value"]
+    x = to_plain(args[0], attrs["in_block"]).astype(np.float64) - value
+    w = args[1].astype(np.float64)
+    y = conv_reference(attrs, [x, w])[0] + value * w.sum(axis=(1, 2, 3))[None, :, None, None]
+    return [to_blocked(y, attrs["out_block"]).astype(np.int32)]
+
+
+def _integer_conv_schedule(outs: list[Tensor], lanes: int) -> Schedule:
+    out = outs[0]
+    return integer_conv.schedule_integer_conv(out, lanes, *integer_conv.default_tile(out.shape[1], out.shape[3]))
+
+
 def _transform_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
     x = inputs[0]
     return [(blocked_shape(plain_shape(x.shape, node.attrs["src_block"]), node.attrs["dst_block"]), x.dtype)]
@@ -69,6 +95,9 @@ def _transform_compute(args: ComputeArgs) -> list[Tensor]:
 RECORDS: tuple[OpDef, ...] = (
     OpDef(Op.CONV_NCHWC, OpKind.ANCHOR, _conv_shape, _conv_reference, _conv_compute,
           on_output(conv_blocked.schedule_conv2d_blocked)),
+    # made by a CPU pass, never imported (`graph/passes/integer_conv.py`)
+    OpDef(Op.INTEGER_CONV_NCHWC, OpKind.ANCHOR, _integer_conv_shape, _integer_conv_reference,
+          lambda args: [integer_conv.integer_conv_of(args.inputs[0], args.inputs[1], args.attrs, args.epilogues)], _integer_conv_schedule),
     OpDef(Op.LAYOUT_TRANSFORM, OpKind.INJECTIVE, _transform_shape, _transform_reference, _transform_compute,
           on_output(conv_blocked.schedule_layout_transform)),
 )

@@ -23,6 +23,7 @@ from autosched.graph.passes.fold_pad import fold_pad
 from autosched.graph.passes.fold_views import fold_views
 from autosched.graph.passes.fuse import FusedGroup, fuse
 from autosched.graph.passes.fuse_copies import fuse_copies
+from autosched.graph.passes.integer_conv import integer_conv
 from autosched.graph.passes.integer_matmul import integer_matmul
 from autosched.graph.passes.layout import plan_layout
 from autosched.graph.passes.lift_1d import lift_1d
@@ -58,6 +59,7 @@ __all__ = [
     "matmul_rows",
     "fuse",
     "fuse_copies",
+    "integer_conv",
     "integer_matmul",
     "optimize",
     "optimize_for",
@@ -115,7 +117,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     products too small to fill the GPU are split along K (`split_k`), and MatMuls read both
     operands through their views (a GPU kernel stages both through shared memory anyway).
     With `byte_dot` (a CPU target that multiplies bytes four at a time, `CpuCapabilities.byte_dot`),
-    MatMuls of quantized integers become int8 products (`integer_matmul`).
+    MatMuls and blocked convolutions of quantized integers become int8 products
+    (`integer_matmul`, `integer_conv`).
     """
     graph = remove_identity(graph)
     graph = fold_constants(graph)
@@ -135,4 +138,6 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     if pointwise_rows:
         graph = flatten_pointwise(graph, layout_lanes)
     graph = fold_conv_windows(graph)
+    if byte_dot:
+        graph = eliminate_dead_code(integer_conv(graph))
     return fuse_copies(collapse_views(graph))  # the rearrangement's views merge with those beside them

@@ -23,13 +23,14 @@ below 2^24.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from autosched.graph.integers import bytes_and_offset, integer_weights, scaled_operand
-from autosched.graph.ir import Graph, Node, Op, Value, toposort
-from autosched.graph.passes.rewrite import NewValues, rebuild
+from autosched.graph.ir import Graph, Node, Op, toposort
+from autosched.graph.passes.rewrite import Emitter, NewValues, rebuild
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,88 @@ class _Product:
     beta: float = 1.0
 
 
+def as_bytes(emit: Emitter, graph: Graph, producers: dict[str, Node], name: str, lo: int,
+             made: dict[tuple[str, int], str]) -> str:
+    """X (value `name`) - lo as uint8, X holding integers from lo on: the uint8 value X was cast
+    from where there is one, else one conversion for all the products that read X (BERT's Q,
+    K and V projections), kept in `made`."""
+    x = graph.values[name]
+    cast = producers.get(name)
+    if lo == 0 and cast is not None and cast.op is Op.CAST:
+        origin = graph.values[cast.inputs[0]]
+        if origin.dtype == "uint8" and origin.shape == x.shape:
+            return origin.name  # the bytes X was cast from (a QOperator model's activations)
+    if (x.name, lo) not in made:
+        source = x.name
+        if lo:
+            source = emit.value(f"{x.name}:bytes", x.shape, "float32")
+            emit.nodes.append(Node(f"{emit.node.name}/bytes", Op.ADD,
+                                   (x.name, emit.constant("least", np.array(-lo, np.float32))), (source,)))
+        made[x.name, lo] = emit.value(f"{x.name}:uint8", x.shape, "uint8")
+        emit.nodes.append(Node(f"{emit.node.name}/uint8", Op.CAST, (source,), (made[x.name, lo],), {"to": "uint8"}))
+    return made[x.name, lo]
+
+
+@dataclass(frozen=True)
+class Offset:
+    """What the int8 product's sums carry beyond the float product's: (Z - lo) times each
+    output's weight sum, Z the zero point (None: 0; a constant, or a value computed at run time)."""
+
+    lo: int
+    zero: str | None
+    weight_sums: np.ndarray  # int64, one per output column or channel
+    zero_shape: tuple[int, ...] = ()  # the zero point's (one value)
+
+
+def finish_integer_product(emit: Emitter, sums: str, offset: Offset, scale: np.ndarray, bias: np.ndarray | None,
+                           shaped: Callable[[np.ndarray], np.ndarray]) -> None:
+    """The steps from the int8 product's int32 `sums` to the float product's output: the
+    offset taken off in int32 (exact, as onnxruntime's accumulator; the bytes' sums, larger than
+    the centred ones, exceed float32's 2^24 on a wide reduction), with the bias where it is a
+    constant of integers and no scale comes between (QOperator's int32 bias), then the cast,
+    the scale and a float bias. `shaped` gives a per-output vector the output's broadcast shape."""
+    constants = emit.constants
+    known = 0.0 if offset.zero is None else float(constants[offset.zero].reshape(())) if offset.zero in constants else None
+    scaled = bool(np.any(scale != 1.0))
+    int_bias = None
+    if bias is not None and not scaled and np.all(bias == np.round(bias)) and np.all(np.abs(bias) < 2**31):
+        int_bias = bias.astype(np.int64)
+        bias = None
+    subtrahend: str | None = None
+    if known is not None:
+        total = (int(known) - offset.lo) * offset.weight_sums - (0 if int_bias is None else int_bias)
+        if np.any(total):
+            subtrahend = emit.constant("offset", shaped(total.astype(np.int32)))
+    else:
+        assert offset.zero is not None
+        zero = emit.step("zero_point", Op.CAST, (offset.zero,), {"to": "int32"}, dtype="int32",
+                         shape=offset.zero_shape)
+        if offset.lo:
+            zero = emit.step("zero_point_less_least", Op.SUB, (zero, emit.constant("least", np.array(offset.lo, np.int32))),
+                             dtype="int32", shape=offset.zero_shape)
+        subtrahend = emit.step("offset", Op.MUL, (zero, emit.constant("weight_sums", shaped(offset.weight_sums.astype(np.int32)))),
+                               dtype="int32", shape=shaped(offset.weight_sums).shape)
+        if int_bias is not None:
+            subtrahend = emit.step("offset_less_bias", Op.SUB, (subtrahend, emit.constant("bias", shaped(int_bias.astype(np.int32)))),
+                                   dtype="int32", shape=shaped(offset.weight_sums).shape)
+    steps = [scaled, bias is not None]
+    if subtrahend is not None:
+        sums = emit.step("centred", Op.SUB, (sums, subtrahend), dtype="int32")
+    result = emit.step("float", Op.CAST, (sums,), {"to": "float32"}, last=not any(steps))
+    if scaled:
+        result = emit.step("scaled", Op.MUL, (result, emit.constant("scale", shaped(scale))), last=not steps[1])
+    if bias is not None:
+        emit.step("biased", Op.ADD, (result, emit.constant("bias", shaped(bias.astype(np.float32)))), last=True)
+
+
 def _product(graph: Graph, node: Node) -> _Product | None:
     """`node` as a `_Product`: a MatMul without operand views of a 2-D constant, or a Gemm whose
     A is not transposed and whose B is a constant."""
     if node.op is Op.MATMUL and not node.attrs and len(node.inputs) == 2:
         weight = graph.constants.get(node.inputs[1])
         return _Product(node.inputs[0], weight) if weight is not None and weight.ndim == 2 else None
-    if node.op is Op.GEMM and not node.attrs.get("transA", 0) and node.inputs[1] in graph.constants:
-        if len(node.inputs) > 2 and node.attrs.get("beta", 1.0) != 1.0 and node.inputs[2] not in graph.constants:
-            return None  # beta times a computed C: a node of its own, not worth it
+    if (node.op is Op.GEMM and not node.attrs.get("transA", 0)
+            and all(name in graph.constants for name in node.inputs[1:])):  # B and C constants
         weight = graph.constants[node.inputs[1]]
         return _Product(node.inputs[0], weight.T if node.attrs.get("transB", 0) else weight,
                         float(node.attrs.get("alpha", 1.0)), node.inputs[2] if len(node.inputs) > 2 else None,
@@ -79,62 +153,16 @@ def integer_matmul(graph: Graph) -> Graph:
             continue
         x, lo, zero = split
         integers, w_scale = weights
-        emit = _Emitter(node, graph.values[node.outputs[0]], constants, value)
-        new, step, constant = emit.nodes, emit.step, emit.constant
-        if (x, lo) not in bytes_of:  # one conversion for the products that share A (Q, K and V)
-            source = x
-            if lo:
-                source = value(f"{x}:bytes", graph.values[x].shape, "float32")
-                new.append(Node(f"{node.name}/bytes", Op.ADD, (x, constant("least", np.array(-lo, np.float32))),
-                                (source,)))
-            bytes_of[x, lo] = value(f"{x}:uint8", graph.values[x].shape, "uint8")
-            new.append(Node(f"{node.name}/uint8", Op.CAST, (source,), (bytes_of[x, lo],), {"to": "uint8"}))
+        emit = Emitter(node, graph.values[node.outputs[0]], constants, value)
+        new, constant = emit.nodes, emit.constant
         sums = value(f"{emit.out.name}:int32", emit.out.shape, "int32")
-        new.append(Node(f"{node.name}/integer", Op.INTEGER_MATMUL, (bytes_of[x, lo], constant("int8", integers)),
-                        (sums,)))
-        scale = (a_scale * product.alpha * w_scale).astype(np.float32)
-        column_sums = integers.astype(np.float64).sum(axis=0)
-        # the zero point where it is known before run time (0 where A is X itself)
-        known = 0.0 if zero is None else float(constants[zero].reshape(())) if zero in constants else None
-        scaled = np.any(scale != 1.0)
-        stages = [known != lo, scaled, product.bias is not None]  # which steps follow the cast
-        result = step("float", Op.CAST, (sums,), {"to": "float32"}, last=not any(stages))
-        if stages[0]:
-            if known is not None:
-                correction = constant("zero_point_sums", ((known - lo) * column_sums).astype(np.float32))
-            else:
-                assert zero is not None
-                if lo:
-                    zero = step("zero_point", Op.SUB, (zero, constant("least_value", np.array(lo, np.float32))))
-                correction = step("correction", Op.MUL, (zero, constant("column_sums", column_sums.astype(np.float32))))
-            result = step("corrected", Op.SUB, (result, correction), last=not any(stages[1:]))
-        if scaled:
-            result = step("scaled", Op.MUL, (result, constant("scale", scale)), last=not stages[2])
-        if product.bias is not None:
-            bias = product.bias
-            if product.beta != 1.0:
-                bias = constant("bias", (product.beta * constants[bias]).astype(np.float32))
-            step("biased", Op.ADD, (result, bias), last=True)
+        new.append(Node(f"{node.name}/integer", Op.INTEGER_MATMUL,
+                        (as_bytes(emit, graph, producers, x, lo, bytes_of), constant("int8", integers)), (sums,)))
+        bias = None if product.bias is None else (product.beta * constants[product.bias]).astype(np.float32)
+        finish_integer_product(emit, sums, Offset(lo, zero, integers.astype(np.int64).sum(axis=0), graph.values[zero].shape if zero else ()),
+                               (a_scale * product.alpha * w_scale).astype(np.float32), bias, lambda v: v)
         replaced[node.name] = new
     if not replaced:
         return graph
     nodes = [m for node in graph.nodes for m in replaced.get(node.name, (node,))]
     return rebuild(graph, toposort(nodes, [*(v.name for v in graph.inputs), *constants]), constants, value.values)
-
-
-class _Emitter:
-    """The nodes that replace one product, each named after it; the last writes its output."""
-
-    def __init__(self, node: Node, out: Value, constants: dict[str, np.ndarray], value: NewValues) -> None:
-        self.node, self.out, self.constants, self.value = node, out, constants, value
-        self.nodes: list[Node] = []
-
-    def step(self, label: str, op: Op, inputs: tuple[str, ...], attrs: dict | None = None, last: bool = False) -> str:
-        name = self.out.name if last else self.value(f"{self.out.name}:{label}", self.out.shape, "float32")
-        self.nodes.append(Node(f"{self.node.name}/{label}", op, inputs, (name,), attrs or {}))
-        return name
-
-    def constant(self, label: str, array: np.ndarray) -> str:
-        name = self.value(f"{self.out.name}:{label}", array.shape, array.dtype.name)
-        self.constants[name] = array
-        return name

@@ -75,3 +75,23 @@ class NewValues:
         self.taken.add(name)
         self.values.append(Value(name, shape, dtype))
         return name
+
+
+class Emitter:
+    """The nodes that replace one node, each named after it, the values they add named after its
+    output, which the last one writes (`last=True`)."""
+
+    def __init__(self, node: Node, out: Value, constants: dict[str, np.ndarray], value: NewValues) -> None:
+        self.node, self.out, self.constants, self.value = node, out, constants, value
+        self.nodes: list[Node] = []
+
+    def step(self, label: str, op: Op, inputs: tuple[str, ...], attrs: dict | None = None, last: bool = False,
+             dtype: str = "float32", shape: tuple[int, ...] | None = None) -> str:
+        name = self.out.name if last else self.value(f"{self.out.name}:{label}", self.out.shape if shape is None else shape, dtype)
+        self.nodes.append(Node(f"{self.node.name}/{label}", op, inputs, (name,), attrs or {}))
+        return name
+
+    def constant(self, label: str, array: np.ndarray) -> str:
+        name = self.value(f"{self.out.name}:{label}", array.shape, array.dtype.name)
+        self.constants[name] = array
+        return name
