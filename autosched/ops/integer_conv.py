@@ -24,17 +24,33 @@ from autosched.schedule import Schedule, create_schedule
 from autosched.te import Tensor
 
 INTEGER_CONV_TAG = "integer_conv_nchwc"
-#: accumulators per register tile of the untuned kernel: two output blocks by seven or eight
-#: pixels (28 spilled: 0.72 against 0.30 ms for a 64-channel 56x56 3x3 layer, Xeon, 2 threads)
+#: the untuned kernel's register tile: four output blocks (one vector each) by four pixels, 16
+#: accumulators; per step of the reduction 4 filter vectors and 4 pixel words feed 16 vpdpbusd.
+#: Timed alone (`LocalRunner`, weights folded, Xeon, 2 threads) on a uint8 ResNet-18's layers
+#: against two blocks by a row of 7 or 8 pixels: 56x56 and 28x28 maps 0.204 and 0.229 ms with
+#: the pixels a column of 4 against 0.296 and 0.298 (a row of 8: 28 accumulators spilled, 0.72),
+#: 14x14 0.361 with a 2x2 square against 0.481 (the column 0.521), stride-2 layers alike
+OC_TILE = 4
 DEFAULT_ACCUMULATORS = 16
+#: rows of output from which the pixels of a tile are a column rather than a square
+COLUMN_ROWS = 28
 
 
-def default_tile(out_blocks: int, width: int) -> tuple[int, int, int]:
-    """(oc_tile, tile_oh, tile_ow) of the untuned kernel: two output blocks where there are
-    two, by the widest run of pixels of a row that divides it within `DEFAULT_ACCUMULATORS`."""
-    oc_tile = 2 if out_blocks % 2 == 0 else 1
-    limit = DEFAULT_ACCUMULATORS // oc_tile
-    return oc_tile, 1, max(d for d in range(1, min(width, limit) + 1) if width % d == 0)
+def default_tile(out_blocks: int, rows: int, width: int, taps: int) -> tuple[int, int, int]:
+    """(oc_tile, tile_oh, tile_ow) of the untuned kernel. A filter of several taps: as many of
+    `OC_TILE` output blocks as divide them, by four pixels (a column on maps of `COLUMN_ROWS`
+    rows or more, a 2x2 square below, a row where there is one row). A 1x1 filter (one tap):
+    two blocks by the widest divisor of the row within 16 accumulators, which MobileNetV2's
+    pointwise layers ran faster with (its uint8 model 0.88x and 0.92x as fast in two
+    alternated runs with the four-block tile)."""
+    if taps == 1:
+        oc_tile = 2 if out_blocks % 2 == 0 else 1
+        limit = DEFAULT_ACCUMULATORS // oc_tile
+        return oc_tile, 1, max(d for d in range(1, min(width, limit) + 1) if width % d == 0)
+    oc_tile = next(t for t in (OC_TILE, 2, 1) if out_blocks % t == 0)
+    if rows == 1:
+        return oc_tile, 1, min(4, width)
+    return (oc_tile, 4, 1) if rows >= COLUMN_ROWS else (oc_tile, 2, min(2, width))
 
 
 def integer_conv_nchwc(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from autosched import te
 from autosched.graph.ir import Node, Op, Value
 from autosched.graph.layout import blocked_shape, convert, plain_shape, to_blocked, to_plain
 from autosched.ops import conv_nchwc as conv_blocked
@@ -76,7 +77,10 @@ def _integer_conv_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) ->
 
 def _integer_conv_schedule(outs: list[Tensor], lanes: int) -> Schedule:
     out = outs[0]
-    return integer_conv.schedule_integer_conv(out, lanes, *integer_conv.default_tile(out.shape[1], out.shape[3]))
+    taps = next(t for t in te.post_order(outs) if getattr(t.op, "tag", "") == integer_conv.INTEGER_CONV_TAG)
+    kh, kw = (axis.extent for axis in taps.compute_op.reduce_axes[1:3])
+    _, blocks, rows, width, _ = out.shape
+    return integer_conv.schedule_integer_conv(out, lanes, *integer_conv.default_tile(blocks, rows, width, kh * kw))
 
 
 def _transform_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:

@@ -86,6 +86,12 @@ def inline_epilogue(s: Schedule, out: Tensor, tags: Sequence[str] = ()) -> None:
             s.compute_inline(st)
 
 
+def nearest(values: tuple[int, ...], wanted: int) -> int:
+    """The knob value nearest `wanted`, the larger of two as near (a fallback's rule of thumb
+    mapped onto the task's space)."""
+    return min(values, key=lambda v: (abs(v - wanted), -v))
+
+
 def divisors(n: int, at_most: int | None = None) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0 and (at_most is None or d <= at_most))
 

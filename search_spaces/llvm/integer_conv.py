@@ -14,7 +14,7 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from autosched.templates import TemplateError
-from search_spaces.llvm.common import CpuTemplate, check_register_tile, cpu_capabilities, task_tensors
+from search_spaces.llvm.common import CpuTemplate, check_register_tile, cpu_capabilities, nearest, task_tensors
 
 OC_TILES = (1, 2, 4)
 ROW_TILES = (1, 2, 4)
@@ -39,15 +39,12 @@ class IntegerConvTemplate(CpuTemplate):
         ))
 
     def fallback(self, task: Task, target: Target) -> Config:
-        """`ic.default_tile`: two output blocks by the widest divisor of the row within 16
-        accumulators, where the space has it (else its widest column tile within them)."""
-        _, blocks, _, ow, _ = _out(task)
+        """`ic.default_tile`, each knob the nearest value the task's space has."""
+        _, blocks, oh, ow, _ = _out(task)
         space = self.space(task, target)
-        oc_tile, tile_oh, tile_ow = ic.default_tile(blocks, ow)
-        columns = space.knob("tile_ow").values
-        if tile_ow not in columns:
-            tile_ow = max(c for c in columns if c * oc_tile <= ic.DEFAULT_ACCUMULATORS)
-        return space.from_values({"oc_tile": oc_tile, "tile_oh": tile_oh, "tile_ow": tile_ow})
+        taps = task.shapes[1][2] * task.shapes[1][3]
+        wanted = dict(zip(("oc_tile", "tile_oh", "tile_ow"), ic.default_tile(blocks, oh, ow, taps)))
+        return space.from_values({name: nearest(space.knob(name).values, want) for name, want in wanted.items()})
 
     def register_tile(self, task: Task, config: Config, target: Target) -> int:
         return config["oc_tile"] * config["tile_oh"] * config["tile_ow"]

@@ -14,7 +14,7 @@ from autosched.target import Target
 from autosched.task import Task
 from autosched.te import Tensor
 from autosched.templates import TemplateError
-from search_spaces.llvm.common import CpuTemplate, check_register_tile, cpu_capabilities, task_tensors
+from search_spaces.llvm.common import CpuTemplate, check_register_tile, cpu_capabilities, nearest, task_tensors
 
 MR_CHOICES = (1, 2, 4, 6, 8, 12, 16)
 NR_VECTORS = (1, 2, 3, 4)
@@ -28,11 +28,6 @@ def _dims(task: Task) -> tuple[int, int, int]:
         raise TemplateError(f"the integer matmul template does not handle op {task.op}")
     a, b = task.shapes[0], task.shapes[1]
     return a[-2], b[1], a[-1]
-
-
-def _nearest(values: tuple[int, ...], wanted: int) -> int:
-    """The value nearest `wanted`, the larger of two as near."""
-    return min(values, key=lambda v: (abs(v - wanted), -v))
 
 
 class IntegerMatmulTemplate(CpuTemplate):
@@ -56,7 +51,7 @@ class IntegerMatmulTemplate(CpuTemplate):
         lanes = cpu_capabilities(target).lanes(4)
         mr, mb, vectors, k_unroll = imm.DEFAULT_TILE
         wanted = {"mr": mr, "nr": vectors * lanes, "mb": mb, "k_unroll": k_unroll}
-        return space.from_values({name: _nearest(space.knob(name).values, want) for name, want in wanted.items()})
+        return space.from_values({name: nearest(space.knob(name).values, want) for name, want in wanted.items()})
 
     def register_tile(self, task: Task, config: Config, target: Target) -> int:
         return config["mr"] * -(-config["nr"] // cpu_capabilities(target).lanes(4))
