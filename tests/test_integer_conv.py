@@ -99,20 +99,22 @@ class _Calibration(CalibrationDataReader):
 
 
 def _quantized_cnn(tmp_path, fmt, activations):
-    """Two 3x3 convolutions with biases and a ReLU between, 32 channels on 12x12, quantized by
-    onnxruntime's `quantize_static` (per-channel weights)."""
-    inits = {"w1": (RNG.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32),
+    """A first layer (an RGB image's 3 channels, 7x7, stride 2) and a 3x3 convolution of 32
+    channels, with biases and a ReLU between, quantized by onnxruntime's `quantize_static`
+    (per-channel weights)."""
+    inits = {"w1": (RNG.standard_normal((32, 3, 7, 7)) * 0.1).astype(np.float32),
              "b1": RNG.standard_normal(32).astype(np.float32),
              "w2": (RNG.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32),
              "b2": RNG.standard_normal(32).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h"], ["r"]),
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], pads=[3, 3, 3, 3], strides=[2, 2]),
+             helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("Conv", ["r", "w2", "b2"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 12, 12])],
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 24, 24])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 6, 6])],
                               [numpy_helper.from_array(a, n) for n, a in inits.items()])
     float_path, path = tmp_path / "cnn.onnx", tmp_path / f"cnn_{fmt}_{activations}.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), float_path)
-    quantize_static(str(float_path), str(path), _Calibration((1, 32, 12, 12)),
+    quantize_static(str(float_path), str(path), _Calibration((1, 3, 24, 24)),
                     quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                     activation_type=activations, weight_type=QuantType.QInt8, per_channel=True)
     return path

@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from autosched.graph.integers import bytes_and_offset, integer_weights, scaled_operand
-from autosched.graph.ir import Graph, Node, Op, toposort
+from autosched.graph.ir import Graph, Node, Op, Value, toposort
 from autosched.graph.passes.integer_matmul import Offset, as_bytes, finish_integer_product
 from autosched.graph.passes.rewrite import Emitter, NewValues, rebuild
 from autosched.ops.integer_matmul import WORD
@@ -73,6 +73,9 @@ def integer_conv(graph: Graph) -> Graph:
                 emit.nodes.append(Node(f"{node.name}/blocked", Op.LAYOUT_TRANSFORM, (source,), (blocked_of[key],),
                                        transform.attrs))
             source = blocked_of[key]
+        elif attrs["in_block"] == 0:  # a plain input (a first layer's 3 channels): words of 4 channels
+            source, q = _in_words(emit, Value(source, graph.values[x].shape, "uint8"), q)
+            attrs["in_block"] = WORD
         emit.nodes.append(Node(f"{node.name}/integer", Op.INTEGER_CONV_NCHWC, (source, emit.constant("int8", q)),
                                (sums,), {**attrs, "group": 1, "pad_value": int(known - lo)}))
         bias = constants[node.inputs[2]] if len(node.inputs) > 2 else None
@@ -92,11 +95,31 @@ def _blocked(channels: int, block: int, per_channel: np.ndarray) -> np.ndarray:
     return values.reshape(1, channels // block, 1, 1, block).copy()
 
 
+def _in_words(emit: Emitter, x: Value, q: np.ndarray) -> tuple[str, np.ndarray]:
+    """Plain NCHW bytes `x` as NCHW4c, its channels padded to whole words (the padding's filter
+    taps 0), and the filters `q` padded alike: a first layer's RGB image read a word per pixel.
+    In float the 3-channel 7x7 layer of a uint8 ResNet-18 took 1.05 ms against onnxruntime's
+    0.85 (Xeon, 2 threads)."""
+    n, c, h, w = x.shape
+    words = -(-c // WORD) * WORD
+    if words != c:
+        padded = emit.value(f"{x.name}:channel_words", (n, words, h, w), "uint8")
+        emit.nodes.append(Node(f"{emit.node.name}/channel_words", Op.PAD, (x.name,), (padded,),
+                               {"pads": (0, 0, 0, 0, 0, words - c, 0, 0), "mode": "constant", "value": 0}))
+        q = np.concatenate([q, np.zeros((q.shape[0], words - c, *q.shape[2:]), q.dtype)], axis=1)
+    else:
+        padded = x.name
+    blocked = emit.value(f"{x.name}@nchw{WORD}c", (n, words // WORD, h, w, WORD), "uint8")
+    emit.nodes.append(Node(f"{emit.node.name}/words", Op.LAYOUT_TRANSFORM, (padded,), (blocked,),
+                           {"src_block": 0, "dst_block": WORD}))
+    return blocked, q
+
+
 def _eligible(graph: Graph, node: Node) -> bool:
-    """A dense blocked convolution of whole words of channels, constant filters and bias, and
-    a float input not read through a window."""
+    """A dense convolution of whole words of channels (blocked) or of a plain input (`_in_words`),
+    constant filters and bias, and a float input not read through a window."""
     attrs = node.attrs
     return (node.op is Op.CONV_NCHWC and attrs.get("group", 1) == 1 and not any(attrs.get("crop", (0, 0, 0, 0)))
-            and attrs.get("in_block", 0) > 0 and attrs["in_block"] % WORD == 0 and attrs["out_block"] % WORD == 0
+            and attrs.get("in_block", 0) % WORD == 0 and attrs["out_block"] % WORD == 0
             and all(name in graph.constants for name in node.inputs[1:])
             and graph.values[node.inputs[0]].dtype == "float32")
