@@ -29,20 +29,20 @@ INTEGER_CONV_TAG = "integer_conv_nchwc"
 #: Timed alone (`LocalRunner`, weights folded, Xeon, 2 threads) on a uint8 ResNet-18's layers
 #: against two blocks by a row of 7 or 8 pixels: 56x56 and 28x28 maps 0.204 and 0.229 ms with
 #: the pixels a column of 4 against 0.296 and 0.298 (a row of 8: 28 accumulators spilled, 0.72),
-#: 14x14 0.361 with a 2x2 square against 0.481 (the column 0.521), stride-2 layers alike
+#: 14x14 0.231-0.361 with a 2x2 square against 0.247-0.481 (the column, which 14 rows do not
+#: hold whole, 0.273-0.521), 7x7 0.521 with the column against 0.648 with the square (neither
+#: divides 7), stride-2 layers alike
 OC_TILE = 4
 DEFAULT_ACCUMULATORS = 16
-#: rows of output from which the pixels of a tile are a column rather than a square
-COLUMN_ROWS = 28
 
 
 def default_tile(out_blocks: int, rows: int, width: int, taps: int) -> tuple[int, int, int]:
     """(oc_tile, tile_oh, tile_ow) of the untuned kernel. A filter of several taps: as many of
-    `OC_TILE` output blocks as divide them, by four pixels (a column on maps of `COLUMN_ROWS`
-    rows or more, a 2x2 square below, a row where there is one row). A 1x1 filter (one tap):
-    two blocks by the widest divisor of the row within 16 accumulators, which MobileNetV2's
-    pointwise layers ran faster with (its uint8 model 0.88x and 0.92x as fast in two
-    alternated runs with the four-block tile)."""
+    `OC_TILE` output blocks as divide them, by four pixels: a column where 4 divides the rows,
+    else a 2x2 square where 2 divides both sides, else a column (a row where there is one
+    row). A 1x1 filter (one tap): two blocks by the widest divisor of the row within 16
+    accumulators, which MobileNetV2's pointwise layers ran faster with (its uint8 model 0.88x
+    and 0.92x as fast in two alternated runs with the four-block tile)."""
     if taps == 1:
         oc_tile = 2 if out_blocks % 2 == 0 else 1
         limit = DEFAULT_ACCUMULATORS // oc_tile
@@ -50,7 +50,9 @@ def default_tile(out_blocks: int, rows: int, width: int, taps: int) -> tuple[int
     oc_tile = next(t for t in (OC_TILE, 2, 1) if out_blocks % t == 0)
     if rows == 1:
         return oc_tile, 1, min(4, width)
-    return (oc_tile, 4, 1) if rows >= COLUMN_ROWS else (oc_tile, 2, min(2, width))
+    if rows % 4 and rows % 2 == 0 and width % 2 == 0:
+        return oc_tile, 2, 2
+    return oc_tile, 4, 1
 
 
 def integer_conv_nchwc(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
