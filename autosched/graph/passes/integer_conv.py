@@ -48,7 +48,7 @@ def integer_conv(graph: Graph) -> Graph:
         a_scale, centred = scaled_operand(graph, producers, transform.inputs[0] if transform else node.inputs[0])
         split = bytes_and_offset(graph, producers, centred)
         filters = constants[node.inputs[1]]
-        weights = integer_weights(filters.reshape(filters.shape[0], -1).T.copy())
+        weights = None if split is None else integer_weights(filters.reshape(filters.shape[0], -1).T.copy())
         if split is None or weights is None:
             continue
         x, lo, zero = split

@@ -148,7 +148,8 @@ def integer_matmul(graph: Graph) -> Graph:
             continue
         a_scale, centred = scaled_operand(graph, producers, product.a)
         split = bytes_and_offset(graph, producers, centred)
-        weights = integer_weights(product.weight)
+        # the weight factored only for a quantized activation: a float model's weights are not
+        weights = None if split is None else integer_weights(product.weight)
         if split is None or weights is None:
             continue
         x, lo, zero = split
