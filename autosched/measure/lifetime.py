@@ -12,6 +12,9 @@ import ctypes
 import os
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _PR_SET_PDEATHSIG = 1
 
@@ -28,3 +31,28 @@ def die_with_parent(parent_pid: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while children are forked, and deliver them after.
+
+    Blocking them in this thread is not enough: the kernel hands a process's signal to any thread
+    that does not block it (an OpenMP or BLAS worker), Python's handler then runs in the main
+    thread at its next bytecode, and a KeyboardInterrupt raised inside `multiprocessing.Pool()`
+    left forked workers and the pool's threads behind, which the interpreter then waited on at
+    exit for ever (CI, a Ctrl-C in the first build of a tune). So the handlers only record the
+    signals meanwhile; children fork with both blocked and unblock them in `die_with_parent`."""
+    caught: list[int] = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in signums} if main else {}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for pending in dict.fromkeys(caught):
+            signal.raise_signal(pending)  # now to the handler it was meant for

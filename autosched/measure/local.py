@@ -30,7 +30,7 @@ from autosched.lower.ir import PrimFunc
 from autosched.measure.caches import CACHE_MODES, llc_bytes
 from autosched.measure.fold import constant_inputs, fold_weights
 from autosched.measure.interface import Builder, Runner
-from autosched.measure.lifetime import die_with_parent
+from autosched.measure.lifetime import die_with_parent, signals_deferred
 from autosched.measure.record import BuildResult, ErrorKind, MeasureInput, MeasureResult, TaskLike
 from autosched.schedule import ScheduleError
 from autosched.tempdirs import temp_dir
@@ -111,16 +111,12 @@ class LocalBuilder(Builder):
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         cache = str(self.cache_dir) if self.cache_dir else None
-        # fork: templates registered at run time (tests, plugins) exist in the children too. SIGINT
-        # and SIGTERM stay blocked until the children have their own dispositions, so Ctrl-C or a
-        # kill now is the parent's alone; one arriving meanwhile interrupts once `pool` is set.
+        # fork: templates registered at run time (tests, plugins) exist in the children too. A
+        # Ctrl-C or a kill while the pool starts interrupts once `pool` is set (`signals_deferred`).
         pool, finished = None, False
         try:
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            try:
+            with signals_deferred():
                 pool = multiprocessing.get_context("fork").Pool(self.n_parallel, die_with_parent, (os.getpid(),))
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             pending = [pool.apply_async(self.build_one, (inp, self.instantiate, cache, self.timeout))
                        for inp in inputs]
             out = [self._result(p) for p in pending]
@@ -222,9 +218,10 @@ class LocalRunner(Runner):
     # --- worker ---------------------------------------------------------------------------
     def _worker(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen([sys.executable, "-m", self.WORKER, str(os.getpid())],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                          start_new_session=True)
+            with signals_deferred():  # a Ctrl-C now interrupts once the worker is known, to be killed
+                self._proc = subprocess.Popen([sys.executable, "-m", self.WORKER, str(os.getpid())],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                              start_new_session=True)
         return self._proc
 
     def _kill(self) -> None:
