@@ -7,7 +7,8 @@ filters are packed into words of four input channels per output lane, [OC/ob, C/
 ib/4, ob], which the build precomputes. Each step of the reduction is then one `dot4`
 (vpdpbusd) per output vector: 4 input channels by ob output channels, 64 products where a
 float32 FMA does 16. The padding holds the input's zero point (`pad_value`), not 0, so the
-zero point's correction is one constant per output channel, the same at the borders.
+zero point's correction is one constant per output channel, the same at the borders; a zero
+point computed at run time (DynamicQuantizeLinear's) is a third input, read by the padding.
 """
 from __future__ import annotations
 
@@ -56,11 +57,11 @@ def default_tile(out_blocks: int, rows: int, width: int, taps: int) -> tuple[int
 
 
 def integer_conv_nchwc(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                       dilation: int | Sequence[int] = 1, *, pad_value: int, out_block: int,
+                       dilation: int | Sequence[int] = 1, *, pad_value: int | Tensor, out_block: int,
                        epilogue: Sequence[EpilogueFn] = (), name: str = "integer_conv") -> Tensor:
     """y[n, o, oh, ow, ob] = Σ int32(x_padded[n, c // ib, oh·s + kh·d, ow·s + kw·d, c % ib]) ·
     int32(w[o·ob + ob, c, kh, kw]) for uint8 x in blocks of ib (a multiple of 4) and int8 OIHW
-    w, the padding `pad_value`."""
+    w, the padding `pad_value` (a constant, or a 0-d uint8 tensor)."""
     if x.dtype != "uint8" or w.dtype != "int8" or x.ndim != 5 or w.ndim != 4 or x.shape[-1] % WORD:
         raise ValueError(f"{name}: expects uint8 NCHW[ib]c input, ib a multiple of {WORD}, and int8 OIHW weights, got "
                          f"{x.dtype}{list(x.shape)} and {w.dtype}{list(w.shape)}")
@@ -91,10 +92,13 @@ def integer_conv_nchwc(x: Tensor, w: Tensor, stride: int | Sequence[int] = 1, pa
     return apply_epilogue(y, epilogue)
 
 
-def integer_conv_of(x: Tensor, w: Tensor, attrs: Mapping[str, Any], epilogue: Sequence[EpilogueFn] = ()) -> Tensor:
-    """`integer_conv_nchwc` with the graph node's attributes (ONNX's names)."""
+def integer_conv_of(inputs: Sequence[Tensor], attrs: Mapping[str, Any], epilogue: Sequence[EpilogueFn] = ()) -> Tensor:
+    """`integer_conv_nchwc` of the graph node's inputs (x, w and, where the padding's value is
+    known at run time only, that value) with its attributes (ONNX's names)."""
+    x, w = inputs[0], inputs[1]
     return integer_conv_nchwc(x, w, attrs.get("strides", (1, 1)), tuple(attrs.get("pads", (0, 0, 0, 0))),
-                              attrs.get("dilations", (1, 1)), pad_value=attrs["pad_value"],
+                              attrs.get("dilations", (1, 1)),
+                              pad_value=inputs[2] if len(inputs) > 2 else attrs["pad_value"],
                               out_block=attrs["out_block"], epilogue=epilogue)
 
 

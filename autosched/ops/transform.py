@@ -21,8 +21,11 @@ PAD_TAG = "pad"
 INJECTIVE_TAG = "injective"
 
 
-def pad(x: Tensor, pad_width: Sequence[tuple[int, int]], value: float = 0.0, name: str = "pad") -> Tensor:
-    """x surrounded by `value`: pad_width holds (before, after) per dimension."""
+def pad(x: Tensor, pad_width: Sequence[tuple[int, int]], value: float | Tensor = 0.0, name: str = "pad") -> Tensor:
+    """x surrounded by `value`: pad_width holds (before, after) per dimension. A value known only
+    at run time (a dynamically quantized input's zero point) is a 0-d tensor of x's dtype."""
+    if isinstance(value, Tensor) and (value.shape != () or value.dtype != x.dtype):
+        raise ValueError(f"{name}: the padding's value must be one {x.dtype}, got {value.dtype}{list(value.shape)}")
     pad_width = [(int(b), int(a)) for b, a in pad_width]
     if len(pad_width) != x.ndim or any(b < 0 or a < 0 for b, a in pad_width):
         raise ValueError(f"{name}: need a non-negative (before, after) pair for each of {x.ndim} dimensions, "
@@ -43,7 +46,7 @@ def pad(x: Tensor, pad_width: Sequence[tuple[int, int]], value: float = 0.0, nam
         cond = conds[0]
         for c in conds[1:]:
             cond = cond & c
-        return te.select(cond, v, te.const(value, x.dtype))
+        return te.select(cond, v, value[()] if isinstance(value, Tensor) else te.const(value, x.dtype))
 
     return te.compute(shape, body, name=name, tag=PAD_TAG)
 

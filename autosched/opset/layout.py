@@ -61,6 +61,10 @@ def _integer_conv_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape
     if (x.dtype, w.dtype) != ("uint8", "int8") or node.attrs["in_block"] % 4:
         raise ValueError(f"expects uint8 input in blocks of a multiple of 4 and int8 weights, got {x.dtype} in blocks "
                          f"of {node.attrs['in_block']} and {w.dtype}")
+    if len(inputs) > 2 and (inputs[2].shape, inputs[2].dtype) != ((), "uint8"):
+        raise ValueError(f"the padding's value (input 3) must be one uint8, got {inputs[2].dtype}{list(inputs[2].shape)}")
+    if len(inputs) == 2 and "pad_value" not in node.attrs:
+        raise ValueError("the padding's value is neither an attribute (pad_value) nor an input")
     ((shape, _),) = _conv_shape(node, [Value(x.name, x.shape, "float32"), Value(w.name, w.shape, "float32")])
     return [(shape, "int32")]
 
@@ -68,7 +72,7 @@ def _integer_conv_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape
 def _integer_conv_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
     """In float64 (exact at these sizes): the input less the padding's value, zero-padded,
     plus that value times each filter's sum."""
-    value = attrs["pad_value"]
+    value = float(args[2]) if len(args) > 2 else attrs["pad_value"]
     x = to_plain(args[0], attrs["in_block"]).astype(np.float64) - value
     w = args[1].astype(np.float64)
     y = conv_reference(attrs, [x, w])[0] + value * w.sum(axis=(1, 2, 3))[None, :, None, None]
@@ -101,7 +105,7 @@ RECORDS: tuple[OpDef, ...] = (
           on_output(conv_blocked.schedule_conv2d_blocked)),
     # made by a CPU pass, never imported (`graph/passes/integer_conv.py`)
     OpDef(Op.INTEGER_CONV_NCHWC, OpKind.ANCHOR, _integer_conv_shape, _integer_conv_reference,
-          lambda args: [integer_conv.integer_conv_of(args.inputs[0], args.inputs[1], args.attrs, args.epilogues)], _integer_conv_schedule),
+          lambda args: [integer_conv.integer_conv_of(args.inputs, args.attrs, args.epilogues)], _integer_conv_schedule),
     OpDef(Op.LAYOUT_TRANSFORM, OpKind.INJECTIVE, _transform_shape, _transform_reference, _transform_compute,
           on_output(conv_blocked.schedule_layout_transform)),
 )

@@ -52,7 +52,7 @@ class IntegerConvTemplate(CpuTemplate):
     def _schedule(self, task: Task, config: Config, target: Target) -> tuple[Schedule, list[Tensor]]:
         check_register_tile(self.register_tile(task, config, target), config, target)
         tt = task_tensors(task)
-        out = ic.integer_conv_of(tt.anchor[0], tt.anchor[1], dict(task.attrs), tt.epilogue)
+        out = ic.integer_conv_of(tt.anchor, dict(task.attrs), tt.epilogue)
         s = ic.schedule_integer_conv(out, cpu_capabilities(target).lanes(4), config["oc_tile"], config["tile_oh"],
                                      config["tile_ow"])
         return s, list(tt.args) + [out]

@@ -9,12 +9,13 @@ onnxruntime's 0.25 ms u8·s8 kernels (Xeon, 2 threads). A ConvNCHWc is rewritten
   input (`crop`), and its bias, if any, is a constant;
 - its filters are a constant Q · s, Q int8 and s one scale or one per output channel, bit for
   bit (`graph.integers.integer_weights`, on the filters as columns);
-- its input is (X - Z) · a as for `integer_matmul`, with a constant zero point Z (a dynamic
-  one would set the padding at run time).
+- its input is (X - Z) · a as for `integer_matmul`, with a zero point Z either constant or
+  computed at run time (DynamicQuantizeLinear's, one value) and provably within X's bytes.
 
 With lo the least value X holds, the int8 convolution reads X - lo padded with Z - lo, so
 conv(X - Z, Q) = conv(X - lo, Q) - (Z - lo) · ΣQ[oc] everywhere, borders included; the
-correction, the scales and the bias run in its epilogue on the blocked output.
+correction, the scales and the bias run in its epilogue on the blocked output. A run-time
+Z - lo reaches the convolution as a third input, one uint8, which its padding reads.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import functools
 
 import numpy as np
 
-from autosched.graph.integers import bytes_and_offset, integer_weights, scaled_operand
+from autosched.graph.integers import BYTE_VALUES, bytes_and_offset, integer_range, integer_weights, scaled_operand
 from autosched.graph.ir import Graph, Node, Op, Value, toposort
 from autosched.graph.passes.integer_matmul import Offset, as_bytes, finish_integer_product
 from autosched.graph.passes.rewrite import Emitter, NewValues, rebuild
@@ -38,6 +39,7 @@ def integer_conv(graph: Graph) -> Graph:
     replaced: dict[str, list[Node]] = {}
     bytes_of: dict[tuple[str, int], str] = {}  # (X, lo) -> X - lo as uint8
     blocked_of: dict[tuple[str, int], str] = {}  # (bytes, block) -> the bytes blocked so
+    padding_of: dict[tuple[str, int], str] = {}  # (Z, lo) -> Z - lo as one uint8
     for node in graph.nodes:
         if not _eligible(graph, node):
             continue
@@ -52,10 +54,7 @@ def integer_conv(graph: Graph) -> Graph:
         if split is None or weights is None:
             continue
         x, lo, zero = split
-        if zero is not None and zero not in constants:
-            continue
-        known = 0.0 if zero is None else float(constants[zero].reshape(()))
-        if not known.is_integer() or not 0 <= known - lo <= 255:
+        if not _padding_fits(graph, producers, zero, lo):
             continue
         integers, w_scale = weights
         q = integers.T.reshape(filters.shape)
@@ -76,10 +75,15 @@ def integer_conv(graph: Graph) -> Graph:
         elif attrs["in_block"] == 0:  # a plain input (a first layer's 3 channels): words of 4 channels
             source, q = _in_words(emit, Value(source, graph.values[x].shape, "uint8"), q)
             attrs["in_block"] = WORD
-        emit.nodes.append(Node(f"{node.name}/integer", Op.INTEGER_CONV_NCHWC, (source, emit.constant("int8", q)),
-                               (sums,), {**attrs, "group": 1, "pad_value": int(known - lo)}))
+        operands: tuple[str, ...] = (source, emit.constant("int8", q))
+        if zero is None or zero in constants:
+            attrs["pad_value"] = int((0.0 if zero is None else float(constants[zero].reshape(()))) - lo)
+        else:
+            operands += (_padding(emit, zero, lo, padding_of),)
+        emit.nodes.append(Node(f"{node.name}/integer", Op.INTEGER_CONV_NCHWC, operands, (sums,), {**attrs, "group": 1}))
         bias = constants[node.inputs[2]] if len(node.inputs) > 2 else None
-        finish_integer_product(emit, sums, Offset(lo, zero, q.astype(np.int64).sum(axis=(1, 2, 3))),
+        finish_integer_product(emit, sums, Offset(lo, zero, q.astype(np.int64).sum(axis=(1, 2, 3)),
+                                                  graph.values[zero].shape if zero else ()),
                                (a_scale * w_scale).astype(np.float32), bias,
                                functools.partial(_blocked, channels, block))
         replaced[node.name] = emit.nodes
@@ -87,6 +91,29 @@ def integer_conv(graph: Graph) -> Graph:
         return graph
     nodes = [m for node in graph.nodes for m in replaced.get(node.name, (node,))]
     return rebuild(graph, toposort(nodes, [*(v.name for v in graph.inputs), *constants]), constants, value.values)
+
+
+def _padding_fits(graph: Graph, producers: dict[str, Node], zero: str | None, lo: int) -> bool:
+    """Whether the zero point less lo is a byte, as the padding must be: a constant integer, or
+    one value computed at run time whose bounds are known (DynamicQuantizeLinear's clip)."""
+    if zero is None:
+        return True
+    if zero in graph.constants:
+        known = float(graph.constants[zero].reshape(()))
+        return known.is_integer() and 0 <= known - lo < BYTE_VALUES
+    bounds = integer_range(graph, producers, zero)
+    return graph.values[zero].shape == () and bounds is not None and lo <= bounds[0] and bounds[1] - lo < BYTE_VALUES
+
+
+def _padding(emit: Emitter, zero: str, lo: int, made: dict[tuple[str, int], str]) -> str:
+    """Z - lo as one uint8 for the padding, once for all the convolutions that read X - Z."""
+    if (zero, lo) not in made:
+        source = zero
+        if lo:
+            source = emit.step("zero_point_bytes", Op.ADD, (zero, emit.constant("least", np.array(-lo, np.float32))),
+                               shape=())
+        made[zero, lo] = emit.step("padding", Op.CAST, (source,), {"to": "uint8"}, dtype="uint8", shape=())
+    return made[zero, lo]
 
 
 def _blocked(channels: int, block: int, per_channel: np.ndarray) -> np.ndarray:
