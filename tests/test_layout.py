@@ -417,3 +417,32 @@ def test_a_group_norm_of_whole_channel_blocks_stays_in_blocks(target, groups, tm
     pool = next(n for n in planned.nodes if n.op is Op.AVERAGE_POOL)
     assert ("block" in pool.attrs) == whole
     built_matches_reference(graph, tmp_path / "gn.so", target)
+
+
+def _normalized_by_range():
+    """Two convolutions with what a dynamically quantized model computes between them: the
+    range of the first's output (ReduceMax and ReduceMin over every axis to one value each) and
+    the output shifted and scaled by those run-time scalars."""
+    b = GraphBuilder("range")
+    c1 = _conv(b, b.input("x", (1, 16, 10, 10)), 16, name="c1")
+    hi, lo = (b.node(op, [c1], axes=(0, 1, 2, 3), keepdims=0) for op in (Op.REDUCE_MAX, Op.REDUCE_MIN))
+    y = b.node(Op.DIV, [b.node(Op.SUB, [c1, lo]), b.node(Op.SUB, [hi, lo])])
+    b.output(_conv(b, b.node(Op.RELU, [y]), 16, name="c2"))
+    return b.build()
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_full_reductions_and_run_time_scalars_keep_blocks(lanes):
+    graph = optimize(_normalized_by_range())
+    planned = plan_layout(graph, lanes)
+    feeds = random_inputs(graph.inputs, 0)
+    np.testing.assert_allclose(run_graph(planned, feeds)[graph.outputs[0].name],
+                               run_graph(graph, feeds)[graph.outputs[0].name], rtol=1e-5, atol=1e-5)
+    # the input converted once, the output back once: nothing in between
+    assert [n.attrs["dst_block"] for n in planned.nodes if n.op is Op.LAYOUT_TRANSFORM] == [lanes, 0]
+
+
+@pytest.mark.parametrize("target", RUN_TARGETS, ids=lambda t: t.isa)
+def test_compiled_full_reductions_of_blocks_match_the_reference(target, tmp_path):
+    manifest = built_matches_reference(_normalized_by_range(), tmp_path / "range.so", target)
+    assert [c["op"] for c in manifest["calls"]].count("LayoutTransform") == 2

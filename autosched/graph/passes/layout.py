@@ -38,6 +38,8 @@ from autosched.opset.registry import kind_of
 
 #: the narrowest block a grouped convolution is blocked in (a vector of 4 floats: SSE's, NEON's)
 MIN_GROUP_BLOCK = 4
+#: reductions that keep blocks (ReduceMin only over every axis, `_Planner._reduce`)
+_REDUCTIONS = (Op.REDUCE_MEAN, Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MIN)
 
 
 def _broadcasts(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
@@ -189,7 +191,9 @@ class _Planner:
 
     def _elementwise(self, node: Node) -> bool:
         """An elementwise op with a blocked operand runs blocked when every other operand is
-        blocked too, converts to blocks, or is a constant broadcast per channel (reshaped here)."""
+        blocked too, converts to blocks, is a constant broadcast per channel (reshaped here), or
+        is one value of rank 0 or 1 (a dynamically quantized model's scales and zero points,
+        computed at run time), which broadcasts over the blocks as it is."""
         # BatchNorm indexes its parameters by channel position (and is folded into convolutions)
         if kind_of(node.op) is not OpKind.ELEMWISE or node.op is Op.BATCH_NORM or len(node.outputs) != 1:
             return False
@@ -206,6 +210,8 @@ class _Planner:
             shape = (1,) * (4 - len(self.values[name].shape)) + self.values[name].shape
             if name in self.constants and shape[1] in (1, out.shape[1]) and len(self.values[name].shape) <= 4:
                 inputs.append(self._blocked_constant(name, shape, block))
+            elif len(self.values[name].shape) <= 1 and self.values[name].size == 1:
+                inputs.append(self._plain(name))
             elif shape == out.shape or (shape[1] == out.shape[1] and (name in self.blocked or _broadcasts(shape, out.shape))):
                 inputs.append(self._in_block(name, block))  # a per-channel tensor too (a squeeze-excitation's scales)
             else:
@@ -225,14 +231,20 @@ class _Planner:
         return blocked_name
 
     def _reduce(self, node: Node) -> bool:
-        """Means, sums and maxima over the spatial axes (global pooling) keep channel blocks."""
-        if node.op not in (Op.REDUCE_MEAN, Op.REDUCE_SUM, Op.REDUCE_MAX) or node.inputs[0] not in self.blocked:
-            return False
-        if not node.attrs.get("keepdims", 1) or not set(node.attrs["axes"]) <= {2, 3}:
+        """Means, sums and maxima over the spatial axes (global pooling) keep channel blocks. A
+        reduction over every axis to one value (the range a dynamically quantized model's
+        DynamicQuantizeLinear measures) reads the blocks as they are: the same elements."""
+        if node.op not in _REDUCTIONS or node.inputs[0] not in self.blocked:
             return False
         if len(self.values[node.inputs[0]].shape) != 4:
             return False
         copy, block = self.blocked[node.inputs[0]]
+        if set(node.attrs["axes"]) == {0, 1, 2, 3} and not node.attrs.get("keepdims", 1):
+            self._add(Node(node.name, node.op, (copy,), node.outputs, {**node.attrs, "axes": (0, 1, 2, 3, 4)}))
+            self.plain.update(node.outputs)
+            return True
+        if node.op is Op.REDUCE_MIN or not node.attrs.get("keepdims", 1) or not set(node.attrs["axes"]) <= {2, 3}:
+            return False
         self._produce_blocked(node, (copy,), block)
         return True
 
