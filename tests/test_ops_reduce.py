@@ -6,7 +6,7 @@ from ops_helpers import rand, run
 
 from autosched import ops, te
 from autosched.compile.kernel import source
-from autosched.ops.reduce import REDUCE_LANES_TAG
+from autosched.ops.reduce import ACCUMULATORS, REDUCE_LANES_TAG, REDUCE_PARTIALS_TAG
 
 REDUCERS = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}
 
@@ -85,3 +85,29 @@ def test_a_reduction_of_every_axis_accumulates_vectors(name, keepdims, cpu_targe
     assert any(getattr(t.op, "tag", "") == REDUCE_LANES_TAG for t in te.post_order([y]))
     got = run(y, [x], [data], ops.schedule_reduce, cpu_target, vector_lanes=16)
     np.testing.assert_allclose(got, REDUCERS[name](data, axis=None, keepdims=keepdims), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+@pytest.mark.parametrize("shape", [(1, 4, 12, 12, 16), (2, 3, 5, 24), (1, 128, 96), (3, 2, 16), (1, 1, 7, 32)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_a_reduction_of_every_axis_in_rows_of_partials(shape, name, keepdims, cpu_target):
+    """Rows of partials over the outer axes (a blocked map, a plain one, a transformer's
+    activations, fewer rows than `PARTIAL_ROWS`), interleaved accumulators where an inner axis
+    divides by them (no inner axis does in the second and the fourth shapes)."""
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape, low=-5.0, high=5.0)
+    y = getattr(ops, name)(x, None, keepdims, lanes=8)
+    assert any(getattr(t.op, "tag", "") == REDUCE_PARTIALS_TAG for t in te.post_order([y]))
+    got = run(y, [x], [data], ops.schedule_reduce, cpu_target, vector_lanes=8)
+    np.testing.assert_allclose(got, REDUCERS[name](data, axis=None, keepdims=keepdims), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_a_reduction_of_every_axis_shares_its_rows_among_threads(isa):
+    target, _, lanes = ISAS[isa]
+    x = te.placeholder((1, 64 // lanes, 28, 28, lanes), name="x")
+    y = ops.reduce_max(x, None, lanes=lanes)
+    code = source(ops.schedule_reduce(y, lanes), [x, y], "range", target)
+    assert code.count("#pragma omp parallel") == 1 and f"#pragma GCC unroll {ACCUMULATORS}" in code
+    assert f"max_f32x{lanes}(" in code
