@@ -5,7 +5,7 @@ from isa import ISAS
 from ops_helpers import rand, run
 
 from autosched import ops, te
-from autosched.compile.kernel import source
+from autosched.compile.kernel import build_kernel, source
 from autosched.ops.reduce import ACCUMULATORS, REDUCE_LANES_TAG, REDUCE_PARTIALS_TAG
 
 REDUCERS = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}
@@ -111,3 +111,29 @@ def test_a_reduction_of_every_axis_shares_its_rows_among_threads(isa):
     code = source(ops.schedule_reduce(y, lanes), [x, y], "range", target)
     assert code.count("#pragma omp parallel") == 1 and f"#pragma GCC unroll {ACCUMULATORS}" in code
     assert f"max_f32x{lanes}(" in code
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 12, 12, 16), (2, 3, 5, 24), (1, 7, 14, 14, 8)], ids=lambda s: "x".join(map(str, s)))
+def test_a_range_is_the_maximum_and_the_minimum(shape, cpu_target):
+    x = te.placeholder(shape, name="x")
+    data = rand(*shape, low=-5.0, high=3.0)
+    top, low = ops.reduce_range(x, 8)
+    kernel = build_kernel(ops.schedule_reduce([top, low], 8), [x, top, low], "range", target=cpu_target)
+    got = [np.zeros((), np.float32), np.zeros((), np.float32)]
+    kernel(data, *got)
+    assert (got[0], got[1]) == (data.max(), data.min())
+
+
+@pytest.mark.parametrize("isa", sorted(ISAS))
+def test_a_range_reads_each_row_once_into_registers(isa):
+    target, _, lanes = ISAS[isa]
+    x = te.placeholder((1, 64 // lanes, 28, 28, lanes), name="x")
+    top, low = ops.reduce_range(x, lanes)
+    code = source(ops.schedule_reduce([top, low], lanes), [x, top, low], "range", target)
+    assert code.count("#pragma omp parallel") == 1 and "reduce_range_partials_local[" in code
+    assert sum("&x[" in line for line in code.splitlines()) == 1  # one statement: x or -x by the unrolled sign
+
+
+def test_a_range_needs_whole_vectors_along_the_innermost_axis():
+    with pytest.raises(ValueError, match="innermost"):
+        ops.reduce_range(te.placeholder((3, 25), name="x"), 16)

@@ -110,6 +110,7 @@ class Op(str, enum.Enum):
     REDUCE_SUM = "ReduceSum"
     REDUCE_MAX = "ReduceMax"
     REDUCE_MIN = "ReduceMin"
+    REDUCE_RANGE = "ReduceRange"  # the maximum and the minimum of every element (`graph/passes/reduce_range.py`)
     REDUCE_PROD = "ReduceProd"
     CUM_SUM = "CumSum"
     RESHAPE = "Reshape"

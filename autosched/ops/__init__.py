@@ -49,7 +49,7 @@ from autosched.ops.nn import (
     schedule_softmax,
     softmax,
 )
-from autosched.ops.reduce import reduce_max, reduce_mean, reduce_sum, schedule_reduce
+from autosched.ops.reduce import reduce_max, reduce_mean, reduce_range, reduce_sum, schedule_reduce
 from autosched.ops.transform import concat, pad, reshape, schedule_injective, strided_slice, transpose
 
 __all__ = [
@@ -60,6 +60,6 @@ __all__ = [
     "hard_swish", "neg", "abs", "cast", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "binary",
     "schedule_elementwise", "batch_norm", "schedule_batch_norm", "max_pool2d", "avg_pool2d", "global_avg_pool2d",
     "global_max_pool2d", "schedule_pool2d", "softmax", "schedule_softmax", "layer_norm", "schedule_layer_norm",
-    "reduce_sum", "reduce_mean", "reduce_max", "schedule_reduce", "pad", "transpose", "reshape", "concat",
+    "reduce_sum", "reduce_mean", "reduce_max", "reduce_range", "schedule_reduce", "pad", "transpose", "reshape", "concat",
     "strided_slice", "schedule_injective",
 ]

@@ -257,6 +257,14 @@ def _record(op: Op, reference: Callable[..., np.ndarray], compute: Callable[...,
                  on_output(reduce_ops.schedule_reduce), importers)
 
 
+def _range_shape(node: Node, inputs: Sequence[Value]) -> list[tuple[Shape, str]]:
+    return [((), inputs[0].dtype), ((), inputs[0].dtype)]
+
+
+def _range_reference(attrs: Mapping[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(args[0].max()), np.asarray(args[0].min())]
+
+
 RECORDS: tuple[OpDef, ...] = (
     _record(Op.REDUCE_MEAN, np.mean, reduce_ops.reduce_mean, global_pool="GlobalAveragePool"),
     _record(Op.REDUCE_PROD, np.prod, reduce_ops.reduce_prod),
@@ -268,6 +276,9 @@ RECORDS: tuple[OpDef, ...] = (
             composites={"ArgMax": _arg_extreme(Op.REDUCE_MAX), "TopK": Converter(_import_top_k, constant_inputs=(1,)),
                         "Hardmax": Converter(_import_hardmax)}),
     _record(Op.REDUCE_MIN, _min, reduce_ops.reduce_min, composites={"ArgMin": _arg_extreme(Op.REDUCE_MIN)}),
+    # made by a CPU pass, never imported (`graph/passes/reduce_range.py`)
+    OpDef(Op.REDUCE_RANGE, OpKind.REDUCE, _range_shape, _range_reference,
+          lambda args: list(reduce_ops.reduce_range(args.inputs[0], args.lanes)), reduce_ops.schedule_reduce),
     OpDef(Op.CUM_SUM, OpKind.REDUCE, same_shape, _cum_sum_reference, _cum_sum_compute,
           on_output(reduce_ops.schedule_reduce), {"CumSum": Converter(_import_cum_sum, constant_inputs=(1,))}),
 )

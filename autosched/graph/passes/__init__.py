@@ -32,6 +32,7 @@ from autosched.graph.passes.memory import Buffer, MemoryPlan, plan_memory
 from autosched.graph.passes.pad_channels import MAX_WASTE, max_waste, pad_channels
 from autosched.graph.passes.patch_conv import patch_conv
 from autosched.graph.passes.reduce_pow import reduce_pow
+from autosched.graph.passes.reduce_range import reduce_range
 from autosched.graph.passes.remove_identity import remove_identity
 from autosched.graph.passes.space_to_depth import space_to_depth
 from autosched.graph.passes.split_groups import split_groups
@@ -66,6 +67,7 @@ __all__ = [
     "pad_channels",
     "patch_conv",
     "plan_layout",
+    "reduce_range",
     "plan_memory",
     "reduce_pow",
     "remove_identity",
@@ -118,7 +120,8 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     operands through their views (a GPU kernel stages both through shared memory anyway).
     With `byte_dot` (a CPU target that multiplies bytes four at a time, `CpuCapabilities.byte_dot`),
     MatMuls and blocked convolutions of quantized integers become int8 products
-    (`integer_matmul`, `integer_conv`).
+    (`integer_matmul`, `integer_conv`). On a CPU target a tensor's maximum and minimum over
+    every element are one kernel (`reduce_range`).
     """
     graph = remove_identity(graph)
     graph = fold_constants(graph)
@@ -140,4 +143,5 @@ def optimize(graph: Graph, layout_lanes: int | None = None, gpu_blocks: int | No
     graph = fold_conv_windows(graph)
     if byte_dot:
         graph = eliminate_dead_code(integer_conv(graph))
+    graph = reduce_range(graph, layout_lanes)
     return fuse_copies(collapse_views(graph))  # the rearrangement's views merge with those beside them
