@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from autosched import te
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, apply_epilogue
 from autosched.ops.transform import INJECTIVE_TAG
-from autosched.ops.util import local_accumulator, parallel_copy
+from autosched.ops.util import local_accumulator, parallel_copy, tile_product
 from autosched.schedule import Schedule, create_schedule
 from autosched.te import Tensor
 from autosched.te.expr import call
@@ -106,17 +106,7 @@ def schedule_integer_matmul(out: Tensor, lanes: int, mr: int, mb: int = 1, k_unr
         elif st.op.tag in (PACK_TAG, A_WORDS_TAG):
             parallel_copy(st)
     acc = local_accumulator(s, anchor, out)
-    o = s[out]
-    axes = list(o.op.axes)
-    io, ii = o.split(axes[-2], mr * mb)
-    jo, ji = o.split(axes[-1], nr, whole=True)  # whole panels, as the product computes them
-    o.reorder(*axes[:-2], jo, io, ii, ji)
-    tile = o.fuse(*axes[:-2], jo, io)
-    o.parallel(tile)
-    vector = lanes if nr % lanes == 0 else nr
-    _, jv = o.split(ji, vector)
-    o.vectorize(jv)
-    s.compute_at(acc, o, tile)
+    vector = tile_product(s, s[out], acc, mr * mb, nr, lanes, whole=True)
     ci, cj = list(acc.op.axes)[-2:]
     (cq,) = acc.op.reduce_axes
     cib, cii = acc.split(ci, mr)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from autosched import te
 from autosched.ops.epilogue import EPILOGUE_TAG, EpilogueFn, add, apply_epilogue, bias_add, scale
 from autosched.ops.transform import INJECTIVE_TAG
-from autosched.ops.util import local_accumulator, parallel_copy
+from autosched.ops.util import local_accumulator, parallel_copy, tile_product
 from autosched.schedule import Schedule, create_schedule
 from autosched.target import CpuCapabilities
 from autosched.te import Tensor
@@ -300,17 +300,7 @@ def schedule_matmul(out: Tensor, vector_lanes: int) -> Schedule:
         elif st.op.tag == "pack" or st.op.name == "gemm_beta_c":
             parallel_copy(st)
     acc_stage = local_accumulator(s, s[anchor], out)
-    o = s[out]
-    axes = list(o.op.axes)
-    io, ii = o.split(axes[-2], mr)
-    jo, ji = o.split(axes[-1], nr)
-    o.reorder(*axes[:-2], jo, io, ii, ji)
-    fused = o.fuse(*axes[:-2], jo, io)
-    o.parallel(fused)
-    lanes = vector_lanes if nr % vector_lanes == 0 else nr
-    jvo, jv = o.split(ji, lanes)
-    o.vectorize(jv)
-    s.compute_at(acc_stage, o, fused)
+    lanes = tile_product(s, s[out], acc_stage, mr, nr, vector_lanes)
     ci, cj = acc_stage.op.axes[-2:]
     (ck,) = acc_stage.op.reduce_axes
     cjo, cjv = acc_stage.split(cj, lanes)

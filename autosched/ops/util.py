@@ -111,6 +111,24 @@ def tile_reduction(s: Schedule, out: Stage, acc: Stage, vector_lanes: int, vecto
         acc.vectorize(spatial[-1])
 
 
+def tile_product(s: Schedule, out: Stage, acc: Stage, rows: int, cols: int, lanes: int, whole: bool = False) -> int:
+    """A product's output (last two axes) in register tiles of `rows` x `cols`, the column panel
+    outermost so that a thread's consecutive tiles read one packed panel from cache, the tiles
+    over the threads, `acc` computed per tile; `whole`: the last panel of columns computed
+    whole, as a packed product of whole panels computes it. Returns the vector width the columns
+    store in: `lanes` where it divides `cols`, else `cols`."""
+    axes = list(out.op.axes)
+    io, ii = out.split(axes[-2], rows)
+    jo, ji = out.split(axes[-1], cols, whole=whole)
+    out.reorder(*axes[:-2], jo, io, ii, ji)
+    tile = out.fuse(*axes[:-2], jo, io)
+    out.parallel(tile)
+    vector = lanes if cols % lanes == 0 else cols
+    out.vectorize(out.split(ji, vector)[1])
+    s.compute_at(acc, out, tile)
+    return vector
+
+
 def parallel_copy(st: Stage) -> None:
     """A layout copy (a packing) at root: every axis but the innermost fused into one parallel loop."""
     axes = list(st.op.axes)
