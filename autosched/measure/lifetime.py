@@ -45,8 +45,9 @@ def signals_deferred() -> Iterator[None]:
     signals meanwhile; children fork with both blocked and unblock them in `die_with_parent`."""
     caught: list[int] = []
     signums = (signal.SIGINT, signal.SIGTERM)
-    main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
-    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in signums} if main else {}
+    # only the main thread may set handlers, and one set outside Python (None) could not be put back
+    settable = threading.current_thread() is threading.main_thread() and None not in map(signal.getsignal, signums)
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in signums} if settable else {}
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signums)
     try:
         yield
